@@ -1,0 +1,9 @@
+"""The one exception type the stages turn into a clear message and a non-zero exit."""
+
+
+class PipelineError(Exception):
+    """A problem the user can fix (bad params, bad input file, unreachable URL...).
+
+    The message is shown as is, without a traceback, so it must say what was
+    expected, what was found, and where.
+    """

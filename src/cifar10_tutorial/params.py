@@ -1,0 +1,177 @@
+"""One typed, validated view of ``params.yaml``.
+
+Every stage reads its parameters through :func:`load_params`. Each section of
+the file is a frozen dataclass below; the loader checks every key against the
+dataclass fields and every value against the field's type, so a misspelled key
+(``dvc exp run -S +train.batchsize=64``) or a wrong type fails at once with a
+message that names the key and the valid ones, instead of being ignored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from .errors import PipelineError
+
+CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
+CIFAR10_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
+
+
+class ParamsError(PipelineError):
+    """params.yaml has an unknown key, a missing key or a value of the wrong type."""
+
+
+@dataclass(frozen=True)
+class DataParams:
+    """Where the raw data comes from (download and preprocess stages)."""
+
+    dataset: Literal["cifar10"] = "cifar10"
+    # http(s)://, file:// or a plain path (relative to the repository root).
+    url: str = CIFAR10_URL
+    # md5 of the archive; null skips the check (a warning says so).
+    md5: Optional[str] = CIFAR10_MD5
+
+    def __post_init__(self) -> None:
+        if self.md5 is not None and not re.fullmatch(r"[0-9a-fA-F]{32}", self.md5):
+            raise ParamsError(
+                f"data.md5: expected 32 hexadecimal digits or null, found {self.md5!r}")
+        if not self.url:
+            raise ParamsError("data.url: expected a URL or a path, found an empty string")
+
+
+@dataclass(frozen=True)
+class Params:
+    data: DataParams = field(default_factory=DataParams)
+
+
+# --------------------------------------------------------------------------- loader
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _type_name(a)
+                           for a in typing.get_args(tp))
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    if origin in (list, tuple):
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Return ``value`` checked against the annotation ``tp`` (recursing into dataclasses)."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ParamsError(f"{key}: expected a mapping, found {value!r}")
+        return _build(tp, value, key)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, key)
+            except ParamsError as exc:
+                errors.append(exc)
+        raise ParamsError(f"{key}: expected {_type_name(tp)}, found {value!r}")
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ParamsError(f"{key}: expected one of {_type_name(tp)}, found {value!r}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ParamsError(f"{key}: expected {_type_name(tp)}, found {value!r}")
+        (item_tp, *_) = typing.get_args(tp)
+        items = [_convert(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ParamsError(f"{key}: expected a mapping, found {value!r}")
+        _, val_tp = typing.get_args(tp)
+        return {k: _convert(v, val_tp, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ParamsError(f"{key}: expected true or false, found {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParamsError(f"{key}: expected an integer, found {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ParamsError(f"{key}: expected a number, found {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ParamsError(f"{key}: expected a string, found {value!r}")
+        return value
+    raise TypeError(f"params.py cannot check the type {tp!r} of {key}")  # a bug here, not user input
+
+
+def _build(cls: type, mapping: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(mapping) - set(fields), key=str)
+    if unknown:
+        where = f"'{prefix}'" if prefix else "the top level"
+        names = ", ".join(f"{prefix}.{u}" if prefix else str(u) for u in unknown)
+        raise ParamsError(
+            f"unknown key {names} in params; valid keys in {where}: {', '.join(fields)}")
+    kwargs = {}
+    for name in fields:
+        key = f"{prefix}.{name}" if prefix else name
+        if name in mapping:
+            kwargs[name] = _convert(mapping[name], hints[name], key)
+        elif (fields[name].default is dataclasses.MISSING
+              and fields[name].default_factory is dataclasses.MISSING):
+            raise ParamsError(f"missing key {key} in params")
+    return cls(**kwargs)
+
+
+def params_from_dict(raw: Optional[dict]) -> Params:
+    """Validate a parsed params mapping (``None`` gives the defaults)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"expected a mapping at the top level of params, found {raw!r}")
+    return _build(Params, raw, "")
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    """Read and validate ``path``; every problem is a :class:`ParamsError` naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: no such file (run the stages from the repository root)") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    try:
+        return params_from_dict(raw)
+    except ParamsError as exc:
+        raise ParamsError(f"{path}: {exc}") from None
+
+
+def to_dict(params: Any) -> dict:
+    """The params as plain data (for logging them beside a run's results)."""
+    return dataclasses.asdict(params)

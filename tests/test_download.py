@@ -1,0 +1,229 @@
+import hashlib
+import http.server
+import socket
+import threading
+
+import pytest
+
+from cifar10_tutorial.download import DownloadError, DownloadOptions, fetch
+
+FAST = DownloadOptions(timeout=5, retries=3, backoff=0.01, progress=False)
+
+
+def md5(data: bytes) -> str:
+    return hashlib.md5(data).hexdigest()
+
+
+def assert_nothing_left(dest, partial_dir):
+    assert not dest.exists()
+    assert not list(partial_dir.glob("*")) if partial_dir.exists() else True
+
+
+# ----------------------------------------------------------------------------- local sources
+
+
+def test_file_url_and_plain_path(archive, tmp_path):
+    data = archive["path"].read_bytes()
+    for i, url in enumerate([archive["path"].as_uri(), str(archive["path"])]):
+        dest = tmp_path / f"raw{i}" / "cifar-10-binary.tar.gz"
+        fetch(url, archive["md5"], dest, tmp_path / "part", FAST)
+        assert dest.read_bytes() == data
+    assert not list((tmp_path / "part").glob("*"))
+
+
+def test_md5_mismatch_names_both_and_leaves_nothing(archive, tmp_path):
+    dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
+    with pytest.raises(DownloadError) as exc:
+        fetch(str(archive["path"]), "0" * 32, dest, part, FAST)
+    msg = str(exc.value)
+    assert "md5 mismatch" in msg and "0" * 32 in msg and archive["md5"] in msg
+    assert_nothing_left(dest, part)
+
+
+def test_null_md5_skips_the_check_and_warns(archive, tmp_path, caplog):
+    dest = tmp_path / "raw" / "a.tar.gz"
+    fetch(str(archive["path"]), None, dest, tmp_path / "part", FAST)
+    assert dest.exists()
+    assert "NOT checked" in caplog.text and archive["md5"] in caplog.text
+
+
+def test_html_page_is_not_a_gzip_tar(tmp_path):
+    page = tmp_path / "error.html"
+    page.write_bytes(b"<!DOCTYPE html><html><body>404 Not Found</body></html>")
+    dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
+    with pytest.raises(DownloadError, match=r"not a gzip-compressed tar archive.*HTML page"):
+        fetch(str(page), None, dest, part, FAST)
+    assert_nothing_left(dest, part)
+
+
+def test_gzip_that_is_not_a_tar(tmp_path):
+    import gzip
+    bogus = tmp_path / "bogus.tar.gz"
+    bogus.write_bytes(gzip.compress(b"hello, not a tar" * 100))
+    dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
+    with pytest.raises(DownloadError, match="not a readable tar archive"):
+        fetch(str(bogus), None, dest, part, FAST)
+    assert_nothing_left(dest, part)
+
+
+def test_missing_local_file_and_bad_scheme(tmp_path):
+    dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
+    with pytest.raises(DownloadError, match=r"does not exist.*data.url"):
+        fetch(str(tmp_path / "missing.tar.gz"), None, dest, part, FAST)
+    with pytest.raises(DownloadError, match="unsupported scheme 'ftp'"):
+        fetch("ftp://example.org/a.tar.gz", None, dest, part, FAST)
+    assert not dest.exists()
+
+
+def test_existing_verified_file_is_kept(archive, tmp_path):
+    dest = tmp_path / "a.tar.gz"
+    dest.write_bytes(archive["path"].read_bytes())
+    fetch("http://127.0.0.1:9/never-asked", archive["md5"], dest, tmp_path / "part", FAST)
+    assert md5(dest.read_bytes()) == archive["md5"]
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+class Server:
+    """A 127.0.0.1 HTTP server serving one byte string, with switchable misbehaviour."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.ranges = True  # honour Range requests
+        self.drop_after = None  # first full-body response is cut after this many bytes
+        self.fail_first = 0  # answer this many requests with 503
+        self.status = None  # answer every request with this status
+        self.requests = []  # the Range header of each request (None without one)
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                server.requests.append(self.headers.get("Range"))
+                if server.status:
+                    self.send_error(server.status)
+                    return
+                if server.fail_first > 0:
+                    server.fail_first -= 1
+                    self.send_error(503)
+                    return
+                start = 0
+                rng = self.headers.get("Range")
+                if rng and server.ranges:
+                    start = int(rng.split("=")[1].split("-")[0])
+                    self.send_response(206)
+                    self.send_header("Content-Range",
+                                     f"bytes {start}-{len(server.data) - 1}/{len(server.data)}")
+                else:
+                    self.send_response(200)
+                    self.send_header("Accept-Ranges", "bytes" if server.ranges else "none")
+                body = server.data[start:]
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if server.drop_after is not None:
+                    cut, server.drop_after = server.drop_after, None
+                    self.wfile.write(body[:cut])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.wfile.write(body)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/cifar-10-binary.tar.gz"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server(archive):
+    srv = Server(archive["path"].read_bytes())
+    yield srv
+    srv.close()
+
+
+def test_http_download(server, archive, tmp_path):
+    dest = tmp_path / "raw" / "a.tar.gz"
+    fetch(server.url, archive["md5"], dest, tmp_path / "part", FAST)
+    assert md5(dest.read_bytes()) == archive["md5"]
+    assert server.requests == [None]
+
+
+def test_http_resumes_with_range_after_dropped_connection(server, archive, tmp_path):
+    cut = len(server.data) // 3
+    server.drop_after = cut
+    dest = tmp_path / "raw" / "a.tar.gz"
+    fetch(server.url, archive["md5"], dest, tmp_path / "part", FAST)
+    assert md5(dest.read_bytes()) == archive["md5"]
+    assert server.requests == [None, f"bytes={cut}-"]
+
+
+def test_http_restarts_when_server_ignores_ranges(server, archive, tmp_path):
+    server.ranges = False
+    server.drop_after = len(server.data) // 2
+    dest = tmp_path / "raw" / "a.tar.gz"
+    fetch(server.url, archive["md5"], dest, tmp_path / "part", FAST)
+    assert md5(dest.read_bytes()) == archive["md5"]
+    assert len(server.requests) == 2  # the second asked for a range and got the whole file
+
+
+def test_http_resumes_a_partial_file_left_by_an_earlier_run(server, archive, tmp_path):
+    part = tmp_path / "part"
+    part.mkdir()
+    (part / "a.tar.gz.part").write_bytes(server.data[:1000])
+    dest = tmp_path / "raw" / "a.tar.gz"
+    fetch(server.url, archive["md5"], dest, part, FAST)
+    assert md5(dest.read_bytes()) == archive["md5"]
+    assert server.requests == ["bytes=1000-"]
+
+
+def test_http_retries_transient_errors(server, archive, tmp_path):
+    server.fail_first = 2
+    dest = tmp_path / "raw" / "a.tar.gz"
+    fetch(server.url, archive["md5"], dest, tmp_path / "part", FAST)
+    assert dest.exists() and len(server.requests) == 3
+
+
+def test_http_404_fails_at_once(server, tmp_path):
+    server.status = 404
+    dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
+    with pytest.raises(DownloadError, match=r"HTTP 404.*data.url"):
+        fetch(server.url, None, dest, part, FAST)
+    assert len(server.requests) == 1
+    assert_nothing_left(dest, part)
+
+
+def test_http_gives_up_after_retries(server, tmp_path):
+    server.fail_first = 10
+    dest = tmp_path / "raw" / "a.tar.gz"
+    with pytest.raises(DownloadError, match=r"after 3 attempts.*HTTP 503"):
+        fetch(server.url, None, dest, tmp_path / "part", FAST)
+    assert len(server.requests) == 3 and not dest.exists()
+
+
+def test_unreachable_url_says_which_and_suggests_a_mirror(tmp_path):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens on this port now
+    url = f"http://127.0.0.1:{port}/cifar-10-binary.tar.gz"
+    dest = tmp_path / "raw" / "a.tar.gz"
+    with pytest.raises(DownloadError) as exc:
+        fetch(url, None, dest, tmp_path / "part", FAST)
+    msg = str(exc.value)
+    assert url in msg and "unreachable" in msg and "mirror" in msg and "data.url" in msg
+    assert not dest.exists()
+
+
+def test_http_md5_mismatch_removes_the_partial_file(server, tmp_path):
+    dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
+    with pytest.raises(DownloadError, match="md5 mismatch"):
+        fetch(server.url, "f" * 32, dest, part, FAST)
+    assert_nothing_left(dest, part)

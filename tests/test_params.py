@@ -1,0 +1,57 @@
+import pytest
+import yaml
+
+from cifar10_tutorial.params import (CIFAR10_MD5, ParamsError, load_params, params_from_dict)
+from conftest import ROOT
+
+
+def test_project_params_file_is_valid():
+    params = load_params(ROOT / "params.yaml")
+    assert params.data.dataset == "cifar10"
+    assert params.data.md5 == CIFAR10_MD5
+
+
+def test_defaults_when_sections_are_absent():
+    assert params_from_dict(None).data.url.endswith("cifar-10-binary.tar.gz")
+
+
+def test_unknown_key_names_key_and_valid_keys(tmp_path):
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["data"]["urll"] = "x"
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ParamsError) as exc:
+        load_params(path)
+    msg = str(exc.value)
+    assert str(path) in msg and "data.urll" in msg
+    assert "dataset" in msg and "url" in msg and "md5" in msg
+
+
+def test_unknown_section_is_an_error():
+    with pytest.raises(ParamsError, match=r"unknown key trian .*valid keys in the top level: data"):
+        params_from_dict({"trian": {"batch_size": 64}})
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"md5": 123}, r"data.md5: expected str or null, found 123"),
+    ({"md5": "abc"}, r"data.md5: expected 32 hexadecimal digits"),
+    ({"dataset": "mnist"}, r"data.dataset: expected one of 'cifar10', found 'mnist'"),
+    ({"url": ["a"]}, r"data.url: expected a string"),
+    ("x", r"data: expected a mapping"),
+])
+def test_wrong_types_are_errors(data, expected):
+    with pytest.raises(ParamsError, match=expected):
+        params_from_dict({"data": data})
+
+
+def test_null_md5_is_allowed():
+    assert params_from_dict({"data": {"md5": None}}).data.md5 is None
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ParamsError, match="no such file"):
+        load_params(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data: [unclosed\n")
+    with pytest.raises(ParamsError, match="not valid YAML"):
+        load_params(bad)

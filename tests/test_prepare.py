@@ -1,0 +1,172 @@
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+
+from cifar10_tutorial.datasets import CIFAR10
+from cifar10_tutorial.prepare import PrepareError, load_prepared, prepare
+from cifar10_tutorial.synthetic import CLASSES, make_cifar10_archive, write_tar_gz
+
+FOLDER = "cifar-10-batches-bin/"
+
+
+def official_members(records: dict[str, bytes] | None = None) -> dict[str, bytes]:
+    """Every file of the official layout: 2 random records per batch, unless given."""
+    rng = np.random.default_rng(0)
+    members = {}
+    for name in CIFAR10.splits["train"] + CIFAR10.splits["test"]:
+        rec = np.concatenate([rng.integers(0, 10, (2, 1)), rng.integers(0, 256, (2, 3072))], 1)
+        members[FOLDER + name] = rec.astype(np.uint8).tobytes()
+    members[FOLDER + "batches.meta.txt"] = ("\n".join(CLASSES) + "\n\n").encode()
+    members.update(records or {})
+    return members
+
+
+def assert_no_output(out):
+    assert not out.exists()
+    assert not out.with_name(out.name + ".tmp").exists()
+
+
+def test_round_trip_of_known_pixels_channel_order_and_orientation(tmp_path):
+    # one hand-made record: label 3; R plane 10 with (row 0, col 1) = 200;
+    # G plane 20 with (row 1, col 0) = 100; B plane 30 with (row 31, col 31) = 250
+    r = np.full((32, 32), 10, np.uint8); r[0, 1] = 200
+    g = np.full((32, 32), 20, np.uint8); g[1, 0] = 100
+    b = np.full((32, 32), 30, np.uint8); b[31, 31] = 250
+    record = bytes([3]) + r.tobytes() + g.tobytes() + b.tobytes()
+    assert record[1 + 1] == 200 and record[1 + 1024 + 32] == 100 and record[-1] == 250
+    archive = tmp_path / "a.tar.gz"
+    write_tar_gz(archive, official_members({FOLDER + "test_batch.bin": record}))
+    out = tmp_path / "prepared"
+    meta = prepare(archive, out, CIFAR10)
+    data = load_prepared(out)
+    assert data.test_images.shape == (1, 3, 32, 32) and data.test_images.dtype == np.uint8
+    img = data.test_images[0]
+    assert data.test_labels.tolist() == [3] and data.test_labels.dtype == np.int64
+    assert img[0, 0, 1] == 200 and img[0, 0, 0] == 10 and img[0, 1, 0] == 10
+    assert img[1, 1, 0] == 100 and img[1, 0, 1] == 20
+    assert img[2, 31, 31] == 250 and img[2, 0, 0] == 30
+    assert meta["classes"] == CLASSES and data.classes == CLASSES
+    assert meta["counts"] == {"train": 10, "test": 1}
+
+
+def test_round_trip_of_generated_archive(archive, tmp_path):
+    out = tmp_path / "prepared"
+    meta = prepare(archive["path"], out, CIFAR10)
+    data = load_prepared(out)
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(getattr(data, f"{split}_images"), archive[f"{split}_images"])
+        np.testing.assert_array_equal(getattr(data, f"{split}_labels"), archive[f"{split}_labels"])
+    assert meta["source_md5"] == archive["md5"]
+    assert json.loads((out / "meta.json").read_text())["counts"] == {"train": 60, "test": 15}
+    assert sum(meta["class_counts"]["train"]) == 60
+    # the arrays load without pickles
+    np.load(out / "train_images.npy", allow_pickle=False)
+
+
+def test_rerun_replaces_previous_output(archive, tmp_path):
+    out = tmp_path / "prepared"
+    prepare(archive["path"], out, CIFAR10)
+    (out / "stale.txt").write_text("old")
+    prepare(archive["path"], out, CIFAR10)
+    assert not (out / "stale.txt").exists()
+    assert not (tmp_path / "prepared.old").exists()
+
+
+def test_truncated_record_file(tmp_path):
+    bad = official_members()[FOLDER + "data_batch_3.bin"][:-100]
+    archive = tmp_path / "a.tar.gz"
+    write_tar_gz(archive, official_members({FOLDER + "data_batch_3.bin": bad}))
+    out = tmp_path / "prepared"
+    with pytest.raises(PrepareError, match=r"data_batch_3.bin: size 6046 bytes is not a positive "
+                                           r"multiple of the record length 3073"):
+        prepare(archive, out, CIFAR10)
+    assert_no_output(out)
+
+
+def test_label_out_of_range(tmp_path):
+    rec = bytes([12]) + bytes(3072)
+    archive = tmp_path / "a.tar.gz"
+    write_tar_gz(archive, official_members({FOLDER + "data_batch_1.bin": bytes(3073) + rec}))
+    with pytest.raises(PrepareError, match=r"data_batch_1.bin: record 1 has label 12; expected 0..9"):
+        prepare(archive, tmp_path / "prepared", CIFAR10)
+    assert_no_output(tmp_path / "prepared")
+
+
+def test_missing_test_batch(tmp_path):
+    archive = tmp_path / "a.tar.gz"
+    make_cifar10_archive(archive, 2, 2, skip=("test_batch.bin",))
+    with pytest.raises(PrepareError, match=r"missing cifar-10-batches-bin/test_batch.bin"):
+        prepare(archive, tmp_path / "prepared", CIFAR10)
+    assert_no_output(tmp_path / "prepared")
+
+
+def test_wrong_class_names(tmp_path):
+    archive = tmp_path / "a.tar.gz"
+    write_tar_gz(archive, official_members({FOLDER + "batches.meta.txt": b"cat\ndog\n"}))
+    with pytest.raises(PrepareError, match="expected 10 class names, one a line; found 2"):
+        prepare(archive, tmp_path / "prepared", CIFAR10)
+
+
+def _archive_with(tmp_path, info: tarfile.TarInfo, data: bytes = b"") -> "Path":
+    path = tmp_path / "evil.tar.gz"
+    with tarfile.open(path, "w:gz") as tf:
+        for name, raw in official_members().items():
+            ti = tarfile.TarInfo(name)
+            ti.size = len(raw)
+            tf.addfile(ti, io.BytesIO(raw))
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data) if info.isfile() else None)
+    return path
+
+
+@pytest.mark.parametrize("make_info, expected", [
+    (lambda: tarfile.TarInfo("../escape.txt"), "its path leaves the extraction folder"),
+    (lambda: tarfile.TarInfo("cifar-10-batches-bin/../../x"), "its path leaves the extraction folder"),
+    (lambda: tarfile.TarInfo("/etc/evil"), "its path leaves the extraction folder"),
+])
+def test_members_outside_the_target_are_refused(tmp_path, make_info, expected):
+    path = _archive_with(tmp_path, make_info(), b"payload")
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(PrepareError, match=expected):
+        prepare(path, work / "prepared", CIFAR10)
+    assert_no_output(work / "prepared")
+    assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("kind, expected", [
+    (tarfile.SYMTYPE, "it is a link"),
+    (tarfile.LNKTYPE, "it is a link"),
+    (tarfile.CHRTYPE, "it is a device, FIFO"),
+    (tarfile.FIFOTYPE, "it is a device, FIFO"),
+])
+def test_links_and_devices_are_refused(tmp_path, kind, expected):
+    info = tarfile.TarInfo("cifar-10-batches-bin/extra")
+    info.type = kind
+    info.linkname = "/etc/passwd" if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE) else ""
+    path = _archive_with(tmp_path, info)
+    with pytest.raises(PrepareError, match=expected):
+        prepare(path, tmp_path / "prepared", CIFAR10)
+    assert_no_output(tmp_path / "prepared")
+
+
+def test_not_an_archive_and_missing_archive(tmp_path):
+    bad = tmp_path / "a.tar.gz"
+    bad.write_bytes(b"<html>oops</html>")
+    with pytest.raises(PrepareError, match="not a readable gzip tar archive"):
+        prepare(bad, tmp_path / "prepared", CIFAR10)
+    with pytest.raises(PrepareError, match=r"no such file; run the download stage first"):
+        prepare(tmp_path / "missing.tar.gz", tmp_path / "prepared", CIFAR10)
+
+
+def test_load_prepared_errors(archive, tmp_path):
+    with pytest.raises(PrepareError, match=r"meta.json: not found; run the preprocess stage"):
+        load_prepared(tmp_path / "nothing")
+    out = tmp_path / "prepared"
+    prepare(archive["path"], out, CIFAR10)
+    np.save(out / "test_labels.npy", np.zeros(3, np.int64))
+    with pytest.raises(PrepareError, match=r"test has 15 images and 3 labels"):
+        load_prepared(out)

@@ -1,0 +1,125 @@
+"""The download and preprocess stages as users run them: entry points and `dvc repro`."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from cifar10_tutorial.prepare import load_prepared
+from conftest import SHARED, copy_project, run_stage
+
+DVC = str(Path(sys.executable).with_name("dvc"))
+
+
+def set_params(project: Path, **data) -> None:
+    path = project / "params.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["data"].update(data)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([DVC, *args], cwd=project, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def init_repo(project: Path) -> None:
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    dvc(project, "init", "-q")
+    dvc(project, "config", "core.analytics", "false")
+
+
+def test_entry_points_on_a_synthetic_archive(archive, tmp_path):
+    project = copy_project(tmp_path / "p")
+    set_params(project, url=archive["path"].as_uri(), md5=archive["md5"])
+    proc = run_stage(project, "download")
+    assert proc.returncode == 0, proc.stderr
+    assert (project / "data/raw/cifar-10-binary.tar.gz").read_bytes() == archive["path"].read_bytes()
+    proc = run_stage(project, "preprocess")
+    assert proc.returncode == 0, proc.stderr
+    data = load_prepared(project / "data/prepared")
+    np.testing.assert_array_equal(data.train_labels, archive["train_labels"])
+
+
+def test_unknown_params_key_fails_the_stage(tmp_path):
+    project = copy_project(tmp_path / "p")
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw["data"]["md55"] = "x"
+    (project / "params.yaml").write_text(yaml.safe_dump(raw))
+    proc = run_stage(project, "download")
+    assert proc.returncode == 1
+    assert "error: params.yaml: unknown key data.md55" in proc.stderr
+    assert "valid keys in 'data': dataset, url, md5" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (project / "data/raw").exists()
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ("md5", "md5 mismatch"),
+    ("html", "not a gzip-compressed tar archive"),
+])
+def test_bad_archive_fails_the_stage_cleanly(archive, tmp_path, bad, expected):
+    project = copy_project(tmp_path / "p")
+    if bad == "md5":
+        set_params(project, url=str(archive["path"]), md5="1" * 32)
+    else:
+        page = tmp_path / "page.html"
+        page.write_text("<html><body>Service unavailable</body></html>")
+        set_params(project, url=str(page), md5=None)
+    proc = run_stage(project, "download")
+    assert proc.returncode == 1 and expected in proc.stderr and "Traceback" not in proc.stderr
+    assert not (project / "data/raw/cifar-10-binary.tar.gz").exists()
+
+
+def test_dvc_repro_caches_and_reruns_on_url_change(archive, tmp_path):
+    project = copy_project(tmp_path / "p")
+    init_repo(project)
+    set_params(project, url=str(archive["path"]), md5=archive["md5"])
+    out = dvc(project, "repro").stdout
+    assert "Running stage 'download'" in out and "Running stage 'preprocess'" in out
+    assert load_prepared(project / "data/prepared").meta["source_md5"] == archive["md5"]
+    out = dvc(project, "repro").stdout
+    assert "Running stage" not in out
+    assert "Data and pipelines are up to date" in out
+    mirror = tmp_path / "mirror" / "copy.tar.gz"
+    mirror.parent.mkdir()
+    shutil.copy(archive["path"], mirror)
+    set_params(project, url=mirror.as_uri())
+    out = dvc(project, "repro").stdout
+    assert "Running stage 'download'" in out and "Running stage 'preprocess'" in out
+
+
+@pytest.fixture(scope="session")
+def dev_archive(tmp_path_factory):
+    tool = SHARED / "tools" / "make_dev_archive.py"
+    if not tool.exists() or not (SHARED / "data" / "cifar10-train-jpeg.zip").exists():
+        pytest.skip("../shared/data is absent: real-data checks skipped")
+    path = tmp_path_factory.mktemp("dev") / "cifar10-dev-small.tar.gz"
+    proc = subprocess.run([sys.executable, str(tool), str(path), "--train", "1000", "--test", "200"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    md5 = proc.stdout.strip().splitlines()[-1].split()[-1]
+    return path, md5
+
+
+@pytest.mark.real_data
+def test_real_dev_archive_through_dvc(dev_archive, tmp_path):
+    path, md5 = dev_archive
+    project = copy_project(tmp_path / "p")
+    init_repo(project)
+    set_params(project, url=str(path), md5=md5)
+    dvc(project, "repro", "preprocess")
+    data = load_prepared(project / "data/prepared")
+    assert data.meta["counts"] == {"train": 1000, "test": 200}
+    assert data.classes[0] == "airplane" and data.classes[-1] == "truck"
+    assert set(np.unique(data.train_labels)) == set(range(10))
+    # real photographs: not constant, full dynamic range, neighbouring pixels correlated
+    img = data.train_images.astype(np.float32)
+    assert img.std() > 40 and img.min() == 0 and img.max() == 255
+    rows = np.corrcoef(img[:, :, :, :-1].ravel(), img[:, :, :, 1:].ravel())[0, 1]
+    assert rows > 0.8
+    assert "Data and pipelines are up to date" in dvc(project, "repro").stdout
