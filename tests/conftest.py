@@ -34,3 +34,27 @@ def copy_project(dest: Path) -> Path:
 def run_stage(project: Path, stage: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, f"stages/{stage}.py", *args], cwd=project,
                           capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def synth_data(tmp_path_factory):
+    """Prepared tensors of a learnable synthetic set: 1000 train, 200 test images."""
+    from cifar10_tutorial.datasets import CIFAR10
+    from cifar10_tutorial.prepare import load_prepared, prepare
+
+    root = tmp_path_factory.mktemp("synth")
+    make_cifar10_archive(root / "a.tar.gz", train_per_batch=200, test=200, seed=3)
+    prepare(root / "a.tar.gz", root / "prepared", CIFAR10)
+    return load_prepared(root / "prepared")
+
+
+def tiny_params(**sections):
+    """Params for quick runs: small batches and steps; ``train={...}`` etc. override."""
+    from cifar10_tutorial.params import params_from_dict
+
+    raw = {"train": {"batch_size": 32, "max_steps": 20, "log_every": 5, "checkpoint_every": 10,
+                     "summary_every": 10, "device": "cpu"},
+           "input": {"min_fraction_of_examples_in_queue": 0.1, "num_threads": 1}}
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    return params_from_dict(raw)

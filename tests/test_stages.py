@@ -31,6 +31,7 @@ def init_repo(project: Path) -> None:
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     dvc(project, "init", "-q")
     dvc(project, "config", "core.analytics", "false")
+    commit(project, "init")
 
 
 def test_entry_points_on_a_synthetic_archive(archive, tmp_path):
@@ -79,17 +80,17 @@ def test_dvc_repro_caches_and_reruns_on_url_change(archive, tmp_path):
     project = copy_project(tmp_path / "p")
     init_repo(project)
     set_params(project, url=str(archive["path"]), md5=archive["md5"])
-    out = dvc(project, "repro").stdout
+    out = dvc(project, "repro", "preprocess").stdout
     assert "Running stage 'download'" in out and "Running stage 'preprocess'" in out
     assert load_prepared(project / "data/prepared").meta["source_md5"] == archive["md5"]
-    out = dvc(project, "repro").stdout
+    out = dvc(project, "repro", "preprocess").stdout
     assert "Running stage" not in out
     assert "Data and pipelines are up to date" in out
     mirror = tmp_path / "mirror" / "copy.tar.gz"
     mirror.parent.mkdir()
     shutil.copy(archive["path"], mirror)
     set_params(project, url=mirror.as_uri())
-    out = dvc(project, "repro").stdout
+    out = dvc(project, "repro", "preprocess").stdout
     assert "Running stage 'download'" in out and "Running stage 'preprocess'" in out
 
 
@@ -122,4 +123,49 @@ def test_real_dev_archive_through_dvc(dev_archive, tmp_path):
     assert img.std() > 40 and img.min() == 0 and img.max() == 255
     rows = np.corrcoef(img[:, :, :, :-1].ravel(), img[:, :, :, 1:].ravel())[0, 1]
     assert rows > 0.8
+    assert "Data and pipelines are up to date" in dvc(project, "repro", "preprocess").stdout
+
+
+def commit(project: Path, message: str) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message],
+                   cwd=project, check=True)
+
+
+def set_section(project: Path, section: str, **values) -> None:
+    path = project / "params.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw.setdefault(section, {}).update(values)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
+    from cifar10_tutorial.synthetic import make_cifar10_archive
+
+    archive = tmp_path / "synthetic.tar.gz"
+    md5 = make_cifar10_archive(archive, train_per_batch=100, test=100, seed=2)["md5"]
+    project = copy_project(tmp_path / "p")
+    init_repo(project)
+    set_params(project, url=str(archive), md5=md5)
+    set_section(project, "train", max_steps=12, batch_size=32, log_every=4, checkpoint_every=6,
+                summary_every=6, device="cpu")
+    set_section(project, "input", min_fraction_of_examples_in_queue=0.1, num_threads=1)
+    out = dvc(project, "repro").stdout
+    for stage in ("download", "preprocess", "train", "evaluate"):
+        assert f"Running stage '{stage}'" in out
+    metrics = yaml.safe_load((project / "reports/eval/metrics.json").read_text())
+    assert 0 <= metrics["precision_at_1"] <= 1 and metrics["num_examples"] == 100
     assert "Data and pipelines are up to date" in dvc(project, "repro").stdout
+    shown = dvc(project, "metrics", "show", "--json").stdout
+    assert "precision_at_1_raw" in shown and "num_params" in shown
+    commit(project, "first run")
+    out = dvc(project, "exp", "run", "-S", "train.batch_size=64").stdout
+    assert "Running stage 'train'" in out and "Running stage 'download'" not in out
+    diff = dvc(project, "metrics", "diff", "--json").stdout
+    assert "reports/eval/metrics.json" in diff and "reports/train/metrics.json" in diff
+    plots = dvc(project, "plots", "show", "--json").stdout
+    assert "reports/eval/predictions.csv" in plots and "loss_avg" in plots
+    bad = subprocess.run([DVC, "exp", "run", "-S", "+train.batchsize=64"], cwd=project,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0
+    assert "unknown key train.batchsize" in bad.stdout + bad.stderr

@@ -47,8 +47,78 @@ class DataParams:
 
 
 @dataclass(frozen=True)
+class ModelParams:
+    """The network (SPEC.md's layer table and the exercises' variants)."""
+
+    head: Literal["fc", "local"] = "fc"  # local: exercise 2, locally connected local3/local4
+    output: Literal["logits", "softmax"] = "logits"  # softmax: exercise 1
+    lrn: bool = True  # false drops norm1 and norm2 (an ablation)
+
+
+@dataclass(frozen=True)
+class InputParams:
+    """The training input pipeline."""
+
+    shuffle: Literal["queue", "permutation"] = "queue"
+    min_fraction_of_examples_in_queue: float = 0.4  # queue fill before the first batch
+    num_threads: int = 2  # workers that fill the shuffle queue
+    flip: bool = True  # random left-right flips
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_fraction_of_examples_in_queue <= 1.0:
+            raise ParamsError("input.min_fraction_of_examples_in_queue: expected a number in "
+                              f"[0, 1], found {self.min_fraction_of_examples_in_queue}")
+        if self.num_threads < 1:
+            raise ParamsError(f"input.num_threads: expected >= 1, found {self.num_threads}")
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    """Training (SPEC.md "Training")."""
+
+    batch_size: int = 128  # per device
+    max_steps: int = 100000
+    initial_lr: float = 0.1
+    lr_decay_factor: float = 0.1
+    epochs_per_decay: float = 350.0
+    weight_decay: float = 0.004  # on local3/local4 weights, times sum(W^2)/2
+    moving_average_decay: float = 0.9999
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    log_every: int = 10
+    checkpoint_every: int = 1000
+    summary_every: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_steps", "log_every", "checkpoint_every", "summary_every"):
+            if getattr(self, name) < 1:
+                raise ParamsError(f"train.{name}: expected >= 1, found {getattr(self, name)}")
+        if self.initial_lr <= 0 or self.epochs_per_decay <= 0:
+            raise ParamsError("train.initial_lr and train.epochs_per_decay must be > 0")
+        if not 0.0 <= self.moving_average_decay < 1.0:
+            raise ParamsError("train.moving_average_decay: expected a number in [0, 1), found "
+                              f"{self.moving_average_decay}")
+
+
+@dataclass(frozen=True)
+class EvalParams:
+    """Evaluation (SPEC.md "Evaluation")."""
+
+    batch_size: int = 1000
+    interval_secs: float = 300.0  # watch mode: seconds between evaluations
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ParamsError(f"eval.batch_size: expected >= 1, found {self.batch_size}")
+
+
+@dataclass(frozen=True)
 class Params:
     data: DataParams = field(default_factory=DataParams)
+    model: ModelParams = field(default_factory=ModelParams)
+    input: InputParams = field(default_factory=InputParams)
+    train: TrainParams = field(default_factory=TrainParams)
+    eval: EvalParams = field(default_factory=EvalParams)
 
 
 # --------------------------------------------------------------------------- loader

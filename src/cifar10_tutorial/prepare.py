@@ -153,6 +153,8 @@ def prepare(archive: Path, out_dir: Path, spec: DatasetSpec) -> dict:
         "num_classes": spec.num_classes,
         "image_shape": list(spec.image_shape),
         "counts": counts,
+        "file_counts": {split: [len(found[member(f)]) // spec.record_bytes for f in files]
+                        for split, files in spec.splits.items()},
         "class_counts": {split: np.bincount(arrays[f"{split}_labels"],
                                             minlength=spec.num_classes).tolist()
                          for split in spec.splits},

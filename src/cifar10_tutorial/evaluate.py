@@ -1,0 +1,190 @@
+"""Evaluation (cifar10_eval.py): precision @ 1 over every test image exactly once,
+with the moving-average weights and with the raw weights; the reference's watch
+mode; per-class accuracy and a confusion matrix."""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .errors import PipelineError
+from .inputs import eval_images
+from .model import CifarNet, build_model
+from .prepare import Prepared
+from .train import list_checkpoints, load_checkpoint, pick_device
+
+log = logging.getLogger(__name__)
+
+
+def model_from_state(params: dict, num_classes: int, state: dict, device) -> CifarNet:
+    m = params["model"]
+    model = build_model(num_classes, m["head"], m["output"], m["lrn"]).to(device)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def load_trained(path: Path, device="cpu", averaged: bool = True) -> tuple[CifarNet, dict]:
+    """The trained model in ``path`` (model.pt), with averaged or raw weights."""
+    if not Path(path).is_file():
+        raise PipelineError(f"{path}: no trained model; run the train stage first (`dvc repro train`).")
+    ckpt = load_checkpoint(Path(path), device)
+    state = ckpt["ema"] if averaged else ckpt["model"]
+    return model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device), ckpt
+
+
+@torch.no_grad()
+def predict_logits(model: CifarNet, images: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
+    """Logits for uint8 N x 3 x 32 x 32 images (central crop, standardized), in order."""
+    out = []
+    for i in range(0, len(images), batch_size):
+        x = eval_images(images[i:i + batch_size]).contiguous(memory_format=torch.channels_last)
+        out.append(model.logits(x).float())
+    return torch.cat(out)
+
+
+def score(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, torch.Tensor]:
+    """(precision @ 1, mean cross-entropy, predictions); each example counted once."""
+    pred = logits.argmax(dim=1)
+    return (pred == labels).float().mean().item(), F.cross_entropy(logits, labels).item(), pred
+
+
+def evaluate_checkpoint(ckpt: dict, images: torch.Tensor, labels: torch.Tensor,
+                        batch_size: int, device) -> dict:
+    """Both ways: averaged weights and raw weights."""
+    out = {}
+    for suffix, key in (("", "ema"), ("_raw", "model")):
+        state = {**ckpt["model"], **ckpt[key]}  # averages replace the averaged entries
+        model = model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device)
+        t = time.perf_counter()
+        p, loss, pred = score(predict_logits(model, images, batch_size), labels)
+        out[f"precision_at_1{suffix}"] = p
+        out[f"loss{suffix}"] = loss
+        out[f"predictions{suffix}"] = pred.cpu()
+        out[f"seconds{suffix}"] = time.perf_counter() - t
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, k: int) -> np.ndarray:
+    return np.bincount(actual * k + predicted, minlength=k * k).reshape(k, k)
+
+
+def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 6))
+    rates = cm / np.maximum(cm.sum(axis=1, keepdims=True), 1)
+    im = ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
+    ax.set_yticks(range(len(classes)), classes)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("actual")
+    ax.set_title(title)
+    if len(classes) <= 20:
+        for i in range(len(classes)):
+            for j in range(len(classes)):
+                ax.text(j, i, str(cm[i, j]), ha="center", va="center", fontsize=7,
+                        color="white" if rates[i, j] > 0.5 else "black")
+    fig.colorbar(im, ax=ax, label="fraction of the actual class")
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def evaluate(data: Prepared, model_path: Path = Path("data/train/model.pt"),
+             out_dir: Path = Path("reports/eval"), batch_size: int = 1000,
+             device_name: str = "auto") -> dict:
+    """The evaluate stage: metrics.json, per_class.csv, predictions.csv, confusion.png."""
+    device = pick_device(device_name)
+    if not Path(model_path).is_file():
+        raise PipelineError(f"{model_path}: no trained model; run the train stage first "
+                            f"(`dvc repro train`).")
+    ckpt = load_checkpoint(Path(model_path), device)
+    images = torch.from_numpy(data.test_images).to(device)
+    labels = torch.from_numpy(data.test_labels).to(device)
+    r = evaluate_checkpoint(ckpt, images, labels, batch_size, device)
+    n, classes, k = len(labels), data.classes, data.num_classes
+    metrics = {"precision_at_1": r["precision_at_1"], "precision_at_1_raw": r["precision_at_1_raw"],
+               "loss": r["loss"], "loss_raw": r["loss_raw"], "num_examples": n,
+               "step": int(ckpt["step"]), "examples_per_sec": n / r["seconds"]}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    actual = labels.cpu().numpy()
+    pred, pred_raw = r["predictions"].numpy(), r["predictions_raw"].numpy()
+    rows = ["class,count,precision_at_1,precision_at_1_raw"]
+    for c in range(k):
+        mask = actual == c
+        cnt = int(mask.sum())
+        acc = float((pred[mask] == c).mean()) if cnt else float("nan")
+        acc_raw = float((pred_raw[mask] == c).mean()) if cnt else float("nan")
+        rows.append(f"{classes[c]},{cnt},{acc:.4f},{acc_raw:.4f}")
+    _write_atomic(out_dir / "per_class.csv", "\n".join(rows) + "\n")
+    lines = ["actual,predicted"] + [f"{classes[a]},{classes[p]}" for a, p in zip(actual, pred)]
+    _write_atomic(out_dir / "predictions.csv", "\n".join(lines) + "\n")
+    plot_confusion(confusion_matrix(actual, pred, k), classes, out_dir / "confusion.png",
+                   f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
+                   f"step {metrics['step']})")
+    _write_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    log.info("%s: precision @ 1 = %.3f (averaged weights), %.3f (raw weights), over %d images",
+             datetime.now().strftime("%Y-%m-%d %H:%M:%S"), metrics["precision_at_1"],
+             metrics["precision_at_1_raw"], n)
+    return metrics
+
+
+def watch(data: Prepared, checkpoints: Path, tensorboard: Path, interval_secs: float,
+          batch_size: int = 1000, device_name: str = "auto",
+          max_evals: Optional[int] = None) -> list[dict]:
+    """Re-evaluate the newest checkpoint every ``interval_secs`` (the reference's eval loop)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    device = pick_device(device_name)
+    images = torch.from_numpy(data.test_images).to(device)
+    labels = torch.from_numpy(data.test_labels).to(device)
+    writer = SummaryWriter(str(tensorboard / "eval"))
+    seen, results = None, []
+    try:
+        while max_evals is None or len(results) < max_evals:
+            ckpts = list_checkpoints(checkpoints)
+            if ckpts and ckpts[-1] != seen:
+                seen = ckpts[-1]
+                try:
+                    ckpt = load_checkpoint(seen, device)
+                except PipelineError:  # deleted or replaced while we read it: next round
+                    ckpt = None
+                if ckpt is not None:
+                    r = evaluate_checkpoint(ckpt, images, labels, batch_size, device)
+                    step = int(ckpt["step"])
+                    for key in ("precision_at_1", "precision_at_1_raw", "loss", "loss_raw"):
+                        writer.add_scalar(f"eval/{key}", r[key], step)
+                    writer.flush()
+                    log.info("%s: step %d, precision @ 1 = %.3f (raw weights %.3f)",
+                             datetime.now().strftime("%Y-%m-%d %H:%M:%S"), step,
+                             r["precision_at_1"], r["precision_at_1_raw"])
+                    results.append({"step": step, "precision_at_1": r["precision_at_1"],
+                                    "precision_at_1_raw": r["precision_at_1_raw"]})
+                    continue
+            elif not ckpts:
+                log.info("no checkpoint in %s yet; waiting", checkpoints)
+            if max_evals is not None and len(results) >= max_evals:
+                break
+            time.sleep(interval_secs)
+    finally:
+        writer.close()
+    return results

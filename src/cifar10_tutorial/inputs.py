@@ -1,0 +1,366 @@
+"""The input pipeline: the tutorial's distortions, vectorised over the batch, and
+its shuffle queue.
+
+All work is batched tensor arithmetic on uint8 images already on the training
+device (no per-image Python, no PIL). Random draws are made on the CPU from
+generators seeded by (seed, step) or (seed, chunk), so a run is reproducible
+from ``train.seed`` on any device and resumes exactly from a checkpoint.
+
+Two ways to order the examples (``input.shuffle``):
+
+* ``queue`` (the tutorial): examples are read in file order (the record files
+  shuffled each epoch, as ``string_input_producer`` does), distorted by
+  background workers in chunks, and put into a :class:`ShuffleQueue` that
+  holds ``min_fraction_of_examples_in_queue x examples`` before the first batch
+  (capacity = that + 3 x batch) and hands out random elements. Lowering the
+  fraction makes the first step come sooner and the batches less mixed.
+* ``permutation``: a fresh random permutation each epoch, distorted batch by
+  batch (prefetched one batch ahead). No fill time.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+CROP = 24
+MAX_BRIGHTNESS_DELTA = 63.0
+CONTRAST_RANGE = (0.2, 1.8)
+
+
+def derive_seed(*ints: int) -> int:
+    """A well-mixed 32-bit seed from a tuple of non-negative integers."""
+    return int(np.random.SeedSequence([int(i) for i in ints]).generate_state(1)[0])
+
+
+def cpu_generator(*ints: int) -> torch.Generator:
+    return torch.Generator().manual_seed(derive_seed(*ints))
+
+
+# --------------------------------------------------------------------------- distortions
+
+
+@dataclass
+class Draws:
+    """The random draws of the training distortions for a run of examples."""
+
+    oy: torch.Tensor  # crop offsets, 0..32-24
+    ox: torch.Tensor
+    flip: torch.Tensor  # bool
+    delta: torch.Tensor  # brightness, uniform in [-63, 63]
+    factor: torch.Tensor  # contrast, uniform in [0.2, 1.8]
+
+    def __getitem__(self, idx) -> "Draws":
+        return Draws(*(t[idx] for t in (self.oy, self.ox, self.flip, self.delta, self.factor)))
+
+    def to(self, device) -> "Draws":
+        return Draws(*(t.to(device, non_blocking=True)
+                       for t in (self.oy, self.ox, self.flip, self.delta, self.factor)))
+
+
+def draw_distortions(n: int, gen: torch.Generator, size: int = 32, crop: int = CROP,
+                     flip: bool = True) -> Draws:
+    """Draw on the CPU, in a fixed order, the parameters of ``n`` train distortions."""
+    span = size - crop + 1
+    oy = torch.randint(0, span, (n,), generator=gen)
+    ox = torch.randint(0, span, (n,), generator=gen)
+    flips = torch.rand(n, generator=gen) < 0.5
+    if not flip:
+        flips = torch.zeros(n, dtype=torch.bool)
+    delta = (torch.rand(n, generator=gen) * 2 - 1) * MAX_BRIGHTNESS_DELTA
+    lo, hi = CONTRAST_RANGE
+    factor = lo + torch.rand(n, generator=gen) * (hi - lo)
+    return Draws(oy, ox, flips, delta, factor)
+
+
+def per_image_standardization(x: torch.Tensor) -> torch.Tensor:
+    """TF's per_image_standardization: (x - mean) / max(std, 1/sqrt(num_values)), per image."""
+    n = x[0].numel()
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    std = x.std(dim=(1, 2, 3), keepdim=True, correction=0)
+    return (x - mean) / std.clamp_min(1.0 / math.sqrt(n))
+
+
+def apply_distortions(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch.Tensor:
+    """uint8 N x C x H x W -> float32 N x C x crop x crop: crop, flip, brightness,
+    contrast, standardization, in the tutorial's order."""
+    n, c = images.shape[:2]
+    dev = images.device
+    d = d.to(dev)
+    ar = torch.arange(crop, device=dev)
+    rows = d.oy[:, None] + ar
+    cols = d.ox[:, None] + torch.where(d.flip[:, None], ar.flip(0), ar)
+    x = images[torch.arange(n, device=dev)[:, None, None, None],
+               torch.arange(c, device=dev)[None, :, None, None],
+               rows[:, None, :, None], cols[:, None, None, :]].float()
+    x = x + d.delta[:, None, None, None]
+    mean = x.mean(dim=(2, 3), keepdim=True)  # contrast acts around each channel's mean
+    x = (x - mean) * d.factor[:, None, None, None] + mean
+    return per_image_standardization(x)
+
+
+def eval_images(images: torch.Tensor, crop: int = CROP) -> torch.Tensor:
+    """uint8 N x C x H x W -> the central crop, standardized (the eval input)."""
+    h, w = images.shape[-2:]
+    top, left = (h - crop) // 2, (w - crop) // 2
+    return per_image_standardization(images[:, :, top:top + crop, left:left + crop].float())
+
+
+# --------------------------------------------------------------------------- example order
+
+
+class ExampleOrder:
+    """The infinite stream of example indices, epoch after epoch.
+
+    ``permutation``: a random permutation per epoch. ``files``: the record files
+    in a random order per epoch, the records of each in file order (what the
+    tutorial's reader feeds its shuffle queue).
+    """
+
+    def __init__(self, num_examples: int, seed: int, mode: str = "permutation",
+                 file_counts: Optional[list[int]] = None):
+        self.n, self.seed, self.mode = num_examples, seed, mode
+        self.file_counts = file_counts or [num_examples]
+        if sum(self.file_counts) != num_examples:
+            raise ValueError(f"file counts {self.file_counts} do not add up to {num_examples}")
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def epoch(self, e: int) -> torch.Tensor:
+        if e not in self._cache:
+            gen = cpu_generator(self.seed, 1, e)
+            if self.mode == "permutation":
+                order = torch.randperm(self.n, generator=gen)
+            else:
+                starts = np.cumsum([0] + self.file_counts[:-1])
+                files = torch.randperm(len(self.file_counts), generator=gen).tolist()
+                order = torch.cat([torch.arange(starts[f], starts[f] + self.file_counts[f])
+                                   for f in files])
+            if len(self._cache) > 2:
+                self._cache.pop(min(self._cache))
+            self._cache[e] = order
+        return self._cache[e]
+
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """Example indices at arbitrary stream positions."""
+        epochs, offsets = positions // self.n, positions % self.n
+        out = torch.empty_like(positions)
+        for e in epochs.unique().tolist():
+            mask = epochs == e
+            out[mask] = self.epoch(e)[offsets[mask]]
+        return out
+
+    def take(self, start: int, count: int) -> torch.Tensor:
+        """Example indices at stream positions [start, start + count)."""
+        parts, pos = [], start
+        while pos < start + count:
+            e, off = divmod(pos, self.n)
+            k = min(self.n - off, start + count - pos)
+            parts.append(self.epoch(e)[off:off + k])
+            pos += k
+        return torch.cat(parts)
+
+
+# --------------------------------------------------------------------------- batch sources
+
+
+class PermutationBatches:
+    """Batch ``step`` of a per-epoch permutation, distorted; the next one prefetched.
+
+    For ``world`` processes, the global batch of ``batch_size x world`` examples
+    and its draws are the same as in one process; rank ``r`` takes slice ``r``.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: int,
+                 flip: bool = True, rank: int = 0, world: int = 1, prefetch: bool = True):
+        self.images, self.labels = images, labels
+        self.batch_size, self.seed, self.flip = batch_size, seed, flip
+        self.rank, self.world = rank, world
+        self.order = ExampleOrder(len(labels), seed, "permutation")
+        self._pool = ThreadPoolExecutor(1) if prefetch else None
+        self._pending: Optional[tuple[int, object]] = None
+
+    def _make(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        gb = self.batch_size * self.world
+        idx = self.order.take(step * gb, gb)
+        draws = draw_distortions(gb, cpu_generator(self.seed, 2, step), flip=self.flip)
+        sl = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
+        idx = idx[sl].to(self.images.device, non_blocking=True)
+        return apply_distortions(self.images[idx], draws[sl]), self.labels[idx]
+
+    def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._pending is not None and self._pending[0] == step:
+            batch = self._pending[1].result()
+        else:
+            batch = self._make(step)
+        self._pending = (step + 1, self._pool.submit(self._make, step + 1)) if self._pool else None
+        return batch
+
+    def state(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        if self._pool:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class ShuffleQueue:
+    """The tutorial's RandomShuffleQueue, fed by background workers.
+
+    Workers distort the example stream (file order) in chunks of ``chunk_size``
+    and enqueue them in stream order. A dequeue waits until the queue is full
+    (``capacity = min_after_dequeue + 3 x batch``): at the start that is the
+    fill the tutorial waits for; afterwards the workers keep it topped up ahead
+    of training. Waiting for a full queue also makes the batches independent of
+    thread timing, so a run is reproducible and resumes exactly: the state is
+    the stream positions of the queued examples, the count enqueued and the
+    dequeue generator.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: int,
+                 min_after_dequeue: int, file_counts: Optional[list[int]] = None,
+                 num_threads: int = 2, chunk_size: int = 256, flip: bool = True,
+                 state: Optional[dict] = None, rank: int = 0):
+        self.images, self.labels = images, labels
+        self.batch_size, self.seed, self.flip = batch_size, seed, flip
+        self.rank = rank
+        self.min_after_dequeue = min_after_dequeue
+        self.capacity = min_after_dequeue + 3 * batch_size
+        self.chunk_size = chunk_size
+        self.order = ExampleOrder(len(labels), derive_seed(seed, rank), "files", file_counts)
+        dev = images.device
+        c = images.shape[1]
+        self.buf_images = torch.empty((self.capacity, c, CROP, CROP), device=dev)
+        self.buf_labels = torch.empty(self.capacity, dtype=torch.long, device=dev)
+        self.buf_ids = torch.empty(self.capacity, dtype=torch.long)  # stream positions
+        self.count = 0
+        self.dequeue_gen = cpu_generator(seed, 3, rank)
+        self.enqueued = 0  # stream positions [0, enqueued) have entered the queue
+        if state:
+            self._restore(state)
+        self._next_chunk = self.enqueued // chunk_size
+        self._skip_first = self.enqueued % chunk_size
+        self._cond = threading.Condition()
+        self._next_claim = self._next_chunk
+        self._stop = False
+        self._error: Optional[BaseException] = None
+        self._threads = [threading.Thread(target=self._worker, daemon=True, name=f"queue-{i}")
+                         for i in range(max(1, num_threads))]
+        for t in self._threads:
+            t.start()
+
+    # -- producing
+    def _chunk_draws(self, chunk: int) -> Draws:
+        return draw_distortions(self.chunk_size, cpu_generator(self.seed, 4, self.rank, chunk),
+                                flip=self.flip)
+
+    def _examples_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distorted examples at stream positions (a pure function of the positions)."""
+        chunks = positions // self.chunk_size
+        rows = positions % self.chunk_size
+        parts = {c: self._chunk_draws(c) for c in chunks.unique().tolist()}
+        if len(parts) == 1:
+            draws = next(iter(parts.values()))[rows]
+        else:
+            fields = []
+            for name in ("oy", "ox", "flip", "delta", "factor"):
+                col = torch.stack([getattr(parts[c], name) for c in parts])  # chunks x K
+                where = torch.searchsorted(torch.tensor(list(parts)), chunks)
+                fields.append(col[where, rows])
+            draws = Draws(*fields)
+        idx = self.order.at(positions).to(self.images.device)
+        return apply_distortions(self.images[idx], draws), self.labels[idx]
+
+    def _worker(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    if self._stop:
+                        return
+                    chunk = self._next_claim
+                    self._next_claim += 1
+                start = chunk * self.chunk_size
+                rows = torch.arange(self.chunk_size)
+                if chunk == self._next_chunk and self._skip_first:
+                    rows = rows[self._skip_first:]
+                with self._cond:  # bound the work done ahead to about one queue's worth
+                    self._cond.wait_for(lambda: self._stop or start - self.enqueued <= self.capacity)
+                    if self._stop:
+                        return
+                positions = start + rows
+                images, labels = self._examples_at(positions)
+                done = 0
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stop or self.enqueued == int(positions[0]))
+                    while done < len(rows):
+                        self._cond.wait_for(lambda: self._stop or self.count < self.capacity)
+                        if self._stop:
+                            return
+                        k = min(self.capacity - self.count, len(rows) - done)
+                        sl = slice(self.count, self.count + k)
+                        self.buf_images[sl] = images[done:done + k]
+                        self.buf_labels[sl] = labels[done:done + k]
+                        self.buf_ids[sl] = positions[done:done + k]
+                        self.count += k
+                        self.enqueued += k
+                        done += k
+                        self._cond.notify_all()
+        except BaseException as exc:  # surfaced by the next dequeue
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+
+    # -- consuming
+    def get(self, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.batch_size
+        with self._cond:
+            self._cond.wait_for(lambda: self._error is not None or self.count == self.capacity)
+            if self._error is not None:
+                raise RuntimeError("the shuffle queue's worker failed") from self._error
+            n = self.count
+            pick = torch.randperm(n, generator=self.dequeue_gen)[:b]
+            pick_dev = pick.to(self.buf_images.device)
+            images, labels = self.buf_images[pick_dev].clone(), self.buf_labels[pick_dev].clone()
+            # fill the holes below n - b with the survivors from the top b slots
+            taken = torch.zeros(n, dtype=torch.bool)
+            taken[pick] = True
+            holes = pick[pick < n - b].sort().values
+            movers = torch.arange(n - b, n)[~taken[n - b:]]
+            if len(holes):
+                h, m = holes.to(self.buf_images.device), movers.to(self.buf_images.device)
+                self.buf_images[h] = self.buf_images[m]
+                self.buf_labels[h] = self.buf_labels[m]
+                self.buf_ids[holes] = self.buf_ids[movers]
+            self.count = n - b
+            self._cond.notify_all()
+        return images, labels
+
+    # -- checkpointing
+    def state(self) -> dict:
+        with self._cond:
+            return {"ids": self.buf_ids[:self.count].clone(), "enqueued": self.enqueued,
+                    "dequeue_gen": self.dequeue_gen.get_state()}
+
+    def _restore(self, state: dict) -> None:
+        ids = state["ids"].long()
+        self.enqueued = int(state["enqueued"])
+        self.dequeue_gen.set_state(state["dequeue_gen"])
+        if len(ids) > self.capacity:
+            raise ValueError(f"queue state holds {len(ids)} examples, capacity is {self.capacity}")
+        if len(ids):
+            images, labels = self._examples_at(ids)
+            self.buf_images[:len(ids)] = images
+            self.buf_labels[:len(ids)] = labels
+        self.buf_ids[:len(ids)] = ids
+        self.count = len(ids)
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout=10)

@@ -1,0 +1,59 @@
+"""Classify image files with the trained model.
+
+    python -m cifar10_tutorial.predict cat.jpg truck.png [--model data/train/model.pt] [--top 3]
+
+Any size, PNG or JPEG: each image is resized to 32x32 (as CIFAR images are),
+then given the evaluation input (central 24x24 crop, per-image
+standardization); the averaged weights are used unless --raw.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .cli import run_stage
+from .errors import PipelineError
+from .evaluate import load_trained, predict_logits
+
+
+def load_image(path: Path, size: int = 32) -> np.ndarray:
+    """uint8 3 x size x size from an image file of any size and mode."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+            return np.asarray(img).transpose(2, 0, 1).copy()
+    except FileNotFoundError:
+        raise PipelineError(f"{path}: no such file") from None
+    except (UnidentifiedImageError, OSError) as exc:
+        raise PipelineError(f"{path}: not a readable image ({exc})") from None
+
+
+def predict(paths: list[Path], model_path: Path, top: int = 3, averaged: bool = True):
+    model, ckpt = load_trained(model_path, "cpu", averaged)
+    images = torch.from_numpy(np.stack([load_image(p) for p in paths]))
+    probs = predict_logits(model, images).softmax(dim=1)
+    classes = ckpt["classes"]
+    k = min(top, len(classes))
+    values, indices = probs.topk(k, dim=1)
+    return [[(classes[i], float(v)) for v, i in zip(vs, idx)]
+            for vs, idx in zip(values.tolist(), indices.tolist())]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="Print the top classes of image files.")
+    ap.add_argument("images", nargs="+", type=Path)
+    ap.add_argument("--model", type=Path, default=Path("data/train/model.pt"))
+    ap.add_argument("--top", type=int, default=3)
+    ap.add_argument("--raw", action="store_true", help="use the raw instead of the averaged weights")
+    a = ap.parse_args(argv)
+    for path, ranked in zip(a.images, predict(a.images, a.model, a.top, not a.raw)):
+        print(f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked))
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,407 @@
+"""The training loop (cifar10_train.py), readable in one sitting.
+
+Plain SGD on mean cross-entropy + weight decay, a staircase learning rate, TF's
+moving averages of every weight, the reference's log line every few steps,
+checkpoints that resume exactly, DVCLive metrics and TensorBoard summaries.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .errors import PipelineError
+from .inputs import PermutationBatches, ShuffleQueue
+from .model import CifarNet, build_model, macs_per_image, num_params
+from .params import Params, to_dict
+from .prepare import Prepared
+
+log = logging.getLogger(__name__)
+
+# keys whose change makes an old checkpoint unusable for resuming
+RUN_DEFINING = ("data", "model", "input")
+TRAIN_NOT_DEFINING = {"max_steps", "device", "log_every", "checkpoint_every", "summary_every"}
+KEEP_CHECKPOINTS = 2
+
+
+class TrainingError(PipelineError):
+    """Training cannot go on (diverged, corrupt checkpoint...)."""
+
+
+@dataclass
+class TrainPaths:
+    out_dir: Path = Path("data/train")  # checkpoints/, tensorboard/, model.pt
+    live_dir: Path = Path("reports/train")  # DVCLive: metrics.json, plots/
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.out_dir / "checkpoints"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.out_dir / "tensorboard"
+
+    @property
+    def model(self) -> Path:
+        return self.out_dir / "model.pt"
+
+
+# --------------------------------------------------------------------------- the rules
+
+
+def learning_rate(step: int, p, num_train: int, global_batch: int) -> float:
+    """lr = initial x factor^floor(step / decay_steps), decay_steps = int(batches/epoch x epochs)."""
+    decay_steps = max(1, int(num_train / global_batch * p.epochs_per_decay))
+    return p.initial_lr * p.lr_decay_factor ** (step // decay_steps)
+
+
+def ema_decay(decay: float, num_updates: int) -> float:
+    """TF's ExponentialMovingAverage with num_updates: min(decay, (1 + n) / (10 + n))."""
+    return min(decay, (1.0 + num_updates) / (10.0 + num_updates))
+
+
+class WeightAverage:
+    """Moving averages of every floating-point entry of the model's state (weights, buffers)."""
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        self.decay = decay
+        self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items()
+                       if v.dtype.is_floating_point}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module, num_updates: int) -> None:
+        d = ema_decay(self.decay, num_updates)
+        state = model.state_dict()
+        keys = list(self.shadow)
+        torch._foreach_lerp_([self.shadow[k] for k in keys], [state[k] for k in keys], 1.0 - d)
+
+    def state_dict(self) -> dict:
+        return self.shadow
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            self.shadow[k].copy_(v)
+
+    def averaged_model_state(self, model: torch.nn.Module) -> dict:
+        """The model's state with every averaged entry replaced by its average."""
+        return {k: self.shadow.get(k, v) for k, v in model.state_dict().items()}
+
+
+def loss_terms(model: CifarNet, logits: torch.Tensor, labels: torch.Tensor,
+               weight_decay: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross-entropy, weight-decay term wd x sum(W^2)/2 over local3/local4 weights)."""
+    ce = F.cross_entropy(logits, labels)
+    l2 = sum(w.pow(2).sum() for w in model.decayed_weights()) / 2
+    return ce, weight_decay * l2
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path, device="cpu") -> dict:
+    """Load a checkpoint without unpickling code; a damaged file is a clear error."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # torch raises several types for damaged files
+        raise TrainingError(f"{path}: cannot be loaded as a checkpoint ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:200]}). Delete it to resume from an "
+                            f"earlier checkpoint, or delete {path.parent} to start over.") from None
+
+
+def list_checkpoints(folder: Path) -> list[Path]:
+    return sorted(folder.glob("ckpt-*.pt"))
+
+
+def run_signature(params: Params) -> dict:
+    """The params that define a run: a checkpoint made under others is not resumed."""
+    d = to_dict(params)
+    sig = {k: d[k] for k in RUN_DEFINING}
+    sig["train"] = {k: v for k, v in d["train"].items() if k not in TRAIN_NOT_DEFINING}
+    return sig
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+class Summaries:
+    """TensorBoard summaries of the reference: lr, losses, weights, gradients, activations, images."""
+
+    LAYERS = ("conv1", "conv2", "local3", "local4")
+
+    def __init__(self, folder: Path, model: CifarNet, purge_step: Optional[int]):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(folder), purge_step=purge_step)
+        self.model = model
+        self.activations: dict[str, torch.Tensor] = {}
+        self._hooks = []
+
+    def capture(self) -> None:
+        """Record the ReLU outputs of the next forward pass."""
+        def hook(name):
+            def fn(_module, _inp, out):
+                self.activations[name] = F.relu(out.detach())
+            return fn
+        self._hooks = [getattr(self.model, n).register_forward_hook(hook(n)) for n in self.LAYERS]
+
+    def write(self, step: int, scalars: dict, images: torch.Tensor) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        w = self.writer
+        for tag, value in scalars.items():
+            w.add_scalar(tag, value, step)
+        for name, p in self.model.named_parameters():
+            w.add_histogram(f"weights/{name}", p.detach().float().cpu(), step)
+            if p.grad is not None:
+                w.add_histogram(f"gradients/{name}", p.grad.detach().float().cpu(), step)
+        for name, act in self.activations.items():
+            w.add_histogram(f"activations/{name}", act.float().cpu(), step)
+            w.add_scalar(f"sparsity/{name}", (act == 0).float().mean().item(), step)
+        self.activations = {}
+        shown = images[:10].detach().float().cpu()
+        lo = shown.amin(dim=(1, 2, 3), keepdim=True)
+        hi = shown.amax(dim=(1, 2, 3), keepdim=True)
+        w.add_images("images", (shown - lo) / (hi - lo).clamp_min(1e-6), step)
+        w.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+class _Stop:
+    """SIGTERM/SIGINT ask the loop to checkpoint and stop after the current step."""
+
+    def __init__(self):
+        self.requested: Optional[int] = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, _frame):
+        if self.requested is not None:  # a second signal: stop at once
+            raise KeyboardInterrupt
+        self.requested = signum
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def open_live(folder: Path, resume: bool):
+    """DVCLive logging to ``folder`` (metrics.json, plots/, params.yaml), no dvc.yaml of its own."""
+    from dvclive import Live
+    from scmrepo.exceptions import SCMError
+
+    try:
+        return Live(str(folder), resume=resume, dvcyaml=None, save_dvc_exp=False, report=None)
+    except SCMError as exc:  # dvclive cannot read HEAD of a repository without commits
+        raise PipelineError(f"DVCLive cannot start in this git repository ({exc}): make a first "
+                            f"commit (`git add -A && git commit -m init`) and rerun.") from None
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise PipelineError("train.device is cuda but no CUDA device is available; "
+                            "use train.device=auto or cpu")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def make_batches(params: Params, data: Prepared, images: torch.Tensor, labels: torch.Tensor,
+                 state: Optional[dict]):
+    inp, tr = params.input, params.train
+    if inp.shuffle == "permutation":
+        return PermutationBatches(images, labels, tr.batch_size, tr.seed, flip=inp.flip)
+    min_after = int(inp.min_fraction_of_examples_in_queue * len(labels))
+    return ShuffleQueue(images, labels, tr.batch_size, tr.seed, min_after_dequeue=min_after,
+                        file_counts=data.meta.get("file_counts", {}).get("train"),
+                        num_threads=inp.num_threads, flip=inp.flip, state=state or None)
+
+
+def train(params: Params, data: Prepared, paths: TrainPaths = TrainPaths(),
+          progress: Optional[bool] = None) -> dict:
+    """Train to ``train.max_steps`` (resuming from the newest matching checkpoint)."""
+    tr = params.train
+    device = pick_device(tr.device)
+    torch.manual_seed(tr.seed)
+    model = build_model(data.num_classes, params.model.head, params.model.output,
+                        params.model.lrn).to(device)
+    model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=tr.initial_lr)
+    ema = WeightAverage(model, tr.moving_average_decay)
+    signature = run_signature(params)
+
+    # ---- resume, or start afresh
+    paths.checkpoints.mkdir(parents=True, exist_ok=True)
+    for tmp in paths.checkpoints.glob("*.tmp"):
+        tmp.unlink()
+    ckpts = list_checkpoints(paths.checkpoints)
+    ckpt = load_checkpoint(ckpts[-1], device) if ckpts else None
+    if ckpt is not None and ckpt["signature"] != signature:
+        log.info("checkpoints in %s were made with other params: starting afresh", paths.checkpoints)
+        ckpt = None
+    if ckpt is None:
+        for old in ckpts:
+            old.unlink()
+        for f in (paths.live_dir / "metrics.json", paths.model):
+            f.unlink(missing_ok=True)
+        for d in (paths.tensorboard, paths.live_dir / "plots"):
+            if d.exists():
+                shutil.rmtree(d)
+        start, loss_avg, elapsed = 0, None, 0.0
+    else:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        ema.load_state_dict(ckpt["ema"])
+        start, loss_avg, elapsed = int(ckpt["step"]), ckpt["loss_avg"], float(ckpt["elapsed"])
+        log.info("resuming from %s at step %d", ckpts[-1], start)
+
+    images = torch.from_numpy(data.train_images).to(device)
+    labels = torch.from_numpy(data.train_labels).to(device)
+    num_train, global_batch = len(labels), tr.batch_size
+    t0 = time.perf_counter()
+    batches = make_batches(params, data, images, labels, ckpt["input"] if ckpt else None)
+
+    live = open_live(paths.live_dir, resume=ckpt is not None)
+    live.log_params(to_dict(params))
+    summaries = Summaries(paths.tensorboard, model, purge_step=start if ckpt else None)
+
+    def save(step: int) -> None:
+        state = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "ema": ema.state_dict(), "input": batches.state(), "signature": signature,
+                 "params": to_dict(params), "classes": data.classes,
+                 "num_classes": data.num_classes,
+                 "loss_avg": loss_avg, "elapsed": elapsed + time.perf_counter() - t0,
+                 "torch_rng": torch.get_rng_state()}
+        atomic_save(state, paths.checkpoints / f"ckpt-{step:08d}.pt")
+        for old in list_checkpoints(paths.checkpoints)[:-KEEP_CHECKPOINTS]:
+            old.unlink()
+
+    bar = tqdm(total=tr.max_steps, initial=start, unit="step", leave=False,
+               disable=(not sys.stderr.isatty()) if progress is None else not progress)
+    say = bar.write if not bar.disable else print
+    step = start
+    first_batch_s, loss_d = None, None
+    window_t, window_steps = time.perf_counter(), 0
+    loss_avg_t = torch.tensor(loss_avg if loss_avg is not None else float("nan"), device=device)
+    try:
+        with _Stop() as stop:
+            while step < tr.max_steps:
+                lr = learning_rate(step, tr, num_train, global_batch)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                x, y = batches.get(step)
+                if first_batch_s is None:
+                    first_batch_s = time.perf_counter() - t0
+                x = x.contiguous(memory_format=torch.channels_last)
+                summarize = (step + 1) % tr.summary_every == 0
+                if summarize:
+                    summaries.capture()
+                logits = model.logits(x)
+                ce, wd = loss_terms(model, logits, y, tr.weight_decay)
+                loss = ce + wd
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                step += 1
+                ema.update(model, step)
+                loss_d = loss.detach()
+                loss_avg_t = torch.where(torch.isnan(loss_avg_t), loss_d, 0.9 * loss_avg_t + 0.1 * loss_d)
+                window_steps += 1
+                bar.update(1)
+
+                if step % tr.log_every == 0 or step == tr.max_steps or summarize:
+                    value = loss_d.item()
+                    if not math.isfinite(value):
+                        raise TrainingError(
+                            f"the loss became {value} at step {step} (lr {lr:g}): training "
+                            f"diverged. Lower train.initial_lr or check the input data.")
+                    loss_avg = loss_avg_t.item()
+                    now = time.perf_counter()
+                    dt = (now - window_t) / window_steps
+                    eps = global_batch / dt
+                    if step % tr.log_every == 0 or step == tr.max_steps:
+                        say(f"{datetime.now():%Y-%m-%d %H:%M:%S}: step {step}, loss = {value:.2f} "
+                            f"({eps:.1f} examples/sec; {dt:.3f} sec/batch)")
+                        live.step = step
+                        for k, v in (("loss", value), ("loss_avg", loss_avg), ("lr", lr),
+                                     ("cross_entropy", ce.item()), ("examples_per_sec", eps)):
+                            live.log_metric(f"train/{k}", v)
+                        live.next_step()
+                        bar.set_postfix(loss=f"{loss_avg:.3f}", eps=f"{eps:.0f}")
+                    if summarize:
+                        summaries.write(step, {"learning_rate": lr, "loss/total": value,
+                                               "loss/total_avg": loss_avg,
+                                               "loss/cross_entropy": ce.item(),
+                                               "loss/weight_decay": wd.item(),
+                                               "examples_per_sec": eps}, x)
+                    window_t, window_steps = time.perf_counter(), 0
+                if step % tr.checkpoint_every == 0 or step == tr.max_steps:
+                    loss_avg = loss_avg_t.item()
+                    save(step)
+                if stop.requested is not None:
+                    loss_avg = loss_avg_t.item()
+                    if step % tr.checkpoint_every:
+                        save(step)
+                    say(f"stopped by signal {stop.requested} at step {step}; "
+                        f"rerun the same command to resume")
+                    raise SystemExit(128 + stop.requested)
+    finally:
+        bar.close()
+        batches.close()
+        summaries.close()
+
+    # ---- the trained model and the run's metrics
+    total_time = elapsed + time.perf_counter() - t0
+    paths.model.parent.mkdir(parents=True, exist_ok=True)
+    atomic_save({"model": model.state_dict(), "ema": ema.averaged_model_state(model),
+                 "params": to_dict(params), "step": step, "classes": data.classes,
+                 "num_classes": data.num_classes}, paths.model)
+    metrics = {
+        "steps": step,
+        "final_loss": loss_d.item() if loss_d is not None else None,
+        "final_loss_avg": loss_avg_t.item(),
+        "examples_per_sec": (step - start) * global_batch / max(time.perf_counter() - t0, 1e-9),
+        "wall_time_s": total_time,
+        "time_to_first_batch_s": first_batch_s,
+        "num_params": num_params(model),
+        "macs_per_image": macs_per_image(model),
+        "device": str(device),
+    }
+    live.step = step
+    for k, v in metrics.items():
+        live.summary[k] = v
+    live.make_summary()
+    live.end()
+    log.info("trained %d steps in %.1f s: %s", step, total_time, json.dumps(metrics))
+    return metrics

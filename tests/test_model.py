@@ -1,0 +1,122 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cifar10_tutorial.model import (CifarNet, LocallyConnected2d, TFLocalResponseNorm,
+                                    macs_per_image, num_params, tf_same_max_pool)
+
+
+def test_exact_parameter_count_and_macs():
+    model = CifarNet()
+    assert num_params(model) == 1_068_298
+    per_layer = [sum(p.numel() for p in getattr(model, n).parameters())
+                 for n in ("conv1", "conv2", "local3", "local4", "softmax_linear")]
+    assert per_layer == [4_864, 102_464, 885_120, 73_920, 1_930]
+    assert macs_per_image(model) == 18_470_784  # SPEC: about 18.5 M
+
+
+@pytest.mark.parametrize("head", ["fc", "local"])
+@pytest.mark.parametrize("num_classes", [10, 100])
+def test_output_shapes(head, num_classes):
+    model = CifarNet(num_classes=num_classes, head=head)
+    assert model(torch.randn(5, 3, 24, 24)).shape == (5, num_classes)
+
+
+def test_feature_map_sizes_follow_tf_same_pooling():
+    model = CifarNet()
+    x = torch.randn(2, 3, 24, 24)
+    a = tf_same_max_pool(F.relu(model.conv1(x)))
+    assert a.shape == (2, 64, 12, 12)
+    assert model.features(x).shape == (2, 64, 6, 6)
+
+
+def test_same_pooling_equals_right_bottom_padding_with_minus_infinity():
+    x = torch.randn(3, 4, 24, 24)
+    ref = F.max_pool2d(F.pad(x, (0, 1, 0, 1), value=-math.inf), 3, 2)
+    torch.testing.assert_close(tf_same_max_pool(x), ref, rtol=0, atol=0)
+    y = torch.randn(3, 4, 12, 12)
+    ref = F.max_pool2d(F.pad(y, (0, 1, 0, 1), value=-math.inf), 3, 2)
+    assert ref.shape[-1] == 6
+    torch.testing.assert_close(tf_same_max_pool(y), ref, rtol=0, atol=0)
+
+
+def tf_lrn_reference(x, depth_radius=4, bias=1.0, alpha=0.001 / 9, beta=0.75):
+    """tf.nn.lrn written out: sqr_sum[c] = sum(x[c-r .. c+r]^2), out = x / (bias + alpha*sqr_sum)^beta."""
+    out = torch.empty_like(x)
+    channels = x.shape[1]
+    for c in range(channels):
+        lo, hi = max(0, c - depth_radius), min(channels, c + depth_radius + 1)
+        sqr_sum = (x[:, lo:hi] ** 2).sum(dim=1)
+        out[:, c] = x[:, c] / (bias + alpha * sqr_sum) ** beta
+    return out
+
+
+def test_lrn_matches_the_tf_formula_and_torch_with_alpha_times_size():
+    x = torch.randn(4, 64, 6, 6, dtype=torch.float64) * 20
+    lrn = TFLocalResponseNorm(64).double()
+    torch.testing.assert_close(lrn(x), tf_lrn_reference(x), rtol=1e-12, atol=1e-12)
+    torch_lrn = torch.nn.LocalResponseNorm(9, alpha=0.001, beta=0.75, k=1.0)
+    torch.testing.assert_close(torch_lrn(x), tf_lrn_reference(x), rtol=1e-10, atol=1e-10)
+    # the common mistake, alpha=0.001/9 given to torch, is measurably different
+    wrong = torch.nn.LocalResponseNorm(9, alpha=0.001 / 9, beta=0.75, k=1.0)
+    assert (wrong(x) - tf_lrn_reference(x)).abs().max() > 1e-3
+
+
+def test_lrn_channels_last_and_float32():
+    x = (torch.randn(2, 64, 12, 12) * 10).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(TFLocalResponseNorm(64)(x), tf_lrn_reference(x), rtol=1e-5, atol=1e-6)
+
+
+def test_truncated_normal_initialisation_and_biases():
+    torch.manual_seed(0)
+    model = CifarNet()
+    trunc_factor = 0.8796  # std of a normal truncated at +-2 sigma, relative to sigma
+    for name, std in (("conv1", 5e-2), ("conv2", 5e-2), ("local3", 0.04), ("local4", 0.04),
+                      ("softmax_linear", 1 / 192)):
+        w = getattr(model, name).weight
+        assert w.abs().max() <= 2 * std + 1e-7
+        assert w.std().item() == pytest.approx(std * trunc_factor, rel=0.1 if w.numel() > 5000 else 0.25)
+    for name, bias in (("conv1", 0.0), ("conv2", 0.1), ("local3", 0.1), ("local4", 0.1),
+                       ("softmax_linear", 0.0)):
+        assert torch.all(getattr(model, name).bias == bias)
+
+
+def test_softmax_output_returns_probabilities_from_the_same_logits():
+    torch.manual_seed(0)
+    a = CifarNet(output="logits")
+    b = CifarNet(output="softmax")
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(6, 3, 24, 24)
+    probs = b(x)
+    torch.testing.assert_close(probs.sum(1), torch.ones(6))
+    torch.testing.assert_close(probs, a(x).softmax(1))
+    torch.testing.assert_close(b.logits(x), a(x))
+
+
+def test_locally_connected_matches_a_loop_over_positions():
+    torch.manual_seed(0)
+    layer = LocallyConnected2d(5, 4, in_size=6)
+    x = torch.randn(3, 5, 6, 6)
+    out = layer(x)
+    padded = F.pad(x, (1, 1, 1, 1))
+    ref = torch.empty_like(out)
+    for i in range(6):
+        for j in range(6):
+            patch = padded[:, :, i:i + 3, j:j + 3].reshape(3, -1)  # C*k*k in unfold's order
+            ref[:, :, i, j] = patch @ layer.weight[i * 6 + j] + layer.bias[:, i, j]
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    # unshared: different positions have different weights
+    assert not torch.equal(layer.weight[0], layer.weight[1])
+
+
+def test_without_lrn():
+    model = CifarNet(lrn=False)
+    assert isinstance(model.norm1, torch.nn.Identity) and isinstance(model.norm2, torch.nn.Identity)
+    assert num_params(model) == 1_068_298
+
+
+def test_decayed_weights_are_local3_and_local4():
+    model = CifarNet()
+    assert [w.shape for w in model.decayed_weights()] == [(384, 2304), (192, 384)]

@@ -1,0 +1,200 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from cifar10_tutorial.evaluate import evaluate
+from cifar10_tutorial.model import CifarNet
+from cifar10_tutorial.params import to_dict
+from cifar10_tutorial.train import (TrainingError, TrainPaths, WeightAverage, ema_decay,
+                                    learning_rate, load_checkpoint, loss_terms, train)
+from conftest import ROOT, tiny_params
+
+
+def paths(tmp_path) -> TrainPaths:
+    return TrainPaths(tmp_path / "train", tmp_path / "live")
+
+
+def test_learning_rate_staircase_of_the_reference():
+    p = tiny_params().train.__class__()  # the defaults: 0.1, x0.1 every 350 epochs
+    assert learning_rate(0, p, 50000, 128) == 0.1
+    assert learning_rate(136_717, p, 50000, 128) == 0.1  # decay_steps = int(50000/128*350)
+    assert learning_rate(136_718, p, 50000, 128) == pytest.approx(0.01)
+    assert learning_rate(100_000, p, 50000, 128) == 0.1  # constant over a 100K-step run
+    assert learning_rate(2 * 136_718, p, 50000, 128) == pytest.approx(0.001)
+
+
+def test_ema_rule():
+    assert ema_decay(0.9999, 0) == pytest.approx(0.1)
+    assert ema_decay(0.9999, 1) == pytest.approx(2 / 11)
+    assert ema_decay(0.9999, 10**6) == 0.9999
+    model = torch.nn.Linear(2, 1)
+    avg = WeightAverage(model, 0.9999)
+    start = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    avg.update(model, 1)
+    d = 2 / 11
+    torch.testing.assert_close(avg.shadow["weight"], d * start + (1 - d) * (start + 1))
+    assert set(avg.shadow) == {"weight", "bias"}
+
+
+def test_loss_and_weight_decay_on_a_known_case():
+    model = CifarNet()
+    with torch.no_grad():
+        model.local3.weight.fill_(0.01)
+        model.local4.weight.fill_(-0.02)
+    logits = torch.tensor([[2.0, 0.0] + [0.0] * 8, [0.0] * 10])
+    labels = torch.tensor([0, 3])
+    ce, wd = loss_terms(model, logits, labels, 0.004)
+    expected_ce = (-(2 - torch.log(torch.exp(torch.tensor(2.0)) + 9)) + torch.log(torch.tensor(10.0))) / 2
+    assert ce.item() == pytest.approx(expected_ce.item(), rel=1e-6)
+    l2 = (384 * 2304 * 0.01 ** 2 + 192 * 384 * 0.02 ** 2) / 2
+    assert wd.item() == pytest.approx(0.004 * l2, rel=1e-5)
+
+
+def test_short_run_learns_the_synthetic_set(synth_data, tmp_path):
+    params = tiny_params(train={"max_steps": 60, "batch_size": 64, "initial_lr": 0.05})
+    metrics = train(params, synth_data, paths(tmp_path), progress=False)
+    assert metrics["num_params"] == 1_068_298 and metrics["macs_per_image"] == 18_470_784
+    assert metrics["steps"] == 60 and metrics["final_loss_avg"] < 3.6  # from 4.6: ce 2.3 + wd 2.3
+    result = evaluate(synth_data, paths(tmp_path).model, tmp_path / "eval", 64, "cpu")
+    assert result["precision_at_1"] >= 0.9
+    assert result["num_examples"] == 200
+
+
+def test_reference_log_lines(synth_data, tmp_path, capsys):
+    train(tiny_params(train={"max_steps": 10, "log_every": 5}), synth_data, paths(tmp_path), progress=False)
+    lines = [l for l in capsys.readouterr().out.splitlines() if "step" in l]
+    assert len(lines) == 2
+    import re
+    assert re.search(r": step 10, loss = \d+\.\d\d \(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$", lines[1])
+
+
+def test_nan_loss_aborts_with_a_clear_message(synth_data, tmp_path):
+    params = tiny_params(train={"initial_lr": 1e6, "max_steps": 50, "log_every": 1,
+                                "checkpoint_every": 1000})
+    with pytest.raises(TrainingError, match=r"the loss became (nan|inf) at step \d+ .*diverged"):
+        train(params, synth_data, paths(tmp_path), progress=False)
+    assert not paths(tmp_path).model.exists()
+
+
+@pytest.mark.parametrize("shuffle", ["permutation", "queue"])
+def test_resumed_run_ends_with_the_same_weights(synth_data, tmp_path, shuffle):
+    full = tiny_params(input={"shuffle": shuffle}, train={"max_steps": 20, "checkpoint_every": 8})
+    train(full, synth_data, paths(tmp_path / "a"), progress=False)
+    # the same run stopped at step 12 (last checkpoint at 8), then restarted to 20
+    part = tiny_params(input={"shuffle": shuffle}, train={"max_steps": 12, "checkpoint_every": 8})
+    train(part, synth_data, paths(tmp_path / "b"), progress=False)
+    for ck in paths(tmp_path / "b").checkpoints.glob("ckpt-00000012.pt"):
+        ck.unlink()  # as if killed after step 8's checkpoint
+    train(full, synth_data, paths(tmp_path / "b"), progress=False)
+    a = load_checkpoint(paths(tmp_path / "a").model)
+    b = load_checkpoint(paths(tmp_path / "b").model)
+    for key in ("model", "ema"):
+        for name in a[key]:
+            torch.testing.assert_close(a[key][name], b[key][name], rtol=0, atol=0)
+
+
+def test_checkpoints_of_other_params_are_not_resumed(synth_data, tmp_path, caplog):
+    caplog.set_level("INFO")
+    train(tiny_params(train={"max_steps": 10}), synth_data, paths(tmp_path), progress=False)
+    train(tiny_params(train={"max_steps": 10, "initial_lr": 0.05}), synth_data, paths(tmp_path),
+          progress=False)
+    assert "made with other params: starting afresh" in caplog.text
+    assert [p.name for p in paths(tmp_path).checkpoints.glob("*.pt")] == ["ckpt-00000010.pt"]
+
+
+def test_corrupt_checkpoint_is_a_clear_error(synth_data, tmp_path):
+    train(tiny_params(train={"max_steps": 10}), synth_data, paths(tmp_path), progress=False)
+    ckpt = paths(tmp_path).checkpoints / "ckpt-00000010.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    with pytest.raises(TrainingError, match=r"ckpt-00000010.pt: cannot be loaded as a checkpoint"):
+        train(tiny_params(train={"max_steps": 20}), synth_data, paths(tmp_path), progress=False)
+
+
+def test_tensorboard_summaries_and_dvclive(synth_data, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train(tiny_params(train={"max_steps": 10, "summary_every": 5}), synth_data, paths(tmp_path),
+          progress=False)
+    acc = EventAccumulator(str(paths(tmp_path).tensorboard), size_guidance={"histograms": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    for tag in ("learning_rate", "loss/total", "loss/total_avg", "loss/cross_entropy",
+                "loss/weight_decay", "sparsity/conv1", "sparsity/local4"):
+        assert tag in tags["scalars"], tag
+    for tag in ("weights/conv1.weight", "gradients/local3.weight", "activations/conv2",
+                "activations/local3"):
+        assert tag in tags["histograms"], tag
+    assert "images" in tags["images"]
+    assert [e.step for e in acc.Scalars("learning_rate")] == [5, 10]
+    live = paths(tmp_path).live_dir
+    import json
+    metrics = json.loads((live / "metrics.json").read_text())
+    assert metrics["num_params"] == 1_068_298 and metrics["step"] == 10
+    loss_rows = (live / "plots/metrics/train/loss.tsv").read_text().splitlines()
+    assert loss_rows[0].split("\t")[:2] == ["step", "loss"] and len(loss_rows) == 1 + 10 // 5
+    assert yaml.safe_load((live / "params.yaml").read_text())["train"]["max_steps"] == 10
+
+
+def _write_project(tmp_path, synth_data, max_steps, checkpoint_every):
+    """A folder where stages/train.py runs on the synthetic prepared data."""
+    import shutil
+    proj = tmp_path / "proj"
+    proj.mkdir(exist_ok=True)
+    shutil.copytree(ROOT / "stages", proj / "stages", dirs_exist_ok=True)
+    prep = proj / "data" / "prepared"
+    if not prep.exists():
+        prep.parent.mkdir(parents=True)
+        import numpy as np, json
+        prep.mkdir()
+        for split in ("train", "test"):
+            np.save(prep / f"{split}_images.npy", getattr(synth_data, f"{split}_images"))
+            np.save(prep / f"{split}_labels.npy", getattr(synth_data, f"{split}_labels"))
+        (prep / "meta.json").write_text(json.dumps(synth_data.meta))
+    p = to_dict(tiny_params(input={"shuffle": "queue"},
+                            train={"max_steps": max_steps, "checkpoint_every": checkpoint_every,
+                                   "log_every": 1, "summary_every": 1000}))
+    (proj / "params.yaml").write_text(yaml.safe_dump(p))
+    return proj
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_killed_training_resumes_to_the_same_weights(synth_data, tmp_path, how):
+    reference = tmp_path / "ref"
+    train(tiny_params(input={"shuffle": "queue"}, train={"max_steps": 60, "checkpoint_every": 5}),
+          synth_data, paths(reference), progress=False)
+    proj = _write_project(tmp_path, synth_data, 60, 5)
+    cmd = [sys.executable, "stages/train.py"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    for line in proc.stdout:  # wait until training is under way
+        if ": step 12," in line:
+            break
+    proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
+    out = proc.communicate(timeout=60)[0]
+    ckpts = sorted((proj / "data/train/checkpoints").glob("ckpt-*.pt"))
+    assert ckpts, out
+    if how == "sigterm":
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert "stopped by signal" in out
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    assert not (proj / "data/train/model.pt").exists()
+    done = subprocess.run(cmd, cwd=proj, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "resuming from" in done.stderr
+    a = load_checkpoint(paths(reference).model)
+    b = load_checkpoint(proj / "data/train/model.pt")
+    for key in ("model", "ema"):
+        for name in a[key]:
+            torch.testing.assert_close(a[key][name], b[key][name], rtol=0, atol=0)
