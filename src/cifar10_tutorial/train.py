@@ -135,6 +135,7 @@ def run_signature(params: Params) -> dict:
     """The params that define a run: a checkpoint made under others is not resumed."""
     d = to_dict(params)
     sig = {k: d[k] for k in RUN_DEFINING}
+    sig["data"] = {"dataset": d["data"]["dataset"], "md5": d["data"]["md5"]}  # not the url: mirrors
     sig["train"] = {k: v for k, v in d["train"].items() if k not in TRAIN_NOT_DEFINING}
     return sig
 
