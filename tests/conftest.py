@@ -58,3 +58,24 @@ def tiny_params(**sections):
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
     return params_from_dict(raw)
+
+
+def write_train_project(proj: Path, data, params: dict) -> Path:
+    """A folder where stages/train.py runs on ``data`` (a Prepared) with ``params``."""
+    import json
+
+    import numpy as np
+    import yaml
+
+    proj.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(ROOT / "stages", proj / "stages", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    prep = proj / "data" / "prepared"
+    if not prep.exists():
+        prep.mkdir(parents=True)
+        for split in ("train", "test"):
+            np.save(prep / f"{split}_images.npy", getattr(data, f"{split}_images"))
+            np.save(prep / f"{split}_labels.npy", getattr(data, f"{split}_labels"))
+        (prep / "meta.json").write_text(json.dumps(data.meta))
+    (proj / "params.yaml").write_text(yaml.safe_dump(params))
+    return proj

@@ -15,7 +15,7 @@ from cifar10_tutorial.model import CifarNet
 from cifar10_tutorial.params import to_dict
 from cifar10_tutorial.train import (TrainingError, TrainPaths, WeightAverage, ema_decay,
                                     learning_rate, load_checkpoint, loss_terms, train)
-from conftest import ROOT, tiny_params
+from conftest import ROOT, tiny_params, write_train_project
 
 
 def paths(tmp_path) -> TrainPaths:
@@ -112,6 +112,16 @@ def test_checkpoints_of_other_params_are_not_resumed(synth_data, tmp_path, caplo
     assert [p.name for p in paths(tmp_path).checkpoints.glob("*.pt")] == ["ckpt-00000010.pt"]
 
 
+def test_more_steps_continue_a_run_and_fewer_start_afresh(synth_data, tmp_path, caplog):
+    caplog.set_level("INFO")
+    train(tiny_params(train={"max_steps": 10}), synth_data, paths(tmp_path), progress=False)
+    train(tiny_params(train={"max_steps": 20}), synth_data, paths(tmp_path), progress=False)
+    assert "resuming from" in caplog.text and "at step 10" in caplog.text
+    m = train(tiny_params(train={"max_steps": 5}), synth_data, paths(tmp_path), progress=False)
+    assert "past train.max_steps=5: starting afresh" in caplog.text
+    assert m["steps"] == 5 and load_checkpoint(paths(tmp_path).model)["step"] == 5
+
+
 def test_corrupt_checkpoint_is_a_clear_error(synth_data, tmp_path):
     train(tiny_params(train={"max_steps": 10}), synth_data, paths(tmp_path), progress=False)
     ckpt = paths(tmp_path).checkpoints / "ckpt-00000010.pt"
@@ -146,25 +156,10 @@ def test_tensorboard_summaries_and_dvclive(synth_data, tmp_path):
 
 
 def _write_project(tmp_path, synth_data, max_steps, checkpoint_every):
-    """A folder where stages/train.py runs on the synthetic prepared data."""
-    import shutil
-    proj = tmp_path / "proj"
-    proj.mkdir(exist_ok=True)
-    shutil.copytree(ROOT / "stages", proj / "stages", dirs_exist_ok=True)
-    prep = proj / "data" / "prepared"
-    if not prep.exists():
-        prep.parent.mkdir(parents=True)
-        import numpy as np, json
-        prep.mkdir()
-        for split in ("train", "test"):
-            np.save(prep / f"{split}_images.npy", getattr(synth_data, f"{split}_images"))
-            np.save(prep / f"{split}_labels.npy", getattr(synth_data, f"{split}_labels"))
-        (prep / "meta.json").write_text(json.dumps(synth_data.meta))
-    p = to_dict(tiny_params(input={"shuffle": "queue"},
-                            train={"max_steps": max_steps, "checkpoint_every": checkpoint_every,
-                                   "log_every": 1, "summary_every": 1000}))
-    (proj / "params.yaml").write_text(yaml.safe_dump(p))
-    return proj
+    params = to_dict(tiny_params(input={"shuffle": "queue"},
+                                 train={"max_steps": max_steps, "checkpoint_every": checkpoint_every,
+                                        "log_every": 1, "summary_every": 1000}))
+    return write_train_project(tmp_path / "proj", synth_data, params)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])

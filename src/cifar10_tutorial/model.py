@@ -165,9 +165,13 @@ class CifarNet(nn.Module):
             x = x.flatten(1)
         return self.softmax_linear(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, return_logits: bool = False) -> torch.Tensor:
+        """Logits, or probabilities with ``output: softmax`` unless ``return_logits``
+        (training asks for logits, through DistributedDataParallel's forward)."""
         logits = self.logits(x)
-        return logits.softmax(dim=1) if self.output == "softmax" else logits
+        if self.output == "softmax" and not return_logits:
+            return logits.softmax(dim=1)
+        return logits
 
 
 def num_params(model: nn.Module) -> int:

@@ -77,6 +77,7 @@ class TrainParams:
     """Training (SPEC.md "Training")."""
 
     batch_size: int = 128  # per device
+    num_devices: int = 1  # processes (one per GPU, or CPU processes) under torchrun
     max_steps: int = 100000
     initial_lr: float = 0.1
     lr_decay_factor: float = 0.1
@@ -88,11 +89,15 @@ class TrainParams:
     log_every: int = 10
     checkpoint_every: int = 1000
     summary_every: int = 100
+    max_restarts: int = 3  # torchrun restarts of a failed multi-process job (then resume)
+    collective_timeout_s: float = 300.0  # a rank that stops answering fails the job after this
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_steps", "log_every", "checkpoint_every", "summary_every"):
+        for name in ("batch_size", "num_devices", "max_steps", "log_every", "checkpoint_every", "summary_every"):
             if getattr(self, name) < 1:
                 raise ParamsError(f"train.{name}: expected >= 1, found {getattr(self, name)}")
+        if self.max_restarts < 0 or self.collective_timeout_s <= 0:
+            raise ParamsError("train.max_restarts must be >= 0 and train.collective_timeout_s > 0")
         if self.initial_lr <= 0 or self.epochs_per_decay <= 0:
             raise ParamsError("train.initial_lr and train.epochs_per_decay must be > 0")
         if not 0.0 <= self.moving_average_decay < 1.0:

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Optional
 
@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 # keys whose change makes an old checkpoint unusable for resuming
 RUN_DEFINING = ("data", "model", "input")
-TRAIN_NOT_DEFINING = {"max_steps", "device", "log_every", "checkpoint_every", "summary_every"}
+TRAIN_NOT_DEFINING = {"max_steps", "device", "log_every", "checkpoint_every", "summary_every",
+                      "max_restarts", "collective_timeout_s"}
 KEEP_CHECKPOINTS = 2
 
 
@@ -229,79 +230,208 @@ def open_live(folder: Path, resume: bool):
                             f"commit (`git add -A && git commit -m init`) and rerun.") from None
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise PipelineError("train.device is cuda but no CUDA device is available; "
                             "use train.device=auto or cpu")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(name)
+    return torch.device(f"cuda:{local_rank}" if name == "cuda" else name)
+
+
+# --------------------------------------------------------------------------- several devices
+
+
+@dataclass
+class Dist:
+    """Where this process stands in a torchrun job (rank 0 of 1 when run alone)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+
+def launched_by_torchrun() -> bool:
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def torchrun_command(num_devices: int, max_restarts: int, script: str, args: list[str]) -> list[str]:
+    """The command that runs ``script`` as ``num_devices`` processes on this machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={num_devices}", f"--max-restarts={max_restarts}", script, *args]
+
+
+def init_distributed(tr) -> tuple[Dist, torch.device]:
+    """Join the torchrun job if there is one: NCCL on GPUs, gloo on CPU."""
+    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+        return Dist(), pick_device(tr.device)
+    import torch.distributed as dist
+
+    d = Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+    if d.world != tr.num_devices:
+        raise PipelineError(f"torchrun started {d.world} processes but train.num_devices is "
+                            f"{tr.num_devices}; set train.num_devices={d.world} (the global batch "
+                            f"and the checkpoints depend on it).")
+    device = pick_device(tr.device, d.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    else:  # share the cores among the processes of this node
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", d.world))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    # The store outlives a torchrun restart; without a fresh prefix per attempt, the
+    # restarted ranks can read the dead ranks' addresses and fail to connect.
+    store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=tr.collective_timeout_s)))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                            store=dist.PrefixStore(f"cifar10-attempt-{attempt}", store),
+                            rank=d.rank, world_size=d.world,
+                            timeout=timedelta(seconds=tr.collective_timeout_s))
+    return d, device
+
+
+def shard_file_counts(file_counts: list[int], rank: int, world: int) -> list[int]:
+    """Records per file that rank ``rank`` gets when it takes every ``world``-th record."""
+    return [len(range(rank, c, world)) for c in file_counts]
 
 
 def make_batches(params: Params, data: Prepared, images: torch.Tensor, labels: torch.Tensor,
-                 state: Optional[dict]):
+                 state: Optional[dict], d: Dist = Dist()):
+    """The batch source of this rank: its slice of each global batch (permutation), or a
+    shuffle queue over its own disjoint shard of the records (queue)."""
     inp, tr = params.input, params.train
     if inp.shuffle == "permutation":
-        return PermutationBatches(images, labels, tr.batch_size, tr.seed, flip=inp.flip)
+        return PermutationBatches(images, labels, tr.batch_size, tr.seed, flip=inp.flip,
+                                  rank=d.rank, world=d.world)
+    file_counts = data.meta.get("file_counts", {}).get("train") or [len(labels)]
+    if d.active:  # every world-th record of each file
+        idx = torch.cat([torch.arange(s + d.rank, s + c, d.world, device=images.device)
+                         for s, c in zip([0, *torch.tensor(file_counts).cumsum(0).tolist()[:-1]],
+                                         file_counts)])
+        images, labels = images[idx], labels[idx]
+        file_counts = shard_file_counts(file_counts, d.rank, d.world)
     min_after = int(inp.min_fraction_of_examples_in_queue * len(labels))
     return ShuffleQueue(images, labels, tr.batch_size, tr.seed, min_after_dequeue=min_after,
-                        file_counts=data.meta.get("file_counts", {}).get("train"),
-                        num_threads=inp.num_threads, flip=inp.flip, state=state or None)
+                        file_counts=file_counts, num_threads=inp.num_threads, flip=inp.flip,
+                        state=state or None, rank=d.rank)
+
+
+def _gather_states(batches, d: Dist) -> list:
+    """The input state of every rank, on rank 0 (exact resume needs each rank's queue)."""
+    if not d.active:
+        return [batches.state()]
+    import torch.distributed as dist
+
+    out = [None] * d.world if d.main else None
+    dist.gather_object(batches.state(), out, dst=0)
+    return out
+
+
+# --------------------------------------------------------------------------- the loop
 
 
 def train(params: Params, data: Prepared, paths: TrainPaths = TrainPaths(),
           progress: Optional[bool] = None) -> dict:
-    """Train to ``train.max_steps`` (resuming from the newest matching checkpoint)."""
+    """Train to ``train.max_steps`` (resuming from the newest matching checkpoint).
+
+    Run alone, or as one of ``train.num_devices`` processes under torchrun: then
+    each process trains a replica on its own ``batch_size`` examples,
+    DistributedDataParallel averages the gradients, and every replica makes the
+    same synchronous update. Only rank 0 keeps the averaged weights and writes
+    checkpoints, logs, DVCLive and TensorBoard.
+    """
     tr = params.train
-    device = pick_device(tr.device)
+    d, device = init_distributed(tr)
+    try:
+        return _train(params, data, paths, progress, d, device)
+    finally:
+        if d.active:
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional[bool],
+           d: Dist, device: torch.device) -> dict:
+    tr = params.train
     torch.manual_seed(tr.seed)
     model = build_model(data.num_classes, params.model.head, params.model.output,
                         params.model.lrn).to(device)
     model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=tr.initial_lr)
-    ema = WeightAverage(model, tr.moving_average_decay)
+    ema = WeightAverage(model, tr.moving_average_decay) if d.main else None
     signature = run_signature(params)
 
-    # ---- resume, or start afresh
-    paths.checkpoints.mkdir(parents=True, exist_ok=True)
-    for tmp in paths.checkpoints.glob("*.tmp"):
-        tmp.unlink()
+    # ---- resume, or start afresh (every rank decides alike; rank 0 cleans up)
+    if d.main:
+        paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        for tmp in paths.checkpoints.glob("*.tmp"):
+            tmp.unlink()
+    _barrier(d)
     ckpts = list_checkpoints(paths.checkpoints)
     ckpt = load_checkpoint(ckpts[-1], device) if ckpts else None
     if ckpt is not None and ckpt["signature"] != signature:
-        log.info("checkpoints in %s were made with other params: starting afresh", paths.checkpoints)
+        if d.main:
+            log.info("checkpoints in %s were made with other params: starting afresh",
+                     paths.checkpoints)
         ckpt = None
+    elif ckpt is not None and int(ckpt["step"]) > tr.max_steps:
+        if d.main:
+            log.info("the newest checkpoint is at step %d, past train.max_steps=%d: starting "
+                     "afresh", int(ckpt["step"]), tr.max_steps)
+        ckpt = None
+    _barrier(d)
     if ckpt is None:
-        for old in ckpts:
-            old.unlink()
-        for f in (paths.live_dir / "metrics.json", paths.model):
-            f.unlink(missing_ok=True)
-        for d in (paths.tensorboard, paths.live_dir / "plots"):
-            if d.exists():
-                shutil.rmtree(d)
+        if d.main:
+            for old in ckpts:
+                old.unlink()
+            for f in (paths.live_dir / "metrics.json", paths.model):
+                f.unlink(missing_ok=True)
+            for folder in (paths.tensorboard, paths.live_dir / "plots"):
+                if folder.exists():
+                    shutil.rmtree(folder)
         start, loss_avg, elapsed = 0, None, 0.0
     else:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        ema.load_state_dict(ckpt["ema"])
+        if ema is not None:
+            ema.load_state_dict(ckpt["ema"])
         start, loss_avg, elapsed = int(ckpt["step"]), ckpt["loss_avg"], float(ckpt["elapsed"])
-        log.info("resuming from %s at step %d", ckpts[-1], start)
+        if d.main:
+            log.info("resuming from %s at step %d", ckpts[-1], start)
+    net = model
+    if d.active:
+        from torch.nn.parallel import DistributedDataParallel
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     images = torch.from_numpy(data.train_images).to(device)
     labels = torch.from_numpy(data.train_labels).to(device)
-    num_train, global_batch = len(labels), tr.batch_size
+    num_train, global_batch = len(labels), tr.batch_size * d.world
     t0 = time.perf_counter()
-    batches = make_batches(params, data, images, labels, ckpt["input"] if ckpt else None)
+    batches = make_batches(params, data, images, labels,
+                           ckpt["input"][d.rank] if ckpt else None, d)
 
-    live = open_live(paths.live_dir, resume=ckpt is not None)
-    live.log_params(to_dict(params))
-    summaries = Summaries(paths.tensorboard, model, purge_step=start if ckpt else None)
+    live = summaries = None
+    if d.main:
+        live = open_live(paths.live_dir, resume=ckpt is not None)
+        live.log_params(to_dict(params))
+        summaries = Summaries(paths.tensorboard, model, purge_step=start if ckpt else None)
 
     def save(step: int) -> None:
+        inputs = _gather_states(batches, d)  # a collective: every rank takes part
+        if not d.main:
+            return
         state = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "ema": ema.state_dict(), "input": batches.state(), "signature": signature,
+                 "ema": ema.state_dict(), "input": inputs, "signature": signature,
                  "params": to_dict(params), "classes": data.classes,
-                 "num_classes": data.num_classes,
+                 "num_classes": data.num_classes, "world_size": d.world,
                  "loss_avg": loss_avg, "elapsed": elapsed + time.perf_counter() - t0,
                  "torch_rng": torch.get_rng_state()}
         atomic_save(state, paths.checkpoints / f"ckpt-{step:08d}.pt")
@@ -309,7 +439,8 @@ def train(params: Params, data: Prepared, paths: TrainPaths = TrainPaths(),
             old.unlink()
 
     bar = tqdm(total=tr.max_steps, initial=start, unit="step", leave=False,
-               disable=(not sys.stderr.isatty()) if progress is None else not progress)
+               disable=(not d.main or not sys.stderr.isatty()) if progress is None
+               else not (progress and d.main))
     say = bar.write if not bar.disable else print
     step = start
     first_batch_s, loss_d = None, None
@@ -325,24 +456,34 @@ def train(params: Params, data: Prepared, paths: TrainPaths = TrainPaths(),
                 if first_batch_s is None:
                     first_batch_s = time.perf_counter() - t0
                 x = x.contiguous(memory_format=torch.channels_last)
-                summarize = (step + 1) % tr.summary_every == 0
+                summary_step = (step + 1) % tr.summary_every == 0
+                summarize = d.main and summary_step
                 if summarize:
                     summaries.capture()
-                logits = model.logits(x)
+                logits = net(x, return_logits=True)
                 ce, wd = loss_terms(model, logits, y, tr.weight_decay)
                 loss = ce + wd
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                loss.backward()  # DistributedDataParallel averages the gradients here
                 optimizer.step()
                 step += 1
-                ema.update(model, step)
+                if ema is not None:
+                    ema.update(model, step)
                 loss_d = loss.detach()
                 loss_avg_t = torch.where(torch.isnan(loss_avg_t), loss_d, 0.9 * loss_avg_t + 0.1 * loss_d)
                 window_steps += 1
                 bar.update(1)
 
-                if step % tr.log_every == 0 or step == tr.max_steps or summarize:
-                    value = loss_d.item()
+                log_step = step % tr.log_every == 0 or step == tr.max_steps
+                stop_now = stop.requested is not None
+                if log_step or summary_step or (stop_now and not d.active):
+                    # one collective at log steps: the mean loss over ranks, and any stop request
+                    status = torch.stack([loss_d.float(), torch.tensor(float(stop_now), device=device)])
+                    if d.active:
+                        import torch.distributed as dist
+                        dist.all_reduce(status)
+                        status[0] /= d.world
+                    value, stop_now = status[0].item(), bool(status[1].item())
                     if not math.isfinite(value):
                         raise TrainingError(
                             f"the loss became {value} at step {step} (lr {lr:g}): training "
@@ -351,9 +492,10 @@ def train(params: Params, data: Prepared, paths: TrainPaths = TrainPaths(),
                     now = time.perf_counter()
                     dt = (now - window_t) / window_steps
                     eps = global_batch / dt
-                    if step % tr.log_every == 0 or step == tr.max_steps:
+                    if log_step and d.main:
+                        per_device = f", {tr.batch_size / dt:.1f} per device" if d.active else ""
                         say(f"{datetime.now():%Y-%m-%d %H:%M:%S}: step {step}, loss = {value:.2f} "
-                            f"({eps:.1f} examples/sec; {dt:.3f} sec/batch)")
+                            f"({eps:.1f} examples/sec{per_device}; {dt:.3f} sec/batch)")
                         live.step = step
                         for k, v in (("loss", value), ("loss_avg", loss_avg), ("lr", lr),
                                      ("cross_entropy", ce.item()), ("examples_per_sec", eps)):
@@ -366,39 +508,50 @@ def train(params: Params, data: Prepared, paths: TrainPaths = TrainPaths(),
                                                "loss/cross_entropy": ce.item(),
                                                "loss/weight_decay": wd.item(),
                                                "examples_per_sec": eps}, x)
-                    window_t, window_steps = time.perf_counter(), 0
+                    if log_step:
+                        window_t, window_steps = time.perf_counter(), 0
+                else:
+                    stop_now = False  # several processes agree on stopping at log steps only
                 if step % tr.checkpoint_every == 0 or step == tr.max_steps:
                     loss_avg = loss_avg_t.item()
                     save(step)
-                if stop.requested is not None:
+                if stop_now:
+                    signum = stop.requested or signal.SIGTERM
                     loss_avg = loss_avg_t.item()
-                    if step % tr.checkpoint_every:
+                    if step % tr.checkpoint_every and step != tr.max_steps:
                         save(step)
-                    say(f"stopped by signal {stop.requested} at step {step}; "
-                        f"rerun the same command to resume")
-                    raise SystemExit(128 + stop.requested)
+                    if d.main:
+                        say(f"stopped by signal {signum} at step {step}; "
+                            f"rerun the same command to resume")
+                    raise SystemExit(128 + signum)
     finally:
         bar.close()
         batches.close()
-        summaries.close()
+        if summaries is not None:
+            summaries.close()
 
     # ---- the trained model and the run's metrics
     total_time = elapsed + time.perf_counter() - t0
-    paths.model.parent.mkdir(parents=True, exist_ok=True)
-    atomic_save({"model": model.state_dict(), "ema": ema.averaged_model_state(model),
-                 "params": to_dict(params), "step": step, "classes": data.classes,
-                 "num_classes": data.num_classes}, paths.model)
     metrics = {
         "steps": step,
         "final_loss": loss_d.item() if loss_d is not None else None,
         "final_loss_avg": loss_avg_t.item(),
         "examples_per_sec": (step - start) * global_batch / max(time.perf_counter() - t0, 1e-9),
+        "examples_per_sec_per_device": (step - start) * tr.batch_size / max(time.perf_counter() - t0, 1e-9),
         "wall_time_s": total_time,
         "time_to_first_batch_s": first_batch_s,
         "num_params": num_params(model),
         "macs_per_image": macs_per_image(model),
+        "world_size": d.world,
+        "global_batch_size": global_batch,
         "device": str(device),
     }
+    if not d.main:
+        return metrics
+    paths.model.parent.mkdir(parents=True, exist_ok=True)
+    atomic_save({"model": model.state_dict(), "ema": ema.averaged_model_state(model),
+                 "params": to_dict(params), "step": step, "classes": data.classes,
+                 "num_classes": data.num_classes}, paths.model)
     live.step = step
     for k, v in metrics.items():
         live.summary[k] = v
@@ -406,3 +559,9 @@ def train(params: Params, data: Prepared, paths: TrainPaths = TrainPaths(),
     live.end()
     log.info("trained %d steps in %.1f s: %s", step, total_time, json.dumps(metrics))
     return metrics
+
+
+def _barrier(d: Dist) -> None:
+    if d.active:
+        import torch.distributed as dist
+        dist.barrier()
