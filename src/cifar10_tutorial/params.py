@@ -118,12 +118,57 @@ class EvalParams:
 
 
 @dataclass(frozen=True)
+class AblationParams:
+    """What every ablation variant shares."""
+
+    max_steps: int = 3000  # the training budget of each variant (replaces train.max_steps)
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ParamsError(f"ablation.max_steps: expected >= 1, found {self.max_steps}")
+
+
+@dataclass(frozen=True)
 class Params:
     data: DataParams = field(default_factory=DataParams)
     model: ModelParams = field(default_factory=ModelParams)
     input: InputParams = field(default_factory=InputParams)
     train: TrainParams = field(default_factory=TrainParams)
     eval: EvalParams = field(default_factory=EvalParams)
+    ablation: AblationParams = field(default_factory=AblationParams)
+    # name -> overrides of the sections above, e.g. {"model": {"output": "softmax"}}
+    ablations: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, overrides in self.ablations.items():
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)):
+                raise ParamsError(f"ablations: variant name {name!r} may hold only letters, "
+                                  f"digits, '_' and '-'")
+            bad = set(overrides) & {"ablation", "ablations"}
+            if bad:
+                raise ParamsError(f"ablations.{name}: a variant cannot override {sorted(bad)}")
+            try:
+                variant_params(self, name)
+            except ParamsError as exc:
+                raise ParamsError(f"ablations.{name}: {exc}") from None
+
+
+def _deep_merge(base: dict, overrides: dict) -> dict:
+    out = dict(base)
+    for k, v in overrides.items():
+        out[k] = _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def variant_params(params: "Params", name: str) -> "Params":
+    """The params of ablation variant ``name``: the baseline sections with the variant's
+    overrides, trained for ``ablation.max_steps``."""
+    if name not in params.ablations:
+        raise ParamsError(f"no ablation variant {name!r}; defined: {', '.join(params.ablations)}")
+    base = dataclasses.asdict(params)
+    base.pop("ablations")
+    base["train"]["max_steps"] = base["ablation"]["max_steps"]
+    return _build(Params, _deep_merge(base, params.ablations[name]), "")
 
 
 # --------------------------------------------------------------------------- loader

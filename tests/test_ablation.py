@@ -1,0 +1,97 @@
+"""The exercises as ablation variants, and the report built from their results."""
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+import yaml
+
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.params import ParamsError, load_params, params_from_dict, variant_params
+from cifar10_tutorial.report import make_report
+from conftest import ROOT, copy_project
+from test_stages import commit, dvc, init_repo, set_params, set_section
+
+
+def test_variants_override_the_baseline_and_share_the_budget():
+    params = load_params(ROOT / "params.yaml")
+    assert {"baseline", "softmax", "local_head", "queue_fill_10pct", "queue_fill_1pct",
+            "queue_fill_0pct", "devices_2x64", "no_lrn"} <= set(params.ablations)
+    base = variant_params(params, "baseline")
+    assert base.train.max_steps == params.ablation.max_steps
+    assert base.model == params.model and base.input == params.input
+    assert variant_params(params, "softmax").model.output == "softmax"
+    assert variant_params(params, "local_head").model.head == "local"
+    assert variant_params(params, "queue_fill_0pct").input.min_fraction_of_examples_in_queue == 0.0
+    two = variant_params(params, "devices_2x64").train
+    assert (two.num_devices, two.batch_size) == (2, 64)
+    assert variant_params(params, "no_lrn").model.lrn is False
+
+
+@pytest.mark.parametrize("ablations, expected", [
+    ({"x": {"model": {"ouput": "softmax"}}}, r"ablations.x: unknown key model.ouput"),
+    ({"x": {"model": {"head": "conv"}}}, r"ablations.x: model.head: expected one of 'fc' \| 'local', found 'conv'"),
+    ({"x y": {}}, r"variant name 'x y' may hold only"),
+    ({"x": {"ablation": {"max_steps": 3}}}, r"a variant cannot override \['ablation'\]"),
+])
+def test_bad_variants_are_errors(ablations, expected):
+    with pytest.raises(ParamsError, match=expected):
+        params_from_dict({"ablations": ablations})
+
+
+def test_report_needs_results(tmp_path):
+    with pytest.raises(PipelineError, match=r"no ablation results.*dvc repro ablation"):
+        make_report(tmp_path / "none", tmp_path / "out")
+
+
+def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
+    from cifar10_tutorial.synthetic import make_cifar10_archive
+
+    archive = tmp_path / "synthetic.tar.gz"
+    md5 = make_cifar10_archive(archive, train_per_batch=100, test=100, seed=4)["md5"]
+    project = copy_project(tmp_path / "p")
+    init_repo(project)
+    set_params(project, url=str(archive), md5=md5)
+    set_section(project, "ablation", max_steps=12)
+    set_section(project, "train", log_every=4, checkpoint_every=100, summary_every=100, device="cpu")
+    set_section(project, "input", num_threads=1)
+    set_section(project, "eval", batch_size=50)
+    commit(project, "tiny ablations")
+    out = dvc(project, "repro", "report").stdout
+    names = list(yaml.safe_load((project / "params.yaml").read_text())["ablations"])
+    for name in names:
+        assert f"Running stage 'ablation@{name}'" in out
+    assert "Running stage 'train'" not in out  # the ablations do not need the main run
+    rep = project / "reports"
+    text = (rep / "report.md").read_text()
+    for heading in ("## Exercise 1", "## Exercise 2", "## Exercise 3", "## Exercise 4",
+                    "## Exercise 5", "## Exercise 6", "## Without local response normalization"):
+        assert heading in text
+    assert "*Not run:* this pipeline has no SVHN data set yet" in text
+    for table in ("summary", "exercise1_softmax", "exercise2_local_head", "exercise3_queue_fill",
+                  "exercise4_averaging", "exercise5_devices", "no_lrn"):
+        assert (rep / "tables" / f"{table}.csv").is_file(), table
+    for plot in ("loss_curves", "averaged_vs_raw", "queue_fill_first_step", "devices_throughput"):
+        assert (rep / "plots" / f"{plot}.png").read_bytes()[:4] == b"\x89PNG", plot
+    # the numbers in the report are the measured ones
+    m = {n: json.loads((rep / "ablations" / n / "metrics.json").read_text()) for n in names}
+    assert m["devices_2x64"]["world_size"] == 2 and m["devices_2x64"]["global_batch_size"] == 128
+    assert m["local_head"]["num_params"] == 2_112_970 and m["baseline"]["num_params"] == 1_068_298
+    assert all(v["steps"] == 12 for v in m.values())
+    summary = pd.read_csv(rep / "tables" / "summary.csv")
+    row = summary[summary["variant"] == "baseline"].iloc[0]
+    assert row["precision @ 1 (averaged)"] == f"{100 * m['baseline']['precision_at_1']:.1f}%"
+    q = pd.read_csv(rep / "tables" / "exercise3_queue_fill.csv")
+    assert list(q["min fraction"]) == [0.4, 0.1, 0.01, 0.0]
+    gain = 100 * (m["no_lrn"]["precision_at_1"] - m["no_lrn"]["precision_at_1_raw"])
+    assert f"{gain:+.1f}" in (rep / "tables" / "exercise4_averaging.csv").read_text()
+    # softmax trains exactly like the baseline: the report says so
+    assert m["softmax"]["final_loss_avg"] == m["baseline"]["final_loss_avg"]
+    assert "Training is identical" in text
+    # changing one variant reruns only that variant and the report
+    set_section(project, "ablations", no_lrn={"model": {"lrn": False}, "train": {"seed": 1}})
+    out = dvc(project, "repro", "report").stdout
+    ran = [l for l in out.splitlines() if l.startswith("Running stage")]
+    assert ran == ["Running stage 'ablation@no_lrn':", "Running stage 'report':"]
+    shown = dvc(project, "plots", "show", "--json").stdout
+    assert "reports/plots/loss_curves.png" in shown
