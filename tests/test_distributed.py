@@ -26,6 +26,18 @@ def run(proj, timeout=300):
                           text=True, timeout=timeout, env=ENV)
 
 
+def start_until(proj, marker):
+    """Start the train stage; return it and its torchrun workers once ``marker`` is printed."""
+    proc = subprocess.Popen([sys.executable, "stages/train.py"], cwd=proj, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=ENV)
+    for line in proc.stdout:
+        if marker in line:
+            break
+    workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+               if "stages/train.py" in " ".join(c.cmdline())]
+    return proc, workers
+
+
 def assert_same_weights(a_path, b_path, atol):
     a, b = load_checkpoint(a_path), load_checkpoint(b_path)
     for key in ("model", "ema"):
@@ -63,13 +75,7 @@ def test_queue_input_on_two_processes_and_a_killed_rank_resumes(synth_data, tmp_
     proj = project(tmp_path, synth_data, input={"shuffle": "queue"},
                    train={"batch_size": 16, "num_devices": 2, "max_steps": 60, "log_every": 1,
                           "checkpoint_every": 10, "summary_every": 1000, "max_restarts": 1})
-    proc = subprocess.Popen([sys.executable, "stages/train.py"], cwd=proj, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=ENV)
-    for line in proc.stdout:
-        if ": step 25," in line:
-            break
-    workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
-               if "stages/train.py" in " ".join(c.cmdline())]
+    proc, workers = start_until(proj, ": step 25,")
     assert len(workers) == 2
     workers[-1].kill()  # one rank dies; torchrun restarts the job, which resumes
     out = proc.communicate(timeout=300)[0]
@@ -84,13 +90,7 @@ def test_a_rank_that_keeps_crashing_fails_the_job_promptly(synth_data, tmp_path)
                    train={"batch_size": 16, "num_devices": 2, "max_steps": 100000, "log_every": 1,
                           "checkpoint_every": 1000, "summary_every": 100000, "max_restarts": 0,
                           "collective_timeout_s": 30})
-    proc = subprocess.Popen([sys.executable, "stages/train.py"], cwd=proj, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=ENV)
-    for line in proc.stdout:
-        if ": step 5," in line:
-            break
-    workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
-               if "stages/train.py" in " ".join(c.cmdline())]
+    proc, workers = start_until(proj, ": step 5,")
     t = time.monotonic()
     workers[-1].kill()
     out = proc.communicate(timeout=120)[0]
