@@ -1,12 +1,14 @@
 """DVC stage `ablation@NAME`: train ablation variant NAME (params.yaml `ablations:`) for
 `ablation.max_steps`, evaluate it with averaged and raw weights, into reports/ablations/NAME/.
 
+With --dataset (stage `dataset_ablation@NAME`, params.yaml `dataset_ablations:`) the variant
+first fetches and prepares its own data set under data/dataset_ablations/NAME/.
 A variant with train.num_devices > 1 runs itself under torchrun, one process per device.
 """
 import os
 import sys
 
-from cifar10_tutorial.ablation import run_variant
+from cifar10_tutorial.ablation import dataset_variant_paths, prepare_variant_data, run_variant
 from cifar10_tutorial.cli import run_stage, stage_parser
 from cifar10_tutorial.params import load_params, variant_params
 from cifar10_tutorial.prepare import load_prepared
@@ -15,7 +17,8 @@ from cifar10_tutorial.train import launched_by_torchrun, torchrun_command
 
 def main() -> None:
     ap = stage_parser(__doc__)
-    ap.add_argument("name", help="the variant, a key of `ablations:` in params.yaml")
+    ap.add_argument("name", help="the variant, a key of `ablations:` (or `dataset_ablations:`)")
+    ap.add_argument("--dataset", action="store_true", help="a variant of `dataset_ablations:`")
     args = ap.parse_args()
     params = load_params(args.params)
     tr = variant_params(params, args.name).train
@@ -23,7 +26,11 @@ def main() -> None:
         cmd = torchrun_command(tr.num_devices, tr.max_restarts, __file__, sys.argv[1:])
         print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
         os.execv(cmd[0], cmd)
-    run_variant(params, args.name, load_prepared("data/prepared"))
+    if args.dataset:
+        paths = dataset_variant_paths(args.name)
+        run_variant(params, args.name, prepare_variant_data(params, args.name, paths), paths)
+    else:
+        run_variant(params, args.name, load_prepared("data/prepared"))
 
 
 if __name__ == "__main__":

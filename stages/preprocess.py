@@ -1,10 +1,9 @@
-"""DVC stage `preprocess`: binary records in data/raw/ -> cached uint8 tensors in data/prepared/."""
+"""DVC stage `preprocess`: the raw files in data/raw/ -> cached uint8 tensors in data/prepared/."""
 from pathlib import Path
 
 from cifar10_tutorial.cli import run_stage, stage_parser
-from cifar10_tutorial.datasets import get_dataset
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.prepare import prepare
+from cifar10_tutorial.prepare import prepare_dataset
 
 RAW_DIR = Path("data/raw")
 OUT_DIR = Path("data/prepared")
@@ -12,9 +11,7 @@ OUT_DIR = Path("data/prepared")
 
 def main() -> None:
     args = stage_parser(__doc__).parse_args()
-    data = load_params(args.params).data
-    spec = get_dataset(data.dataset)
-    prepare(RAW_DIR / spec.archive_name, OUT_DIR, spec)
+    prepare_dataset(RAW_DIR, OUT_DIR, load_params(args.params).data)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from cifar10_tutorial.report import make_report
 def main() -> None:
     args = stage_parser(__doc__).parse_args()
     params = load_params(args.params)
-    path = make_report(Path("reports/ablations"), Path("reports"), list(params.ablations))
+    path = make_report(Path("reports/ablations"), Path("reports"), list(params.ablations),
+                       Path("reports/dataset_ablations"), params.dataset_ablations)
     print(f"wrote {path}")
 
 

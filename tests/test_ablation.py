@@ -67,7 +67,7 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     for heading in ("## Exercise 1", "## Exercise 2", "## Exercise 3", "## Exercise 4",
                     "## Exercise 5", "## Exercise 6", "## Without local response normalization"):
         assert heading in text
-    assert "*Not run:* this pipeline has no SVHN data set yet" in text
+    assert "*Not run here:* no results for the data-set variants (`svhn`)" in text
     for table in ("summary", "exercise1_softmax", "exercise2_local_head", "exercise3_queue_fill",
                   "exercise4_averaging", "exercise5_devices", "no_lrn"):
         assert (rep / "tables" / f"{table}.csv").is_file(), table

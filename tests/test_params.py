@@ -1,18 +1,21 @@
 import pytest
 import yaml
 
-from cifar10_tutorial.params import (CIFAR10_MD5, ParamsError, load_params, params_from_dict)
+from cifar10_tutorial.params import ParamsError, load_params, params_from_dict
 from conftest import ROOT
 
 
 def test_project_params_file_is_valid():
     params = load_params(ROOT / "params.yaml")
     assert params.data.dataset == "cifar10"
-    assert params.data.md5 == CIFAR10_MD5
+    assert params.data.url == "official" and params.data.md5 == "official"
+    from cifar10_tutorial.datasets import sources
+    assert sources(params.data) == [("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
+                                     "c32a1d4ab5d03f1284b67883e8d87530", "cifar-10-binary.tar.gz")]
 
 
 def test_defaults_when_sections_are_absent():
-    assert params_from_dict(None).data.url.endswith("cifar-10-binary.tar.gz")
+    assert params_from_dict(None).data.url == "official"
 
 
 def test_unknown_key_names_key_and_valid_keys(tmp_path):
@@ -34,8 +37,10 @@ def test_unknown_section_is_an_error():
 
 @pytest.mark.parametrize("data, expected", [
     ({"md5": 123}, r"data.md5: expected str or null, found 123"),
-    ({"md5": "abc"}, r"data.md5: expected 32 hexadecimal digits"),
-    ({"dataset": "mnist"}, r"data.dataset: expected one of 'cifar10', found 'mnist'"),
+    ({"md5": "abc"}, r"data.md5: expected official, 32 hexadecimal digits or null"),
+    ({"dataset": "mnist"}, r"data.dataset: expected one of 'cifar10' \| 'cifar100' \| 'svhn', found 'mnist'"),
+    ({"dataset": "svhn", "md5": "0" * 32}, r"SVHN has several files"),
+    ({"label": "medium"}, r"data.label: expected one of 'fine' \| 'coarse'"),
     ({"url": ["a"]}, r"data.url: expected a string"),
     ("x", r"data: expected a mapping"),
 ])

@@ -37,6 +37,32 @@ class VariantPaths:
         return self.report_root / self.name / "metrics.json"
 
 
+def dataset_variant_paths(name: str) -> VariantPaths:
+    return VariantPaths(name, Path("data/dataset_ablations"), Path("reports/dataset_ablations"))
+
+
+def prepare_variant_data(params: Params, name: str, paths: VariantPaths) -> Prepared:
+    """Download and preprocess the data set of a dataset variant into its own folders."""
+    from .datasets import get_dataset, sources
+    from .download import check_gzip_tar, check_mat, clean_partial_dir, fetch
+    from .prepare import load_prepared, prepare_dataset
+
+    data = variant_params(params, name).data
+    root = paths.data_root / name
+    if int(os.environ.get("RANK", "0")) == 0:
+        check = check_mat if get_dataset(data.dataset).format == "svhn_mat" else check_gzip_tar
+        for url, md5, file in sources(data):
+            fetch(url, md5, root / "raw" / file, Path("data/.downloads"), check=check)
+        clean_partial_dir(Path("data/.downloads"))
+        if not (root / "prepared" / "meta.json").is_file():
+            prepare_dataset(root / "raw", root / "prepared", data)
+    else:  # the other ranks wait for rank 0's files
+        import time
+        while not (root / "prepared" / "meta.json").is_file():
+            time.sleep(1)
+    return load_prepared(root / "prepared")
+
+
 def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths | None = None,
                 progress=None) -> dict | None:
     """Train and evaluate variant ``name``; rank 0 returns (and writes) its metrics."""
@@ -47,7 +73,7 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths |
         return None  # under torchrun, evaluation runs once, on rank 0
     em = evaluate(data, paths.train.model, paths.eval_dir, vp.eval.batch_size,
                   "cpu" if tm["device"] == "cpu" else vp.train.device)
-    metrics = {"variant": name, **{k: tm[k] for k in TRAIN_KEYS}, **{k: em[k] for k in EVAL_KEYS},
+    metrics = {"variant": name, "dataset": vp.data.dataset, **{k: tm[k] for k in TRAIN_KEYS}, **{k: em[k] for k in EVAL_KEYS},
                "eval_examples_per_sec": em["examples_per_sec"],
                "batch_size": vp.train.batch_size, "num_train": int(len(data.train_labels)),
                "epochs": tm["steps"] * tm["global_batch_size"] / len(data.train_labels),

@@ -81,6 +81,18 @@ def check_gzip_tar(path: Path, source: str) -> None:
         ) from None
 
 
+def check_mat(path: Path, source: str) -> None:
+    """Fail clearly unless ``path`` starts like a MATLAB 5.0 MAT-file (the SVHN format)."""
+    with open(path, "rb") as f:
+        head = f.read(128)
+    if not head.startswith(b"MATLAB 5.0 MAT-file"):
+        looks_html = head.lstrip().lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head"))
+        hint = " It looks like an HTML page: the server probably returned an error page." \
+            if looks_html else ""
+        raise DownloadError(f"{source} is not a MATLAB 5.0 MAT-file: expected the header "
+                            f"'MATLAB 5.0 MAT-file', found {head[:24]!r}.{hint} {MIRROR_HINT}")
+
+
 def _local_source(url: str) -> Optional[Path]:
     """The local path a URL names, or None for a network URL."""
     parsed = urllib.parse.urlparse(url)
@@ -178,7 +190,8 @@ def _fetch_http(url: str, part: Path, opts: DownloadOptions,
 
 
 def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
-          opts: DownloadOptions = DownloadOptions()) -> Path:
+          opts: DownloadOptions = DownloadOptions(),
+          check: Callable[[Path, str], None] = check_gzip_tar) -> Path:
     """Fetch ``url`` to ``dest``, verified; nothing is left under ``dest`` on failure."""
     dest = Path(dest)
     if dest.exists():
@@ -194,7 +207,7 @@ def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
     else:
         _fetch_http(url, part, opts)
     try:
-        check_gzip_tar(part, url)
+        check(part, url)
         found = md5_of(part)
         if md5 is None:
             log.warning("data.md5 is null: the archive's integrity is NOT checked "

@@ -20,9 +20,6 @@ import yaml
 
 from .errors import PipelineError
 
-CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
-CIFAR10_MD5 = "c32a1d4ab5d03f1284b67883e8d87530"
-
 
 class ParamsError(PipelineError):
     """params.yaml has an unknown key, a missing key or a value of the wrong type."""
@@ -32,18 +29,25 @@ class ParamsError(PipelineError):
 class DataParams:
     """Where the raw data comes from (download and preprocess stages)."""
 
-    dataset: Literal["cifar10"] = "cifar10"
-    # http(s)://, file:// or a plain path (relative to the repository root).
-    url: str = CIFAR10_URL
-    # md5 of the archive; null skips the check (a warning says so).
-    md5: Optional[str] = CIFAR10_MD5
+    dataset: Literal["cifar10", "cifar100", "svhn"] = "cifar10"
+    # official: the data set's official source (datasets.py). Else http(s)://, file://
+    # or a plain path: the archive (CIFAR) or the folder holding the files (SVHN).
+    url: str = "official"
+    # official: the data set's official md5s; a 32-digit md5 of the archive (CIFAR);
+    # null skips the check (a warning says so).
+    md5: Optional[str] = "official"
+    label: Literal["fine", "coarse"] = "fine"  # CIFAR-100: 100 fine or 20 coarse classes
+    svhn_extra: bool = False  # SVHN: add extra_32x32.mat (531,131 images) to training
 
     def __post_init__(self) -> None:
-        if self.md5 is not None and not re.fullmatch(r"[0-9a-fA-F]{32}", self.md5):
-            raise ParamsError(
-                f"data.md5: expected 32 hexadecimal digits or null, found {self.md5!r}")
+        if self.md5 not in (None, "official") and not re.fullmatch(r"[0-9a-fA-F]{32}", self.md5):
+            raise ParamsError(f"data.md5: expected official, 32 hexadecimal digits or null, "
+                              f"found {self.md5!r}")
         if not self.url:
-            raise ParamsError("data.url: expected a URL or a path, found an empty string")
+            raise ParamsError("data.url: expected official, a URL or a path, found an empty string")
+        if self.dataset == "svhn" and self.md5 not in (None, "official"):
+            raise ParamsError("data.md5: SVHN has several files; use official (their official "
+                              "md5s) or null (no check)")
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,7 @@ class InputParams:
     shuffle: Literal["queue", "permutation"] = "queue"
     min_fraction_of_examples_in_queue: float = 0.4  # queue fill before the first batch
     num_threads: int = 2  # workers that fill the shuffle queue
-    flip: bool = True  # random left-right flips
+    flip: Optional[bool] = None  # random left-right flips; null: the data set's default
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_fraction_of_examples_in_queue <= 1.0:
@@ -138,13 +142,18 @@ class Params:
     ablation: AblationParams = field(default_factory=AblationParams)
     # name -> overrides of the sections above, e.g. {"model": {"output": "softmax"}}
     ablations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the same, for variants on another data set (exercise 6): each fetches its own data
+    dataset_ablations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, overrides in self.ablations.items():
+        both = set(self.ablations) & set(self.dataset_ablations)
+        if both:
+            raise ParamsError(f"ablations and dataset_ablations share the names {sorted(both)}")
+        for name, overrides in {**self.ablations, **self.dataset_ablations}.items():
             if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)):
                 raise ParamsError(f"ablations: variant name {name!r} may hold only letters, "
                                   f"digits, '_' and '-'")
-            bad = set(overrides) & {"ablation", "ablations"}
+            bad = set(overrides) & {"ablation", "ablations", "dataset_ablations"}
             if bad:
                 raise ParamsError(f"ablations.{name}: a variant cannot override {sorted(bad)}")
             try:
@@ -163,12 +172,14 @@ def _deep_merge(base: dict, overrides: dict) -> dict:
 def variant_params(params: "Params", name: str) -> "Params":
     """The params of ablation variant ``name``: the baseline sections with the variant's
     overrides, trained for ``ablation.max_steps``."""
-    if name not in params.ablations:
-        raise ParamsError(f"no ablation variant {name!r}; defined: {', '.join(params.ablations)}")
+    variants = {**params.ablations, **params.dataset_ablations}
+    if name not in variants:
+        raise ParamsError(f"no ablation variant {name!r}; defined: {', '.join(variants)}")
     base = dataclasses.asdict(params)
     base.pop("ablations")
+    base.pop("dataset_ablations")
     base["train"]["max_steps"] = base["ablation"]["max_steps"]
-    return _build(Params, _deep_merge(base, params.ablations[name]), "")
+    return _build(Params, _deep_merge(base, variants[name]), "")
 
 
 # --------------------------------------------------------------------------- loader

@@ -78,8 +78,8 @@ def read_archive(archive: Path, wanted: set[str]) -> dict[str, bytes]:
 # --------------------------------------------------------------------------- records
 
 
-def parse_records(raw: bytes, spec: DatasetSpec, source: str,
-                  label_index: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def parse_records(raw: bytes, spec: DatasetSpec, source: str, label_index: int = 0,
+                  num_classes: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
     """Fixed-length records -> (uint8 images N x C x H x W, int64 labels N).
 
     Each record is ``spec.label_bytes`` label bytes then the pixels, channel
@@ -94,19 +94,20 @@ def parse_records(raw: bytes, spec: DatasetSpec, source: str,
             f"the file is truncated or not a {spec.name} record file.")
     records = np.frombuffer(raw, dtype=np.uint8).reshape(-1, size)
     labels = records[:, label_index].astype(np.int64)
-    bad = np.flatnonzero(labels >= spec.num_classes)
+    k = num_classes or spec.num_classes
+    bad = np.flatnonzero(labels >= k)
     if bad.size:
         i = int(bad[0])
         raise PrepareError(f"{source}: record {i} has label {labels[i]}; expected 0.."
-                           f"{spec.num_classes - 1} ({bad.size} records out of range).")
+                           f"{k - 1} ({bad.size} records out of range).")
     images = records[:, spec.label_bytes:].reshape(-1, *spec.image_shape).copy()
     return images, labels
 
 
-def parse_class_names(raw: bytes, spec: DatasetSpec, source: str) -> list[str]:
+def parse_class_names(raw: bytes, num_classes: int, source: str) -> list[str]:
     names = [line.strip() for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
-    if len(names) != spec.num_classes:
-        raise PrepareError(f"{source}: expected {spec.num_classes} class names, one a line; "
+    if len(names) != num_classes:
+        raise PrepareError(f"{source}: expected {num_classes} class names, one a line; "
                            f"found {len(names)}.")
     return names
 
@@ -124,43 +125,8 @@ def _replace_dir(tmp: Path, out: Path) -> None:
     os.replace(tmp, out)
 
 
-def prepare(archive: Path, out_dir: Path, spec: DatasetSpec) -> dict:
-    """Parse ``archive`` into ``out_dir`` (``{split}_images.npy``, ``{split}_labels.npy``,
-    ``meta.json``); return the metadata written."""
-    t0 = time.perf_counter()
-    archive, out_dir = Path(archive), Path(out_dir)
-    member = lambda name: f"{spec.folder}/{name}"  # noqa: E731
-    wanted = {member(f) for files in spec.splits.values() for f in files} | {member(spec.meta_file)}
-    found = read_archive(archive, wanted)
-    missing = sorted(wanted - set(found))
-    if missing:
-        raise PrepareError(f"{archive}: missing {', '.join(missing)}; expected the official "
-                           f"layout {spec.folder}/ with {', '.join(sorted(w.split('/')[-1] for w in wanted))}.")
-    t_read = time.perf_counter()
-
-    classes = parse_class_names(found[member(spec.meta_file)], spec, f"{archive}:{member(spec.meta_file)}")
-    arrays, counts = {}, {}
-    for split, files in spec.splits.items():
-        parts = [parse_records(found[member(f)], spec, f"{archive}:{member(f)}") for f in files]
-        arrays[f"{split}_images"] = np.concatenate([p[0] for p in parts])
-        arrays[f"{split}_labels"] = np.concatenate([p[1] for p in parts])
-        counts[split] = int(len(arrays[f"{split}_labels"]))
-    t_parse = time.perf_counter()
-
-    meta = {
-        "dataset": spec.name,
-        "classes": classes,
-        "num_classes": spec.num_classes,
-        "image_shape": list(spec.image_shape),
-        "counts": counts,
-        "file_counts": {split: [len(found[member(f)]) // spec.record_bytes for f in files]
-                        for split, files in spec.splits.items()},
-        "class_counts": {split: np.bincount(arrays[f"{split}_labels"],
-                                            minlength=spec.num_classes).tolist()
-                         for split in spec.splits},
-        "source_archive": archive.name,
-        "source_md5": md5_of(archive),
-    }
+def _write_outputs(out_dir: Path, arrays: dict, meta: dict) -> None:
+    """Write the arrays and meta.json under a temporary name, then rename into place."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -173,11 +139,160 @@ def prepare(archive: Path, out_dir: Path, spec: DatasetSpec) -> dict:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def prepare(archive: Path, out_dir: Path, spec: DatasetSpec, label: str = "fine") -> dict:
+    """Parse a binary-record archive (CIFAR-10, CIFAR-100) into ``out_dir``
+    (``{split}_images.npy``, ``{split}_labels.npy``, ``meta.json``); return the metadata."""
+    t0 = time.perf_counter()
+    archive, out_dir = Path(archive), Path(out_dir)
+    labels_of = spec.label_set(label)
+    member = lambda name: f"{spec.folder}/{name}"  # noqa: E731
+    wanted = {member(f) for files in spec.splits.values() for f in files} | {member(labels_of.names_file)}
+    found = read_archive(archive, wanted)
+    missing = sorted(wanted - set(found))
+    if missing:
+        raise PrepareError(f"{archive}: missing {', '.join(missing)}; expected the official "
+                           f"layout {spec.folder}/ with {', '.join(sorted(w.split('/')[-1] for w in wanted))}.")
+    t_read = time.perf_counter()
+
+    names_member = member(labels_of.names_file)
+    classes = parse_class_names(found[names_member], labels_of.num_classes, f"{archive}:{names_member}")
+    arrays, counts = {}, {}
+    for split, files in spec.splits.items():
+        parts = [parse_records(found[member(f)], spec, f"{archive}:{member(f)}", labels_of.index,
+                               labels_of.num_classes) for f in files]
+        arrays[f"{split}_images"] = np.concatenate([p[0] for p in parts])
+        arrays[f"{split}_labels"] = np.concatenate([p[1] for p in parts])
+        counts[split] = int(len(arrays[f"{split}_labels"]))
+    t_parse = time.perf_counter()
+
+    meta = {
+        "dataset": spec.name,
+        "label": label if len(spec.labels) > 1 else next(iter(spec.labels)),
+        "classes": classes,
+        "num_classes": labels_of.num_classes,
+        "image_shape": list(spec.image_shape),
+        "counts": counts,
+        "file_counts": {split: [len(found[member(f)]) // spec.record_bytes for f in files]
+                        for split, files in spec.splits.items()},
+        "class_counts": {split: np.bincount(arrays[f"{split}_labels"],
+                                            minlength=labels_of.num_classes).tolist()
+                         for split in spec.splits},
+        "flip": spec.flip,
+        "source_archive": archive.name,
+        "source_md5": md5_of(archive),
+    }
+    _write_outputs(out_dir, arrays, meta)
     t_end = time.perf_counter()
     log.info("prepared %s: %s records in %.2f s (read %.2f s, parse %.2f s, write %.2f s)",
              spec.name, ", ".join(f"{k} {v}" for k, v in counts.items()), t_end - t0,
              t_read - t0, t_parse - t_read, t_end - t_parse)
     return meta
+
+
+# --------------------------------------------------------------------------- SVHN
+
+
+def read_svhn_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(X as stored: 32 x 32 x 3 x N uint8, labels 0..9) from an SVHN MATLAB file."""
+    import scipy.io
+
+    if not Path(path).is_file():
+        raise PrepareError(f"{path}: no such file; run the download stage first "
+                           f"(`dvc repro download`).")
+    try:
+        mat = scipy.io.loadmat(path, variable_names=["X", "y"])
+    except Exception as exc:  # scipy raises several types for damaged files
+        raise PrepareError(f"{path}: not a readable MATLAB file ({type(exc).__name__}: {exc}).") from None
+    if "X" not in mat or "y" not in mat:
+        raise PrepareError(f"{path}: expected variables X and y, found "
+                           f"{sorted(k for k in mat if not k.startswith('__'))}.")
+    x, y = mat["X"], np.asarray(mat["y"]).reshape(-1)
+    if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.dtype != np.uint8:
+        raise PrepareError(f"{path}: expected X of 32 x 32 x 3 x N uint8, found {x.dtype} "
+                           f"{' x '.join(map(str, x.shape))}.")
+    if len(y) != x.shape[3]:
+        raise PrepareError(f"{path}: X holds {x.shape[3]} images but y {len(y)} labels.")
+    bad = np.flatnonzero((y < 1) | (y > 10) | (y != np.round(y)))
+    if bad.size:
+        raise PrepareError(f"{path}: label {y[bad[0]]} at index {bad[0]}; expected 1..10 "
+                           f"(10 meaning the digit 0).")
+    return x, (y.astype(np.int64) % 10)
+
+
+def prepare_svhn(raw_dir: Path, out_dir: Path, spec: DatasetSpec, extra: bool = False,
+                 chunk: int = 8192) -> dict:
+    """SVHN's MATLAB files -> the same cached tensors as CIFAR. Images are copied to the
+    output in chunks, so the peak memory is one file's X, not two copies of it."""
+    t0 = time.perf_counter()
+    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    splits = {"train": list(spec.splits["train"]) + (list(spec.optional_files) if extra else []),
+              "test": list(spec.splits["test"])}
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    counts, file_counts, class_counts, md5s = {}, {}, {}, {}
+    try:
+        for split, files in splits.items():
+            parts_labels, sizes, images_out = [], [], None
+            for name in files:
+                x, y = read_svhn_mat(raw_dir / name)
+                md5s[name] = md5_of(raw_dir / name)
+                n = x.shape[3]
+                if images_out is None:  # size the output from every file of the split
+                    total = n + sum(_svhn_count(raw_dir / f) for f in files[1:])
+                    images_out = open(tmp / f"{split}_images.npy", "wb")
+                    np.lib.format.write_array_header_1_0(images_out, {
+                        "descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
+                        "fortran_order": False, "shape": (total, 3, 32, 32)})
+                for i in range(0, n, chunk):  # N x C x rows x cols from rows x cols x C x N
+                    images_out.write(np.ascontiguousarray(
+                        x[:, :, :, i:i + chunk].transpose(3, 2, 0, 1)).tobytes())
+                parts_labels.append(y)
+                sizes.append(n)
+                del x
+            images_out.close()
+            labels = np.concatenate(parts_labels)
+            np.save(tmp / f"{split}_labels.npy", labels, allow_pickle=False)
+            counts[split], file_counts[split] = int(len(labels)), sizes
+            class_counts[split] = np.bincount(labels, minlength=10).tolist()
+        labels_of = spec.label_set("digit")
+        meta = {"dataset": spec.name, "label": "digit", "classes": list(labels_of.names),
+                "num_classes": labels_of.num_classes, "image_shape": list(spec.image_shape),
+                "counts": counts, "file_counts": file_counts, "class_counts": class_counts,
+                "flip": spec.flip, "svhn_extra": extra, "source_md5": md5s}
+        (tmp / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+        _replace_dir(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("prepared svhn: %s images in %.2f s", ", ".join(f"{k} {v}" for k, v in counts.items()),
+             time.perf_counter() - t0)
+    return meta
+
+
+def _svhn_count(path: Path) -> int:
+    """The number of images in an SVHN file, from its y variable alone."""
+    import scipy.io
+
+    try:
+        return int(np.asarray(scipy.io.loadmat(path, variable_names=["y"])["y"]).size)
+    except FileNotFoundError:
+        raise PrepareError(f"{path}: no such file; run the download stage first.") from None
+    except Exception as exc:
+        raise PrepareError(f"{path}: not a readable MATLAB file ({exc}).") from None
+
+
+def prepare_dataset(raw_dir: Path, out_dir: Path, data) -> dict:
+    """The preprocess stage for ``data`` (DataParams): whichever format the set has."""
+    from .datasets import get_dataset
+
+    spec = get_dataset(data.dataset)
+    if spec.format == "svhn_mat":
+        return prepare_svhn(raw_dir, out_dir, spec, extra=data.svhn_extra)
+    return prepare(Path(raw_dir) / spec.archive_name, out_dir, spec, data.label)
 
 
 @dataclass

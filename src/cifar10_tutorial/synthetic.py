@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .datasets import CIFAR10, DatasetSpec
+from .datasets import CIFAR10, CIFAR100, SVHN, DatasetSpec
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
            "dog", "frog", "horse", "ship", "truck"]
@@ -83,6 +83,49 @@ def make_cifar10_archive(path: Path, train_per_batch: int = 20, test: int = 30,
     for split, p in parts.items():
         out[f"{split}_images"] = np.concatenate([a for a, _ in p])
         out[f"{split}_labels"] = np.concatenate([b for _, b in p])
+    return out
+
+
+def make_cifar100_archive(path: Path, train: int = 60, test: int = 30, seed: int = 0) -> dict:
+    """A CIFAR-100-layout archive: records of coarse byte, fine byte, 3072 pixels."""
+    rng = np.random.default_rng(seed)
+    members, out = {}, {}
+    for split, n in (("train", train), ("test", test)):
+        fine = rng.integers(0, 100, size=n).astype(np.uint8)
+        coarse = (fine // 5).astype(np.uint8)
+        images = rng.integers(0, 256, size=(n, 3, 32, 32), dtype=np.uint8)
+        rec = np.concatenate([coarse[:, None], fine[:, None], images.reshape(n, -1)], axis=1)
+        members[f"{CIFAR100.folder}/{split}.bin"] = rec.tobytes()
+        out[f"{split}_images"], out[f"{split}_fine"], out[f"{split}_coarse"] = images, fine, coarse
+    members[f"{CIFAR100.folder}/coarse_label_names.txt"] = \
+        "".join(f"superclass_{i}\n" for i in range(20)).encode()
+    members[f"{CIFAR100.folder}/fine_label_names.txt"] = \
+        "".join(f"class_{i}\n" for i in range(100)).encode()
+    out["md5"] = write_tar_gz(path, members)
+    return out
+
+
+def make_svhn_files(folder: Path, train: int = 60, test: int = 30, extra: int = 0,
+                    seed: int = 0) -> dict:
+    """SVHN-layout MATLAB files (X: 32 x 32 x 3 x N uint8, y: N x 1 in 1..10, 10 for
+    the digit 0) with learnable images; returns the images (N x 3 x 32 x 32) and
+    labels (0..9) written, per file."""
+    import scipy.io
+
+    rng = np.random.default_rng(seed)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, n in (("train_32x32.mat", train), ("test_32x32.mat", test),
+                    ("extra_32x32.mat", extra)):
+        if n == 0:
+            continue
+        digits = rng.integers(0, 10, size=n)
+        images = learnable_images(digits, rng, 10)
+        x = np.ascontiguousarray(images.transpose(2, 3, 1, 0))  # rows x cols x C x N
+        y = np.where(digits == 0, 10, digits).astype(np.uint8)[:, None]
+        scipy.io.savemat(folder / name, {"X": x, "y": y})
+        out[name] = (images, digits.astype(np.int64))
     return out
 
 

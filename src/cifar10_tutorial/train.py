@@ -307,8 +307,9 @@ def make_batches(params: Params, data: Prepared, images: torch.Tensor, labels: t
     """The batch source of this rank: its slice of each global batch (permutation), or a
     shuffle queue over its own disjoint shard of the records (queue)."""
     inp, tr = params.input, params.train
+    flip = inp.flip if inp.flip is not None else bool(data.meta.get("flip", True))
     if inp.shuffle == "permutation":
-        return PermutationBatches(images, labels, tr.batch_size, tr.seed, flip=inp.flip,
+        return PermutationBatches(images, labels, tr.batch_size, tr.seed, flip=flip,
                                   rank=d.rank, world=d.world)
     file_counts = data.meta.get("file_counts", {}).get("train") or [len(labels)]
     if d.active:  # every world-th record of each file
@@ -319,7 +320,7 @@ def make_batches(params: Params, data: Prepared, images: torch.Tensor, labels: t
         file_counts = shard_file_counts(file_counts, d.rank, d.world)
     min_after = int(inp.min_fraction_of_examples_in_queue * len(labels))
     return ShuffleQueue(images, labels, tr.batch_size, tr.seed, min_after_dequeue=min_after,
-                        file_counts=file_counts, num_threads=inp.num_threads, flip=inp.flip,
+                        file_counts=file_counts, num_threads=inp.num_threads, flip=flip,
                         state=state or None, rank=d.rank)
 
 
