@@ -57,10 +57,10 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     set_section(project, "input", num_threads=1)
     set_section(project, "eval", batch_size=50)
     commit(project, "tiny ablations")
-    out = dvc(project, "repro", "report").stdout
+    out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
     names = list(yaml.safe_load((project / "params.yaml").read_text())["ablations"])
     for name in names:
-        assert f"Running stage 'ablation@{name}'" in out
+        assert f"Running stage 'reports/dvc.yaml:ablation@{name}'" in out
     assert "Running stage 'train'" not in out  # the ablations do not need the main run
     rep = project / "reports"
     text = (rep / "report.md").read_text()
@@ -90,8 +90,9 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     assert "Training is identical" in text
     # changing one variant reruns only that variant and the report
     set_section(project, "ablations", no_lrn={"model": {"lrn": False}, "train": {"seed": 1}})
-    out = dvc(project, "repro", "report").stdout
+    out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
     ran = [l for l in out.splitlines() if l.startswith("Running stage")]
-    assert ran == ["Running stage 'ablation@no_lrn':", "Running stage 'report':"]
+    assert ran == ["Running stage 'reports/dvc.yaml:ablation@no_lrn':",
+                   "Running stage 'reports/dvc.yaml:report':"]
     shown = dvc(project, "plots", "show", "--json").stdout
     assert "reports/plots/loss_curves.png" in shown

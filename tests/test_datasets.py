@@ -162,15 +162,15 @@ def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     commit(project, "tiny")
     # the main pipeline on SVHN, only data.dataset (and the local files) changed
     out = dvc(project, "exp", "run", "-S", "data.dataset=svhn", "-S", f"data.url={tmp_path / 'svhn'}",
-              "-S", "data.md5=null", "evaluate").stdout
+              "-S", "data.md5=null").stdout
     assert "Running stage 'preprocess'" in out and "Running stage 'evaluate'" in out
     meta = load_prepared(project / "data/prepared").meta
     assert meta["dataset"] == "svhn" and meta["flip"] is False and meta["counts"]["test"] == 60
     per_class = (project / "reports/eval/per_class.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in per_class[1:]] == [str(d) for d in range(10)]
     # exercise 6: the dataset variant fetches its own data; the report gains its table
-    out = dvc(project, "repro", "dataset_ablation@svhn", "report").stdout
-    assert "Running stage 'dataset_ablation@svhn'" in out
+    out = dvc(project, "repro", "reports/dvc.yaml:dataset_ablation@svhn", "reports/dvc.yaml:report").stdout
+    assert "Running stage 'reports/dvc.yaml:dataset_ablation@svhn'" in out
     m = __import__("json").loads((project / "reports/dataset_ablations/svhn/metrics.json").read_text())
     assert m["dataset"] == "svhn" and m["num_examples"] == 60 and m["num_train"] == 200
     text = (project / "reports/report.md").read_text()

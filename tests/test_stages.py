@@ -150,23 +150,24 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     set_section(project, "train", max_steps=12, batch_size=32, log_every=4, checkpoint_every=6,
                 summary_every=6, device="cpu")
     set_section(project, "input", min_fraction_of_examples_in_queue=0.1, num_threads=1)
-    out = dvc(project, "repro", "evaluate").stdout
+    out = dvc(project, "repro").stdout  # the main pipeline; the exercises are reports/dvc.yaml
     for stage in ("download", "preprocess", "train", "evaluate"):
         assert f"Running stage '{stage}'" in out
     assert "ablation" not in out
     metrics = yaml.safe_load((project / "reports/eval/metrics.json").read_text())
     assert 0 <= metrics["precision_at_1"] <= 1 and metrics["num_examples"] == 100
-    assert "Data and pipelines are up to date" in dvc(project, "repro", "evaluate").stdout
+    assert "Data and pipelines are up to date" in dvc(project, "repro").stdout
     shown = dvc(project, "metrics", "show", "--json").stdout
     assert "precision_at_1_raw" in shown and "num_params" in shown
     commit(project, "first run")
-    out = dvc(project, "exp", "run", "-S", "train.batch_size=64", "evaluate").stdout
+    out = dvc(project, "exp", "run", "-S", "train.batch_size=64").stdout
     assert "Running stage 'train'" in out and "Running stage 'download'" not in out
+    assert "ablation" not in out
     diff = dvc(project, "metrics", "diff", "--json").stdout
     assert "reports/eval/metrics.json" in diff and "reports/train/metrics.json" in diff
     plots = dvc(project, "plots", "show", "--json").stdout
     assert "reports/eval/predictions.csv" in plots and "loss_avg" in plots
-    bad = subprocess.run([DVC, "exp", "run", "-S", "+train.batchsize=64", "evaluate"], cwd=project,
+    bad = subprocess.run([DVC, "exp", "run", "-S", "+train.batchsize=64"], cwd=project,
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0
     assert "unknown key train.batchsize" in bad.stdout + bad.stderr
