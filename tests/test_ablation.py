@@ -40,7 +40,7 @@ def test_bad_variants_are_errors(ablations, expected):
 
 
 def test_report_needs_results(tmp_path):
-    with pytest.raises(PipelineError, match=r"no ablation results.*dvc repro ablation"):
+    with pytest.raises(PipelineError, match=r"no ablation results.*dvc repro reports/dvc.yaml:report"):
         make_report(tmp_path / "none", tmp_path / "out")
 
 

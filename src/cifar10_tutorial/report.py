@@ -28,7 +28,7 @@ def load_variants(root: Path) -> pd.DataFrame:
         rows.append(json.loads(path.read_text()))
     if not rows:
         raise PipelineError(f"{root}: no ablation results (*/metrics.json); run the ablation "
-                            f"stages first (`dvc repro ablation`).")
+                            f"stages first (`dvc repro reports/dvc.yaml:report`).")
     return pd.DataFrame(rows).set_index("variant")
 
 
@@ -74,7 +74,7 @@ def make_report(ablations_root: Path = Path("reports/ablations"), out: Path = Pa
         missing = [v for v in variants if v not in df.index]
         if missing:
             raise PipelineError(f"{ablations_root}: no results for {', '.join(missing)}; run "
-                                f"`dvc repro` for the ablation stages first.")
+                                f"`dvc repro reports/dvc.yaml:report` first.")
         df = df.loc[variants]
     tables, plots = out / "tables", out / "plots"
     tables.mkdir(parents=True, exist_ok=True)
@@ -305,9 +305,9 @@ def make_report(ablations_root: Path = Path("reports/ablations"), out: Path = Pa
         names = ", ".join(f"`{n}`" for n in dataset_variants) or "none is defined"
         md += [f"*Not run here:* no results for the data-set variants ({names}). SVHN's files "
                f"(http://ufldl.stanford.edu/housenumbers/) could not be fetched where this report "
-               f"was made. Where they can be, run `dvc repro dataset_ablation@svhn` (or point "
+               f"was made. Where they can be, run `dvc repro reports/dvc.yaml:dataset_ablation@svhn` (or point "
                f"`dataset_ablations.svhn.data.url` at a local copy of the files), then "
-               f"`dvc repro report`: this section then shows its table.", ""]
+               f"`dvc repro reports/dvc.yaml:report`: this section then shows its table.", ""]
 
     # ---- no LRN
     if base is not None and has("no_lrn"):
