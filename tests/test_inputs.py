@@ -140,7 +140,7 @@ def test_shuffle_queue_fills_before_the_first_batch_and_keeps_invariants():
         q.close()
 
 
-@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("threads", [0, 1, 3])
 def test_shuffle_queue_is_reproducible_and_resumes_exactly(threads):
     images, labels = toy_data()
     kw = dict(batch_size=16, seed=0, min_after_dequeue=100, file_counts=[120] * 5, chunk_size=32)

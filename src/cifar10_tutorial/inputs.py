@@ -249,7 +249,7 @@ class ShuffleQueue:
         self._stop = False
         self._error: Optional[BaseException] = None
         self._threads = [threading.Thread(target=self._worker, daemon=True, name=f"queue-{i}")
-                         for i in range(max(1, num_threads))]
+                         for i in range(num_threads)]  # none: filled inline by get()
         for t in self._threads:
             t.start()
 
@@ -314,9 +314,28 @@ class ShuffleQueue:
                 self._error = exc
                 self._cond.notify_all()
 
+    def _fill_inline(self) -> None:
+        """Top the queue up in the calling thread (``num_threads=0``): the same stream
+        and the same examples as the workers would enqueue, without threads that
+        compete with the training step for the cores."""
+        while self.count < self.capacity:
+            start = self.enqueued
+            end = min((start // self.chunk_size + 1) * self.chunk_size,
+                      start + self.capacity - self.count)
+            positions = torch.arange(start, end)
+            images, labels = self._examples_at(positions)
+            sl = slice(self.count, self.count + len(positions))
+            self.buf_images[sl] = images
+            self.buf_labels[sl] = labels
+            self.buf_ids[sl] = positions
+            self.count += len(positions)
+            self.enqueued = end
+
     # -- consuming
     def get(self, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         b = self.batch_size
+        if not self._threads:
+            self._fill_inline()
         with self._cond:
             self._cond.wait_for(lambda: self._error is not None or self.count == self.capacity)
             if self._error is not None:

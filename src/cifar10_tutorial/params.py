@@ -65,15 +65,15 @@ class InputParams:
 
     shuffle: Literal["queue", "permutation"] = "queue"
     min_fraction_of_examples_in_queue: float = 0.4  # queue fill before the first batch
-    num_threads: int = 2  # workers that fill the shuffle queue
+    num_threads: int = 0  # workers that fill the shuffle queue; 0: filled inline between steps
     flip: Optional[bool] = None  # random left-right flips; null: the data set's default
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_fraction_of_examples_in_queue <= 1.0:
             raise ParamsError("input.min_fraction_of_examples_in_queue: expected a number in "
                               f"[0, 1], found {self.min_fraction_of_examples_in_queue}")
-        if self.num_threads < 1:
-            raise ParamsError(f"input.num_threads: expected >= 1, found {self.num_threads}")
+        if self.num_threads < 0:
+            raise ParamsError(f"input.num_threads: expected >= 0, found {self.num_threads}")
 
 
 @dataclass(frozen=True)
