@@ -3,9 +3,7 @@ verified against data.md5."""
 from pathlib import Path
 
 from cifar10_tutorial.cli import run_stage, stage_parser
-from cifar10_tutorial.datasets import get_dataset, sources
-from cifar10_tutorial.download import (DownloadOptions, check_gzip_tar, check_mat,
-                                       clean_partial_dir, fetch)
+from cifar10_tutorial.download import DownloadOptions, fetch_dataset
 from cifar10_tutorial.params import load_params
 
 RAW_DIR = Path("data/raw")
@@ -17,12 +15,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds without data per attempt")
     ap.add_argument("--retries", type=int, default=5, help="attempts for transient errors")
     args = ap.parse_args()
-    data = load_params(args.params).data
-    check = check_mat if get_dataset(data.dataset).format == "svhn_mat" else check_gzip_tar
     opts = DownloadOptions(timeout=args.timeout, retries=args.retries)
-    for url, md5, name in sources(data):
-        fetch(url, md5, RAW_DIR / name, PARTIAL_DIR, opts, check)
-    clean_partial_dir(PARTIAL_DIR)
+    fetch_dataset(load_params(args.params).data, RAW_DIR, PARTIAL_DIR, opts)
 
 
 if __name__ == "__main__":

@@ -43,17 +43,13 @@ def dataset_variant_paths(name: str) -> VariantPaths:
 
 def prepare_variant_data(params: Params, name: str, paths: VariantPaths) -> Prepared:
     """Download and preprocess the data set of a dataset variant into its own folders."""
-    from .datasets import get_dataset, sources
-    from .download import check_gzip_tar, check_mat, clean_partial_dir, fetch
+    from .download import fetch_dataset
     from .prepare import load_prepared, prepare_dataset
 
     data = variant_params(params, name).data
     root = paths.data_root / name
     if int(os.environ.get("RANK", "0")) == 0:
-        check = check_mat if get_dataset(data.dataset).format == "svhn_mat" else check_gzip_tar
-        for url, md5, file in sources(data):
-            fetch(url, md5, root / "raw" / file, Path("data/.downloads"), check=check)
-        clean_partial_dir(Path("data/.downloads"))
+        fetch_dataset(data, root / "raw", Path("data/.downloads"))
         if not (root / "prepared" / "meta.json").is_file():
             prepare_dataset(root / "raw", root / "prepared", data)
     else:  # the other ranks wait for rank 0's files

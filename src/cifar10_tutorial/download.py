@@ -229,3 +229,15 @@ def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
 def clean_partial_dir(partial_dir: Path) -> None:
     if partial_dir.is_dir() and not any(partial_dir.iterdir()):
         shutil.rmtree(partial_dir, ignore_errors=True)
+
+
+def fetch_dataset(data, raw_dir: Path, partial_dir: Path,
+                  opts: DownloadOptions = DownloadOptions()) -> list[Path]:
+    """Fetch every file of ``data`` (DataParams) into ``raw_dir``, each verified."""
+    from .datasets import get_dataset, sources
+
+    check = check_mat if get_dataset(data.dataset).format == "svhn_mat" else check_gzip_tar
+    paths = [fetch(url, md5, Path(raw_dir) / name, partial_dir, opts, check)
+             for url, md5, name in sources(data)]
+    clean_partial_dir(partial_dir)
+    return paths
