@@ -60,17 +60,22 @@ def md5_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def _html_hint(head: bytes) -> str:
+    """A sentence for a downloaded file that is really a web page, else nothing."""
+    if head.lstrip().lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head")):
+        return (" It looks like an HTML page: the server probably returned an error or login "
+                "page instead of the file.")
+    return ""
+
+
 def check_gzip_tar(path: Path, source: str) -> None:
     """Fail clearly unless ``path`` is a readable gzip-compressed tar archive."""
     with open(path, "rb") as f:
         head = f.read(64)
     if head[:2] != b"\x1f\x8b":
-        looks_html = head.lstrip().lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head"))
-        hint = (" It looks like an HTML page: the server probably returned an error or login "
-                "page instead of the archive." if looks_html else "")
         raise DownloadError(
             f"{source} is not a gzip-compressed tar archive: expected the gzip signature "
-            f"1f 8b, found {head[:16]!r}.{hint} {MIRROR_HINT}")
+            f"1f 8b, found {head[:16]!r}.{_html_hint(head)} {MIRROR_HINT}")
     try:
         with tarfile.open(path, "r:gz") as tf:
             if tf.next() is None:
@@ -86,11 +91,9 @@ def check_mat(path: Path, source: str) -> None:
     with open(path, "rb") as f:
         head = f.read(128)
     if not head.startswith(b"MATLAB 5.0 MAT-file"):
-        looks_html = head.lstrip().lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head"))
-        hint = " It looks like an HTML page: the server probably returned an error page." \
-            if looks_html else ""
         raise DownloadError(f"{source} is not a MATLAB 5.0 MAT-file: expected the header "
-                            f"'MATLAB 5.0 MAT-file', found {head[:24]!r}.{hint} {MIRROR_HINT}")
+                            f"'MATLAB 5.0 MAT-file', found {head[:24]!r}.{_html_hint(head)} "
+                            f"{MIRROR_HINT}")
 
 
 def _local_source(url: str) -> Optional[Path]:

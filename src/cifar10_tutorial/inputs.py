@@ -312,18 +312,23 @@ class ShuffleQueue:
                         if self._stop:
                             return
                         k = min(self.capacity - self.count, len(rows) - done)
-                        sl = slice(self.count, self.count + k)
-                        self.buf_images[sl] = images[done:done + k]
-                        self.buf_labels[sl] = labels[done:done + k]
-                        self.buf_ids[sl] = positions[done:done + k]
-                        self.count += k
-                        self.enqueued += k
+                        self._put(images[done:done + k], labels[done:done + k],
+                                  positions[done:done + k])
                         done += k
                         self._cond.notify_all()
         except BaseException as exc:  # surfaced by the next dequeue
             with self._cond:
                 self._error = exc
                 self._cond.notify_all()
+
+    def _put(self, images: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor) -> None:
+        """Append examples (the next stream positions, in order) after the queued ones."""
+        sl = slice(self.count, self.count + len(positions))
+        self.buf_images[sl] = images
+        self.buf_labels[sl] = labels
+        self.buf_ids[sl] = positions
+        self.count += len(positions)
+        self.enqueued += len(positions)
 
     def _fill_inline(self) -> None:
         """Top the queue up in the calling thread (``num_threads=0``): the same stream
@@ -334,13 +339,7 @@ class ShuffleQueue:
             end = min((start // self.chunk_size + 1) * self.chunk_size,
                       start + self.capacity - self.count)
             positions = torch.arange(start, end)
-            images, labels = self._examples_at(positions)
-            sl = slice(self.count, self.count + len(positions))
-            self.buf_images[sl] = images
-            self.buf_labels[sl] = labels
-            self.buf_ids[sl] = positions
-            self.count += len(positions)
-            self.enqueued = end
+            self._put(*self._examples_at(positions), positions)
 
     # -- consuming
     def get(self, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -433,7 +433,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                  "ema": ema.state_dict(), "input": inputs, "signature": signature,
                  "params": to_dict(params), "classes": data.classes,
                  "num_classes": data.num_classes, "world_size": d.world,
-                 "loss_avg": loss_avg, "elapsed": elapsed + time.perf_counter() - t0,
+                 "loss_avg": loss_avg_t.item(), "elapsed": elapsed + time.perf_counter() - t0,
                  "torch_rng": torch.get_rng_state()}
         atomic_save(state, paths.checkpoints / f"ckpt-{step:08d}.pt")
         for old in list_checkpoints(paths.checkpoints)[:-KEEP_CHECKPOINTS]:
@@ -514,11 +514,9 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 else:
                     stop_now = False  # several processes agree on stopping at log steps only
                 if step % tr.checkpoint_every == 0 or step == tr.max_steps:
-                    loss_avg = loss_avg_t.item()
                     save(step)
                 if stop_now:
                     signum = stop.requested or signal.SIGTERM
-                    loss_avg = loss_avg_t.item()
                     if step % tr.checkpoint_every and step != tr.max_steps:
                         save(step)
                     if d.main:
