@@ -1,8 +1,13 @@
 """Throughput benchmark (not a stage of the pipeline): the project's train step with its real
-input pipeline, the same step on a fixed batch, a typical torchvision DataLoader + PIL pipeline,
-and evaluation, one after another; prints a table and writes reports/benchmark.json.
+input pipeline (as params.yaml sets it, and under bf16 autocast), the same step on a fixed
+batch, a typical torchvision DataLoader + PIL pipeline, TensorFlow (Keras + tf.data, with
+--tf-python) and evaluation, one after another; prints a table, writes reports/benchmark.json.
 
-    python stages/benchmark.py [--windows 5 --steps 20 --warmup 10]
+    python stages/benchmark.py [--windows 7 --steps 40 --warmup 10] [--tf-python PYTHON]
+
+TensorFlow is not a dependency of this project: give --tf-python a Python that has it, e.g.
+    python3 -m venv ../tfvenv && ../tfvenv/bin/pip install tensorflow-cpu==2.21.0
+    python stages/benchmark.py --tf-python ../tfvenv/bin/python
 """
 from pathlib import Path
 
@@ -15,13 +20,15 @@ from cifar10_tutorial.prepare import load_prepared
 def main() -> None:
     ap = stage_parser(__doc__)
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps before each pipeline")
-    ap.add_argument("--windows", type=int, default=5, help="timed windows (the median is reported)")
-    ap.add_argument("--steps", type=int, default=20, help="steps per window")
+    ap.add_argument("--windows", type=int, default=7, help="timed windows (the median is reported)")
+    ap.add_argument("--steps", type=int, default=40, help="steps per window")
     ap.add_argument("--data", type=Path, default=Path("data/prepared"))
     ap.add_argument("--out", type=Path, default=Path("reports/benchmark.json"))
+    ap.add_argument("--tf-python", help="a Python with TensorFlow, for the TensorFlow baseline")
     args = ap.parse_args()
     result = run_benchmark(load_params(args.params), load_prepared(args.data), args.warmup,
-                           args.windows, args.steps, out=args.out)
+                           args.windows, args.steps, out=args.out, tf_python=args.tf_python,
+                           data_dir=args.data)
     print(format_table(result))
     print(f"wrote {args.out}")
 

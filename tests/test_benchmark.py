@@ -1,8 +1,14 @@
+import importlib.util
 import json
+import sys
 
+import numpy as np
+import pytest
 import torch
 
-from cifar10_tutorial.benchmark import TutorialJitter, format_table, run_benchmark, typical_model
+from cifar10_tutorial.benchmark import (TutorialJitter, format_table, run_benchmark,
+                                        tensorflow_figures, typical_model)
+from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.model import num_params
 from conftest import tiny_params
 
@@ -12,11 +18,34 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     out = tmp_path / "benchmark.json"
     r = run_benchmark(params, synth_data, warmup=1, windows=2, steps=2, typical_workers=0, out=out)
     saved = json.loads(out.read_text())
-    for key in ("project", "fixed_batch", "typical", "eval"):
+    for key in ("project", "fixed_batch", "project_bf16", "typical", "eval"):
         assert len(saved[key]) == (3 if key == "eval" else 2) and all(v > 0 for v in saved[key])
-    assert saved["ratios"]["project_vs_typical"] == r["median_examples_per_sec"]["project"] / \
-        r["median_examples_per_sec"]["typical"]
-    assert "project / typical" in format_table(r)
+    med = r["median_examples_per_sec"]
+    assert saved["ratios"]["project_vs_typical"] == med["project"] / med["typical"]
+    assert saved["ratios"]["project_bf16_vs_typical"] == med["project_bf16"] / med["typical"]
+    paired = sorted(1 - p / f for p, f in zip(saved["project"], saved["fixed_batch"]))
+    assert saved["ratios"]["input_pipeline_overhead"] == pytest.approx(sum(paired) / 2)
+    assert "tensorflow" not in saved and "project_vs_tensorflow" not in saved["ratios"]
+    table = format_table(r)
+    assert "project / typical" in table and "TensorFlow not measured" in table
+
+
+def test_tensorflow_baseline_without_tensorflow_is_a_clear_error(tmp_path):
+    with pytest.raises(PipelineError, match="tensorflow-cpu"):
+        tensorflow_figures(sys.executable, tmp_path, 16, 1, 2, 2)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None, reason="TensorFlow not installed")
+def test_tensorflow_baseline_runs(synth_data, tmp_path):
+    from cifar10_tutorial.tf_baseline import run
+
+    data = tmp_path / "prepared"
+    data.mkdir()
+    np.save(data / "train_images.npy", synth_data.train_images)
+    np.save(data / "train_labels.npy", synth_data.train_labels)
+    (data / "meta.json").write_text(json.dumps(synth_data.meta))
+    out = run(data, 16, 1, 2, 2)
+    assert len(out["examples_per_sec"]) == 2 and min(out["examples_per_sec"]) > 0
 
 
 def test_typical_pipeline_is_the_same_network_and_distortions():

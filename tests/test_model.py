@@ -69,6 +69,37 @@ def test_lrn_channels_last_and_float32():
     torch.testing.assert_close(TFLocalResponseNorm(64)(x), tf_lrn_reference(x), rtol=1e-5, atol=1e-6)
 
 
+def test_lrn_gradient_matches_autograd_of_the_tf_formula():
+    x = (torch.randn(3, 64, 5, 5, dtype=torch.float64) * 20).requires_grad_()
+    g = torch.randn(3, 64, 5, 5, dtype=torch.float64)
+    (want,) = torch.autograd.grad(tf_lrn_reference(x), x, g)
+    (got,) = torch.autograd.grad(TFLocalResponseNorm(64).double()(x), x, g)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    small = (torch.randn(2, 16, 3, 3, dtype=torch.float64) * 5).requires_grad_()
+    assert torch.autograd.gradcheck(TFLocalResponseNorm(16).double(), (small,))
+    # float32 in channels_last, as in training
+    x32 = x.detach().float().contiguous(memory_format=torch.channels_last).requires_grad_()
+    (got32,) = torch.autograd.grad(TFLocalResponseNorm(64)(x32), x32, g.float())
+    torch.testing.assert_close(got32.double(), want, rtol=1e-4, atol=1e-6)
+
+
+def test_relu_after_pool1_gives_the_reference_values_and_gradients():
+    """features() applies conv1's ReLU after the pool; the reference order gives the same."""
+    torch.manual_seed(0)
+    model = CifarNet().double()
+    x = torch.randn(4, 3, 24, 24, dtype=torch.float64)
+
+    def reference_features(m, x):
+        x = m.norm1(tf_same_max_pool(F.relu(m.conv1(x))))
+        return tf_same_max_pool(m.norm2(F.relu(m.conv2(x))))
+    g = torch.randn(4, 64, 6, 6, dtype=torch.float64)
+    want = torch.autograd.grad(reference_features(model, x), list(model.parameters())[:4], g)
+    got = torch.autograd.grad(model.features(x), list(model.parameters())[:4], g)
+    torch.testing.assert_close(model.features(x), reference_features(model, x), rtol=0, atol=0)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_truncated_normal_initialisation_and_biases():
     torch.manual_seed(0)
     model = CifarNet()

@@ -14,6 +14,7 @@ from cifar10_tutorial.evaluate import evaluate
 from cifar10_tutorial.model import CifarNet
 from cifar10_tutorial.params import to_dict
 from cifar10_tutorial.train import (TrainingError, TrainPaths, WeightAverage, ema_decay,
+                                    make_step, training_model,
                                     learning_rate, load_checkpoint, loss_terms, train)
 from conftest import ROOT, tiny_params, write_train_project
 
@@ -58,6 +59,48 @@ def test_loss_and_weight_decay_on_a_known_case():
     assert ce.item() == pytest.approx(expected_ce.item(), rel=1e-6)
     l2 = (384 * 2304 * 0.01 ** 2 + 192 * 384 * 0.02 ** 2) / 2
     assert wd.item() == pytest.approx(0.004 * l2, rel=1e-5)
+
+
+def _one_step(params, x, y, steps=1):
+    """Loss of the first step and the weights after ``steps`` steps, from the same start."""
+    model = training_model(params, 10, torch.device("cpu"))
+    opt = torch.optim.SGD(model.parameters(), lr=params.train.initial_lr)
+    step = make_step(model, model, opt, params.train, torch.device("cpu"))
+    first = step(x, y)[0].item()
+    for _ in range(steps - 1):
+        step(x, y)
+    return first, model.state_dict()
+
+
+@pytest.mark.parametrize("option", [{"channels_last": False}, {"precision": "bf16"}])
+def test_speed_options_train_the_same_network(option):
+    """NCHW and bf16 autocast: the same loss and update as the default, up to rounding."""
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 3, 24, 24), torch.randint(0, 10, (32,))
+    torch.manual_seed(1)
+    ref_loss, ref = _one_step(tiny_params(), x, y, steps=3)
+    torch.manual_seed(1)
+    loss, got = _one_step(tiny_params(train=option), x, y, steps=3)
+    tol = 2e-2 if option.get("precision") == "bf16" else 1e-5  # bf16: 8 bits of mantissa
+    assert loss == pytest.approx(ref_loss, rel=tol)
+    for k in ref:
+        torch.testing.assert_close(got[k].float(), ref[k], rtol=tol, atol=tol * 0.1)
+        assert got[k].dtype == torch.float32  # weights stay float32 under autocast
+    if option.get("precision") == "bf16":  # and bf16 really ran: not bit-identical
+        assert any(not torch.equal(got[k], ref[k]) for k in ref)
+
+
+def test_compiled_step_matches_the_eager_step():
+    """train.compile: true (about 20 s to compile on 2 CPU cores) computes the same step."""
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 3, 24, 24), torch.randint(0, 10, (8,))
+    torch.manual_seed(1)
+    ref_loss, ref = _one_step(tiny_params(), x, y, steps=2)
+    torch.manual_seed(1)
+    loss, got = _one_step(tiny_params(train={"compile": True}), x, y, steps=2)
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-5)
 
 
 def test_short_run_learns_the_synthetic_set(synth_data, tmp_path):

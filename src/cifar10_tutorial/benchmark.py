@@ -1,14 +1,21 @@
-"""Throughput benchmark: the project's train step against the usual PyTorch pipeline.
+"""Throughput benchmark: the project's train step against the usual PyTorch
+and TensorFlow pipelines, on the same machine, in one invocation.
 
-Measured one after another in one invocation, each as the median of several
-timed windows after a warm-up:
+Each figure is the median of several timed windows after a warm-up:
 
-* ``project``: the train step with the project's input pipeline (shuffle queue,
-  distortions vectorised on the device, banded-convolution LRN, channels_last);
-* ``fixed_batch``: the same step on one batch distorted once (no input work);
+* ``project``: the train stage's own step (:func:`train.make_step`, the
+  params' precision and layout) with its input pipeline (shuffle queue,
+  distortions vectorised on the device), plus the weight averages;
+* ``fixed_batch``: the same step on one batch distorted once (no input work),
+  timed in windows interleaved with ``project`` so that drift in the
+  machine's speed cancels out of the input pipeline's overhead;
+* ``project_bf16``: ``project`` under ``train.precision: bf16`` (when the
+  params say fp32);
 * ``typical``: a torchvision-style Dataset of PIL images with per-image
   transforms of the same distortions, a DataLoader with 2 workers, and the same
   network built the usual way (``nn.LocalResponseNorm``, NCHW);
+* ``tensorflow`` (with ``tf_python``): :mod:`.tf_baseline` (Keras, tf.data)
+  run by a Python that has TensorFlow;
 * ``eval``: evaluation throughput over the test split (central crop).
 
 ``python stages/benchmark.py`` prints a table and writes ``reports/benchmark.json``.
@@ -19,20 +26,32 @@ import dataclasses
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from .errors import PipelineError
 from .evaluate import predict_logits
 from .inputs import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
 from .model import build_model
 from .params import Params
 from .prepare import Prepared
-from .train import WeightAverage, loss_terms, make_batches, pick_device
+from .train import WeightAverage, make_batches, make_step, pick_device, training_model
+
+
+def _window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[], None]) -> float:
+    """Examples/sec of ``steps`` consecutive steps."""
+    sync()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return batch * steps / (time.perf_counter() - t)
 
 
 def _windows(step: Callable[[], None], batch: int, warmup: int, windows: int, steps: int,
@@ -40,30 +59,57 @@ def _windows(step: Callable[[], None], batch: int, warmup: int, windows: int, st
     """Examples/sec of ``windows`` timed windows of ``steps`` steps after ``warmup`` steps."""
     for _ in range(warmup):
         step()
-    sync()
-    out = []
-    for _ in range(windows):
-        t = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        out.append(batch * steps / (time.perf_counter() - t))
-    return out
+    return [_window(step, batch, steps, sync) for _ in range(windows)]
 
 
-def _train_step(model, optimizer, ema, weight_decay: float, lr: float = 0.1):
-    state = {"n": 0}
+def _project_step(params: Params, data: Prepared, device: torch.device):
+    """A fresh network, optimizer and weight averages; ``step(x, y)`` as the train loop does it."""
+    tr = params.train
+    torch.manual_seed(tr.seed)
+    model = training_model(params, data.num_classes, device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=tr.initial_lr)
+    ema = WeightAverage(model, tr.moving_average_decay)
+    train_step = make_step(model, model, optimizer, tr, device)
+    count = {"n": 0}
 
     def step(x, y):
-        logits = model(x, return_logits=True)
-        ce, wd = loss_terms(model, logits, y, weight_decay)
-        optimizer.zero_grad(set_to_none=True)
-        (ce + wd).backward()
-        optimizer.step()
-        state["n"] += 1
-        if ema is not None:
-            ema.update(model, state["n"])
-    return step
+        train_step(x, y)
+        count["n"] += 1
+        ema.update(model, count["n"])
+    return model, step
+
+
+def _with_input(params: Params, data: Prepared, images, labels, device):
+    """(step using the real input pipeline, the pipeline to close, its fill time in seconds)."""
+    model, step = _project_step(params, data, device)
+    batches = make_batches(params, data, images, labels, None)
+    t0 = time.perf_counter()
+    batches.get(0)  # the queue's fill, reported apart
+    fill = time.perf_counter() - t0
+    counter = {"i": 1}
+
+    def project_step():
+        step(*batches.get(counter["i"]))
+        counter["i"] += 1
+    return model, project_step, batches, fill
+
+
+def tensorflow_figures(tf_python: str, data_dir: Path, batch: int, warmup: int, windows: int,
+                       steps: int) -> dict:
+    """Run :mod:`.tf_baseline` in ``tf_python`` (a Python with TensorFlow); its JSON."""
+    src = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    cmd = [tf_python, "-m", "cifar10_tutorial.tf_baseline", "--data", str(data_dir),
+           "--batch-size", str(batch), "--warmup", str(warmup), "--windows", str(windows),
+           "--steps", str(steps)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise PipelineError(f"the TensorFlow baseline failed ({' '.join(cmd)}), exit "
+                            f"{proc.returncode}:\n{tail}\nGive --tf-python a Python with "
+                            f"TensorFlow installed (pip install tensorflow-cpu), or leave it out.")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 class TutorialJitter:
@@ -102,8 +148,9 @@ def typical_model(num_classes: int) -> torch.nn.Module:
     return model
 
 
-def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int = 5,
-                  steps: int = 20, typical_workers: int = 2, out: Path | None = None) -> dict:
+def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int = 7,
+                  steps: int = 40, typical_workers: int = 2, out: Path | None = None,
+                  tf_python: Optional[str] = None, data_dir: Optional[Path] = None) -> dict:
     """Measure every pipeline; return (and write to ``out``) the figures and ratios."""
     import torchvision.transforms as T
 
@@ -111,45 +158,48 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
     device = pick_device(tr.device)
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
     batch = tr.batch_size
-    torch.manual_seed(tr.seed)
     images = torch.from_numpy(data.train_images).to(device)
     labels = torch.from_numpy(data.train_labels).to(device)
     results: dict = {"device": str(device), "batch_size": batch, "threads": torch.get_num_threads(),
+                     "precision": tr.precision, "channels_last": tr.channels_last,
+                     "compile": tr.compile, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                      "warmup_steps": warmup, "windows": windows, "steps_per_window": steps}
 
-    def fresh():
-        model = build_model(data.num_classes, params.model.head, params.model.output,
-                            params.model.lrn).to(device).to(memory_format=torch.channels_last)
-        opt = torch.optim.SGD(model.parameters(), lr=tr.initial_lr)
-        return model, _train_step(model, opt, WeightAverage(model, tr.moving_average_decay),
-                                  tr.weight_decay)
+    # the project's step with its real input pipeline, interleaved with the same step on a
+    # fixed batch (no input work)
+    _, project_step, batches, results["queue_fill_s"] = _with_input(params, data, images, labels, device)
+    next_step = {"i": 10 ** 6}  # stream positions far from the timed ones
 
-    # the project's step with its real input pipeline
-    model, step = fresh()
-    batches = make_batches(params, data, images, labels, None)
-    counter = {"i": 0}
-
-    def project_step():
-        x, y = batches.get(counter["i"])
-        counter["i"] += 1
-        step(x.contiguous(memory_format=torch.channels_last), y)
+    def counter_next() -> int:
+        next_step["i"] += 1
+        return next_step["i"]
     try:
-        t0 = time.perf_counter()
-        batches.get(0)  # the queue's fill, reported apart
-        results["queue_fill_s"] = time.perf_counter() - t0
-        counter["i"] = 1
-        results["project"] = _windows(project_step, batch, warmup, windows, steps, sync)
+        perm = dataclasses.replace(params, input=dataclasses.replace(params.input, shuffle="permutation"))
+        fixed = make_batches(perm, data, images, labels, None)
+        x0, y0 = fixed.get(0)
+        fixed.close()
+        _, step = _project_step(params, data, device)
+        for _ in range(warmup):
+            project_step()
+            step(x0, y0)
+        results["project"], results["fixed_batch"] = [], []
+        for w in range(windows):  # paired windows, in alternating order
+            for key in (("project", "fixed_batch") if w % 2 == 0 else ("fixed_batch", "project")):
+                fn = project_step if key == "project" else (lambda: step(x0, y0))
+                results[key].append(_window(fn, batch, steps, sync))
+        # the input pipeline alone: milliseconds per batch (fill, distort, dequeue)
+        alone = _windows(lambda: batches.get(counter_next()), batch, 0, windows, steps, sync)
+        results["input_ms_per_batch"] = [1000 * batch / v for v in alone]
     finally:
         batches.close()
 
-    # the same step on a fixed batch
-    model, step = fresh()
-    perm = dataclasses.replace(params, input=dataclasses.replace(params.input, shuffle="permutation"))
-    fixed = make_batches(perm, data, images, labels, None)
-    x0, y0 = fixed.get(0)
-    fixed.close()
-    x0 = x0.contiguous(memory_format=torch.channels_last)
-    results["fixed_batch"] = _windows(lambda: step(x0, y0), batch, warmup, windows, steps, sync)
+    if tr.precision != "bf16":  # the same under bf16 autocast
+        bf16 = dataclasses.replace(params, train=dataclasses.replace(tr, precision="bf16"))
+        _, bf16_step, batches, _ = _with_input(bf16, data, images, labels, device)
+        try:
+            results["project_bf16"] = _windows(bf16_step, batch, warmup, windows, steps, sync)
+        finally:
+            batches.close()
 
     # the typical pipeline: PIL images, per-sample transforms, DataLoader workers, stock LRN
     transform = T.Compose([T.RandomCrop(24), T.RandomHorizontalFlip(), T.PILToTensor(),
@@ -158,9 +208,11 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
         PILImages(data.train_images, data.train_labels, transform), batch_size=batch,
         shuffle=True, num_workers=typical_workers, drop_last=True,
         persistent_workers=typical_workers > 0, pin_memory=device.type == "cuda")
+    torch.manual_seed(tr.seed)
     tmodel = typical_model(data.num_classes).to(device)
     topt = torch.optim.SGD(tmodel.parameters(), lr=tr.initial_lr)
-    tstep = _train_step(tmodel, topt, WeightAverage(tmodel, tr.moving_average_decay), tr.weight_decay)
+    tema = WeightAverage(tmodel, tr.moving_average_decay)
+    count = {"n": 0}
     it = iter(loader)
 
     def typical_step():
@@ -170,12 +222,26 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
         except StopIteration:
             it = iter(loader)
             x, y = next(it)
-        tstep(x.to(device, non_blocking=True), y.to(device, non_blocking=True))
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss = torch.nn.functional.cross_entropy(tmodel(x), y) + tr.weight_decay * sum(
+            w.pow(2).sum() for w in tmodel.decayed_weights()) / 2
+        topt.zero_grad(set_to_none=True)
+        loss.backward()
+        topt.step()
+        count["n"] += 1
+        tema.update(tmodel, count["n"])
     results["typical"] = _windows(typical_step, batch, warmup, windows, steps, sync)
     del it, loader
 
+    if tf_python:
+        if data_dir is None:
+            raise ValueError("the TensorFlow baseline needs data_dir (the prepared data's folder)")
+        tf = tensorflow_figures(tf_python, data_dir, batch, warmup, windows, steps)
+        results["tensorflow"] = tf["examples_per_sec"]
+        results["tensorflow_version"] = tf["tensorflow"]
+
     # evaluation over the whole test split
-    model.eval()
+    model = training_model(params, data.num_classes, device).eval()
     test = torch.from_numpy(data.test_images).to(device)
     evals = []
     for _ in range(3):
@@ -185,13 +251,25 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
         evals.append(len(test) / (time.perf_counter() - t))
     results["eval"] = evals
 
-    med = {k: statistics.median(results[k]) for k in ("project", "fixed_batch", "typical", "eval")}
+    keys = [k for k in ("project", "fixed_batch", "project_bf16", "typical", "tensorflow", "eval")
+            if k in results]
+    med = {k: statistics.median(results[k]) for k in keys}
     results["median_examples_per_sec"] = med
-    results["ratios"] = {
-        "project_vs_typical": med["project"] / med["typical"],
-        "input_pipeline_overhead": 1 - med["project"] / med["fixed_batch"],
-        "eval_seconds_per_10000": 10000 / med["eval"],
-    }
+    # the overhead from paired windows: each project window against the fixed-batch one beside it
+    paired = [1 - p / f for p, f in zip(results["project"], results["fixed_batch"])]
+    input_ms = statistics.median(results["input_ms_per_batch"])
+    ratios = {"project_vs_typical": med["project"] / med["typical"],
+              "input_pipeline_overhead": statistics.median(paired),
+              "input_ms_per_batch": input_ms,
+              "input_share_of_fixed_step": input_ms / (1000 * batch / med["fixed_batch"]),
+              "eval_seconds_per_10000": 10000 / med["eval"]}
+    if "project_bf16" in med:
+        ratios["project_bf16_vs_typical"] = med["project_bf16"] / med["typical"]
+    if "tensorflow" in med:
+        ratios["project_vs_tensorflow"] = med["project"] / med["tensorflow"]
+        if "project_bf16" in med:
+            ratios["project_bf16_vs_tensorflow"] = med["project_bf16"] / med["tensorflow"]
+    results["ratios"] = ratios
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
@@ -202,16 +280,29 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
 
 def format_table(r: dict) -> str:
     med = r["median_examples_per_sec"]
-    rows = [("project: real input pipeline", med["project"]),
-            ("project: fixed batch (no input work)", med["fixed_batch"]),
-            ("typical: PIL Dataset + DataLoader(2) + nn.LocalResponseNorm", med["typical"]),
-            ("evaluation (images/sec)", med["eval"])]
+    names = {"project": f"project: real input pipeline ({r['precision']})",
+             "fixed_batch": "project: fixed batch (no input work)",
+             "project_bf16": "project: real input pipeline, bf16 autocast",
+             "typical": "typical: PIL Dataset + DataLoader(2) + nn.LocalResponseNorm",
+             "tensorflow": f"TensorFlow {r.get('tensorflow_version', '')}: Keras + tf.data (AUTOTUNE)",
+             "eval": "evaluation (images/sec)"}
     lines = [f"{'pipeline':<62} {'examples/sec':>12}", "-" * 75]
-    lines += [f"{name:<62} {v:>12,.0f}" for name, v in rows]
+    lines += [f"{names[k]:<62} {v:>12,.0f}" for k, v in med.items()]
     ra = r["ratios"]
-    lines += ["-" * 75,
-              f"project / typical: {ra['project_vs_typical']:.2f}x; input pipeline overhead: "
-              f"{100 * ra['input_pipeline_overhead']:.1f}% of the step; "
+    vs = [f"project / typical: {ra['project_vs_typical']:.2f}x"]
+    if "project_bf16_vs_typical" in ra:
+        vs.append(f"bf16 / typical: {ra['project_bf16_vs_typical']:.2f}x")
+    if "project_vs_tensorflow" in ra:
+        vs.append(f"project / TensorFlow: {ra['project_vs_tensorflow']:.2f}x")
+    if "project_bf16_vs_tensorflow" in ra:
+        vs.append(f"bf16 / TensorFlow: {ra['project_bf16_vs_tensorflow']:.2f}x")
+    if "tensorflow" not in med:
+        vs.append("TensorFlow not measured (--tf-python)")
+    lines += ["-" * 75, "; ".join(vs),
+              f"input pipeline: {100 * ra['input_pipeline_overhead']:.1f}% slower than the fixed "
+              f"batch (paired windows); alone {ra['input_ms_per_batch']:.2f} ms per batch = "
+              f"{100 * ra['input_share_of_fixed_step']:.1f}% of a fixed-batch step",
               f"evaluation of 10,000 images: {ra['eval_seconds_per_10000']:.1f} s; "
-              f"queue fill: {r['queue_fill_s']:.2f} s ({r['device']}, {r['threads']} threads)"]
+              f"queue fill: {r['queue_fill_s']:.2f} s ({r['device']}, {r['threads']} threads, "
+              f"{r['cpu_capability']})"]
     return "\n".join(lines)

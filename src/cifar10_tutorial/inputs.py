@@ -42,6 +42,14 @@ def cpu_generator(*ints: int) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(*ints))
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small CPU tensor (indices, draws) on the training device without a host sync:
+    on CUDA through pinned memory, so that the copy is truly asynchronous."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 # --------------------------------------------------------------------------- distortions
 
 
@@ -59,7 +67,7 @@ class Draws:
         return Draws(*(t[idx] for t in (self.oy, self.ox, self.flip, self.delta, self.factor)))
 
     def to(self, device) -> "Draws":
-        return Draws(*(t.to(device, non_blocking=True)
+        return Draws(*(to_device(t, device)
                        for t in (self.oy, self.ox, self.flip, self.delta, self.factor)))
 
 
@@ -86,6 +94,14 @@ def per_image_standardization(x: torch.Tensor) -> torch.Tensor:
     return (x - mean) / std.clamp_min(1.0 / math.sqrt(n))
 
 
+def random_crops(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch.Tensor:
+    """uint8 N x C x H x W -> uint8 N x C x crop x crop at the drawn offsets, flipped
+    left-right where drawn (a strided view of every window, one gather, no host sync)."""
+    windows = images.unfold(2, crop, 1).unfold(3, crop, 1)  # N, C, H', W', crop, crop
+    x = windows[torch.arange(len(images), device=images.device), :, d.oy, d.ox]
+    return torch.where(d.flip[:, None, None, None], x.flip(-1), x)
+
+
 def apply_distortions(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch.Tensor:
     """uint8 N x C x H x W -> float32 N x C x crop x crop: crop, flip, brightness,
     contrast, standardization, in the tutorial's order.
@@ -96,23 +112,24 @@ def apply_distortions(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch
     f (x - m_c) + m_c + delta; standardization subtracts its mean m + delta
     (so the brightness delta cancels) and divides by
     max(sqrt(mean_c(f^2 var_c + (m_c - m)^2)), 1/sqrt(num_values)). That is one
-    affine map per image and channel, applied in a single pass.
+    affine map per image and channel, applied in a single pass. The channel
+    means and variances come from exact integer sums of the uint8 pixels.
     """
-    n, c = images.shape[:2]
-    dev = images.device
-    d = d.to(dev)
-    ar = torch.arange(crop, device=dev)
-    rows = d.oy[:, None] + ar
-    cols = d.ox[:, None] + torch.where(d.flip[:, None], ar.flip(0), ar)
-    x = images[torch.arange(n, device=dev)[:, None, None, None],
-               torch.arange(c, device=dev)[None, :, None, None],
-               rows[:, None, :, None], cols[:, None, None, :]].float()
-    var_c, m_c = torch.var_mean(x, dim=(2, 3), correction=0, keepdim=True)  # N, C, 1, 1
+    d = d.to(images.device)
+    x = random_crops(images, d, crop)
+    n, c = x.shape[:2]
+    k = crop * crop
+    v = x.reshape(n, c, k).int()
+    s1 = v.sum(-1, keepdim=True).double()  # exact: at most k x 255
+    s2 = (v * v).sum(-1, keepdim=True).double()  # exact: at most k x 255^2 < 2^31
+    m_c = s1 / k
+    var_c = s2 / k - m_c * m_c
     m = m_c.mean(dim=1, keepdim=True)
-    f = d.factor[:, None, None, None]
+    f = d.factor.double()[:, None, None]
     std = (f * f * var_c + (m_c - m) ** 2).mean(dim=1, keepdim=True).sqrt()
-    inv = 1.0 / std.clamp_min(1.0 / math.sqrt(x[0].numel()))
-    return torch.addcmul(((1 - f) * m_c - m) * inv, x, f * inv)
+    inv = 1.0 / std.clamp_min(1.0 / math.sqrt(c * k))
+    scale, shift = (f * inv).float(), (((1 - f) * m_c - m) * inv).float()
+    return torch.addcmul(shift[..., None], x.float(), scale[..., None])
 
 
 def eval_images(images: torch.Tensor, crop: int = CROP) -> torch.Tensor:
@@ -200,7 +217,7 @@ class PermutationBatches:
         idx = self.order.take(step * gb, gb)
         draws = draw_distortions(gb, cpu_generator(self.seed, 2, step), flip=self.flip)
         sl = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
-        idx = idx[sl].to(self.images.device, non_blocking=True)
+        idx = to_device(idx[sl], self.images.device)
         return apply_distortions(self.images[idx], draws[sl]), self.labels[idx]
 
     def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -283,7 +300,7 @@ class ShuffleQueue:
                 where = torch.searchsorted(torch.tensor(list(parts)), chunks)
                 fields.append(col[where, rows])
             draws = Draws(*fields)
-        idx = self.order.at(positions).to(self.images.device)
+        idx = to_device(self.order.at(positions), self.images.device)
         return apply_distortions(self.images[idx], draws), self.labels[idx]
 
     def _worker(self) -> None:
@@ -352,7 +369,7 @@ class ShuffleQueue:
                 raise RuntimeError("the shuffle queue's worker failed") from self._error
             n = self.count
             pick = torch.randperm(n, generator=self.dequeue_gen)[:b]
-            pick_dev = pick.to(self.buf_images.device)
+            pick_dev = to_device(pick, self.buf_images.device)
             images, labels = self.buf_images[pick_dev].clone(), self.buf_labels[pick_dev].clone()
             # fill the holes below n - b with the survivors from the top b slots
             taken = torch.zeros(n, dtype=torch.bool)
@@ -360,7 +377,7 @@ class ShuffleQueue:
             holes = pick[pick < n - b].sort().values
             movers = torch.arange(n - b, n)[~taken[n - b:]]
             if len(holes):
-                h, m = holes.to(self.buf_images.device), movers.to(self.buf_images.device)
+                h, m = to_device(holes, self.buf_images.device), to_device(movers, self.buf_images.device)
                 self.buf_images[h] = self.buf_images[m]
                 self.buf_labels[h] = self.buf_labels[m]
                 self.buf_ids[holes] = self.buf_ids[movers]

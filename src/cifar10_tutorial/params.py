@@ -95,6 +95,9 @@ class TrainParams:
     summary_every: int = 100
     max_restarts: int = 3  # torchrun restarts of a failed multi-process job (then resume)
     collective_timeout_s: float = 300.0  # a rank that stops answering fails the job after this
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast of the forward pass (GPUs)
+    channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
+    compile: bool = False  # torch.compile the forward pass (measured slower on CPU)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_devices", "max_steps", "log_every", "checkpoint_every", "summary_every"):

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 # keys whose change makes an old checkpoint unusable for resuming
 RUN_DEFINING = ("data", "model", "input")
 TRAIN_NOT_DEFINING = {"max_steps", "device", "log_every", "checkpoint_every", "summary_every",
-                      "max_restarts", "collective_timeout_s"}
+                      "max_restarts", "collective_timeout_s", "channels_last", "compile"}
 KEEP_CHECKPOINTS = 2
 
 
@@ -107,6 +107,37 @@ def loss_terms(model: CifarNet, logits: torch.Tensor, labels: torch.Tensor,
     ce = F.cross_entropy(logits, labels)
     l2 = sum(w.pow(2).sum() for w in model.decayed_weights()) / 2
     return ce, weight_decay * l2
+
+
+def training_model(params: Params, num_classes: int, device: torch.device) -> CifarNet:
+    """The network on its device, in the memory layout of ``train.channels_last``."""
+    model = build_model(num_classes, params.model.head, params.model.output, params.model.lrn)
+    model = model.to(device)
+    return model.to(memory_format=torch.channels_last) if params.train.channels_last else model
+
+
+def make_step(net: torch.nn.Module, model: CifarNet, optimizer: torch.optim.Optimizer, tr,
+              device: torch.device):
+    """The train step ``step(x, y, eager=False) -> (loss, cross-entropy, weight decay)``:
+    forward (compiled with ``train.compile``, under bf16 autocast with
+    ``train.precision: bf16``), the loss in float32, backward, one SGD update.
+    ``net`` may be the DistributedDataParallel wrapper of ``model``; ``eager``
+    skips the compiled graph (for steps that need forward hooks)."""
+    compiled = torch.compile(net) if tr.compile else net
+    bf16 = tr.precision == "bf16"
+
+    def step(x: torch.Tensor, y: torch.Tensor, eager: bool = False):
+        if tr.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = (net if eager else compiled)(x, return_logits=True)
+        ce, wd = loss_terms(model, logits.float(), y, tr.weight_decay)
+        loss = ce + wd
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # DistributedDataParallel averages the gradients here
+        optimizer.step()
+        return loss.detach(), ce, wd
+    return step
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -363,9 +394,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
            d: Dist, device: torch.device) -> dict:
     tr = params.train
     torch.manual_seed(tr.seed)
-    model = build_model(data.num_classes, params.model.head, params.model.output,
-                        params.model.lrn).to(device)
-    model = model.to(memory_format=torch.channels_last)
+    model = training_model(params, data.num_classes, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=tr.initial_lr)
     ema = WeightAverage(model, tr.moving_average_decay) if d.main else None
     signature = run_signature(params)
@@ -411,6 +440,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     if d.active:
         from torch.nn.parallel import DistributedDataParallel
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    train_step = make_step(net, model, optimizer, tr, device)
 
     images = torch.from_numpy(data.train_images).to(device)
     labels = torch.from_numpy(data.train_labels).to(device)
@@ -456,21 +486,14 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 x, y = batches.get(step)
                 if first_batch_s is None:
                     first_batch_s = time.perf_counter() - t0
-                x = x.contiguous(memory_format=torch.channels_last)
                 summary_step = (step + 1) % tr.summary_every == 0
                 summarize = d.main and summary_step
                 if summarize:
                     summaries.capture()
-                logits = net(x, return_logits=True)
-                ce, wd = loss_terms(model, logits, y, tr.weight_decay)
-                loss = ce + wd
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()  # DistributedDataParallel averages the gradients here
-                optimizer.step()
+                loss_d, ce, wd = train_step(x, y, eager=summarize)
                 step += 1
                 if ema is not None:
                     ema.update(model, step)
-                loss_d = loss.detach()
                 loss_avg_t = torch.where(torch.isnan(loss_avg_t), loss_d, 0.9 * loss_avg_t + 0.1 * loss_d)
                 window_steps += 1
                 bar.update(1)
