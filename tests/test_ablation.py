@@ -56,6 +56,9 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     set_section(project, "train", log_every=4, checkpoint_every=100, summary_every=100, device="cpu")
     set_section(project, "input", num_threads=1)
     set_section(project, "eval", batch_size=50)
+    set_section(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
+                                                     "eval": {"every_steps": 3}},
+                schedule_tutorial={"train": {"max_epochs": 2}, "eval": {"every_steps": 3}})
     commit(project, "tiny ablations")
     out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
     names = list(yaml.safe_load((project / "params.yaml").read_text())["ablations"])
@@ -77,7 +80,14 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     m = {n: json.loads((rep / "ablations" / n / "metrics.json").read_text()) for n in names}
     assert m["devices_2x64"]["world_size"] == 2 and m["devices_2x64"]["global_batch_size"] == 128
     assert m["local_head"]["num_params"] == 2_112_970 and m["baseline"]["num_params"] == 1_068_298
-    assert all(v["steps"] == 12 for v in m.values())
+    assert all(v["steps"] == 12 for n, v in m.items() if not n.startswith("schedule_"))
+    # the schedule pair: 2 epochs of 500 images at 128 = 8 steps, held-out curves every 3 steps
+    assert m["schedule_fast"]["steps"] == m["schedule_tutorial"]["steps"] == 8
+    assert m["schedule_fast"]["schedule"] == "fast" and "time_to_target" in m["schedule_fast"]
+    assert "## Time to accuracy" in text and "*Answer:* in 2.0 epochs the `fast` schedule" in text
+    assert (rep / "plots" / "time_to_accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    tta = (rep / "tables" / "time_to_accuracy.csv").read_text()
+    assert "schedule_fast,fast,2.0,8," in tta and "schedule_tutorial,tutorial,2.0,8," in tta
     summary = pd.read_csv(rep / "tables" / "summary.csv")
     row = summary[summary["variant"] == "baseline"].iloc[0]
     assert row["precision @ 1 (averaged)"] == f"{100 * m['baseline']['precision_at_1']:.1f}%"

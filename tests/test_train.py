@@ -1,3 +1,4 @@
+import json
 import os
 import signal
 import subprocess
@@ -12,9 +13,10 @@ import yaml
 
 from cifar10_tutorial.evaluate import evaluate
 from cifar10_tutorial.model import CifarNet
-from cifar10_tutorial.params import to_dict
+from cifar10_tutorial.params import params_from_dict, to_dict
 from cifar10_tutorial.train import (TrainingError, TrainPaths, WeightAverage, ema_decay,
-                                    make_step, training_model,
+                                    averaging_decay, make_optimizer, make_step, total_steps,
+                                    training_model,
                                     learning_rate, load_checkpoint, loss_terms, train)
 from conftest import ROOT, tiny_params, write_train_project
 
@@ -24,12 +26,50 @@ def paths(tmp_path) -> TrainPaths:
 
 
 def test_learning_rate_staircase_of_the_reference():
-    p = tiny_params().train.__class__()  # the defaults: 0.1, x0.1 every 350 epochs
+    p = params_from_dict({})  # the defaults: 0.1, x0.1 every 350 epochs
     assert learning_rate(0, p, 50000, 128) == 0.1
     assert learning_rate(136_717, p, 50000, 128) == 0.1  # decay_steps = int(50000/128*350)
     assert learning_rate(136_718, p, 50000, 128) == pytest.approx(0.01)
     assert learning_rate(100_000, p, 50000, 128) == 0.1  # constant over a 100K-step run
     assert learning_rate(2 * 136_718, p, 50000, 128) == pytest.approx(0.001)
+
+
+def test_fast_schedule_warms_up_then_decays_linearly_over_the_run():
+    p = params_from_dict({"train": {"schedule": "fast", "max_epochs": 10},
+                          "fast": {"peak_lr": 0.2, "warmup_epochs": 1, "final_lr_fraction": 0.0}})
+    assert total_steps(p.train, 1000, 100) == 100  # 10 epochs of 10 steps
+    rates = [learning_rate(s, p, 1000, 100) for s in range(100)]
+    assert rates[0] == pytest.approx(0.2 / 11) and rates[9] == pytest.approx(0.2 * 10 / 11)
+    assert rates[10] == pytest.approx(0.2) and max(rates) == pytest.approx(0.2)
+    assert rates[-1] == pytest.approx(0.0, abs=1e-12)
+    assert all(a >= b for a, b in zip(rates[10:], rates[11:]))  # decays monotonically
+    assert rates[55] == pytest.approx(0.2 * (1 - 45 / 89))
+    # max_epochs also sets the tutorial run's length; without it, max_steps does
+    assert total_steps(params_from_dict({"train": {"max_epochs": 2.5}}).train, 1000, 128) == 20
+    assert total_steps(params_from_dict({"train": {"max_steps": 7}}).train, 1000, 128) == 7
+
+
+def test_fast_schedule_optimiser_and_loss():
+    p = params_from_dict({"train": {"schedule": "fast"},
+                          "fast": {"momentum": 0.9, "nesterov": True, "label_smoothing": 0.1,
+                                   "weight_decay": 0.01, "moving_average_decay": 0.99}})
+    model = CifarNet()
+    opt = make_optimizer(model, p)
+    assert opt.defaults["momentum"] == 0.9 and opt.defaults["nesterov"]
+    assert averaging_decay(p) == 0.99 and averaging_decay(params_from_dict({})) == 0.9999
+    tutorial = make_optimizer(model, params_from_dict({}))
+    assert tutorial.defaults["momentum"] == 0 and not tutorial.defaults["nesterov"]
+    # the loss of the fast schedule: label smoothing, and decay over every weight matrix/kernel
+    x, y = torch.randn(4, 3, 24, 24), torch.tensor([0, 1, 2, 3])
+    _, state = _one_step(p, x, y)
+    torch.manual_seed(0)
+    model = training_model(p, 10, torch.device("cpu"))
+    logits = model(x)
+    ce, l2 = loss_terms(model, logits, y, 0.01, 0.1, [w for w in model.parameters() if w.dim() > 1])
+    smooth = -(0.9 * F.log_softmax(logits, 1)[torch.arange(4), y] + 0.1 * F.log_softmax(logits, 1).mean(1))
+    assert ce.item() == pytest.approx(smooth.mean().item(), rel=1e-5)
+    every = sum(w.pow(2).sum() for n, w in model.named_parameters() if n.endswith("weight")) / 2
+    assert l2.item() == pytest.approx(0.01 * every.item(), rel=1e-5)
 
 
 def test_ema_rule():
@@ -64,8 +104,8 @@ def test_loss_and_weight_decay_on_a_known_case():
 def _one_step(params, x, y, steps=1):
     """Loss of the first step and the weights after ``steps`` steps, from the same start."""
     model = training_model(params, 10, torch.device("cpu"))
-    opt = torch.optim.SGD(model.parameters(), lr=params.train.initial_lr)
-    step = make_step(model, model, opt, params.train, torch.device("cpu"))
+    opt = make_optimizer(model, params)
+    step = make_step(model, model, opt, params, torch.device("cpu"))
     first = step(x, y)[0].item()
     for _ in range(steps - 1):
         step(x, y)
@@ -111,6 +151,40 @@ def test_short_run_learns_the_synthetic_set(synth_data, tmp_path):
     result = evaluate(synth_data, paths(tmp_path).model, tmp_path / "eval", 64, "cpu")
     assert result["precision_at_1"] >= 0.9
     assert result["num_examples"] == 200
+
+
+def test_held_out_precision_during_training_and_time_to_target(synth_data, tmp_path, capsys):
+    n = len(synth_data.train_labels)
+    params = tiny_params(train={"schedule": "fast", "max_epochs": 19 * 64 / n, "batch_size": 64},
+                         fast={"peak_lr": 0.02, "warmup_epochs": 0.3},
+                         eval={"every_steps": 5, "targets": [0.3, 0.999], "batch_size": 64})
+    metrics = train(params, synth_data, paths(tmp_path), progress=False)
+    assert metrics["steps"] == 19 and metrics["epochs"] == pytest.approx(19 * 64 / n)
+    out = capsys.readouterr().out
+    assert out.count("held-out precision @ 1 =") == 4  # steps 5, 10, 15 and the last, 19
+    # the curve, for the report: DVCLive's eval/precision_at_1 at each evaluated step
+    tsv = paths(tmp_path).live_dir / "plots/metrics/eval/precision_at_1.tsv"
+    rows = [r.split("\t") for r in tsv.read_text().splitlines()]
+    assert rows[0][:2] == ["step", "precision_at_1"]
+    curve = [(int(r[0]), float(r[1])) for r in rows[1:]]
+    assert [s for s, _ in curve] == [5, 10, 15, 19]
+    assert curve[-1][1] == pytest.approx(metrics["held_out_precision_at_1"])
+    assert metrics["held_out_precision_at_1"] >= 0.3  # the synthetic set is easy
+    # time to target: the first evaluated step at or above each target, none for the others
+    ttt = metrics["time_to_target"]
+    for target in (0.3, 0.999):
+        first = next((s for s, v in curve if v >= target), None)
+        assert (ttt[f"{target:g}"]["step"] if f"{target:g}" in ttt else None) == first
+    assert f"reached held-out precision 0.3 at step {ttt['0.3']['step']}" in out
+    assert 0 < ttt["0.3"]["train_seconds"] <= metrics["train_seconds"] < metrics["wall_time_s"]
+
+
+def test_truncated_dvclive_summary_does_not_stop_a_resume(synth_data, tmp_path):
+    train(tiny_params(train={"max_steps": 10}), synth_data, paths(tmp_path), progress=False)
+    summary = paths(tmp_path).live_dir / "metrics.json"
+    summary.write_text(summary.read_text()[:20])  # as a kill during DVCLive's write leaves it
+    m = train(tiny_params(train={"max_steps": 20}), synth_data, paths(tmp_path), progress=False)
+    assert m["steps"] == 20 and json.loads(summary.read_text())["steps"] == 20
 
 
 def test_reference_log_lines(synth_data, tmp_path, capsys):
@@ -161,7 +235,7 @@ def test_more_steps_continue_a_run_and_fewer_start_afresh(synth_data, tmp_path, 
     train(tiny_params(train={"max_steps": 20}), synth_data, paths(tmp_path), progress=False)
     assert "resuming from" in caplog.text and "at step 10" in caplog.text
     m = train(tiny_params(train={"max_steps": 5}), synth_data, paths(tmp_path), progress=False)
-    assert "past train.max_steps=5: starting afresh" in caplog.text
+    assert "past the run's 5 steps: starting afresh" in caplog.text
     assert m["steps"] == 5 and load_checkpoint(paths(tmp_path).model)["step"] == 5
 
 

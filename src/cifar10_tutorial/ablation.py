@@ -75,7 +75,10 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths |
                "epochs": tm["steps"] * tm["global_batch_size"] / len(data.train_labels),
                "min_fraction_of_examples_in_queue": vp.input.min_fraction_of_examples_in_queue,
                "shuffle": vp.input.shuffle, "head": vp.model.head, "output": vp.model.output,
-               "lrn": vp.model.lrn}
+               "lrn": vp.model.lrn, "schedule": vp.train.schedule}
+    for key in ("time_to_target", "train_seconds", "held_out_eval_seconds"):
+        if key in tm:  # with eval.every_steps > 0: the held-out curve and time to targets
+            metrics[key] = tm[key]
     paths.metrics.parent.mkdir(parents=True, exist_ok=True)
     tmp = paths.metrics.with_name(paths.metrics.name + ".tmp")
     tmp.write_text(json.dumps(metrics, indent=2) + "\n")

@@ -41,7 +41,8 @@ from .inputs import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
 from .model import build_model
 from .params import Params
 from .prepare import Prepared
-from .train import WeightAverage, make_batches, make_step, pick_device, training_model
+from .train import (WeightAverage, averaging_decay, make_batches, make_optimizer, make_step,
+                    pick_device, training_model)
 
 
 def _window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[], None]) -> float:
@@ -67,9 +68,9 @@ def _project_step(params: Params, data: Prepared, device: torch.device):
     tr = params.train
     torch.manual_seed(tr.seed)
     model = training_model(params, data.num_classes, device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=tr.initial_lr)
-    ema = WeightAverage(model, tr.moving_average_decay)
-    train_step = make_step(model, model, optimizer, tr, device)
+    optimizer = make_optimizer(model, params)
+    ema = WeightAverage(model, averaging_decay(params))
+    train_step = make_step(model, model, optimizer, params, device)
     count = {"n": 0}
 
     def step(x, y):

@@ -95,6 +95,8 @@ class TrainParams:
     summary_every: int = 100
     max_restarts: int = 3  # torchrun restarts of a failed multi-process job (then resume)
     collective_timeout_s: float = 300.0  # a rank that stops answering fails the job after this
+    schedule: Literal["tutorial", "fast"] = "tutorial"  # fast: the `fast:` section (issue 8)
+    max_epochs: Optional[float] = None  # set: the run length in epochs, instead of max_steps
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast of the forward pass (GPUs)
     channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
     compile: bool = False  # torch.compile the forward pass (measured slower on CPU)
@@ -110,6 +112,30 @@ class TrainParams:
         if not 0.0 <= self.moving_average_decay < 1.0:
             raise ParamsError("train.moving_average_decay: expected a number in [0, 1), found "
                               f"{self.moving_average_decay}")
+        if self.max_epochs is not None and self.max_epochs <= 0:
+            raise ParamsError(f"train.max_epochs: expected > 0 or null, found {self.max_epochs}")
+
+
+@dataclass(frozen=True)
+class FastParams:
+    """``train.schedule: fast``: the same network and data, a modern optimiser and schedule."""
+
+    peak_lr: float = 0.05
+    momentum: float = 0.9
+    nesterov: bool = True
+    warmup_epochs: float = 1.0  # linear from 0 to peak_lr, then linear down to the end
+    final_lr_fraction: float = 0.0  # the rate at the last step, as a fraction of peak_lr
+    label_smoothing: float = 0.1
+    weight_decay: float = 5e-4  # on every weight matrix and kernel (not biases), x sum(W^2)/2
+    moving_average_decay: float = 0.999
+
+    def __post_init__(self) -> None:
+        if self.peak_lr <= 0 or not 0 <= self.momentum < 1 or self.warmup_epochs < 0:
+            raise ParamsError("fast: expected peak_lr > 0, 0 <= momentum < 1, warmup_epochs >= 0")
+        if not 0 <= self.final_lr_fraction <= 1 or not 0 <= self.label_smoothing < 1:
+            raise ParamsError("fast: expected final_lr_fraction in [0, 1], label_smoothing in [0, 1)")
+        if self.weight_decay < 0 or not 0 <= self.moving_average_decay < 1:
+            raise ParamsError("fast: expected weight_decay >= 0, moving_average_decay in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -118,10 +144,14 @@ class EvalParams:
 
     batch_size: int = 1000
     interval_secs: float = 300.0  # watch mode: seconds between evaluations
+    every_steps: int = 0  # > 0: the train stage evaluates the held-out split this often
+    targets: list[float] = field(default_factory=lambda: [0.80, 0.84, 0.85, 0.86])  # time to these
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ParamsError(f"eval.batch_size: expected >= 1, found {self.batch_size}")
+        if self.every_steps < 0 or any(not 0 < t <= 1 for t in self.targets):
+            raise ParamsError("eval.every_steps must be >= 0 and eval.targets precisions in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -141,6 +171,7 @@ class Params:
     model: ModelParams = field(default_factory=ModelParams)
     input: InputParams = field(default_factory=InputParams)
     train: TrainParams = field(default_factory=TrainParams)
+    fast: FastParams = field(default_factory=FastParams)
     eval: EvalParams = field(default_factory=EvalParams)
     ablation: AblationParams = field(default_factory=AblationParams)
     # name -> overrides of the sections above, e.g. {"model": {"output": "softmax"}}

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 # keys whose change makes an old checkpoint unusable for resuming
 RUN_DEFINING = ("data", "model", "input")
 TRAIN_NOT_DEFINING = {"max_steps", "device", "log_every", "checkpoint_every", "summary_every",
-                      "max_restarts", "collective_timeout_s", "channels_last", "compile"}
+                      "max_restarts", "collective_timeout_s", "channels_last", "compile",
+                      "max_epochs"}
 KEEP_CHECKPOINTS = 2
 
 
@@ -63,10 +64,33 @@ class TrainPaths:
 # --------------------------------------------------------------------------- the rules
 
 
-def learning_rate(step: int, p, num_train: int, global_batch: int) -> float:
-    """lr = initial x factor^floor(step / decay_steps), decay_steps = int(batches/epoch x epochs)."""
-    decay_steps = max(1, int(num_train / global_batch * p.epochs_per_decay))
-    return p.initial_lr * p.lr_decay_factor ** (step // decay_steps)
+def total_steps(tr, num_train: int, global_batch: int) -> int:
+    """The run's length: ``train.max_epochs`` epochs when set, else ``train.max_steps``."""
+    if tr.max_epochs is not None:
+        return max(1, math.ceil(tr.max_epochs * num_train / global_batch))
+    return tr.max_steps
+
+
+def learning_rate(step: int, params: Params, num_train: int, global_batch: int,
+                  total: Optional[int] = None) -> float:
+    """The rate of step ``step`` (0-based).
+
+    tutorial: initial x factor^floor(step / decay_steps), decay_steps =
+    int(batches/epoch x epochs_per_decay). fast: linear warm-up from 0 to
+    ``fast.peak_lr`` over ``warmup_epochs``, then linear decay to
+    ``final_lr_fraction x peak_lr`` at the last of ``total`` steps.
+    """
+    tr = params.train
+    if tr.schedule == "tutorial":
+        decay_steps = max(1, int(num_train / global_batch * tr.epochs_per_decay))
+        return tr.initial_lr * tr.lr_decay_factor ** (step // decay_steps)
+    f = params.fast
+    total = total or total_steps(tr, num_train, global_batch)
+    warm = min(f.warmup_epochs * num_train / global_batch, total - 1)
+    if step < warm:
+        return f.peak_lr * (step + 1) / (warm + 1)
+    frac = (step - warm) / max(1.0, total - 1 - warm)
+    return f.peak_lr * (1.0 - min(frac, 1.0) * (1.0 - f.final_lr_fraction))
 
 
 def ema_decay(decay: float, num_updates: int) -> float:
@@ -102,11 +126,27 @@ class WeightAverage:
 
 
 def loss_terms(model: CifarNet, logits: torch.Tensor, labels: torch.Tensor,
-               weight_decay: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean cross-entropy, weight-decay term wd x sum(W^2)/2 over local3/local4 weights)."""
-    ce = F.cross_entropy(logits, labels)
-    l2 = sum(w.pow(2).sum() for w in model.decayed_weights()) / 2
+               weight_decay: float, label_smoothing: float = 0.0,
+               decayed: Optional[list[torch.Tensor]] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross-entropy, weight-decay term wd x sum(W^2)/2), the decay by default over
+    local3/local4 weights (the tutorial), or over ``decayed``."""
+    ce = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+    l2 = sum(w.pow(2).sum() for w in (model.decayed_weights() if decayed is None else decayed)) / 2
     return ce, weight_decay * l2
+
+
+def make_optimizer(model: CifarNet, params: Params) -> torch.optim.Optimizer:
+    """Plain SGD (tutorial) or SGD with (Nesterov) momentum (fast); rates are set per step."""
+    if params.train.schedule == "fast":
+        f = params.fast
+        return torch.optim.SGD(model.parameters(), lr=f.peak_lr, momentum=f.momentum,
+                               nesterov=f.nesterov and f.momentum > 0)
+    return torch.optim.SGD(model.parameters(), lr=params.train.initial_lr)
+
+
+def averaging_decay(params: Params) -> float:
+    return params.fast.moving_average_decay if params.train.schedule == "fast" \
+        else params.train.moving_average_decay
 
 
 def training_model(params: Params, num_classes: int, device: torch.device) -> CifarNet:
@@ -116,28 +156,86 @@ def training_model(params: Params, num_classes: int, device: torch.device) -> Ci
     return model.to(memory_format=torch.channels_last) if params.train.channels_last else model
 
 
-def make_step(net: torch.nn.Module, model: CifarNet, optimizer: torch.optim.Optimizer, tr,
-              device: torch.device):
+def make_step(net: torch.nn.Module, model: CifarNet, optimizer: torch.optim.Optimizer,
+              params: Params, device: torch.device):
     """The train step ``step(x, y, eager=False) -> (loss, cross-entropy, weight decay)``:
     forward (compiled with ``train.compile``, under bf16 autocast with
-    ``train.precision: bf16``), the loss in float32, backward, one SGD update.
-    ``net`` may be the DistributedDataParallel wrapper of ``model``; ``eager``
-    skips the compiled graph (for steps that need forward hooks)."""
+    ``train.precision: bf16``), the loss in float32 (the schedule's label
+    smoothing and weight decay), backward, one SGD update. ``net`` may be the
+    DistributedDataParallel wrapper of ``model``; ``eager`` skips the compiled
+    graph (for steps that need forward hooks)."""
+    tr = params.train
     compiled = torch.compile(net) if tr.compile else net
     bf16 = tr.precision == "bf16"
+    if tr.schedule == "fast":
+        wd, smoothing = params.fast.weight_decay, params.fast.label_smoothing
+        decayed = [p for p in model.parameters() if p.dim() > 1]
+    else:
+        wd, smoothing, decayed = tr.weight_decay, 0.0, None
 
     def step(x: torch.Tensor, y: torch.Tensor, eager: bool = False):
         if tr.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = (net if eager else compiled)(x, return_logits=True)
-        ce, wd = loss_terms(model, logits.float(), y, tr.weight_decay)
-        loss = ce + wd
+        ce, l2 = loss_terms(model, logits.float(), y, wd, smoothing, decayed)
+        loss = ce + l2
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DistributedDataParallel averages the gradients here
         optimizer.step()
-        return loss.detach(), ce, wd
+        return loss.detach(), ce, l2
     return step
+
+
+class HeldOut:
+    """Held-out precision @ 1 while training (every ``eval.every_steps`` steps and at the
+    end), averaged and raw weights, and when the averaged one first reaches each of
+    ``eval.targets``: step, epoch and training seconds (these evaluations excluded)."""
+
+    def __init__(self, params: Params, data: Prepared, device: torch.device, reached: dict,
+                 ckpt: Optional[dict]):
+        self.every, self.batch = params.eval.every_steps, params.eval.batch_size
+        self.targets = sorted(params.eval.targets)
+        self.reached = reached  # "0.8" -> {"step", "epoch", "train_seconds"}
+        self.seconds = float(ckpt.get("eval_seconds", 0.0)) if ckpt else 0.0
+        self.last: dict = {}
+        if self.every:
+            self.images = torch.from_numpy(data.test_images).to(device)
+            self.labels = torch.from_numpy(data.test_labels).to(device)
+            self.model = training_model(params, data.num_classes, device).eval()
+
+    def due(self, step: int, max_steps: int) -> bool:
+        return self.every > 0 and (step % self.every == 0 or step == max_steps)
+
+    @torch.no_grad()
+    def run(self, step: int, model: CifarNet, ema: WeightAverage, steps_per_epoch: float,
+            elapsed: float, live, say) -> dict:
+        from .evaluate import predict_logits
+
+        t = time.perf_counter()
+        train_seconds = elapsed - self.seconds
+        out = {"step": step, "epoch": step / steps_per_epoch}
+        for key, state in (("precision_at_1", ema.averaged_model_state(model)),
+                           ("precision_at_1_raw", model.state_dict())):
+            self.model.load_state_dict(state)
+            logits = predict_logits(self.model, self.images, self.batch)
+            out[key] = (logits.argmax(dim=1) == self.labels).float().mean().item()
+        self.seconds += time.perf_counter() - t
+        say(f"step {step} (epoch {out['epoch']:.1f}, {train_seconds:.0f} s of training): held-out "
+            f"precision @ 1 = {out['precision_at_1']:.4f} averaged, "
+            f"{out['precision_at_1_raw']:.4f} raw")
+        for target in self.targets:
+            if f"{target:g}" not in self.reached and out["precision_at_1"] >= target:
+                self.reached[f"{target:g}"] = {"step": step, "epoch": out["epoch"],
+                                               "train_seconds": train_seconds}
+                say(f"reached held-out precision {target:g} at step {step} "
+                    f"(epoch {out['epoch']:.1f}) after {train_seconds:.0f} s of training")
+        live.step = step
+        for key in ("precision_at_1", "precision_at_1_raw", "epoch"):
+            live.log_metric(f"eval/{key}", out[key])
+        live.next_step()
+        self.last = out
+        return out
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -169,6 +267,9 @@ def run_signature(params: Params) -> dict:
     sig = {k: d[k] for k in RUN_DEFINING}
     sig["data"] = {"dataset": d["data"]["dataset"], "md5": d["data"]["md5"]}  # not the url: mirrors
     sig["train"] = {k: v for k, v in d["train"].items() if k not in TRAIN_NOT_DEFINING}
+    if params.train.schedule == "fast":  # the rate depends on the run's length
+        sig["fast"] = d["fast"]
+        sig["length"] = {k: d["train"][k] for k in ("max_steps", "max_epochs")}
     return sig
 
 
@@ -254,6 +355,13 @@ def open_live(folder: Path, resume: bool):
     from dvclive import Live
     from scmrepo.exceptions import SCMError
 
+    if resume:  # a kill during DVCLive's (non-atomic) write leaves a truncated metrics.json
+        summary = folder / "metrics.json"
+        try:
+            json.loads(summary.read_text()) if summary.exists() else None
+        except ValueError:
+            log.info("%s is damaged (the run was killed while writing it): rewriting it", summary)
+            summary.unlink()
     try:
         return Live(str(folder), resume=resume, dvcyaml=None, save_dvc_exp=False, report=None)
     except SCMError as exc:  # dvclive cannot read HEAD of a repository without commits
@@ -395,9 +503,11 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     tr = params.train
     torch.manual_seed(tr.seed)
     model = training_model(params, data.num_classes, device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=tr.initial_lr)
-    ema = WeightAverage(model, tr.moving_average_decay) if d.main else None
+    optimizer = make_optimizer(model, params)
+    ema = WeightAverage(model, averaging_decay(params)) if d.main else None
     signature = run_signature(params)
+    num_train, global_batch = len(data.train_labels), tr.batch_size * d.world
+    max_steps = total_steps(tr, num_train, global_batch)
 
     # ---- resume, or start afresh (every rank decides alike; rank 0 cleans up)
     if d.main:
@@ -412,10 +522,10 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
             log.info("checkpoints in %s were made with other params: starting afresh",
                      paths.checkpoints)
         ckpt = None
-    elif ckpt is not None and int(ckpt["step"]) > tr.max_steps:
+    elif ckpt is not None and int(ckpt["step"]) > max_steps:
         if d.main:
-            log.info("the newest checkpoint is at step %d, past train.max_steps=%d: starting "
-                     "afresh", int(ckpt["step"]), tr.max_steps)
+            log.info("the newest checkpoint is at step %d, past the run's %d steps: starting "
+                     "afresh", int(ckpt["step"]), max_steps)
         ckpt = None
     _barrier(d)
     if ckpt is None:
@@ -427,24 +537,24 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
             for folder in (paths.tensorboard, paths.live_dir / "plots"):
                 if folder.exists():
                     shutil.rmtree(folder)
-        start, loss_avg, elapsed = 0, None, 0.0
+        start, loss_avg, elapsed, reached = 0, None, 0.0, {}
     else:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         if ema is not None:
             ema.load_state_dict(ckpt["ema"])
         start, loss_avg, elapsed = int(ckpt["step"]), ckpt["loss_avg"], float(ckpt["elapsed"])
+        reached = json.loads(ckpt.get("targets_reached", "{}"))
         if d.main:
             log.info("resuming from %s at step %d", ckpts[-1], start)
     net = model
     if d.active:
         from torch.nn.parallel import DistributedDataParallel
         net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    train_step = make_step(net, model, optimizer, tr, device)
+    train_step = make_step(net, model, optimizer, params, device)
 
     images = torch.from_numpy(data.train_images).to(device)
     labels = torch.from_numpy(data.train_labels).to(device)
-    num_train, global_batch = len(labels), tr.batch_size * d.world
     t0 = time.perf_counter()
     batches = make_batches(params, data, images, labels,
                            ckpt["input"][d.rank] if ckpt else None, d)
@@ -464,12 +574,15 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                  "params": to_dict(params), "classes": data.classes,
                  "num_classes": data.num_classes, "world_size": d.world,
                  "loss_avg": loss_avg_t.item(), "elapsed": elapsed + time.perf_counter() - t0,
+                 "targets_reached": json.dumps(reached), "eval_seconds": held_out.seconds,
                  "torch_rng": torch.get_rng_state()}
         atomic_save(state, paths.checkpoints / f"ckpt-{step:08d}.pt")
         for old in list_checkpoints(paths.checkpoints)[:-KEEP_CHECKPOINTS]:
             old.unlink()
 
-    bar = tqdm(total=tr.max_steps, initial=start, unit="step", leave=False,
+    held_out = HeldOut(params, data, device, reached, ckpt) if d.main else None
+    eval_before = held_out.seconds if held_out else 0.0  # of the runs before a resume
+    bar = tqdm(total=max_steps, initial=start, unit="step", leave=False,
                disable=(not d.main or not sys.stderr.isatty()) if progress is None
                else not (progress and d.main))
     say = bar.write if not bar.disable else print
@@ -479,8 +592,8 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     loss_avg_t = torch.tensor(loss_avg if loss_avg is not None else float("nan"), device=device)
     try:
         with _Stop() as stop:
-            while step < tr.max_steps:
-                lr = learning_rate(step, tr, num_train, global_batch)
+            while step < max_steps:
+                lr = learning_rate(step, params, num_train, global_batch, max_steps)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 x, y = batches.get(step)
@@ -498,7 +611,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 window_steps += 1
                 bar.update(1)
 
-                log_step = step % tr.log_every == 0 or step == tr.max_steps
+                log_step = step % tr.log_every == 0 or step == max_steps
                 stop_now = stop.requested is not None
                 if log_step or summary_step or (stop_now and not d.active):
                     # one collective at log steps: the mean loss over ranks, and any stop request
@@ -536,11 +649,14 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                         window_t, window_steps = time.perf_counter(), 0
                 else:
                     stop_now = False  # several processes agree on stopping at log steps only
-                if step % tr.checkpoint_every == 0 or step == tr.max_steps:
+                if held_out is not None and held_out.due(step, max_steps):
+                    held_out.run(step, model, ema, num_train / global_batch,
+                                 elapsed + time.perf_counter() - t0, live, say)
+                if step % tr.checkpoint_every == 0 or step == max_steps:
                     save(step)
                 if stop_now:
                     signum = stop.requested or signal.SIGTERM
-                    if step % tr.checkpoint_every and step != tr.max_steps:
+                    if step % tr.checkpoint_every and step != max_steps:
                         save(step)
                     if d.main:
                         say(f"stopped by signal {signum} at step {step}; "
@@ -554,12 +670,15 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
 
     # ---- the trained model and the run's metrics
     total_time = elapsed + time.perf_counter() - t0
+    session = time.perf_counter() - t0 - (held_out.seconds - eval_before if held_out else 0.0)
     metrics = {
         "steps": step,
+        "epochs": step * global_batch / num_train,
+        "schedule": tr.schedule,
         "final_loss": loss_d.item() if loss_d is not None else None,
         "final_loss_avg": loss_avg_t.item(),
-        "examples_per_sec": (step - start) * global_batch / max(time.perf_counter() - t0, 1e-9),
-        "examples_per_sec_per_device": (step - start) * tr.batch_size / max(time.perf_counter() - t0, 1e-9),
+        "examples_per_sec": (step - start) * global_batch / max(session, 1e-9),
+        "examples_per_sec_per_device": (step - start) * tr.batch_size / max(session, 1e-9),
         "wall_time_s": total_time,
         "time_to_first_batch_s": first_batch_s,
         "num_params": num_params(model),
@@ -568,6 +687,12 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
         "global_batch_size": global_batch,
         "device": str(device),
     }
+    if held_out is not None and held_out.every:
+        metrics.update({"held_out_eval_seconds": held_out.seconds,
+                        "train_seconds": total_time - held_out.seconds,
+                        "time_to_target": held_out.reached,
+                        "held_out_precision_at_1": held_out.last.get("precision_at_1"),
+                        "held_out_precision_at_1_raw": held_out.last.get("precision_at_1_raw")})
     if not d.main:
         return metrics
     paths.model.parent.mkdir(parents=True, exist_ok=True)
