@@ -25,7 +25,8 @@ def main() -> None:
         watch(data, paths.checkpoints, paths.tensorboard, params.eval.interval_secs,
               params.eval.batch_size, params.train.device, args.max_evals)
     else:
-        evaluate(data, paths.model, Path("reports/eval"), params.eval.batch_size, params.train.device)
+        evaluate(data, paths.model, Path("reports/eval"), params.eval.batch_size, params.train.device,
+                 params.eval.flip_tta)
 
 
 if __name__ == "__main__":

@@ -89,3 +89,22 @@ def test_predict_on_image_files_of_any_size(synth_data, trained, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.predict", str(tmp_path / "x.png"),
                           "--model", str(trained.model)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "x.png: no such file" in bad.stderr
+
+
+def test_flip_test_time_augmentation_is_reported_beside(synth_data, trained, tmp_path):
+    from cifar10_tutorial.evaluate import load_trained, predict_logits
+
+    plain = evaluate(synth_data, trained.model, tmp_path / "a", batch_size=64, device_name="cpu")
+    m = evaluate(synth_data, trained.model, tmp_path / "b", batch_size=64, device_name="cpu",
+                 flip_tta=True)
+    assert "precision_at_1_flip" not in plain
+    assert m["precision_at_1"] == plain["precision_at_1"]  # the single-view figure is unchanged
+    model, _ = load_trained(trained.model, "cpu")
+    images = torch.from_numpy(synth_data.test_images)
+    labels = torch.from_numpy(synth_data.test_labels)
+    with torch.no_grad():
+        probs = (predict_logits(model, images).softmax(1)
+                 + predict_logits(model, images.flip(-1)).softmax(1)) / 2
+    assert m["precision_at_1_flip"] == pytest.approx((probs.argmax(1) == labels).float().mean().item())
+    saved = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert saved["precision_at_1_raw_flip"] == m["precision_at_1_raw_flip"]

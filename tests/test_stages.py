@@ -171,3 +171,30 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0
     assert "unknown key train.batchsize" in bad.stdout + bad.stderr
+
+
+def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
+    """dvc push to a local-folder remote; a fresh clone pulls, and dvc repro recomputes nothing."""
+    from cifar10_tutorial.synthetic import make_cifar10_archive
+
+    archive = tmp_path / "synthetic.tar.gz"
+    md5 = make_cifar10_archive(archive, train_per_batch=40, test=50, seed=5)["md5"]
+    project = copy_project(tmp_path / "p")
+    init_repo(project)
+    set_params(project, url=str(archive), md5=md5)
+    set_section(project, "train", max_steps=6, batch_size=16, log_every=3, checkpoint_every=3,
+                summary_every=6, device="cpu")
+    set_section(project, "input", min_fraction_of_examples_in_queue=0.1)
+    dvc(project, "repro")
+    dvc(project, "remote", "add", "-d", "shared", str(tmp_path / "remote"))
+    dvc(project, "push")
+    commit(project, "a trained model, its data in the remote")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
+    assert not (clone / "data/train/model.pt").exists()
+    archive.unlink()  # the clone must get everything from the remote, not from the source
+    dvc(clone, "pull")
+    assert (clone / "data/train/model.pt").read_bytes() == (project / "data/train/model.pt").read_bytes()
+    assert load_prepared(clone / "data/prepared").train_labels.shape == (200,)
+    out = dvc(clone, "repro").stdout
+    assert "Running stage" not in out and "Data and pipelines are up to date" in out, out

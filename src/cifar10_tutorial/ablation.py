@@ -68,7 +68,7 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths |
     if int(os.environ.get("RANK", "0")) != 0:
         return None  # under torchrun, evaluation runs once, on rank 0
     em = evaluate(data, paths.train.model, paths.eval_dir, vp.eval.batch_size,
-                  "cpu" if tm["device"] == "cpu" else vp.train.device)
+                  "cpu" if tm["device"] == "cpu" else vp.train.device, vp.eval.flip_tta)
     metrics = {"variant": name, "dataset": vp.data.dataset, **{k: tm[k] for k in TRAIN_KEYS}, **{k: em[k] for k in EVAL_KEYS},
                "eval_examples_per_sec": em["examples_per_sec"],
                "batch_size": vp.train.batch_size, "num_train": int(len(data.train_labels)),
@@ -76,6 +76,9 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths |
                "min_fraction_of_examples_in_queue": vp.input.min_fraction_of_examples_in_queue,
                "shuffle": vp.input.shuffle, "head": vp.model.head, "output": vp.model.output,
                "lrn": vp.model.lrn, "schedule": vp.train.schedule}
+    for key in ("precision_at_1_flip", "precision_at_1_raw_flip"):
+        if key in em:
+            metrics[key] = em[key]
     for key in ("time_to_target", "train_seconds", "held_out_eval_seconds"):
         if key in tm:  # with eval.every_steps > 0: the held-out curve and time to targets
             metrics[key] = tm[key]

@@ -58,18 +58,24 @@ def score(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, tor
 
 
 def evaluate_checkpoint(ckpt: dict, images: torch.Tensor, labels: torch.Tensor,
-                        batch_size: int, device) -> dict:
-    """Both ways: averaged weights and raw weights."""
+                        batch_size: int, device, flip_tta: bool = False) -> dict:
+    """Both ways: averaged weights and raw weights; with ``flip_tta`` also the precision of
+    the mean of the probabilities of each image and its mirror image (``*_flip``)."""
     out = {}
     for suffix, key in (("", "ema"), ("_raw", "model")):
         state = {**ckpt["model"], **ckpt[key]}  # averages replace the averaged entries
         model = model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device)
         t = time.perf_counter()
-        p, loss, pred = score(predict_logits(model, images, batch_size), labels)
+        logits = predict_logits(model, images, batch_size)
+        p, loss, pred = score(logits, labels)
         out[f"precision_at_1{suffix}"] = p
         out[f"loss{suffix}"] = loss
         out[f"predictions{suffix}"] = pred.cpu()
         out[f"seconds{suffix}"] = time.perf_counter() - t
+        if flip_tta:
+            mirrored = predict_logits(model, images.flip(-1), batch_size)
+            probs = (logits.softmax(dim=1) + mirrored.softmax(dim=1)) / 2
+            out[f"precision_at_1{suffix}_flip"] = (probs.argmax(dim=1) == labels).float().mean().item()
     return out
 
 
@@ -111,7 +117,7 @@ def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -
 
 def evaluate(data: Prepared, model_path: Path = Path("data/train/model.pt"),
              out_dir: Path = Path("reports/eval"), batch_size: int = 1000,
-             device_name: str = "auto") -> dict:
+             device_name: str = "auto", flip_tta: bool = False) -> dict:
     """The evaluate stage: metrics.json, per_class.csv, predictions.csv, confusion.png."""
     device = pick_device(device_name)
     if not Path(model_path).is_file():
@@ -120,11 +126,14 @@ def evaluate(data: Prepared, model_path: Path = Path("data/train/model.pt"),
     ckpt = load_checkpoint(Path(model_path), device)
     images = torch.from_numpy(data.test_images).to(device)
     labels = torch.from_numpy(data.test_labels).to(device)
-    r = evaluate_checkpoint(ckpt, images, labels, batch_size, device)
+    r = evaluate_checkpoint(ckpt, images, labels, batch_size, device, flip_tta)
     n, classes, k = len(labels), data.classes, data.num_classes
     metrics = {"precision_at_1": r["precision_at_1"], "precision_at_1_raw": r["precision_at_1_raw"],
                "loss": r["loss"], "loss_raw": r["loss_raw"], "num_examples": n,
                "step": int(ckpt["step"]), "examples_per_sec": n / r["seconds"]}
+    if flip_tta:  # reported beside, never instead of, the single-view figures
+        metrics["precision_at_1_flip"] = r["precision_at_1_flip"]
+        metrics["precision_at_1_raw_flip"] = r["precision_at_1_raw_flip"]
     out_dir.mkdir(parents=True, exist_ok=True)
     actual = labels.cpu().numpy()
     pred, pred_raw = r["predictions"].numpy(), r["predictions_raw"].numpy()

@@ -144,6 +144,7 @@ class EvalParams:
 
     batch_size: int = 1000
     interval_secs: float = 300.0  # watch mode: seconds between evaluations
+    flip_tta: bool = False  # also report precision of image + mirror image (*_flip metrics)
     every_steps: int = 0  # > 0: the train stage evaluates the held-out split this often
     targets: list[float] = field(default_factory=lambda: [0.80, 0.84, 0.85, 0.86])  # time to these
 
@@ -166,6 +167,26 @@ class AblationParams:
 
 
 @dataclass(frozen=True)
+class RegressionParams:
+    """The regression gate (the `regression` stage): this run's metrics against a baseline."""
+
+    baseline: Optional[str] = None  # a JSON file of metrics; null: show the metrics, gate nothing
+    # metric -> allowed change from the baseline: negative = the largest drop allowed (higher
+    # is better), positive = the largest rise allowed (lower is better)
+    tolerances: dict[str, float] = field(default_factory=lambda: {
+        "eval.precision_at_1": -0.02, "eval.precision_at_1_raw": -0.03,
+        "train.final_loss_avg": 0.15})
+
+    def __post_init__(self) -> None:
+        for name, tol in self.tolerances.items():
+            if not re.fullmatch(r"(train|eval)\.[A-Za-z0-9_]+", name) or tol == 0:
+                raise ParamsError(f"regression.tolerances.{name}: expected a metric named "
+                                  f"train.<key> or eval.<key> and a non-zero change (negative: "
+                                  f"the largest drop allowed, positive: the largest rise), "
+                                  f"found {tol}")
+
+
+@dataclass(frozen=True)
 class Params:
     data: DataParams = field(default_factory=DataParams)
     model: ModelParams = field(default_factory=ModelParams)
@@ -174,6 +195,7 @@ class Params:
     fast: FastParams = field(default_factory=FastParams)
     eval: EvalParams = field(default_factory=EvalParams)
     ablation: AblationParams = field(default_factory=AblationParams)
+    regression: RegressionParams = field(default_factory=RegressionParams)
     # name -> overrides of the sections above, e.g. {"model": {"output": "softmax"}}
     ablations: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the same, for variants on another data set (exercise 6): each fetches its own data

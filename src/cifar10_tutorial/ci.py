@@ -1,0 +1,158 @@
+"""CI regression runs: the whole pipeline under a small, fixed configuration, gated by the
+`regression` stage against a committed baseline.
+
+    python -m cifar10_tutorial.ci synthetic              # archive built here, always available
+    python -m cifar10_tutorial.ci real                   # needs ../shared (make_dev_archive.py)
+    python -m cifar10_tutorial.ci real --update-baseline # rewrite reports/baseline/ci-real.json
+
+A configuration is ``.ci/configs/<name>.yaml``: which archive to build, whether to run the
+exercise pipeline too, and dotted overrides of ``params.yaml`` (the file itself is never
+edited: the run happens in a scratch copy of the working tree, a git repository of its own,
+so that the developer's data, cache and experiments are untouched). Exit status 1 when the
+pipeline or the gate fails; the gate prints its Markdown table either way.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from .errors import PipelineError
+
+CONFIGS = Path(".ci/configs")
+DEV_ARCHIVE_TOOL = Path("../shared/tools/make_dev_archive.py")
+
+
+def load_config(name: str, root: Path) -> dict:
+    path = root / CONFIGS / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (root / CONFIGS).glob("*.yaml"))
+        raise PipelineError(f"{path}: no such CI configuration; known: {', '.join(known)}")
+    config = yaml.safe_load(path.read_text())
+    unknown = set(config) - {"archive", "archive_args", "report", "params"}
+    if unknown or config.get("archive") not in ("synthetic", "real"):
+        raise PipelineError(f"{path}: expected keys archive (synthetic | real), archive_args, "
+                            f"report, params; found {sorted(config)} (archive: "
+                            f"{config.get('archive')!r})")
+    return config
+
+
+def copy_worktree(root: Path, dest: Path) -> None:
+    """The tracked and untracked-but-not-ignored files of ``root`` into a fresh git repo."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           cwd=root, capture_output=True, text=True, check=True).stdout
+    for rel in filter(None, files.split("\0")):
+        src = root / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "CI regression run"]):
+        subprocess.run(git + cmd, cwd=dest, check=True, capture_output=True)
+
+
+def build_archive(config: dict, root: Path, out: Path) -> str:
+    """Write the configuration's archive to ``out``; return its md5."""
+    args = config.get("archive_args") or {}
+    if config["archive"] == "synthetic":
+        from .synthetic import make_cifar10_archive
+        return make_cifar10_archive(out, **args)["md5"]
+    tool = (root / DEV_ARCHIVE_TOOL).resolve()
+    if not tool.is_file():
+        raise FileNotFoundError(tool)
+    cmd = [sys.executable, str(tool), str(out)] + [f"--{k}={v}" for k, v in args.items()]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PipelineError(f"{tool} failed: {proc.stderr.strip()[-500:]}")
+    return proc.stdout.strip().splitlines()[-1].split()[-1]
+
+
+def apply_overrides(params_path: Path, overrides: dict) -> None:
+    """``section.key: value`` (or ``section: value``) into params.yaml."""
+    raw = yaml.safe_load(params_path.read_text())
+    for dotted, value in overrides.items():
+        parts = dotted.split(".", 1)
+        if len(parts) == 1:
+            raw[parts[0]] = value
+        else:
+            raw.setdefault(parts[0], {})[parts[1]] = value
+    params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def _run(cmd: list[str], cwd: Path, env: dict) -> int:
+    print(f"$ {' '.join(cmd)}", flush=True)
+    return subprocess.run(cmd, cwd=cwd, env=env).returncode
+
+
+def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
+               keep: bool = False) -> int:
+    root = root.resolve()
+    config = load_config(name, root)
+    scratch = Path(tempfile.mkdtemp(prefix=f"ci-{name}-"))
+    start = time.perf_counter()
+    try:
+        project = scratch / "project"
+        project.mkdir()
+        copy_worktree(root, project)
+        try:
+            md5 = build_archive(config, root, scratch / "archive.tar.gz")
+        except FileNotFoundError as missing:
+            print(f"CI configuration {name}: skipped, {missing} is not here (it needs ../shared "
+                  f"beside the repository)")
+            return 0
+        overrides = {**(config.get("params") or {}),
+                     "data.url": str(scratch / "archive.tar.gz"), "data.md5": md5}
+        apply_overrides(project / "params.yaml", overrides)
+        env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+        baseline = overrides.get("regression.baseline")
+        if update_baseline:
+            if not baseline:
+                raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline")
+            rc = (_run(["dvc", "repro", "evaluate"], project, env)
+                  or _run([sys.executable, "stages/regression.py", "--update"], project, env))
+            if rc == 0:
+                (root / baseline).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(project / baseline, root / baseline)
+                print(f"updated {baseline}; review `git diff {baseline}` and commit it")
+            return rc
+        rc = _run(["dvc", "repro"], project, env)  # download .. evaluate, then the gate
+        table = project / "reports" / "regression.md"
+        if table.is_file():  # for a pull-request comment (README, "CI")
+            shutil.copy2(table, root / f"regression-{name}.md")
+        if rc == 0 and config.get("report"):
+            rc = _run(["dvc", "repro", "reports/dvc.yaml:report"], project, env)
+        verdict = "passed" if rc == 0 else "FAILED"
+        print(f"CI configuration {name}: {verdict} in {time.perf_counter() - start:.0f} s"
+              + (f" (scratch kept: {project})" if keep else ""))
+        return rc
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .cli import run_stage
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("config", nargs="+", help="names of .ci/configs/*.yaml")
+    ap.add_argument("--update-baseline", action="store_true",
+                    help="rewrite the configuration's baseline from a fresh run instead of gating")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch project for inspection")
+    args = ap.parse_args(argv)
+
+    def go() -> None:
+        failed = [c for c in args.config if run_config(c, Path("."), args.update_baseline, args.keep)]
+        if failed:
+            raise PipelineError(f"CI configuration(s) failed: {', '.join(failed)}")
+    run_stage(go)
+
+
+if __name__ == "__main__":
+    main()

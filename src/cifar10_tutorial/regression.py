@@ -1,0 +1,164 @@
+"""The regression gate: this run's metrics against a committed baseline.
+
+Metrics are named ``train.<key>`` (``reports/train/metrics.json``) and
+``eval.<key>`` (``reports/eval/metrics.json``). ``regression.tolerances`` gives
+each gated metric its allowed change from the baseline: a negative number is
+the largest drop allowed (higher is better, e.g. precision), a positive one
+the largest rise (lower is better, e.g. loss). The gate fails when a metric
+moves past its tolerance, when a gated metric is missing from the run or from
+the baseline, or when the run produced no metrics at all; it prints a
+Markdown table either way.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .errors import PipelineError
+
+METRIC_FILES = {"train": Path("reports/train/metrics.json"), "eval": Path("reports/eval/metrics.json")}
+
+
+class RegressionError(PipelineError):
+    """The gate failed; the message holds the table."""
+
+
+def collect_metrics(files: dict[str, Path] = METRIC_FILES) -> dict[str, float]:
+    """The run's numeric metrics, flat: ``{"eval.precision_at_1": 0.81, ...}``."""
+    out: dict[str, float] = {}
+    for group, path in files.items():
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except ValueError as exc:
+            raise PipelineError(f"{path}: not valid JSON ({exc}); rerun the stage that "
+                                f"writes it") from None
+        for key, value in data.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[f"{group}.{key}"] = float(value)
+    return out
+
+
+@dataclass
+class Row:
+    metric: str
+    baseline: Optional[float]
+    now: Optional[float]
+    allowed: float
+    ok: bool
+    note: str = ""
+
+    @property
+    def change(self) -> Optional[float]:
+        if self.baseline is None or self.now is None:
+            return None
+        return self.now - self.baseline
+
+
+def compare(now: dict[str, float], baseline: dict[str, float],
+            tolerances: dict[str, float]) -> list[Row]:
+    rows = []
+    for metric, tol in tolerances.items():
+        base, cur = baseline.get(metric), now.get(metric)
+        if cur is None or (isinstance(cur, float) and math.isnan(cur)):
+            rows.append(Row(metric, base, None, tol, False, "missing from this run"))
+        elif base is None:
+            rows.append(Row(metric, None, cur, tol, False, "missing from the baseline"))
+        else:
+            change = cur - base
+            ok = change >= tol if tol < 0 else change <= tol
+            note = "" if ok else ("dropped more than allowed" if tol < 0 else "rose more than allowed")
+            rows.append(Row(metric, base, cur, tol, ok, note))
+    return rows
+
+
+def _fmt(v: Optional[float], signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.4f}" if signed else f"{v:.4f}"
+
+
+def markdown_table(rows: list[Row]) -> str:
+    lines = ["| metric | baseline | now | change | allowed | |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        allowed = f">= {r.allowed:+.4f}" if r.allowed < 0 else f"<= {r.allowed:+.4f}"
+        verdict = "ok" if r.ok else f"**FAIL**: {r.note}"
+        lines.append(f"| {r.metric} | {_fmt(r.baseline)} | {_fmt(r.now)} | "
+                     f"{_fmt(r.change, signed=True)} | {allowed} | {verdict} |")
+    return "\n".join(lines)
+
+
+def metrics_diff_md(baseline: Path) -> str:
+    """``dvc metrics diff --md`` against the commit that last changed the baseline file,
+    where git history allows (a note saying why not otherwise)."""
+    try:
+        rev = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(baseline)],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "(`dvc metrics diff`: no git history here)"
+    if not rev:
+        return f"(`dvc metrics diff`: {baseline} is not committed yet)"
+    proc = subprocess.run(["dvc", "metrics", "diff", "--md", rev], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return f"(`dvc metrics diff --md {rev[:8]}` failed: {proc.stderr.strip()[:200]})"
+    return (f"`dvc metrics diff --md {rev[:8]}` (the commit that last changed {baseline}):\n\n"
+            + (proc.stdout.strip() or "(no metrics committed at that revision to compare with)"))
+
+
+def gate(baseline_path: Optional[str], tolerances: dict[str, float],
+         files: dict[str, Path] = METRIC_FILES) -> str:
+    """The report (Markdown); raises :class:`RegressionError` with it when the gate fails."""
+    now = collect_metrics(files)
+    if not now:
+        raise RegressionError(
+            "no metrics at all: none of " + ", ".join(str(p) for p in files.values())
+            + " exists. The pipeline produced nothing to check; run `dvc repro` and look for "
+              "the stage that failed.")
+    if baseline_path is None:
+        lines = ["No baseline set (regression.baseline: null): this run's gated metrics, "
+                 "nothing compared.", "", "| metric | now |", "|---|---|"]
+        lines += [f"| {m} | {_fmt(now.get(m))} |" for m in tolerances]
+        return "\n".join(lines)
+    path = Path(baseline_path)
+    if not path.is_file():
+        raise RegressionError(f"{path}: no such baseline file. Create it from this run with "
+                              f"`python stages/regression.py --update` and commit it.")
+    baseline = json.loads(path.read_text())
+    rows = compare(now, baseline, tolerances)
+    text = f"Regression check against {path}:\n\n{markdown_table(rows)}"
+    if not all(r.ok for r in rows):
+        failed = ", ".join(r.metric for r in rows if not r.ok)
+        raise RegressionError(f"{text}\n\nREGRESSION in {failed}. If the change is intended, "
+                              f"update the baseline (`python stages/regression.py --update`) and "
+                              f"commit it with the change.")
+    return text
+
+
+def update_baseline(baseline_path: str, tolerances: dict[str, float],
+                    files: dict[str, Path] = METRIC_FILES) -> dict[str, float]:
+    """Write this run's gated metrics to the baseline file (atomically); return them."""
+    now = collect_metrics(files)
+    missing = [m for m in tolerances if m not in now]
+    if missing:
+        raise PipelineError(f"cannot update the baseline: this run has no {', '.join(missing)}; "
+                            f"run `dvc repro` first.")
+    values = {m: now[m] for m in tolerances}
+    path = Path(baseline_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return values
+
+
+def write_report(text: str, path: Path = Path("reports/regression.md")) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)

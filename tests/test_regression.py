@@ -1,0 +1,109 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cifar10_tutorial.params import ParamsError, params_from_dict
+from cifar10_tutorial.regression import (RegressionError, collect_metrics, compare, gate,
+                                         markdown_table, update_baseline)
+from conftest import ROOT
+
+TOL = {"eval.precision_at_1": -0.02, "train.final_loss_avg": 0.15}
+
+
+def write_run(tmp_path, precision=0.80, loss=1.0, drop=()):
+    files = {"train": tmp_path / "train.json", "eval": tmp_path / "eval.json"}
+    train = {"final_loss_avg": loss, "steps": 100, "device": "cpu"}
+    evals = {"precision_at_1": precision, "num_examples": 1000}
+    for key in drop:
+        train.pop(key, None)
+        evals.pop(key, None)
+    files["train"].write_text(json.dumps(train))
+    files["eval"].write_text(json.dumps(evals))
+    return files
+
+
+def write_baseline(tmp_path, **values):
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps({"eval.precision_at_1": 0.80, "train.final_loss_avg": 1.0, **values}))
+    return str(path)
+
+
+def test_metrics_are_collected_flat_and_numeric_only(tmp_path):
+    m = collect_metrics(write_run(tmp_path))
+    assert m == {"train.final_loss_avg": 1.0, "train.steps": 100.0, "eval.precision_at_1": 0.8,
+                 "eval.num_examples": 1000.0}
+
+
+def test_within_tolerance_passes(tmp_path):
+    text = gate(write_baseline(tmp_path), TOL, write_run(tmp_path, precision=0.785, loss=1.1))
+    assert "| eval.precision_at_1 | 0.8000 | 0.7850 | -0.0150 | >= -0.0200 | ok |" in text
+    assert "| train.final_loss_avg | 1.0000 | 1.1000 | +0.1000 | <= +0.1500 | ok |" in text
+
+
+def test_a_drop_past_the_tolerance_fails_with_the_table(tmp_path):
+    with pytest.raises(RegressionError) as err:
+        gate(write_baseline(tmp_path), TOL, write_run(tmp_path, precision=0.75))
+    msg = str(err.value)
+    assert "| eval.precision_at_1 | 0.8000 | 0.7500 | -0.0500 | >= -0.0200 | **FAIL**: dropped " \
+           "more than allowed |" in msg
+    assert "| train.final_loss_avg | 1.0000 | 1.0000 | +0.0000 | <= +0.1500 | ok |" in msg
+    assert "REGRESSION in eval.precision_at_1" in msg and "--update" in msg
+
+
+def test_a_rise_of_a_lower_is_better_metric_fails(tmp_path):
+    with pytest.raises(RegressionError, match=r"train.final_loss_avg.*rose more than allowed"):
+        gate(write_baseline(tmp_path), TOL, write_run(tmp_path, loss=1.2))
+
+
+def test_a_missing_metric_fails(tmp_path):
+    with pytest.raises(RegressionError, match=r"\| eval.precision_at_1 \| 0.8000 \| - \| - .*"
+                                              r"missing from this run"):
+        gate(write_baseline(tmp_path), TOL, write_run(tmp_path, drop=("precision_at_1",)))
+    rows = compare({"eval.precision_at_1": 0.8}, {}, {"eval.precision_at_1": -0.02})
+    assert not rows[0].ok and "missing from the baseline" in markdown_table(rows)
+
+
+def test_no_metrics_at_all_fails(tmp_path):
+    files = {"train": tmp_path / "none1.json", "eval": tmp_path / "none2.json"}
+    with pytest.raises(RegressionError, match="no metrics at all"):
+        gate(write_baseline(tmp_path), TOL, files)
+    with pytest.raises(RegressionError, match="no metrics at all"):
+        gate(None, TOL, files)
+
+
+def test_missing_baseline_file_and_no_baseline(tmp_path):
+    files = write_run(tmp_path)
+    with pytest.raises(RegressionError, match=r"no such baseline file.*--update"):
+        gate(str(tmp_path / "absent.json"), TOL, files)
+    assert "No baseline set" in gate(None, TOL, files)
+
+
+def test_update_writes_the_gated_metrics(tmp_path):
+    out = tmp_path / "base" / "b.json"
+    values = update_baseline(str(out), TOL, write_run(tmp_path, precision=0.7))
+    assert json.loads(out.read_text()) == values == {"eval.precision_at_1": 0.7,
+                                                     "train.final_loss_avg": 1.0}
+    assert gate(str(out), TOL, write_run(tmp_path, precision=0.7))
+
+
+def test_tolerances_are_validated():
+    with pytest.raises(ParamsError, match="regression.tolerances.precision"):
+        params_from_dict({"regression": {"tolerances": {"precision": -0.1}}})
+    with pytest.raises(ParamsError, match="non-zero"):
+        params_from_dict({"regression": {"tolerances": {"eval.precision_at_1": 0}}})
+
+
+def test_the_stage_exits_1_with_the_table(tmp_path):
+    (tmp_path / "reports/train").mkdir(parents=True)
+    (tmp_path / "reports/eval").mkdir(parents=True)
+    (tmp_path / "reports/train/metrics.json").write_text(json.dumps({"final_loss_avg": 1.0}))
+    (tmp_path / "reports/eval/metrics.json").write_text(json.dumps({"precision_at_1": 0.5}))
+    baseline = write_baseline(tmp_path)
+    (tmp_path / "params.yaml").write_text(f"regression: {{baseline: {baseline}}}\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/regression.py")], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "**FAIL**: dropped more than allowed" in proc.stdout
+    assert "the regression gate failed" in proc.stderr
