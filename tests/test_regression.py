@@ -107,3 +107,35 @@ def test_the_stage_exits_1_with_the_table(tmp_path):
     assert proc.returncode == 1
     assert "**FAIL**: dropped more than allowed" in proc.stdout
     assert "the regression gate failed" in proc.stderr
+
+
+def test_ci_run_fails_with_the_table_on_a_deliberate_regression(tmp_path):
+    """The whole CI path: a configuration whose learning rate is ~0 learns nothing, and the
+    runner exits 1 with the gate's table naming precision @ 1."""
+    from conftest import copy_project
+    from test_stages import init_repo
+
+    project = copy_project(tmp_path / "p")
+    (project / ".ci/configs").mkdir(parents=True)
+    (project / ".ci/configs/broken.yaml").write_text(
+        "archive: synthetic\n"
+        "archive_args: {train_per_batch: 40, test: 100, seed: 1}\n"
+        "report: false\n"
+        "params:\n"
+        "  train.max_steps: 8\n  train.batch_size: 32\n  train.initial_lr: 1.0e-7\n"
+        "  train.log_every: 4\n  train.checkpoint_every: 8\n  train.device: cpu\n"
+        "  input.min_fraction_of_examples_in_queue: 0.1\n"
+        "  regression.baseline: reports/baseline/broken.json\n")
+    (project / "reports/baseline/broken.json").write_text(json.dumps(
+        {"eval.precision_at_1": 0.95, "eval.precision_at_1_raw": 0.95, "train.final_loss_avg": 2.4}))
+    init_repo(project)
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "broken"], cwd=project,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "| eval.precision_at_1 | 0.9500 |" in proc.stdout
+    assert "**FAIL**: dropped more than allowed" in proc.stdout
+    assert "CI configuration broken: FAILED" in proc.stdout
+    assert "CI configuration(s) failed: broken" in proc.stderr
+    table = (project / "regression-broken.md").read_text()
+    assert "REGRESSION in eval.precision_at_1" in table
+    assert not list(project.glob("data/*"))  # the run happened in a scratch copy

@@ -193,7 +193,7 @@ def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
     subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
     assert not (clone / "data/train/model.pt").exists()
     archive.unlink()  # the clone must get everything from the remote, not from the source
-    dvc(clone, "pull")
+    dvc(clone, "pull", "dvc.yaml")  # the main pipeline (the exercises were not run)
     assert (clone / "data/train/model.pt").read_bytes() == (project / "data/train/model.pt").read_bytes()
     assert load_prepared(clone / "data/prepared").train_labels.shape == (200,)
     out = dvc(clone, "repro").stdout

@@ -126,7 +126,7 @@ class FastParams:
     warmup_epochs: float = 1.0  # linear from 0 to peak_lr, then linear down to the end
     final_lr_fraction: float = 0.0  # the rate at the last step, as a fraction of peak_lr
     label_smoothing: float = 0.1
-    weight_decay: float = 5e-4  # on every weight matrix and kernel (not biases), x sum(W^2)/2
+    weight_decay: float = 1e-3  # on every weight matrix and kernel (not biases), x sum(W^2)/2
     moving_average_decay: float = 0.999
 
     def __post_init__(self) -> None:
