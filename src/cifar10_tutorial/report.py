@@ -402,4 +402,8 @@ def _time_to_accuracy(timed: pd.DataFrame, root: Path, tables: Path, plots: Path
                f"{_pct(u.precision_at_1)} ({_pct(u.precision_at_1_raw)} raw).{sooner} "
                f"85% is {'reached at ' + when(f, '0.85') if (f.time_to_target or {}).get('0.85') else 'not reached'} "
                f"by `fast`.{flip}", ""]
+    search = Path(tables).parent / "fast_schedule_search.md"
+    if search.is_file():
+        md += [f"The search behind the `fast` defaults, and why it stops short of 85%: "
+               f"[{search.name}]({search.name}).", ""]
     return md
