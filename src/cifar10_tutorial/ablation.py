@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import write_text_atomic
 from .evaluate import evaluate
 from .params import Params, variant_params
 from .prepare import Prepared
@@ -82,8 +83,5 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths |
     for key in ("time_to_target", "train_seconds", "held_out_eval_seconds"):
         if key in tm:  # with eval.every_steps > 0: the held-out curve and time to targets
             metrics[key] = tm[key]
-    paths.metrics.parent.mkdir(parents=True, exist_ok=True)
-    tmp = paths.metrics.with_name(paths.metrics.name + ".tmp")
-    tmp.write_text(json.dumps(metrics, indent=2) + "\n")
-    os.replace(tmp, paths.metrics)
+    write_text_atomic(paths.metrics, json.dumps(metrics, indent=2) + "\n")
     return metrics

@@ -27,7 +27,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -35,6 +34,7 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from .files import write_text_atomic
 from .errors import PipelineError
 from .evaluate import predict_logits
 from .inputs import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
@@ -272,10 +272,7 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
             ratios["project_bf16_vs_tensorflow"] = med["project_bf16"] / med["tensorflow"]
     results["ratios"] = ratios
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(results, indent=2) + "\n")
-        os.replace(tmp, out)
+        write_text_atomic(out, json.dumps(results, indent=2) + "\n")
     return results
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .files import write_text_atomic
 from .errors import PipelineError
 from .inputs import eval_images
 from .model import CifarNet, build_model
@@ -79,12 +80,6 @@ def evaluate_checkpoint(ckpt: dict, images: torch.Tensor, labels: torch.Tensor,
     return out
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, k: int) -> np.ndarray:
     return np.bincount(actual * k + predicted, minlength=k * k).reshape(k, k)
 
@@ -144,13 +139,13 @@ def evaluate(data: Prepared, model_path: Path = Path("data/train/model.pt"),
         acc = float((pred[mask] == c).mean()) if cnt else float("nan")
         acc_raw = float((pred_raw[mask] == c).mean()) if cnt else float("nan")
         rows.append(f"{classes[c]},{cnt},{acc:.4f},{acc_raw:.4f}")
-    _write_atomic(out_dir / "per_class.csv", "\n".join(rows) + "\n")
+    write_text_atomic(out_dir / "per_class.csv", "\n".join(rows) + "\n")
     lines = ["actual,predicted"] + [f"{classes[a]},{classes[p]}" for a, p in zip(actual, pred)]
-    _write_atomic(out_dir / "predictions.csv", "\n".join(lines) + "\n")
+    write_text_atomic(out_dir / "predictions.csv", "\n".join(lines) + "\n")
     plot_confusion(confusion_matrix(actual, pred, k), classes, out_dir / "confusion.png",
                    f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
                    f"step {metrics['step']})")
-    _write_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     log.info("%s: precision @ 1 = %.3f (averaged weights), %.3f (raw weights), over %d images",
              datetime.now().strftime("%Y-%m-%d %H:%M:%S"), metrics["precision_at_1"],
              metrics["precision_at_1_raw"], n)

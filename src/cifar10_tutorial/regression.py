@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from .files import write_text_atomic
 from .errors import PipelineError
 
 METRIC_FILES = {"train": Path("reports/train/metrics.json"), "eval": Path("reports/eval/metrics.json")}
@@ -149,16 +149,9 @@ def update_baseline(baseline_path: str, tolerances: dict[str, float],
         raise PipelineError(f"cannot update the baseline: this run has no {', '.join(missing)}; "
                             f"run `dvc repro` first.")
     values = {m: now[m] for m in tolerances}
-    path = Path(baseline_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(Path(baseline_path), json.dumps(values, indent=2, sort_keys=True) + "\n")
     return values
 
 
 def write_report(text: str, path: Path = Path("reports/regression.md")) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, text + "\n")

@@ -13,6 +13,7 @@ from typing import Optional
 
 import pandas as pd
 
+from .files import write_text_atomic
 from .errors import PipelineError
 
 # The reference's published figures (SPEC.md "Published results")
@@ -328,9 +329,7 @@ def make_report(ablations_root: Path = Path("reports/ablations"), out: Path = Pa
     md += _time_to_accuracy(timed, ablations_root, tables, plots)
 
     report = out / "report.md"
-    tmp = report.with_name(report.name + ".tmp")
-    tmp.write_text("\n".join(md))
-    os.replace(tmp, report)
+    write_text_atomic(report, "\n".join(md))
     return report
 
 
