@@ -5,14 +5,14 @@ With --dataset (stage `dataset_ablation@NAME`, params.yaml `dataset_ablations:`)
 first fetches and prepares its own data set under data/dataset_ablations/NAME/.
 A variant with train.num_devices > 1 runs itself under torchrun, one process per device.
 """
-import os
+import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 
 from cifar10_tutorial.ablation import dataset_variant_paths, prepare_variant_data, run_variant
 from cifar10_tutorial.cli import run_stage, stage_parser
 from cifar10_tutorial.params import load_params, variant_params
 from cifar10_tutorial.prepare import load_prepared
-from cifar10_tutorial.train import launched_by_torchrun, torchrun_command
+from cifar10_tutorial.train import relaunch_on_devices
 
 
 def main() -> None:
@@ -21,11 +21,7 @@ def main() -> None:
     ap.add_argument("--dataset", action="store_true", help="a variant of `dataset_ablations:`")
     args = ap.parse_args()
     params = load_params(args.params)
-    tr = variant_params(params, args.name).train
-    if tr.num_devices > 1 and not launched_by_torchrun():
-        cmd = torchrun_command(tr.num_devices, tr.max_restarts, __file__, sys.argv[1:])
-        print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
-        os.execv(cmd[0], cmd)
+    relaunch_on_devices(variant_params(params, args.name).train, __file__, sys.argv[1:])
     if args.dataset:
         paths = dataset_variant_paths(args.name)
         run_variant(params, args.name, prepare_variant_data(params, args.name, paths), paths)

@@ -9,6 +9,7 @@ TensorFlow is not a dependency of this project: give --tf-python a Python that h
     python3 -m venv ../tfvenv && ../tfvenv/bin/pip install tensorflow-cpu==2.21.0
     python stages/benchmark.py --tf-python ../tfvenv/bin/python
 """
+import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
 from cifar10_tutorial.benchmark import format_table, run_benchmark

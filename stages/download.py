@@ -1,5 +1,6 @@
 """DVC stage `download`: fetch every file of data.dataset from data.url to data/raw/,
 verified against data.md5."""
+import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
 from cifar10_tutorial.cli import run_stage, stage_parser

@@ -4,6 +4,7 @@ averaged and the raw weights, into reports/eval/.
 With --watch (outside DVC): re-evaluate the newest checkpoint every eval.interval_secs while
 training runs, logging to TensorBoard (data/train/tensorboard/eval), like cifar10_eval.py.
 """
+import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
 from cifar10_tutorial.cli import run_stage, stage_parser

@@ -1,4 +1,5 @@
 """DVC stage `preprocess`: the raw files in data/raw/ -> cached uint8 tensors in data/prepared/."""
+import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
 from cifar10_tutorial.cli import run_stage, stage_parser

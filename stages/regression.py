@@ -5,6 +5,7 @@ Prints a Markdown table (also written to reports/regression.md); exits 1 when a 
     python stages/regression.py            # the gate
     python stages/regression.py --update   # write this run's gated metrics as the new baseline
 """
+import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from cifar10_tutorial.cli import run_stage, stage_parser
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import load_params

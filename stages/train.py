@@ -2,23 +2,19 @@
 
 With train.num_devices > 1 it runs itself under torchrun, one process per device.
 """
-import os
+import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 
 from cifar10_tutorial.cli import run_stage, stage_parser
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.prepare import load_prepared
-from cifar10_tutorial.train import launched_by_torchrun, torchrun_command, train
+from cifar10_tutorial.train import relaunch_on_devices, train
 
 
 def main() -> None:
     args = stage_parser(__doc__).parse_args()
     params = load_params(args.params)
-    tr = params.train
-    if tr.num_devices > 1 and not launched_by_torchrun():
-        cmd = torchrun_command(tr.num_devices, tr.max_restarts, __file__, sys.argv[1:])
-        print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
-        os.execv(cmd[0], cmd)
+    relaunch_on_devices(params.train, __file__, sys.argv[1:])
     train(params, load_prepared("data/prepared"))
 
 

@@ -23,6 +23,7 @@ def archive(tmp_path):
 def copy_project(dest: Path) -> Path:
     """A copy of the project's pipeline files (no data, no venv) for stage-level tests."""
     for name in ("stages", "src", "dvc.yaml", "reports/dvc.yaml", "reports/baseline", "params.yaml",
+                 "reports/fast_schedule_search.md",
                  ".dvcignore", ".gitignore"):
         src = ROOT / name
         if src.is_dir():

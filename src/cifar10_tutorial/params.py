@@ -8,13 +8,17 @@ message that names the key and the valid ones, instead of being ignored.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
+import json
+import os
 import re
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 import yaml
 
@@ -25,9 +29,71 @@ class ParamsError(PipelineError):
     """params.yaml has an unknown key, a missing key or a value of the wrong type."""
 
 
+# --------------------------------------------------------------------------- recording reads
+#
+# Which keys did a stage read? With CIFAR10_TUTORIAL_PARAM_READS=FILE in the environment,
+# every read of a params field after loading (validation does not count) is recorded as the
+# params.yaml key it came from, and appended to FILE as one JSON line when the process ends.
+# The test of dvc.yaml uses it to check that each stage's `params:` covers what it reads.
+
+READS_ENV = "CIFAR10_TUTORIAL_PARAM_READS"
+_reads: Optional[set] = set() if os.environ.get(READS_ENV) else None
+
+
+@contextlib.contextmanager
+def _not_recording():
+    global _reads
+    saved, _reads = _reads, None
+    try:
+        yield
+    finally:
+        _reads = saved
+
+
+def record_read(key: str) -> None:
+    """Record a read of params key ``key`` (for reads that bypass the sections' fields)."""
+    if _reads is not None:
+        _reads.add(key)
+
+
+def flush_reads() -> None:
+    """Append the keys read so far to $CIFAR10_TUTORIAL_PARAM_READS (at exit; before exec)."""
+    path = os.environ.get(READS_ENV)
+    if path and _reads:
+        import sys
+        with open(path, "a") as f:
+            f.write(json.dumps({"argv": sys.argv, "reads": sorted(_reads)}) + "\n")
+
+
+if _reads is not None:
+    atexit.register(flush_reads)
+
+
+class _Section:
+    """Base of the sections: a field read is recorded (while recording) as its params key.
+
+    The key is ``<section>.<field>``, or where a variant took the value from (its
+    ``_origin``: ``ablations.NAME.train.batch_size``, ``ablation.max_steps``; None: a
+    default that no params key set)."""
+
+    _SECTION: ClassVar[str] = ""
+
+    def __getattribute__(self, name: str):
+        value = object.__getattribute__(self, name)
+        if _reads is not None and not name.startswith("_") \
+                and name in type(self).__dataclass_fields__ and not isinstance(value, _Section):
+            origin = object.__getattribute__(self, "__dict__").get("_origin", {})
+            key = origin.get(name, f"{self._SECTION}.{name}" if self._SECTION else name)
+            if key is not None:
+                _reads.add(key)
+        return value
+
+
 @dataclass(frozen=True)
-class DataParams:
+class DataParams(_Section):
     """Where the raw data comes from (download and preprocess stages)."""
+
+    _SECTION: ClassVar[str] = "data"
 
     dataset: Literal["cifar10", "cifar100", "svhn"] = "cifar10"
     # official: the data set's official source (datasets.py). Else http(s)://, file://
@@ -51,8 +117,10 @@ class DataParams:
 
 
 @dataclass(frozen=True)
-class ModelParams:
+class ModelParams(_Section):
     """The network (SPEC.md's layer table and the exercises' variants)."""
+
+    _SECTION: ClassVar[str] = "model"
 
     head: Literal["fc", "local"] = "fc"  # local: exercise 2, locally connected local3/local4
     output: Literal["logits", "softmax"] = "logits"  # softmax: exercise 1
@@ -60,8 +128,10 @@ class ModelParams:
 
 
 @dataclass(frozen=True)
-class InputParams:
+class InputParams(_Section):
     """The training input pipeline."""
+
+    _SECTION: ClassVar[str] = "input"
 
     shuffle: Literal["queue", "permutation"] = "queue"
     min_fraction_of_examples_in_queue: float = 0.4  # queue fill before the first batch
@@ -77,8 +147,10 @@ class InputParams:
 
 
 @dataclass(frozen=True)
-class TrainParams:
+class TrainParams(_Section):
     """Training (SPEC.md "Training")."""
+
+    _SECTION: ClassVar[str] = "train"
 
     batch_size: int = 128  # per device
     num_devices: int = 1  # processes (one per GPU, or CPU processes) under torchrun
@@ -117,8 +189,10 @@ class TrainParams:
 
 
 @dataclass(frozen=True)
-class FastParams:
+class FastParams(_Section):
     """``train.schedule: fast``: the same network and data, a modern optimiser and schedule."""
+
+    _SECTION: ClassVar[str] = "fast"
 
     peak_lr: float = 0.05
     momentum: float = 0.9
@@ -139,8 +213,10 @@ class FastParams:
 
 
 @dataclass(frozen=True)
-class EvalParams:
+class EvalParams(_Section):
     """Evaluation (SPEC.md "Evaluation")."""
+
+    _SECTION: ClassVar[str] = "eval"
 
     batch_size: int = 1000
     interval_secs: float = 300.0  # watch mode: seconds between evaluations
@@ -156,8 +232,10 @@ class EvalParams:
 
 
 @dataclass(frozen=True)
-class AblationParams:
+class AblationParams(_Section):
     """What every ablation variant shares."""
+
+    _SECTION: ClassVar[str] = "ablation"
 
     max_steps: int = 3000  # the training budget of each variant (replaces train.max_steps)
 
@@ -167,8 +245,10 @@ class AblationParams:
 
 
 @dataclass(frozen=True)
-class RegressionParams:
+class RegressionParams(_Section):
     """The regression gate (the `regression` stage): this run's metrics against a baseline."""
+
+    _SECTION: ClassVar[str] = "regression"
 
     baseline: Optional[str] = None  # a JSON file of metrics; null: show the metrics, gate nothing
     # metric -> allowed change from the baseline: negative = the largest drop allowed (higher
@@ -187,7 +267,8 @@ class RegressionParams:
 
 
 @dataclass(frozen=True)
-class Params:
+class Params(_Section):
+    _SECTION: ClassVar[str] = ""
     data: DataParams = field(default_factory=DataParams)
     model: ModelParams = field(default_factory=ModelParams)
     input: InputParams = field(default_factory=InputParams)
@@ -227,15 +308,39 @@ def _deep_merge(base: dict, overrides: dict) -> dict:
 
 def variant_params(params: "Params", name: str) -> "Params":
     """The params of ablation variant ``name``: the baseline sections with the variant's
-    overrides, trained for ``ablation.max_steps``."""
-    variants = {**params.ablations, **params.dataset_ablations}
-    if name not in variants:
-        raise ParamsError(f"no ablation variant {name!r}; defined: {', '.join(variants)}")
-    base = dataclasses.asdict(params)
-    base.pop("ablations")
-    base.pop("dataset_ablations")
-    base["train"]["max_steps"] = base["ablation"]["max_steps"]
-    return _build(Params, _deep_merge(base, variants[name]), "")
+    overrides, trained for ``ablation.max_steps``. A variant of ``dataset_ablations`` brings
+    its whole ``data`` section (keys it leaves out take their defaults, not the main
+    pipeline's ``data``: its data are its own).
+
+    Each field remembers the params key it came from, so a recorded read names the key a
+    stage must declare (``ablations.NAME.model.lrn``, ``ablation.max_steps``, ``train.seed``)."""
+    with _not_recording():
+        group = "ablations" if name in params.ablations else "dataset_ablations"
+        variants = {**params.ablations, **params.dataset_ablations}
+        if name not in variants:
+            raise ParamsError(f"no ablation variant {name!r}; defined: {', '.join(variants)}")
+        overrides = variants[name]
+        base = dataclasses.asdict(params)
+        base.pop("ablations")
+        base.pop("dataset_ablations")
+        base["train"]["max_steps"] = base["ablation"]["max_steps"]
+        if group == "dataset_ablations":
+            base["data"] = {}
+        merged = _build(Params, _deep_merge(base, overrides), "")
+        for section in dataclasses.fields(Params):
+            value = getattr(merged, section.name)
+            if not isinstance(value, _Section):
+                continue
+            origin = {}
+            for f in dataclasses.fields(value):
+                if f.name in overrides.get(section.name, {}):
+                    origin[f.name] = f"{group}.{name}.{section.name}.{f.name}"
+                elif section.name == "train" and f.name == "max_steps":
+                    origin[f.name] = "ablation.max_steps"
+                elif section.name == "data" and group == "dataset_ablations":
+                    origin[f.name] = None  # a default: no params key set it
+            object.__setattr__(value, "_origin", origin)
+    return merged
 
 
 # --------------------------------------------------------------------------- loader
@@ -339,7 +444,8 @@ def params_from_dict(raw: Optional[dict]) -> Params:
         raw = {}
     if not isinstance(raw, dict):
         raise ParamsError(f"expected a mapping at the top level of params, found {raw!r}")
-    return _build(Params, raw, "")
+    with _not_recording():  # validation reads every key: not a use of them
+        return _build(Params, raw, "")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
@@ -360,5 +466,5 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 
 def to_dict(params: Any) -> dict:
-    """The params as plain data (for logging them beside a run's results)."""
+    """The params (or one section) as plain data; every field counts as read."""
     return dataclasses.asdict(params)

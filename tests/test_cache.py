@@ -1,0 +1,238 @@
+"""The cache tells the truth: each stage's hash (its `params:` and `deps:`) covers everything
+its code reads, and the code that runs is the code of the stage's own tree.
+
+The coverage test stands guard for the next key or module: it runs every stage of
+dvc.yaml and reports/dvc.yaml on a tiny archive with the params reads recorded
+(CIFAR10_TUTORIAL_PARAM_READS), and walks the imports of each stage script.
+"""
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cifar10_tutorial.params import READS_ENV
+from cifar10_tutorial.synthetic import make_cifar10_archive, make_svhn_files
+from conftest import ROOT, copy_project
+from test_stages import DVC, commit, dvc, init_repo, set_params, set_section
+
+PACKAGE = "cifar10_tutorial"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def dvc_stages(root: Path) -> list[dict]:
+    """Every stage of the project's pipelines as DVC resolves them (foreach expanded):
+    name, script and arguments, params keys, and dependency paths relative to ``root``."""
+    from dvc.dependency.param import ParamsDependency
+    from dvc.repo import Repo
+
+    out, cwd = [], os.getcwd()
+    os.chdir(root)  # stage names (addressing) are relative to the working directory
+    try:
+        with Repo(str(root)) as repo:
+            for stage in repo.index.stages:
+                params = [k for d in stage.deps if isinstance(d, ParamsDependency)
+                          for k in d.params]
+                deps = [os.path.relpath(d.fs_path, root) for d in stage.deps
+                        if not isinstance(d, ParamsDependency)]
+                out.append({"name": stage.addressing, "cmd": stage.cmd.split()[1:],
+                            "params": params, "deps": deps})
+    finally:
+        os.chdir(cwd)
+    return out
+
+
+def _module_file(root: Path, module: str):
+    base = root / "src" / Path(*module.split("."))
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def import_closure(root: Path, script: Path) -> set[str]:
+    """Files of this tree a stage script can import: the script, stage-folder modules
+    (`_tree`), and every module of the package reached from them, imports inside functions
+    included. Paths relative to ``root``."""
+    files, todo = {script}, [script]
+    while todo:
+        path = todo.pop()
+        in_package = (root / "src" / PACKAGE) in path.parents
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: inside the package
+                    assert in_package, f"{path}: relative import outside the package"
+                    mod = ".".join([PACKAGE, *([node.module] if node.module else [])])
+                else:
+                    mod = node.module
+                names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+            for name in names:
+                if name.split(".")[0] == PACKAGE:
+                    found = [_module_file(root, name), root / "src" / PACKAGE / "__init__.py"]
+                elif (root / "stages" / f"{name}.py").is_file():
+                    found = [root / "stages" / f"{name}.py"]
+                else:
+                    continue
+                for f in found:
+                    if f is not None and f not in files:
+                        files.add(f)
+                        todo.append(f)
+    return {str(f.relative_to(root)) for f in files}
+
+
+def covered(path: str, deps: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
+
+
+def uncovered_modules(root: Path) -> list[str]:
+    problems = []
+    for st in dvc_stages(root):
+        for path in sorted(import_closure(root, root / st["cmd"][0])):
+            if not covered(path, st["deps"]):
+                problems.append(f"stage {st['name']}: its code imports {path}, not in its deps")
+    return problems
+
+
+def key_covered(key: str, declared: list[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in declared)
+
+
+# ----------------------------------------------------------------------------- (b) code
+
+
+def test_every_stage_lists_the_modules_its_script_imports():
+    assert uncovered_modules(ROOT) == []
+
+
+def test_the_import_check_names_a_missing_module(tmp_path):
+    project = copy_project(tmp_path / "p")
+    init_repo(project)
+    text = (project / "dvc.yaml").read_text()
+    (project / "dvc.yaml").write_text(text.replace("      - src/cifar10_tutorial/params.py\n", "", 1))
+    problems = uncovered_modules(project)
+    assert problems == ["stage download: its code imports src/cifar10_tutorial/params.py, "
+                        "not in its deps"]
+
+
+# ----------------------------------------------------------------------------- (a) params
+
+
+@pytest.fixture(scope="module")
+def recorded_run(tmp_path_factory):
+    """Both pipelines run by `dvc repro` on tiny data, every stage with its params reads
+    recorded; returns (project, stages, reads per command)."""
+    tmp = tmp_path_factory.mktemp("cache")
+    archive = tmp / "synthetic.tar.gz"
+    md5 = make_cifar10_archive(archive, train_per_batch=20, test=40, seed=8)["md5"]
+    make_svhn_files(tmp / "svhn", train=60, test=30, seed=9)
+    project = copy_project(tmp / "p")
+    init_repo(project)
+    set_params(project, url=str(archive), md5=md5)
+    set_section(project, "train", max_steps=4, batch_size=16, log_every=2, checkpoint_every=2,
+                summary_every=2, device="cpu")
+    set_section(project, "input", min_fraction_of_examples_in_queue=0.1)
+    set_section(project, "ablation", max_steps=2)
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    for name in ("schedule_fast", "schedule_tutorial"):  # 1 epoch of 100 images, not 25
+        raw["ablations"][name]["train"]["max_epochs"] = 1
+    raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn", "url": str(tmp / "svhn"),
+                                                  "md5": None}}}
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    commit(project, "tiny")
+    log = tmp / "reads.jsonl"
+    env = {**os.environ, READS_ENV: str(log)}
+    for target in ([], ["reports/dvc.yaml"]):
+        proc = subprocess.run([DVC, "repro", *target], cwd=project, env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the data stages once more on SVHN (a branch of their code the run above did not take)
+    other = copy_project(tmp / "svhn-main")
+    raw["data"] = {"dataset": "svhn", "url": str(tmp / "svhn"), "md5": None}
+    (other / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    for script in ("download", "preprocess"):
+        proc = subprocess.run([sys.executable, f"stages/{script}.py"], cwd=other, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    reads: dict[tuple, set] = {}
+    for line in log.read_text().splitlines():
+        rec = json.loads(line)
+        reads.setdefault(tuple(rec["argv"]), set()).update(rec["reads"])
+    return project, dvc_stages(project), reads
+
+
+def uncovered_params(stages, reads) -> list[str]:
+    problems = []
+    for st in stages:
+        got = reads.get(tuple(st["cmd"]))
+        assert got, f"stage {st['name']} recorded no params reads (did it run?)"
+        for key in sorted(got):
+            if not key_covered(key, st["params"]):
+                problems.append(f"stage {st['name']} reads {key}, not in its params")
+    return problems
+
+
+def test_every_stage_declares_the_params_it_reads(recorded_run):
+    _, stages, reads = recorded_run
+    names = {st["name"] for st in stages}
+    assert {"download", "preprocess", "train", "evaluate", "regression",
+            "reports/dvc.yaml:ablation@devices_2x64", "reports/dvc.yaml:dataset_ablation@svhn",
+            "reports/dvc.yaml:report"} <= names
+    assert uncovered_params(stages, reads) == []
+    # the recording is real: keys each stage must read are among its reads
+    by_name = {st["name"]: reads[tuple(st["cmd"])] for st in stages}
+    assert {"data.url", "data.md5", "data.dataset"} <= by_name["download"]
+    assert {"data.label", "data.svhn_extra"} <= by_name["preprocess"]
+    assert {"train.batch_size", "model.lrn", "input.shuffle"} <= by_name["train"]
+    assert {"ablations.softmax.model.output", "ablation.max_steps"} <= \
+        by_name["reports/dvc.yaml:ablation@softmax"]
+    assert "dataset_ablations.svhn.data.dataset" in by_name["reports/dvc.yaml:dataset_ablation@svhn"]
+
+
+def test_the_params_check_names_an_undeclared_key(recorded_run):
+    """dvc.yaml as on 2df7c32 for preprocess (data.dataset, url, md5): data.label is named."""
+    _, stages, reads = recorded_run
+    old = [dict(st, params=["data.dataset", "data.url", "data.md5"])
+           if st["name"] == "preprocess" else st for st in stages]
+    problems = uncovered_params(old, reads)
+    assert "stage preprocess reads data.label, not in its params" in problems
+    assert "stage preprocess reads data.svhn_extra, not in its params" in problems
+
+
+def test_both_pipelines_are_up_to_date_after_the_run(recorded_run):
+    project, _, _ = recorded_run
+    out = dvc(project, "status").stdout
+    assert "Data and pipelines are up to date" in out, out
+
+
+# ----------------------------------------------------------------------------- own tree
+
+
+def test_a_stage_runs_the_code_of_its_own_tree(tmp_path):
+    """The venv's package (an editable install of another checkout) is not what runs: a
+    second clone with a broken module fails, and a healthy one runs its own code."""
+    archive = tmp_path / "a.tar.gz"
+    md5 = make_cifar10_archive(archive, train_per_batch=5, test=5, seed=1)["md5"]
+    clone = copy_project(tmp_path / "clone")
+    set_params(clone, url=str(archive), md5=md5)
+    (clone / "src/cifar10_tutorial/download.py").write_text("raise RuntimeError('broken clone')\n")
+    proc = subprocess.run([sys.executable, "stages/download.py"], cwd=clone, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "broken clone" in proc.stderr
+    healthy = copy_project(tmp_path / "healthy")
+    set_params(healthy, url=str(archive), md5=md5)
+    marker = "\nprint('running', __file__)\n"
+    with open(healthy / "src/cifar10_tutorial/download.py", "a") as f:
+        f.write(marker)
+    proc = subprocess.run([sys.executable, "stages/download.py"], cwd=healthy,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"running {healthy / 'src/cifar10_tutorial/download.py'}" in proc.stdout
