@@ -198,3 +198,49 @@ def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
     assert load_prepared(clone / "data/prepared").train_labels.shape == (200,)
     out = dvc(clone, "repro").stdout
     assert "Running stage" not in out and "Data and pipelines are up to date" in out, out
+
+
+def _untimed(path: Path) -> dict:
+    timings = {"examples_per_sec", "examples_per_sec_per_device", "wall_time_s",
+               "time_to_first_batch_s"}
+
+    def strip(d):
+        return {k: strip(v) if isinstance(v, dict) else v for k, v in d.items() if k not in timings}
+    return strip(yaml.safe_load(path.read_text()))
+
+
+def test_repro_f_twice_and_a_changed_archive_without_md5(tmp_path):
+    """Two `dvc repro -f` give the same metrics (timings aside); with data.md5: null, a
+    different archive at the same path, picked up by `dvc repro -f download`, trains from
+    scratch even where an unfinished checkpoint of the old data is left."""
+    from cifar10_tutorial.synthetic import make_cifar10_archive
+
+    archive = tmp_path / "cifar-10-binary.tar.gz"
+    make_cifar10_archive(archive, train_per_batch=40, test=50, seed=5)
+    project = copy_project(tmp_path / "p")
+    init_repo(project)
+    set_params(project, url=str(archive), md5=None)
+    set_section(project, "train", max_steps=8, batch_size=16, log_every=2, checkpoint_every=4,
+                summary_every=4, device="cpu")
+    set_section(project, "input", min_fraction_of_examples_in_queue=0.5)
+    commit(project, "tiny")
+    dvc(project, "repro")
+    first = {m: _untimed(project / f"reports/{m}/metrics.json") for m in ("train", "eval")}
+    out = dvc(project, "repro", "-f").stdout + ""
+    again = {m: _untimed(project / f"reports/{m}/metrics.json") for m in ("train", "eval")}
+    assert again == first and first["train"]["final_loss"] is not None
+    assert first["train"]["steps"] == 8
+    # an unfinished run of the old data: the newest checkpoint at step 4
+    (project / "data/train/checkpoints/ckpt-00000008.pt").unlink()
+    make_cifar10_archive(archive, train_per_batch=20, test=50, seed=6)  # fewer images, same path
+    assert "Data and pipelines are up to date" in dvc(project, "repro").stdout  # DVC cannot see it
+    proc = subprocess.run([DVC, "repro", "-f", "download"], cwd=project, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([DVC, "repro"], cwd=project, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Running stage 'preprocess'" in proc.stdout and "Running stage 'train'" in proc.stdout
+    assert "made with other data or params: starting afresh" in proc.stderr
+    assert "resuming" not in proc.stderr
+    assert load_prepared(project / "data/prepared").meta["counts"]["train"] == 100
+    assert _untimed(project / "reports/train/metrics.json")["steps"] == 8

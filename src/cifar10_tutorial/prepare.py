@@ -10,6 +10,8 @@ renamed into place, so a ``data/prepared`` folder is always complete.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -312,6 +314,18 @@ class Prepared:
     @property
     def num_classes(self) -> int:
         return int(self.meta["num_classes"])
+
+    @functools.cached_property
+    def content_hash(self) -> str:
+        """A hash of every array and of meta.json: the identity of the data a run trained on
+        (checkpoints of other data are not resumed). About 0.3 s for CIFAR-10."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(json.dumps(self.meta, sort_keys=True).encode())
+        for name in ("train_images", "train_labels", "test_images", "test_labels"):
+            arr = np.ascontiguousarray(getattr(self, name))
+            h.update(f"{name} {arr.dtype} {arr.shape}".encode())
+            h.update(arr.data)
+        return h.hexdigest()
 
 
 def load_prepared(out_dir: Path | str = "data/prepared") -> Prepared:

@@ -26,16 +26,15 @@ from tqdm import tqdm
 from .errors import PipelineError
 from .inputs import PermutationBatches, ShuffleQueue
 from .model import CifarNet, build_model, macs_per_image, num_params
-from .params import Params, to_dict
+from .params import Params, flush_reads, to_dict
 from .prepare import Prepared
 
 log = logging.getLogger(__name__)
 
-# keys whose change makes an old checkpoint unusable for resuming
-RUN_DEFINING = ("data", "model", "input")
-TRAIN_NOT_DEFINING = {"max_steps", "device", "log_every", "checkpoint_every", "summary_every",
-                      "max_restarts", "collective_timeout_s", "channels_last", "compile",
-                      "max_epochs"}
+# Keys the train stage reads that cannot change its DVC outputs (model.pt, metrics, plots):
+# they are left out of the resume signature. Every other key it reads is in it.
+NOT_RUN_DEFINING = {"train": {"checkpoint_every", "summary_every", "max_restarts",
+                              "collective_timeout_s", "device"}}
 KEEP_CHECKPOINTS = 2
 
 
@@ -251,26 +250,49 @@ def load_checkpoint(path: Path, device="cpu") -> dict:
     """Load a checkpoint without unpickling code; a damaged file is a clear error."""
     try:
         return torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # torch raises several types for damaged files
-        raise TrainingError(f"{path}: cannot be loaded as a checkpoint ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0][:200]}). Delete it to resume from an "
-                            f"earlier checkpoint, or delete {path.parent} to start over.") from None
+    except Exception as exc:  # torch raises several types; its text may advise unsafe loading
+        raise TrainingError(f"{path}: cannot be loaded as a checkpoint ({type(exc).__name__}): "
+                            f"it is damaged or truncated. Delete this file to resume from the "
+                            f"checkpoint before it.") from None
 
 
 def list_checkpoints(folder: Path) -> list[Path]:
     return sorted(folder.glob("ckpt-*.pt"))
 
 
-def run_signature(params: Params) -> dict:
-    """The params that define a run: a checkpoint made under others is not resumed."""
-    d = to_dict(params)
-    sig = {k: d[k] for k in RUN_DEFINING}
-    sig["data"] = {"dataset": d["data"]["dataset"], "md5": d["data"]["md5"]}  # not the url: mirrors
-    sig["train"] = {k: v for k, v in d["train"].items() if k not in TRAIN_NOT_DEFINING}
-    if params.train.schedule == "fast":  # the rate depends on the run's length
-        sig["fast"] = d["fast"]
-        sig["length"] = {k: d["train"][k] for k in ("max_steps", "max_epochs")}
-    return sig
+def run_params(params: Params) -> dict:
+    """The params the train stage reads, as plain data: stored in checkpoints and model.pt
+    (keys the stage does not declare in dvc.yaml must not reach its outputs)."""
+    ev = params.eval
+    return {"model": to_dict(params.model), "input": to_dict(params.input),
+            "train": to_dict(params.train), "fast": to_dict(params.fast),
+            "eval": {"batch_size": ev.batch_size, "every_steps": ev.every_steps,
+                     "targets": list(ev.targets)}}
+
+
+def run_signature(params: Params, data_hash: str, device: torch.device, world: int) -> dict:
+    """What defines a run: a checkpoint made under anything else is not resumed. The prepared
+    data's content, every param the stage reads except those that cannot change its outputs
+    (``NOT_RUN_DEFINING``), the kind of device and the number of processes."""
+    run = run_params(params)
+    for section, keys in NOT_RUN_DEFINING.items():
+        run[section] = {k: v for k, v in run[section].items() if k not in keys}
+    return {"data": data_hash, "params": run, "device": device.type, "world_size": world}
+
+
+def truncate_plots(live_dir: Path, step: int) -> None:
+    """Drop the DVCLive plot rows logged after ``step`` (a run killed after its last
+    checkpoint logged them; the resumed run logs those steps again)."""
+    for tsv in sorted((live_dir / "plots").rglob("*.tsv")):
+        lines = tsv.read_text().splitlines(keepends=True)
+        if not lines:
+            continue
+        col = lines[0].rstrip("\n").split("\t").index("step")
+        kept = [lines[0]] + [ln for ln in lines[1:] if int(ln.split("\t")[col]) <= step]
+        if len(kept) < len(lines):
+            tmp = tsv.with_name(tsv.name + ".tmp")
+            tmp.write_text("".join(kept))
+            os.replace(tmp, tsv)
 
 
 # --------------------------------------------------------------------------- summaries
@@ -402,6 +424,31 @@ def launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def check_devices(tr) -> None:
+    """Fail before anything starts when ``train.num_devices`` asks for more GPUs than exist."""
+    if tr.num_devices > 1 and tr.device != "cpu" and torch.cuda.is_available():
+        have = torch.cuda.device_count()
+        if tr.num_devices > have:
+            raise PipelineError(
+                f"train.num_devices is {tr.num_devices} but {have} GPU(s) are visible "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); set "
+                f"train.num_devices={have}, or train.device=cpu to run {tr.num_devices} CPU "
+                f"processes.")
+
+
+def relaunch_on_devices(tr, script: str, argv: list[str]) -> None:
+    """With ``train.num_devices`` > 1, outside torchrun: replace this process by torchrun
+    running ``script`` as one process per device (it then returns in each of them)."""
+    if tr.num_devices <= 1 or launched_by_torchrun():
+        return
+    check_devices(tr)
+    cmd = torchrun_command(tr.num_devices, tr.max_restarts, script, argv)
+    print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
+    flush_reads()
+    sys.stdout.flush()
+    os.execv(cmd[0], cmd)
+
+
 def torchrun_command(num_devices: int, max_restarts: int, script: str, args: list[str]) -> list[str]:
     """The command that runs ``script`` as ``num_devices`` processes on this machine."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -415,6 +462,7 @@ def init_distributed(tr) -> tuple[Dist, torch.device]:
     import torch.distributed as dist
 
     d = Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+    check_devices(tr)
     if d.world != tr.num_devices:
         raise PipelineError(f"torchrun started {d.world} processes but train.num_devices is "
                             f"{tr.num_devices}; set train.num_devices={d.world} (the global batch "
@@ -505,7 +553,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     model = training_model(params, data.num_classes, device)
     optimizer = make_optimizer(model, params)
     ema = WeightAverage(model, averaging_decay(params)) if d.main else None
-    signature = run_signature(params)
+    signature = run_signature(params, data.content_hash, device, d.world)
     num_train, global_batch = len(data.train_labels), tr.batch_size * d.world
     max_steps = total_steps(tr, num_train, global_batch)
 
@@ -517,15 +565,17 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     _barrier(d)
     ckpts = list_checkpoints(paths.checkpoints)
     ckpt = load_checkpoint(ckpts[-1], device) if ckpts else None
-    if ckpt is not None and ckpt["signature"] != signature:
+    # Resuming is a cache: only an unfinished run of the same data, params, kind of device
+    # and number of processes is resumed; a finished one is run again, from step 0.
+    if ckpt is not None and ckpt.get("signature") != signature:
         if d.main:
-            log.info("checkpoints in %s were made with other params: starting afresh",
+            log.info("checkpoints in %s were made with other data or params: starting afresh",
                      paths.checkpoints)
         ckpt = None
-    elif ckpt is not None and int(ckpt["step"]) > max_steps:
+    elif ckpt is not None and int(ckpt["step"]) >= max_steps:
         if d.main:
-            log.info("the newest checkpoint is at step %d, past the run's %d steps: starting "
-                     "afresh", int(ckpt["step"]), max_steps)
+            log.info("the newest checkpoint holds the finished run (step %d of %d): training "
+                     "again from step 0", int(ckpt["step"]), max_steps)
         ckpt = None
     _barrier(d)
     if ckpt is None:
@@ -561,8 +611,9 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
 
     live = summaries = None
     if d.main:
+        if ckpt is not None:
+            truncate_plots(paths.live_dir, start)
         live = open_live(paths.live_dir, resume=ckpt is not None)
-        live.log_params(to_dict(params))
         summaries = Summaries(paths.tensorboard, model, purge_step=start if ckpt else None)
 
     def save(step: int) -> None:
@@ -571,7 +622,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
             return
         state = {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "ema": ema.state_dict(), "input": inputs, "signature": signature,
-                 "params": to_dict(params), "classes": data.classes,
+                 "params": run_params(params), "classes": data.classes,
                  "num_classes": data.num_classes, "world_size": d.world,
                  "loss_avg": loss_avg_t.item(), "elapsed": elapsed + time.perf_counter() - t0,
                  "targets_reached": json.dumps(reached), "eval_seconds": held_out.seconds,
@@ -697,7 +748,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
         return metrics
     paths.model.parent.mkdir(parents=True, exist_ok=True)
     atomic_save({"model": model.state_dict(), "ema": ema.averaged_model_state(model),
-                 "params": to_dict(params), "step": step, "classes": data.classes,
+                 "params": run_params(params), "step": step, "classes": data.classes,
                  "num_classes": data.num_classes}, paths.model)
     live.step = step
     for k, v in metrics.items():
