@@ -1,5 +1,6 @@
 import hashlib
 import http.server
+import json
 import socket
 import threading
 
@@ -61,7 +62,7 @@ def test_gzip_that_is_not_a_tar(tmp_path):
     bogus = tmp_path / "bogus.tar.gz"
     bogus.write_bytes(gzip.compress(b"hello, not a tar" * 100))
     dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
-    with pytest.raises(DownloadError, match="not a readable tar archive"):
+    with pytest.raises(DownloadError, match="not a complete gzip tar archive.*truncated or damaged"):
         fetch(str(bogus), None, dest, part, FAST)
     assert_nothing_left(dest, part)
 
@@ -95,6 +96,7 @@ class Server:
         self.fail_first = 0  # answer this many requests with 503
         self.status = None  # answer every request with this status
         self.requests = []  # the Range header of each request (None without one)
+        self.no_length = False  # send no Content-Length (the body ends when the connection does)
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -121,7 +123,8 @@ class Server:
                     self.send_response(200)
                     self.send_header("Accept-Ranges", "bytes" if server.ranges else "none")
                 body = server.data[start:]
-                self.send_header("Content-Length", str(len(body)))
+                if not server.no_length:
+                    self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if server.drop_after is not None:
                     cut, server.drop_after = server.drop_after, None
@@ -178,6 +181,8 @@ def test_http_resumes_a_partial_file_left_by_an_earlier_run(server, archive, tmp
     part = tmp_path / "part"
     part.mkdir()
     (part / "a.tar.gz.part").write_bytes(server.data[:1000])
+    (part / "a.tar.gz.part.json").write_text(
+        json.dumps({"url": server.url, "size": len(server.data)}))
     dest = tmp_path / "raw" / "a.tar.gz"
     fetch(server.url, archive["md5"], dest, part, FAST)
     assert md5(dest.read_bytes()) == archive["md5"]
@@ -227,3 +232,135 @@ def test_http_md5_mismatch_removes_the_partial_file(server, tmp_path):
     with pytest.raises(DownloadError, match="md5 mismatch"):
         fetch(server.url, "f" * 32, dest, part, FAST)
     assert_nothing_left(dest, part)
+
+
+# ----------------------------------------------------------------------------- data identity
+
+
+def _tar_gz(path, members: dict) -> None:
+    import io
+    import tarfile
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def test_a_truncated_archive_is_refused_even_without_an_md5(archive, tmp_path):
+    """The old check read the first member only: a cut archive passed with data.md5: null."""
+    cut = tmp_path / "cut.tar.gz"
+    data = archive["path"].read_bytes()
+    cut.write_bytes(data[: len(data) * 3 // 4])
+    dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
+    with pytest.raises(DownloadError) as exc:
+        fetch(str(cut), None, dest, part, FAST)
+    assert "not a complete gzip tar archive" in str(exc.value) and "truncated" in str(exc.value)
+    assert_nothing_left(dest, part)
+    # with an md5 pinned: the format error, never an offer of the damaged file's md5
+    with pytest.raises(DownloadError) as exc:
+        fetch(str(cut), archive["md5"], dest, part, FAST)
+    assert "truncated" in str(exc.value) and md5(cut.read_bytes()) not in str(exc.value)
+    assert "set data.md5" not in str(exc.value)
+
+
+def test_every_record_file_is_checked(tmp_path):
+    from functools import partial
+
+    from cifar10_tutorial.datasets import CIFAR10
+    from cifar10_tutorial.download import check_gzip_tar
+
+    rec = CIFAR10.record_bytes
+    good = {f"{CIFAR10.folder}/{n}": bytes(rec * 2) for fs in CIFAR10.splits.values() for n in fs}
+    check = partial(check_gzip_tar, spec=CIFAR10)
+    short = tmp_path / "short.tar.gz"
+    _tar_gz(short, {**good, f"{CIFAR10.folder}/data_batch_3.bin": bytes(rec * 2 - 7)})
+    with pytest.raises(DownloadError, match=r"data_batch_3.bin holds 6139 bytes, not a whole number"):
+        fetch(str(short), None, tmp_path / "raw" / "a.tar.gz", tmp_path / "part", FAST, check)
+    missing = tmp_path / "missing.tar.gz"
+    _tar_gz(missing, {k: v for k, v in good.items() if not k.endswith("test_batch.bin")})
+    with pytest.raises(DownloadError, match=r"no cifar-10-batches-bin/test_batch.bin \(test split\)"):
+        fetch(str(missing), None, tmp_path / "raw" / "a.tar.gz", tmp_path / "part", FAST, check)
+
+
+def test_null_md5_prints_the_md5_and_how_to_pin_it(archive, tmp_path, caplog):
+    fetch(str(archive["path"]), None, tmp_path / "raw" / "a.tar.gz", tmp_path / "part", FAST)
+    assert f"set data.md5: {archive['md5']} in params.yaml" in caplog.text
+    assert f"dvc exp run -S data.md5={archive['md5']}" in caplog.text
+
+
+def test_fetch_dataset_records_what_it_fetched_and_removes_other_files(archive, tmp_path):
+    from cifar10_tutorial.download import fetch_dataset
+    from cifar10_tutorial.params import DataParams
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "cifar-100-binary.tar.gz").write_bytes(b"left by another data set")
+    fetch_dataset(DataParams(url=archive["path"].as_uri(), md5=None), raw, tmp_path / "part", FAST)
+    assert sorted(p.name for p in raw.iterdir()) == ["cifar-10-binary.tar.gz", "source.json"]
+    record = json.loads((raw / "source.json").read_text())
+    assert record["dataset"] == "cifar10" and record["md5_pinned"] is False
+    assert record["files"] == [{"name": "cifar-10-binary.tar.gz", "url": archive["path"].as_uri(),
+                                "size": archive["path"].stat().st_size, "md5": archive["md5"]}]
+
+
+def test_http_close_without_content_length_is_caught(server, archive, tmp_path):
+    """A server that ends early and sends no Content-Length: the cut file fails the check."""
+    server.no_length = True
+    server.drop_after = len(server.data) // 2
+    dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
+    with pytest.raises(DownloadError, match="not a complete gzip tar archive"):
+        fetch(server.url, None, dest, part, FAST)
+    assert_nothing_left(dest, part)
+
+
+def test_a_partial_file_of_another_url_is_not_resumed(server, archive, tmp_path):
+    part = tmp_path / "part"
+    part.mkdir()
+    (part / "a.tar.gz.part").write_bytes(b"x" * 1000)
+    (part / "a.tar.gz.part.json").write_text(json.dumps({"url": "http://elsewhere/a.tar.gz",
+                                                         "size": 5000}))
+    fetch(server.url, archive["md5"], tmp_path / "raw" / "a.tar.gz", part, FAST)
+    assert server.requests == [None]  # fetched from the start, no range request
+
+
+def test_a_partial_file_of_a_changed_source_restarts(server, archive, tmp_path):
+    part = tmp_path / "part"
+    part.mkdir()
+    (part / "a.tar.gz.part").write_bytes(server.data[:1000])
+    (part / "a.tar.gz.part.json").write_text(json.dumps({"url": server.url,
+                                                         "size": len(server.data) + 10}))
+    fetch(server.url, archive["md5"], tmp_path / "raw" / "a.tar.gz", part, FAST)
+    assert md5((tmp_path / "raw" / "a.tar.gz").read_bytes()) == archive["md5"]
+    assert server.requests == ["bytes=1000-", None]
+
+
+# ----------------------------------------------------------------------------- DVC filesystems
+
+
+def test_a_dvc_filesystem_url_through_fsspec(archive, tmp_path):
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/bucket/cifar-10-binary.tar.gz", archive["path"].read_bytes())
+    dest = tmp_path / "raw" / "a.tar.gz"
+    fetch("memory://bucket/cifar-10-binary.tar.gz", archive["md5"], dest, tmp_path / "part", FAST)
+    assert md5(dest.read_bytes()) == archive["md5"]
+    with pytest.raises(DownloadError, match="memory://bucket/nothing.tar.gz does not exist"):
+        fetch("memory://bucket/nothing.tar.gz", None, tmp_path / "raw" / "b.tar.gz",
+              tmp_path / "part", FAST)
+    fs.pipe("/bucket/cut.tar.gz", archive["path"].read_bytes()[:3000])  # same checks as any source
+    with pytest.raises(DownloadError, match="truncated"):
+        fetch("memory://bucket/cut.tar.gz", None, tmp_path / "raw" / "c.tar.gz", tmp_path / "part", FAST)
+
+
+def test_a_missing_dvc_extra_names_the_install(tmp_path):
+    pytest.importorskip("fsspec")
+    try:
+        import s3fs  # noqa: F401
+        pytest.skip("s3fs is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(DownloadError) as exc:
+        fetch("s3://bucket/cifar-10-binary.tar.gz", None, tmp_path / "a.tar.gz", tmp_path / "part", FAST)
+    assert "pip install 'dvc[s3]'" in str(exc.value) and "\n" not in str(exc.value)

@@ -1,16 +1,21 @@
-"""Fetch the raw archive: http(s)://, file:// or a plain path.
+"""Fetch the raw archive: http(s)://, file://, a plain path, or any URL of the
+filesystems DVC reads (s3://, gs://, hdfs://, ssh://, ...; through fsspec, with the
+matching ``dvc[...]`` extra installed).
 
 The file is streamed to a partial file beside the data (``data/.downloads/``)
-with a progress bar, checked (gzip tar, md5) and only then renamed to its final
-name, so a file under the final name is always a complete, verified archive.
-Transient network errors are retried with exponential backoff, and a partial
-file is resumed with an HTTP range request where the server allows it (also
-across runs: the partial file survives an interrupted ``dvc repro``).
+with a progress bar and its md5 computed on the way, checked (every member of the
+gzip tar read to the end, every record file there with a whole number of records;
+the md5) and only then renamed to its final name, so a file under the final name is
+always a complete, verified archive. ``data/raw/source.json`` records what was
+fetched (URL, size, md5). Transient network errors are retried with exponential
+backoff, and a partial file is resumed with an HTTP range request where the server
+allows it (also across runs), but only a partial file of the same URL and size.
 """
 from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import logging
 import os
 import shutil
@@ -20,6 +25,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -68,22 +74,46 @@ def _html_hint(head: bytes) -> str:
     return ""
 
 
-def check_gzip_tar(path: Path, source: str) -> None:
-    """Fail clearly unless ``path`` is a readable gzip-compressed tar archive."""
+def check_gzip_tar(path: Path, source: str, spec=None) -> None:
+    """Fail clearly unless ``path`` is a complete gzip-compressed tar archive: every member
+    is read to the end (gzip's CRC and length checked), and with ``spec`` (a DatasetSpec)
+    every record file of the set is there with a whole, non-zero number of records."""
     with open(path, "rb") as f:
         head = f.read(64)
     if head[:2] != b"\x1f\x8b":
         raise DownloadError(
             f"{source} is not a gzip-compressed tar archive: expected the gzip signature "
             f"1f 8b, found {head[:16]!r}.{_html_hint(head)} {MIRROR_HINT}")
+    sizes: dict[str, int] = {}
     try:
         with tarfile.open(path, "r:gz") as tf:
-            if tf.next() is None:
-                raise DownloadError(f"{source} is a gzip file holding an empty tar archive.")
-    except (tarfile.TarError, EOFError, OSError) as exc:
+            for member in tf:
+                if member.isfile():
+                    data = tf.extractfile(member)
+                    while data.read(CHUNK):
+                        pass
+                    sizes[member.name] = member.size
+            while tf.fileobj.read(CHUNK):  # to gzip's end: its CRC and length are checked there
+                pass
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
         raise DownloadError(
-            f"{source} is gzip-compressed but not a readable tar archive ({exc}). {MIRROR_HINT}"
-        ) from None
+            f"{source} is not a complete gzip tar archive ({type(exc).__name__}: {exc}): the "
+            f"download is truncated or damaged. {MIRROR_HINT}") from None
+    if not sizes:
+        raise DownloadError(f"{source} is a gzip tar archive holding no files.")
+    if spec is not None and spec.format == "binary":
+        for split, files in spec.splits.items():
+            for name in files:
+                member = f"{spec.folder}/{name}"
+                size = sizes.get(member)
+                if size is None:
+                    raise DownloadError(f"{source}: the archive has no {member} ({split} split); "
+                                        f"expected the official layout of {spec.name}. {MIRROR_HINT}")
+                if size == 0 or size % spec.record_bytes:
+                    raise DownloadError(
+                        f"{source}: {member} holds {size} bytes, not a whole number of "
+                        f"{spec.record_bytes}-byte records: the archive is damaged or not "
+                        f"{spec.name}. {MIRROR_HINT}")
 
 
 def check_mat(path: Path, source: str) -> None:
@@ -96,18 +126,54 @@ def check_mat(path: Path, source: str) -> None:
                             f"{MIRROR_HINT}")
 
 
+# URL schemes of DVC's remote filesystems -> the extra that installs them
+DVC_EXTRAS = {"s3": "s3", "gs": "gs", "gcs": "gs", "azure": "azure", "az": "azure",
+              "abfs": "azure", "hdfs": "hdfs", "webhdfs": "webhdfs", "ssh": "ssh", "sftp": "ssh",
+              "oss": "oss", "webdav": "webdav", "webdavs": "webdav", "gdrive": "gdrive"}
+# fsspec's own filesystems that need no extra (memory:// serves tests)
+FSSPEC_BUILTIN = {"memory"}
+
+
 def _local_source(url: str) -> Optional[Path]:
     """The local path a URL names, or None for a network URL."""
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file":
         return Path(urllib.request.url2pathname(parsed.path))
-    if parsed.scheme in ("http", "https"):
+    if parsed.scheme in ("http", "https") or parsed.scheme in DVC_EXTRAS \
+            or parsed.scheme in FSSPEC_BUILTIN:
         return None
     if parsed.scheme and len(parsed.scheme) > 1:
         raise DownloadError(
             f"data.url: unsupported scheme {parsed.scheme!r} in {url!r}; expected http://, "
-            f"https://, file:// or a plain path.")
+            f"https://, file://, a plain path, or a URL of DVC's remote filesystems "
+            f"({', '.join(sorted(DVC_EXTRAS))}://).")
     return Path(url)
+
+
+def _copy_fsspec(url: str, part: Path, progress: Optional[bool], digest) -> None:
+    """Stream ``url`` from a DVC/fsspec filesystem (s3://, gs://, hdfs://, ssh://, memory://)."""
+    import fsspec
+
+    scheme = urllib.parse.urlparse(url).scheme
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+    except (ImportError, ValueError) as exc:
+        extra = DVC_EXTRAS.get(scheme)
+        hint = f"`pip install 'dvc[{extra}]'`" if extra else "its fsspec implementation"
+        raise DownloadError(f"data.url: reading {scheme}:// needs {hint} ({exc}).") from None
+    try:
+        size = fs.size(path)
+        with fs.open(path, "rb") as fin, open(part, "wb") as fout, \
+                _bar(size, 0, Path(path).name, progress) as bar:
+            for chunk in iter(lambda: fin.read(CHUNK), b""):
+                fout.write(chunk)
+                digest.update(chunk)
+                bar.update(len(chunk))
+    except FileNotFoundError:
+        raise DownloadError(f"data.url: {url} does not exist. {MIRROR_HINT}") from None
+    except OSError as exc:
+        raise DownloadError(f"could not read {url} ({type(exc).__name__}: {exc}). "
+                            f"{MIRROR_HINT}") from None
 
 
 def _bar(total: Optional[int], initial: int, name: str, progress: Optional[bool]) -> tqdm:
@@ -115,19 +181,42 @@ def _bar(total: Optional[int], initial: int, name: str, progress: Optional[bool]
                 desc=name, disable=None if progress is None else not progress, leave=False)
 
 
-def _copy_local(src: Path, part: Path, progress: Optional[bool]) -> None:
+def _copy_local(src: Path, part: Path, progress: Optional[bool], digest) -> None:
     if not src.is_file():
         raise DownloadError(f"data.url: {src} does not exist or is not a file. {MIRROR_HINT}")
     with open(src, "rb") as fin, open(part, "wb") as fout, \
             _bar(src.stat().st_size, 0, src.name, progress) as bar:
         for chunk in iter(lambda: fin.read(CHUNK), b""):
             fout.write(chunk)
+            digest.update(chunk)
             bar.update(len(chunk))
 
 
+def _sidecar(part: Path) -> Path:
+    """Beside a partial file: the URL and total size it is a prefix of."""
+    return part.with_name(part.name + ".json")
+
+
+def _partial_of(part: Path, url: str) -> int:
+    """Bytes of ``part`` that may be resumed for ``url``: 0 unless its sidecar names ``url``."""
+    if not part.exists():
+        return 0
+    try:
+        meta = json.loads(_sidecar(part).read_text())
+    except (OSError, ValueError):
+        meta = None
+    if not meta or meta.get("url") != url:
+        log.info("discarding %s: a partial download of another source", part)
+        part.unlink()
+        _sidecar(part).unlink(missing_ok=True)
+        return 0
+    return part.stat().st_size
+
+
 def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
-    """One attempt: resume ``part`` from its current size if the server allows ranges."""
-    have = part.stat().st_size if part.exists() else 0
+    """One attempt: resume ``part`` (a prefix of the same URL and total size) from its
+    current size if the server allows ranges."""
+    have = _partial_of(part, url)
     req = urllib.request.Request(url, headers={"User-Agent": "cifar10-tutorial-pipeline"})
     if have:
         req.add_header("Range", f"bytes={have}-")
@@ -146,16 +235,23 @@ def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
         raise _Transient(f"{type(exc).__name__}: {reason}") from None
     with resp:
         if resp.status == 206:
-            start = int(resp.headers.get("Content-Range", "bytes 0-").split()[1].split("-")[0])
-            if start != have:
+            rng = resp.headers.get("Content-Range", "bytes 0-")
+            start = int(rng.split()[1].split("-")[0])
+            full = rng.rsplit("/", 1)[1] if "/" in rng else "*"
+            known = json.loads(_sidecar(part).read_text()).get("size")
+            if start != have or (known is not None and full != "*" and int(full) != known):
                 part.unlink()
-                raise _Transient(f"server resumed at byte {start}, not {have}; restarting")
+                _sidecar(part).unlink(missing_ok=True)
+                raise _Transient(f"server resumed at byte {start} of {full}, not {have} of "
+                                 f"{known}: the file changed; restarting")
             mode = "ab"
             log.info("resuming %s at byte %d", url, have)
         else:
             mode, have = "wb", 0
         length = resp.headers.get("Content-Length")
         total = have + int(length) if length is not None else None
+        if mode == "wb":
+            _sidecar(part).write_text(json.dumps({"url": url, "size": total}))
         got = have
         with open(part, mode) as f, _bar(total, have, Path(urllib.parse.urlparse(url).path).name,
                                          opts.progress) as bar:
@@ -194,39 +290,51 @@ def _fetch_http(url: str, part: Path, opts: DownloadOptions,
 
 def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
           opts: DownloadOptions = DownloadOptions(),
-          check: Callable[[Path, str], None] = check_gzip_tar) -> Path:
-    """Fetch ``url`` to ``dest``, verified; nothing is left under ``dest`` on failure."""
+          check: Callable[[Path, str], None] = check_gzip_tar) -> dict:
+    """Fetch ``url`` to ``dest``, verified; nothing is left under ``dest`` on failure.
+    Returns what was fetched: name, url, size, md5."""
     dest = Path(dest)
     if dest.exists():
         if md5 is not None and md5_of(dest) == md5.lower():
             log.info("%s is already here with the expected md5", dest)
-            return dest
-        dest.unlink()
+            return {"name": dest.name, "url": url, "size": dest.stat().st_size, "md5": md5.lower()}
+        dest.unlink()  # with no md5 pinned, the source is fetched again: it may have changed
     partial_dir.mkdir(parents=True, exist_ok=True)
     part = partial_dir / (dest.name + ".part")
     local = _local_source(url)
+    digest = hashlib.md5()
     if local is not None:
-        _copy_local(local, part, opts.progress)
-    else:
+        _sidecar(part).unlink(missing_ok=True)
+        _copy_local(local, part, opts.progress, digest)
+    elif urllib.parse.urlparse(url).scheme in ("http", "https"):
         _fetch_http(url, part, opts)
+        digest = None  # a resumed file: hashed whole below
+    else:
+        _sidecar(part).unlink(missing_ok=True)
+        _copy_fsspec(url, part, opts.progress, digest)
     try:
-        check(part, url)
-        found = md5_of(part)
+        check(part, url)  # every member and record file, before the md5 is looked at
+        found = digest.hexdigest() if digest is not None else md5_of(part)
         if md5 is None:
-            log.warning("data.md5 is null: the archive's integrity is NOT checked "
-                        "(its md5 is %s; put that in data.md5 to check it)", found)
+            log.warning("data.md5 is null: the archive's integrity is NOT checked. It passed "
+                        "the format checks and its md5 is %s; to pin it, set data.md5: %s in "
+                        "params.yaml (or `dvc exp run -S data.md5=%s`).", found, found, found)
         elif found != md5.lower():
             raise DownloadError(
-                f"md5 mismatch for {url}: expected {md5.lower()}, found {found}. The file is "
-                f"corrupt or data.url names another archive; if that archive is the one you "
-                f"want, set data.md5 to {found} (or null to skip the check).")
+                f"md5 mismatch for {url}: expected {md5.lower()}, found {found}. The file is a "
+                f"complete archive in the expected layout, so data.url most likely names "
+                f"another version of it; if that is the one you want, set data.md5 to {found} "
+                f"(or null to skip the check).")
     except DownloadError:
         part.unlink(missing_ok=True)
+        _sidecar(part).unlink(missing_ok=True)
         raise
     dest.parent.mkdir(parents=True, exist_ok=True)
+    size = part.stat().st_size
     os.replace(part, dest)
-    log.info("downloaded %s -> %s (%.1f MB)", url, dest, dest.stat().st_size / 1e6)
-    return dest
+    _sidecar(part).unlink(missing_ok=True)
+    log.info("downloaded %s -> %s (%.1f MB, md5 %s)", url, dest, size / 1e6, found)
+    return {"name": dest.name, "url": url, "size": size, "md5": found}
 
 
 def clean_partial_dir(partial_dir: Path) -> None:
@@ -234,13 +342,31 @@ def clean_partial_dir(partial_dir: Path) -> None:
         shutil.rmtree(partial_dir, ignore_errors=True)
 
 
+SOURCE_RECORD = "source.json"
+
+
 def fetch_dataset(data, raw_dir: Path, partial_dir: Path,
-                  opts: DownloadOptions = DownloadOptions()) -> list[Path]:
-    """Fetch every file of ``data`` (DataParams) into ``raw_dir``, each verified."""
+                  opts: DownloadOptions = DownloadOptions()) -> list[dict]:
+    """Fetch every file of ``data`` (DataParams) into ``raw_dir``, each verified, and record
+    what was fetched in ``raw_dir/source.json``; other files there are removed."""
+    from functools import partial
+
     from .datasets import get_dataset, sources
 
-    check = check_mat if get_dataset(data.dataset).format == "svhn_mat" else check_gzip_tar
-    paths = [fetch(url, md5, Path(raw_dir) / name, partial_dir, opts, check)
-             for url, md5, name in sources(data)]
+    spec = get_dataset(data.dataset)
+    check = check_mat if spec.format == "svhn_mat" else partial(check_gzip_tar, spec=spec)
+    files = sources(data)
+    raw_dir = Path(raw_dir)
+    if raw_dir.is_dir():  # left by another data set (the folder persists between runs)
+        wanted = {name for _, _, name in files}
+        for old in raw_dir.iterdir():
+            if old.name not in wanted:
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+    fetched = [fetch(url, md5, raw_dir / name, partial_dir, opts, check)
+               for url, md5, name in files]
+    record = {"dataset": spec.name, "md5_pinned": data.md5 is not None, "files": fetched}
+    tmp = raw_dir / (SOURCE_RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, raw_dir / SOURCE_RECORD)
     clean_partial_dir(partial_dir)
-    return paths
+    return fetched
