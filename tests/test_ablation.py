@@ -53,7 +53,8 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     init_repo(project)
     set_params(project, url=str(archive), md5=md5)
     set_section(project, "ablation", max_steps=12)
-    set_section(project, "train", log_every=4, checkpoint_every=100, summary_every=100, device="cpu")
+    set_section(project, "train", log_every=4, checkpoint_every=100, summary_every=100, device="cpu",
+                max_steps=6)  # the main pipeline's run (the variants: ablation.max_steps)
     set_section(project, "input", num_threads=1)
     set_section(project, "eval", batch_size=50)
     set_section(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
@@ -70,7 +71,7 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     for heading in ("## Exercise 1", "## Exercise 2", "## Exercise 3", "## Exercise 4",
                     "## Exercise 5", "## Exercise 6", "## Without local response normalization"):
         assert heading in text
-    assert "*Not run here:* no results for the data-set variants (`svhn`)" in text
+    assert "*Not run here:* no results for the data-set variants (none is defined)" in text
     for table in ("summary", "exercise1_softmax", "exercise2_local_head", "exercise3_queue_fill",
                   "exercise4_averaging", "exercise5_devices", "no_lrn"):
         assert (rep / "tables" / f"{table}.csv").is_file(), table
@@ -106,3 +107,34 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
                    "Running stage 'reports/dvc.yaml:report':"]
     shown = dvc(project, "plots", "show", "--json").stdout
     assert "reports/plots/loss_curves.png" in shown
+
+    # Both pipelines ran: repo-wide commands work, and a clone that pulled recomputes nothing
+    dvc(project, "repro")
+    status = dvc(project, "status").stdout
+    assert "Data and pipelines are up to date" in status, status
+    dvc(project, "remote", "add", "-d", "shared", str(tmp_path / "remote"))
+    dvc(project, "push")
+    commit(project, "both pipelines ran, data and models in the remote")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
+    archive.unlink()  # everything comes from the remote (and git), nothing from the source
+    pulled = dvc(clone, "pull")
+    assert "WARNING" not in pulled.stdout + pulled.stderr
+    for target in ([], ["reports/dvc.yaml"]):
+        out = dvc(clone, "repro", *target).stdout
+        assert "Running stage" not in out and "Data and pipelines are up to date" in out, out
+    assert "Data and pipelines are up to date" in dvc(clone, "status").stdout
+    exp = dvc(clone, "exp", "run", "-S", "train.log_every=3")
+    assert "WARNING" not in exp.stdout + exp.stderr, exp.stdout + exp.stderr
+    assert "Running stage 'train'" in exp.stdout and "ablation@" not in exp.stdout
+    name = json.loads(dvc(clone, "exp", "show", "--json").stdout)
+    dvc(clone, "exp", "apply", _first_experiment(name))
+    dvc(clone, "checkout")
+
+
+def _first_experiment(shown: list) -> str:
+    """The name of the first experiment in `dvc exp show --json` output."""
+    for rev in shown:
+        for exp in rev.get("experiments") or []:
+            return exp["name"]
+    raise AssertionError(f"no experiment in {shown}")

@@ -157,7 +157,9 @@ def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     set_section(project, "ablation", max_steps=6)
     raw = yaml.safe_load((project / "params.yaml").read_text())
     raw["ablations"] = {"baseline": {}}
-    raw["dataset_ablations"]["svhn"]["data"].update(url=str(tmp_path / "svhn"), md5=None)
+    # opt-in: the variant brings its whole data section
+    raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn", "url": str(tmp_path / "svhn"),
+                                                  "md5": None}}}
     (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     commit(project, "tiny")
     # the main pipeline on SVHN, only data.dataset (and the local files) changed
@@ -171,7 +173,7 @@ def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     # exercise 6: the dataset variant fetches its own data; the report gains its table
     out = dvc(project, "repro", "reports/dvc.yaml:dataset_ablation@svhn", "reports/dvc.yaml:report").stdout
     assert "Running stage 'reports/dvc.yaml:dataset_ablation@svhn'" in out
-    m = __import__("json").loads((project / "reports/dataset_ablations/svhn/metrics.json").read_text())
+    m = __import__("json").loads((project / "reports/ablations/svhn/metrics.json").read_text())
     assert m["dataset"] == "svhn" and m["num_examples"] == 60 and m["num_train"] == 200
     text = (project / "reports/report.md").read_text()
     assert "Not run here" not in text

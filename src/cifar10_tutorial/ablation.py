@@ -39,7 +39,8 @@ class VariantPaths:
 
 
 def dataset_variant_paths(name: str) -> VariantPaths:
-    return VariantPaths(name, Path("data/dataset_ablations"), Path("reports/dataset_ablations"))
+    """A data-set variant keeps its data apart and its results beside the other variants'."""
+    return VariantPaths(name, Path("data/dataset_ablations"), Path("reports/ablations"))
 
 
 def prepare_variant_data(params: Params, name: str, paths: VariantPaths) -> Prepared:
@@ -51,8 +52,7 @@ def prepare_variant_data(params: Params, name: str, paths: VariantPaths) -> Prep
     root = paths.data_root / name
     if int(os.environ.get("RANK", "0")) == 0:
         fetch_dataset(data, root / "raw", Path("data/.downloads"))
-        if not (root / "prepared" / "meta.json").is_file():
-            prepare_dataset(root / "raw", root / "prepared", data)
+        prepare_dataset(root / "raw", root / "prepared", data)
     else:  # the other ranks wait for rank 0's files
         import time
         while not (root / "prepared" / "meta.json").is_file():
@@ -70,7 +70,7 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths |
         return None  # under torchrun, evaluation runs once, on rank 0
     em = evaluate(data, paths.train.model, paths.eval_dir, vp.eval.batch_size,
                   "cpu" if tm["device"] == "cpu" else vp.train.device, vp.eval.flip_tta)
-    metrics = {"variant": name, "dataset": vp.data.dataset, **{k: tm[k] for k in TRAIN_KEYS}, **{k: em[k] for k in EVAL_KEYS},
+    metrics = {"variant": name, "dataset": data.meta["dataset"], **{k: tm[k] for k in TRAIN_KEYS}, **{k: em[k] for k in EVAL_KEYS},
                "eval_examples_per_sec": em["examples_per_sec"],
                "batch_size": vp.train.batch_size, "num_train": int(len(data.train_labels)),
                "epochs": tm["steps"] * tm["global_batch_size"] / len(data.train_labels),

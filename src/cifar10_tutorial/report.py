@@ -69,7 +69,7 @@ def _save(fig, path: Path) -> None:
 def make_report(ablations_root: Path = Path("reports/ablations"), out: Path = Path("reports"),
                 variants: Optional[list[str]] = None,
                 dataset_root: Optional[Path] = None,
-                dataset_variants: Optional[dict] = None) -> Path:
+                dataset_variants: Optional[list[str]] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png``."""
     df = load_variants(ablations_root)
     if variants is not None:
@@ -308,11 +308,12 @@ def make_report(ablations_root: Path = Path("reports/ablations"), out: Path = Pa
                   if base is not None else "."), ""]
     else:
         names = ", ".join(f"`{n}`" for n in dataset_variants) or "none is defined"
-        md += [f"*Not run here:* no results for the data-set variants ({names}). SVHN's files "
-               f"(http://ufldl.stanford.edu/housenumbers/) could not be fetched where this report "
-               f"was made. Where they can be, run `dvc repro reports/dvc.yaml:dataset_ablation@svhn` (or point "
-               f"`dataset_ablations.svhn.data.url` at a local copy of the files), then "
-               f"`dvc repro reports/dvc.yaml:report`: this section then shows its table.", ""]
+        md += [f"*Not run here:* no results for the data-set variants ({names}). They are "
+               f"opt-in, since they fetch their own data (SVHN's files from "
+               f"http://ufldl.stanford.edu/housenumbers/): add one to `dataset_ablations:` in "
+               f"params.yaml (`svhn: {{data: {{dataset: svhn}}}}`, with `url:` pointing at a "
+               f"local copy of the files where that host is out of reach), then "
+               f"`dvc repro reports/dvc.yaml`: this section then shows its table.", ""]
 
     # ---- no LRN
     if base is not None and has("no_lrn"):
