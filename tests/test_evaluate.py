@@ -108,3 +108,90 @@ def test_flip_test_time_augmentation_is_reported_beside(synth_data, trained, tmp
     assert m["precision_at_1_flip"] == pytest.approx((probs.argmax(1) == labels).float().mean().item())
     saved = json.loads((tmp_path / "b" / "metrics.json").read_text())
     assert saved["precision_at_1_raw_flip"] == m["precision_at_1_raw_flip"]
+
+
+# ----------------------------------------------------------------------------- bad model files
+
+
+def _bad_model_files(trained, tmp_path) -> dict:
+    good = torch.load(trained.model, weights_only=True)
+    files = {}
+    files["bare state dict"] = good["model"]
+    files["a tensor"] = torch.zeros(3)
+    wrong = {**good, "params": {**good["params"], "model": {**good["params"]["model"], "head": "local"}}}
+    files["shapes that disagree"] = wrong
+    out = {}
+    for name, obj in files.items():
+        path = tmp_path / f"{name.replace(' ', '_')}.pt"
+        torch.save(obj, path)
+        out[name] = path
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(trained.model.read_bytes()[:5000])
+    out["truncated"] = truncated
+    pickled = tmp_path / "foreign.pt"
+    torch.save({"model": np.zeros(2)}, pickled)  # needs unpickling of numpy objects: refused
+    out["foreign pickle"] = pickled
+    return out
+
+
+@pytest.mark.parametrize("kind", ["bare state dict", "a tensor", "shapes that disagree",
+                                  "truncated", "foreign pickle"])
+def test_evaluate_and_predict_explain_a_bad_model_file(synth_data, trained, tmp_path, kind,
+                                                      prepared_copy):
+    path = _bad_model_files(trained, tmp_path)[kind]
+    img = tmp_path / "img.png"
+    from PIL import Image
+    Image.fromarray(synth_data.test_images[0].transpose(1, 2, 0)).save(img)
+    for cmd in (["-c", "import sys; from cifar10_tutorial.cli import run_stage; "
+                       "from cifar10_tutorial.evaluate import evaluate; "
+                       "from cifar10_tutorial.prepare import load_prepared; "
+                       f"run_stage(lambda: evaluate(load_prepared({str(tmp_path / 'prep')!r}), "
+                       f"__import__('pathlib').Path({str(path)!r}), "
+                       f"__import__('pathlib').Path({str(tmp_path / 'ev')!r}), 100, 'cpu'))"],
+                ["-m", "cifar10_tutorial.predict", str(img), "--model", str(path)]):
+        proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=120)
+        err = proc.stderr
+        assert proc.returncode == 1, err
+        assert "Traceback" not in err and err.count("\n") == 1, err
+        assert str(path) in err and "dvc repro train" in err, err
+        assert "weights_only" not in err and "delete" not in err.lower(), err
+
+
+@pytest.fixture
+def prepared_copy(synth_data, tmp_path):
+    """synth_data written under tmp_path/prep for the subprocess checks."""
+    prep = tmp_path / "prep"
+    prep.mkdir()
+    for split in ("train", "test"):
+        np.save(prep / f"{split}_images.npy", getattr(synth_data, f"{split}_images"))
+        np.save(prep / f"{split}_labels.npy", getattr(synth_data, f"{split}_labels"))
+    (prep / "meta.json").write_text(json.dumps(synth_data.meta))
+
+
+def test_predict_top_is_validated_and_a_decompression_bomb_is_one_line(trained, tmp_path):
+    from PIL import Image
+    img = tmp_path / "img.png"
+    Image.new("RGB", (8, 8)).save(img)
+    for top in ("0", "-2", "x"):
+        proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.predict", str(img),
+                               "--model", str(trained.model), "--top", top],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "expected a whole number >= 1" in proc.stderr
+    bomb = tmp_path / "bomb.png"
+    Image.new("1", (20000, 20000)).save(bomb)  # 400 Mpixels, a few kB on disk
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.predict", str(bomb),
+                           "--model", str(trained.model)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "bomb.png: refused" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_more_devices_than_gpus_is_a_clear_error_before_anything_starts(monkeypatch):
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.train import relaunch_on_devices
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    tr = tiny_params(train={"num_devices": 4, "device": "auto"}).train
+    with pytest.raises(PipelineError, match=r"train.num_devices is 4 but 2 GPU\(s\) are visible"):
+        relaunch_on_devices(tr, "stages/train.py", [])  # raises before it would exec torchrun

@@ -26,20 +26,56 @@ from .train import list_checkpoints, load_checkpoint, pick_device
 log = logging.getLogger(__name__)
 
 
-def model_from_state(params: dict, num_classes: int, state: dict, device) -> CifarNet:
+REMAKE = "remake it with `dvc repro train`"
+MODEL_KEYS = ("model", "ema", "params", "num_classes", "classes", "step")
+
+
+def model_from_state(params: dict, num_classes: int, state: dict, device,
+                     source: str = "the checkpoint") -> CifarNet:
     m = params["model"]
     model = build_model(num_classes, m["head"], m["output"], m["lrn"]).to(device)
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:  # names or shapes that do not fit the network
+        detail = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
+        raise PipelineError(
+            f"{source}: its weights do not fit the network its own params describe "
+            f"(model.head={m['head']}, model.lrn={m['lrn']}, {num_classes} classes): "
+            f"{detail[:200]}. The file is damaged or was edited; {REMAKE}.") from None
     return model.eval()
+
+
+def load_model_file(path: Path, device="cpu") -> dict:
+    """A model.pt written by the train stage, checked; clear words for anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineError(f"{path}: no trained model; run the train stage first (`dvc repro train`).")
+    try:
+        obj = torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # torch raises several types; its text may advise unsafe loading
+        raise PipelineError(f"{path}: cannot be read as a model file ({type(exc).__name__}): it "
+                            f"is damaged, truncated or not a file of this project; {REMAKE}.") from None
+    expected = ("a model file of the train stage: a mapping with " + ", ".join(MODEL_KEYS))
+    if not isinstance(obj, dict):
+        raise PipelineError(f"{path}: expected {expected}; found a {type(obj).__name__}. {REMAKE[0].upper() + REMAKE[1:]}.")
+    missing = [k for k in MODEL_KEYS if k not in obj]
+    if missing:
+        found = ("a bare state dict of weights" if all(isinstance(v, torch.Tensor) for v in obj.values())
+                 else f"a mapping with {', '.join(map(str, list(obj)[:6]))}")
+        raise PipelineError(f"{path}: expected {expected}; found {found} (missing "
+                            f"{', '.join(missing)}). {REMAKE[0].upper() + REMAKE[1:]}.")
+    model = obj["params"].get("model") if isinstance(obj["params"], dict) else None
+    if not isinstance(model, dict) or not {"head", "output", "lrn"} <= set(model):
+        raise PipelineError(f"{path}: its params lack the model section (head, output, lrn); "
+                            f"{REMAKE}.")
+    return obj
 
 
 def load_trained(path: Path, device="cpu", averaged: bool = True) -> tuple[CifarNet, dict]:
     """The trained model in ``path`` (model.pt), with averaged or raw weights."""
-    if not Path(path).is_file():
-        raise PipelineError(f"{path}: no trained model; run the train stage first (`dvc repro train`).")
-    ckpt = load_checkpoint(Path(path), device)
+    ckpt = load_model_file(path, device)
     state = ckpt["ema"] if averaged else ckpt["model"]
-    return model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device), ckpt
+    return model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device, str(path)), ckpt
 
 
 @torch.no_grad()
@@ -59,13 +95,14 @@ def score(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, tor
 
 
 def evaluate_checkpoint(ckpt: dict, images: torch.Tensor, labels: torch.Tensor,
-                        batch_size: int, device, flip_tta: bool = False) -> dict:
+                        batch_size: int, device, flip_tta: bool = False,
+                        source: str = "the checkpoint") -> dict:
     """Both ways: averaged weights and raw weights; with ``flip_tta`` also the precision of
     the mean of the probabilities of each image and its mirror image (``*_flip``)."""
     out = {}
     for suffix, key in (("", "ema"), ("_raw", "model")):
         state = {**ckpt["model"], **ckpt[key]}  # averages replace the averaged entries
-        model = model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device)
+        model = model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device, source)
         t = time.perf_counter()
         logits = predict_logits(model, images, batch_size)
         p, loss, pred = score(logits, labels)
@@ -115,13 +152,13 @@ def evaluate(data: Prepared, model_path: Path = Path("data/train/model.pt"),
              device_name: str = "auto", flip_tta: bool = False) -> dict:
     """The evaluate stage: metrics.json, per_class.csv, predictions.csv, confusion.png."""
     device = pick_device(device_name)
-    if not Path(model_path).is_file():
-        raise PipelineError(f"{model_path}: no trained model; run the train stage first "
-                            f"(`dvc repro train`).")
-    ckpt = load_checkpoint(Path(model_path), device)
+    ckpt = load_model_file(Path(model_path), device)
+    if int(ckpt["num_classes"]) != data.num_classes:
+        raise PipelineError(f"{model_path}: a model of {ckpt['num_classes']} classes, but the "
+                            f"prepared data have {data.num_classes}; {REMAKE}.")
     images = torch.from_numpy(data.test_images).to(device)
     labels = torch.from_numpy(data.test_labels).to(device)
-    r = evaluate_checkpoint(ckpt, images, labels, batch_size, device, flip_tta)
+    r = evaluate_checkpoint(ckpt, images, labels, batch_size, device, flip_tta, str(model_path))
     n, classes, k = len(labels), data.classes, data.num_classes
     metrics = {"precision_at_1": r["precision_at_1"], "precision_at_1_raw": r["precision_at_1_raw"],
                "loss": r["loss"], "loss_raw": r["loss_raw"], "num_examples": n,

@@ -21,14 +21,22 @@ from .evaluate import load_trained, predict_logits
 
 def load_image(path: Path, size: int = 32) -> np.ndarray:
     """uint8 3 x size x size from an image file of any size and mode."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as img:
-            img = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
-            return np.asarray(img).transpose(2, 0, 1).copy()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                img = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+                return np.asarray(img).transpose(2, 0, 1).copy()
     except FileNotFoundError:
         raise PipelineError(f"{path}: no such file") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise PipelineError(f"{path}: refused: the image claims more than "
+                            f"{Image.MAX_IMAGE_PIXELS:,} pixels (a possible decompression "
+                            f"bomb); give a photo of ordinary size") from None
     except (UnidentifiedImageError, OSError) as exc:
         raise PipelineError(f"{path}: not a readable image ({exc})") from None
 
@@ -44,11 +52,21 @@ def predict(paths: list[Path], model_path: Path, top: int = 3, averaged: bool = 
             for vs, idx in zip(values.tolist(), indices.tolist())]
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, found {text!r}")
+    return value
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Print the top classes of image files.")
     ap.add_argument("images", nargs="+", type=Path)
     ap.add_argument("--model", type=Path, default=Path("data/train/model.pt"))
-    ap.add_argument("--top", type=int, default=3)
+    ap.add_argument("--top", type=_positive, default=3, help="how many classes to print (>= 1)")
     ap.add_argument("--raw", action="store_true", help="use the raw instead of the averaged weights")
     a = ap.parse_args(argv)
     for path, ranked in zip(a.images, predict(a.images, a.model, a.top, not a.raw)):
