@@ -28,6 +28,35 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     assert "tensorflow" not in saved and "project_vs_tensorflow" not in saved["ratios"]
     table = format_table(r)
     assert "project / typical" in table and "TensorFlow not measured" in table
+    # the roofline: measured peaks, the network's own count, each pipeline's fraction
+    roof = saved["roofline"]
+    assert roof["peak_gflops"]["fp32"] > 1 and roof["peak_gflops"]["bf16"] > 0
+    assert roof["flops_per_example"] == {"train": 2 * (3 * 18_470_784 - 24 * 24 * 75 * 64),
+                                         "eval": 2 * 18_470_784}
+    for key, pipe in roof["pipelines"].items():
+        flops = roof["flops_per_example"]["eval" if key == "eval" else "train"]
+        assert pipe["gflops"] == pytest.approx(med[key] * flops / 1e9)
+        assert pipe["fraction_of_peak"] == pytest.approx(
+            pipe["gflops"] / roof["peak_gflops"][pipe["precision"]])
+    assert roof["pipelines"]["project_bf16"]["precision"] == "bf16"
+    assert "GFLOP/s" in table and "of peak" in table and "roofline: torch.mm" in table
+    split = roof["time_breakdown"]
+    assert 0 < split["gemm_share"] < 1 and split["top_other_ops"]
+    assert sum(o["share"] for o in split["top_other_ops"]) <= 1 - split["gemm_share"] + 1e-9
+    assert "in convolutions and matrix products" in table
+
+
+def test_matmul_peak_counts_2n3_operations():
+    from cifar10_tutorial.benchmark import matmul_peak
+    import time
+    n = 256
+    a = torch.randn(n, n)
+    t = time.perf_counter()
+    for _ in range(20):
+        torch.mm(a, a)
+    rough = 2 * n ** 3 * 20 / (time.perf_counter() - t) / 1e9
+    peak = matmul_peak(torch.float32, torch.device("cpu"), n=n, reps=5)
+    assert rough / 5 < peak < rough * 5  # the same order as timing it by hand
 
 
 def test_tensorflow_baseline_without_tensorflow_is_a_clear_error(tmp_path):

@@ -18,6 +18,14 @@ Each figure is the median of several timed windows after a warm-up:
   run by a Python that has TensorFlow;
 * ``eval``: evaluation throughput over the test split (central crop).
 
+The roofline: the machine's own matmul peak (``torch.mm`` of two 2048 x 2048
+matrices in float32 and in bfloat16, on the same threads), and for each pipeline
+the GFLOP/s it achieves, from the network's own count of operations
+(:func:`model.train_flops_per_image`: 2 x (3 x the forward multiply-adds - conv1's
+input gradient), 105.3 MFLOP per training example of the tutorial's network;
+2 x the forward multiply-adds for evaluation), and its fraction of the peak of
+its precision.
+
 ``python stages/benchmark.py`` prints a table and writes ``reports/benchmark.json``.
 """
 from __future__ import annotations
@@ -38,7 +46,7 @@ from .files import write_text_atomic
 from .errors import PipelineError
 from .evaluate import predict_logits
 from .inputs import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
-from .model import build_model
+from .model import build_model, macs_per_image, train_flops_per_image
 from .params import Params
 from .prepare import Prepared
 from .train import (WeightAverage, averaging_decay, make_batches, make_optimizer, make_step,
@@ -63,20 +71,25 @@ def _windows(step: Callable[[], None], batch: int, warmup: int, windows: int, st
     return [_window(step, batch, steps, sync) for _ in range(windows)]
 
 
-def _project_step(params: Params, data: Prepared, device: torch.device):
-    """A fresh network, optimizer and weight averages; ``step(x, y)`` as the train loop does it."""
+def _project_step(params: Params, data: Prepared, device: torch.device, with_loss: bool = False,
+                  compile_mode: Optional[str] = None):
+    """A fresh network, optimizer and weight averages; ``step(x, y)`` as the train loop does it
+    (returning the loss with ``with_loss``; the whole step compiled with ``compile_mode``)."""
     tr = params.train
     torch.manual_seed(tr.seed)
     model = training_model(params, data.num_classes, device)
     optimizer = make_optimizer(model, params)
     ema = WeightAverage(model, averaging_decay(params))
     train_step = make_step(model, model, optimizer, params, device)
+    if compile_mode is not None:
+        train_step = torch.compile(train_step, mode=compile_mode)
     count = {"n": 0}
 
     def step(x, y):
-        train_step(x, y)
+        loss = train_step(x, y)[0]
         count["n"] += 1
         ema.update(model, count["n"])
+        return loss if with_loss else None
     return model, step
 
 
@@ -149,12 +162,113 @@ def typical_model(num_classes: int) -> torch.nn.Module:
     return model
 
 
+def typical_step(params: Params, data: Prepared, device: torch.device, workers: int = 2):
+    """(step, close): the typical pipeline's train step, as most tutorials write it: PIL
+    images with per-sample transforms of the same distortions, a DataLoader with ``workers``
+    processes, the same network with torch's LocalResponseNorm, NCHW, plain SGD."""
+    import torchvision.transforms as T
+
+    tr = params.train
+    transform = T.Compose([T.RandomCrop(24), T.RandomHorizontalFlip(), T.PILToTensor(),
+                           TutorialJitter()])
+    loader = torch.utils.data.DataLoader(
+        PILImages(data.train_images, data.train_labels, transform), batch_size=tr.batch_size,
+        shuffle=True, num_workers=workers, drop_last=True,
+        persistent_workers=workers > 0, pin_memory=device.type == "cuda")
+    torch.manual_seed(tr.seed)
+    tmodel = typical_model(data.num_classes).to(device)
+    topt = torch.optim.SGD(tmodel.parameters(), lr=tr.initial_lr)
+    tema = WeightAverage(tmodel, tr.moving_average_decay)
+    state = {"n": 0, "it": iter(loader)}
+
+    def step():
+        try:
+            x, y = next(state["it"])
+        except StopIteration:
+            state["it"] = iter(loader)
+            x, y = next(state["it"])
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss = torch.nn.functional.cross_entropy(tmodel(x), y) + tr.weight_decay * sum(
+            w.pow(2).sum() for w in tmodel.decayed_weights()) / 2
+        topt.zero_grad(set_to_none=True)
+        loss.backward()
+        topt.step()
+        state["n"] += 1
+        tema.update(tmodel, state["n"])
+
+    def close():
+        state["it"] = None
+    return step, close
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 7) -> float:
+    """GFLOP/s of ``torch.mm`` of two n x n matrices (median of ``reps``): what this machine's
+    BLAS gets from its cores at this precision, the roofline the pipelines are measured on."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
+    for _ in range(2):
+        torch.mm(a, b)
+    times = []
+    for _ in range(reps):
+        sync()
+        t = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        times.append(time.perf_counter() - t)
+    return 2 * n ** 3 / statistics.median(times) / 1e9
+
+
+PIPELINE_PRECISION = {"project": None, "fixed_batch": None, "project_bf16": "bf16",
+                      "typical": "fp32", "tensorflow": "fp32", "eval": None}
+
+
+GEMM_OPS = ("conv", "mm", "linear", "matmul")  # op names that run the counted arithmetic
+
+
+def time_breakdown(params: Params, data: Prepared, device: torch.device, x, y,
+                   steps: int = 10) -> dict:
+    """Where a fixed-batch step's time goes (torch.profiler, self time per op): the share in
+    convolutions and matrix products (the counted arithmetic) and the largest other ops."""
+    from torch.profiler import ProfilerActivity, profile
+
+    _, step = _project_step(params, data, device)
+    for _ in range(3):
+        step(x, y)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step(x, y)
+    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    ops = [(e.key, getattr(e, attr)) for e in prof.key_averages()]
+    ops = [(k, t) for k, t in ops if t > 0 and not k.startswith("ProfilerStep")]
+    total = sum(t for _, t in ops)
+    gemm = sum(t for k, t in ops if any(g in k.lower() for g in GEMM_OPS))
+    others = sorted(((k, t) for k, t in ops if not any(g in k.lower() for g in GEMM_OPS)),
+                    key=lambda kt: -kt[1])[:6]
+    return {"gemm_share": gemm / total,
+            "top_other_ops": [{"op": k, "share": t / total} for k, t in others]}
+
+
+def roofline(results: dict, params: Params, num_classes: int, device: torch.device) -> dict:
+    """Each measured pipeline's GFLOP/s and its fraction of the matmul peak of its precision."""
+    m = params.model
+    model = build_model(num_classes, m.head, m.output, m.lrn)
+    flops = {"train": train_flops_per_image(model), "eval": 2 * macs_per_image(model)}
+    peak = {"fp32": matmul_peak(torch.float32, device), "bf16": matmul_peak(torch.bfloat16, device)}
+    out = {"peak_gflops": peak, "flops_per_example": flops, "pipelines": {}}
+    for key, eps in results["median_examples_per_sec"].items():
+        precision = PIPELINE_PRECISION[key] or params.train.precision
+        gflops = eps * flops["eval" if key == "eval" else "train"] / 1e9
+        out["pipelines"][key] = {"precision": precision, "gflops": gflops,
+                                 "fraction_of_peak": gflops / peak[precision]}
+    return out
+
+
 def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int = 7,
                   steps: int = 40, typical_workers: int = 2, out: Path | None = None,
                   tf_python: Optional[str] = None, data_dir: Optional[Path] = None) -> dict:
     """Measure every pipeline; return (and write to ``out``) the figures and ratios."""
-    import torchvision.transforms as T
-
     tr = params.train
     device = pick_device(tr.device)
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
@@ -203,36 +317,11 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
             batches.close()
 
     # the typical pipeline: PIL images, per-sample transforms, DataLoader workers, stock LRN
-    transform = T.Compose([T.RandomCrop(24), T.RandomHorizontalFlip(), T.PILToTensor(),
-                           TutorialJitter()])
-    loader = torch.utils.data.DataLoader(
-        PILImages(data.train_images, data.train_labels, transform), batch_size=batch,
-        shuffle=True, num_workers=typical_workers, drop_last=True,
-        persistent_workers=typical_workers > 0, pin_memory=device.type == "cuda")
-    torch.manual_seed(tr.seed)
-    tmodel = typical_model(data.num_classes).to(device)
-    topt = torch.optim.SGD(tmodel.parameters(), lr=tr.initial_lr)
-    tema = WeightAverage(tmodel, tr.moving_average_decay)
-    count = {"n": 0}
-    it = iter(loader)
-
-    def typical_step():
-        nonlocal it
-        try:
-            x, y = next(it)
-        except StopIteration:
-            it = iter(loader)
-            x, y = next(it)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        loss = torch.nn.functional.cross_entropy(tmodel(x), y) + tr.weight_decay * sum(
-            w.pow(2).sum() for w in tmodel.decayed_weights()) / 2
-        topt.zero_grad(set_to_none=True)
-        loss.backward()
-        topt.step()
-        count["n"] += 1
-        tema.update(tmodel, count["n"])
-    results["typical"] = _windows(typical_step, batch, warmup, windows, steps, sync)
-    del it, loader
+    typical, close = typical_step(params, data, device, typical_workers)
+    try:
+        results["typical"] = _windows(typical, batch, warmup, windows, steps, sync)
+    finally:
+        close()
 
     if tf_python:
         if data_dir is None:
@@ -271,6 +360,8 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
         if "project_bf16" in med:
             ratios["project_bf16_vs_tensorflow"] = med["project_bf16"] / med["tensorflow"]
     results["ratios"] = ratios
+    results["roofline"] = roofline(results, params, data.num_classes, device)
+    results["roofline"]["time_breakdown"] = time_breakdown(params, data, device, x0, y0)
     if out is not None:
         write_text_atomic(out, json.dumps(results, indent=2) + "\n")
     return results
@@ -284,8 +375,12 @@ def format_table(r: dict) -> str:
              "typical": "typical: PIL Dataset + DataLoader(2) + nn.LocalResponseNorm",
              "tensorflow": f"TensorFlow {r.get('tensorflow_version', '')}: Keras + tf.data (AUTOTUNE)",
              "eval": "evaluation (images/sec)"}
-    lines = [f"{'pipeline':<62} {'examples/sec':>12}", "-" * 75]
-    lines += [f"{names[k]:<62} {v:>12,.0f}" for k, v in med.items()]
+    roof = r["roofline"]
+    lines = [f"{'pipeline':<62} {'examples/sec':>12} {'GFLOP/s':>8} {'of peak':>8}", "-" * 93]
+    for k, v in med.items():
+        pipe = roof["pipelines"][k]
+        lines.append(f"{names[k]:<62} {v:>12,.0f} {pipe['gflops']:>8.1f} "
+                     f"{100 * pipe['fraction_of_peak']:>7.1f}%")
     ra = r["ratios"]
     vs = [f"project / typical: {ra['project_vs_typical']:.2f}x"]
     if "project_bf16_vs_typical" in ra:
@@ -296,7 +391,17 @@ def format_table(r: dict) -> str:
         vs.append(f"bf16 / TensorFlow: {ra['project_bf16_vs_tensorflow']:.2f}x")
     if "tensorflow" not in med:
         vs.append("TensorFlow not measured (--tf-python)")
-    lines += ["-" * 75, "; ".join(vs),
+    peak, fl = roof["peak_gflops"], roof["flops_per_example"]
+    lines += ["-" * 93,
+              f"roofline: torch.mm 2048 x 2048 peak {peak['fp32']:.1f} GFLOP/s fp32, "
+              f"{peak['bf16']:.1f} bf16; {fl['train'] / 1e6:.1f} MFLOP per training example, "
+              f"{fl['eval'] / 1e6:.1f} per evaluated image (each pipeline against the peak of "
+              f"its precision)",
+              f"time of a fixed-batch step in convolutions and matrix products: "
+              f"{100 * roof['time_breakdown']['gemm_share']:.0f}%; largest others: "
+              + ", ".join(f"{o['op']} {100 * o['share']:.0f}%"
+                          for o in roof["time_breakdown"]["top_other_ops"][:4]),
+              "; ".join(vs),
               f"input pipeline: {100 * ra['input_pipeline_overhead']:.1f}% slower than the fixed "
               f"batch (paired windows); alone {ra['input_ms_per_batch']:.2f} ms per batch = "
               f"{100 * ra['input_share_of_fixed_step']:.1f}% of a fixed-batch step",

@@ -223,6 +223,16 @@ def macs_per_image(model: CifarNet, image_size: int = 24) -> int:
     return macs
 
 
+def train_flops_per_image(model: CifarNet, image_size: int = 24) -> int:
+    """Floating-point operations of one training example through the convolutions and the
+    top layers: 2 per multiply-add, forward once and backward twice (the gradients of the
+    inputs and of the weights of every layer), less conv1's input gradient, which nothing
+    needs. LRN, pooling, ReLU, the loss and the update are not counted (they are
+    elementwise and bound by memory, not by arithmetic)."""
+    conv1 = image_size * image_size * 5 * 5 * 3 * 64
+    return 2 * (3 * macs_per_image(model, image_size) - conv1)
+
+
 def build_model(num_classes: int, head: str = "fc", output: str = "logits",
                 lrn: bool = True) -> CifarNet:
     return CifarNet(num_classes=num_classes, head=head, output=output, lrn=lrn)
