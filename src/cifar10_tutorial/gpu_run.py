@@ -1,0 +1,381 @@
+"""The prepared GPU run: one command that checks and measures the project on a GPU.
+
+    python -m cifar10_tutorial.gpu_run --data data/prepared            # on a GPU, ~9 minutes
+    python -m cifar10_tutorial.gpu_run --data data/prepared --dry --device cpu   # the tests
+
+It writes ``reports/gpu/<gpu name>.json`` and prints a table of four parts:
+
+1. correctness: the first 50 steps' losses on the device against the CPU from the same
+   seed and the same batches (TF32 off; tolerance ``LOSS_RTOL``), host syncs per step on
+   the real GPU path (CUDA's sync debug mode: there must be none between log steps), and
+   held-out precision @ 1 after a short run, averaged and raw weights;
+2. throughput of the train step at batch 128 and larger: eager, on a fixed batch and with
+   the real input pipeline; the step under ``torch.compile(mode="reduce-overhead")`` (CUDA
+   graphs; GPU only); the typical torchvision DataLoader pipeline on the same device (at
+   the first batch size);
+3. time to held-out 80%, 84% and 86% with the ``fast`` schedule, and as many of the
+   tutorial's 100K steps as fit in the time left, with the held-out learning curve;
+4. several experiments at once on one device (``--parallel`` train stages side by side,
+   as `dvc queue start -j N` runs them): total examples/sec against one alone.
+
+``--dry`` shrinks every size so the whole script runs in about a minute on a CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from .benchmark import _project_step, _window, _with_input, typical_step
+from .cli import run_stage
+from .errors import PipelineError
+from .files import write_text_atomic
+from .params import Params, load_params, to_dict
+from .prepare import Prepared, load_prepared
+from .train import TrainPaths, make_batches, pick_device, train
+
+LOSS_RTOL = 1e-3  # largest relative difference of a step's loss, device against CPU
+TARGETS = [0.80, 0.84, 0.86]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """How much of each part to run (the full GPU run, or ``--dry``)."""
+
+    check_steps: int = 50
+    short_steps: int = 2000
+    batches: tuple = (128, 256, 512, 1024)
+    windows: int = 5
+    window_steps: int = 50
+    fast_epochs: float = 40
+    tutorial_steps: int = 100_000
+    tutorial_seconds: float = 150.0
+    eval_every: int = 5000
+    parallel: int = 4
+    parallel_steps: int = 3000
+
+
+DRY = Sizes(check_steps=6, short_steps=20, batches=(32, 64), windows=2, window_steps=3,
+            fast_epochs=2, tutorial_steps=40, tutorial_seconds=30.0, eval_every=20, parallel=2,
+            parallel_steps=10)
+
+
+def _with(params: Params, **sections) -> Params:
+    """``params`` with some fields of some sections replaced."""
+    return dataclasses.replace(params, **{name: dataclasses.replace(getattr(params, name), **v)
+                                          for name, v in sections.items()})
+
+
+def _sync(device: torch.device):
+    return (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
+
+
+# --------------------------------------------------------------------------- 1. correctness
+
+
+def losses_against_cpu(params: Params, data: Prepared, device: torch.device, steps: int) -> dict:
+    """The first ``steps`` losses on ``device`` and on the CPU: same seed, same batches."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    cpu = torch.device("cpu")
+    images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
+    batches = make_batches(params, data, images, labels, None)
+    _, cpu_step = _project_step(params, data, cpu, with_loss=True)
+    _, dev_step = _project_step(params, data, device, with_loss=True)
+    ref, got = [], []
+    try:
+        for i in range(steps):
+            x, y = batches.get(i)
+            ref.append(cpu_step(x, y).item())
+            got.append(dev_step(x.to(device), y.to(device)).item())
+    finally:
+        batches.close()
+    worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+    return {"steps": steps, "cpu": ref, "device": got, "max_rel_diff": worst,
+            "tolerance": LOSS_RTOL, "ok": worst <= LOSS_RTOL}
+
+
+def host_syncs_per_step(params: Params, data: Prepared, device: torch.device, steps: int) -> float:
+    """Host syncs CUDA reports per step of the real GPU path (input, step, averages); None
+    on a CPU, where nothing waits for a device."""
+    if device.type != "cuda":
+        return None
+    images = torch.from_numpy(data.train_images).to(device)
+    labels = torch.from_numpy(data.train_labels).to(device)
+    _, step, batches, _ = _with_input(params, data, images, labels, device)
+    try:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                for _ in range(steps):
+                    step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+    finally:
+        batches.close()
+    return sum("synchroniz" in str(w.message) for w in caught) / steps
+
+
+def short_run(params: Params, data: Prepared, steps: int, root: Path) -> dict:
+    """Train ``steps`` steps with the train stage's own code; held-out precision at the end."""
+    p = _with(params, train={"max_steps": steps, "checkpoint_every": steps, "log_every": max(1, steps // 10)},
+              eval={"every_steps": steps})
+    m = train(p, data, TrainPaths(root / "short", root / "short-live"), progress=False)
+    return {"steps": steps, "precision_at_1": m["held_out_precision_at_1"],
+            "precision_at_1_raw": m["held_out_precision_at_1_raw"],
+            "examples_per_sec": m["examples_per_sec"]}
+
+
+# --------------------------------------------------------------------------- 2. throughput
+
+
+def throughput(params: Params, data: Prepared, device: torch.device, sizes: Sizes) -> list[dict]:
+    """Examples/sec and ms per step of the train step at each batch size, several ways."""
+    sync, rows = _sync(device), []
+    images = torch.from_numpy(data.train_images).to(device)
+    labels = torch.from_numpy(data.train_labels).to(device)
+    for batch in sizes.batches:
+        p = _with(params, train={"batch_size": batch})
+        row = {"batch_size": batch}
+        _, step, batches, _ = _with_input(p, data, images, labels, device)
+        try:
+            row["eager_input_pipeline"] = _best(step, batch, sizes, sync)
+            x, y = batches.get(10 ** 6)
+        finally:
+            batches.close()
+        _, fixed = _project_step(p, data, device)
+        row["eager_fixed_batch"] = _best(lambda: fixed(x, y), batch, sizes, sync)
+        if device.type == "cuda":
+            row["compiled_fixed_batch"] = _compiled(p, data, device, x, y, sizes, sync)
+        if batch == sizes.batches[0]:
+            typ, close = typical_step(p, data, device, workers=4 if device.type == "cuda" else 0)
+            try:
+                row["typical_dataloader"] = _best(typ, batch, sizes, sync)
+            finally:
+                close()
+        rows.append(row)
+    return rows
+
+
+def _best(step, batch: int, sizes: Sizes, sync) -> dict:
+    for _ in range(3):
+        step()
+    rates = sorted(_window(step, batch, sizes.window_steps, sync) for _ in range(sizes.windows))
+    eps = rates[len(rates) // 2]
+    return {"examples_per_sec": eps, "ms_per_step": 1000 * batch / eps}
+
+
+def _compiled(params: Params, data: Prepared, device, x, y, sizes: Sizes, sync) -> dict:
+    """The whole step (forward, loss, backward, update) compiled with CUDA graphs."""
+    try:
+        _, step = _project_step(params, data, device, compile_mode="reduce-overhead")
+        return _best(lambda: step(x, y), len(y), sizes, sync)
+    except Exception as exc:  # report, do not stop the run: this path is what is being tried
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+
+
+# --------------------------------------------------------------------------- 3. time to accuracy
+
+
+def _curve(live: Path) -> list[dict]:
+    path = live / "plots" / "metrics" / "eval" / "precision_at_1.tsv"
+    raw = live / "plots" / "metrics" / "eval" / "precision_at_1_raw.tsv"
+    if not path.is_file():
+        return []
+    rows = [ln.split("\t") for ln in path.read_text().splitlines()]
+    raws = [ln.split("\t") for ln in raw.read_text().splitlines()]
+    i, j = rows[0].index("step"), rows[0].index("precision_at_1")
+    return [{"step": int(r[i]), "precision_at_1": float(r[j]), "precision_at_1_raw": float(q[j])}
+            for r, q in zip(rows[1:], raws[1:])]
+
+
+def fast_schedule(params: Params, data: Prepared, sizes: Sizes, root: Path) -> dict:
+    steps_per_epoch = len(data.train_labels) / params.train.batch_size
+    p = _with(params, train={"schedule": "fast", "max_epochs": sizes.fast_epochs,
+                             "checkpoint_every": 10 ** 9, "log_every": 100},
+              eval={"every_steps": max(1, round(steps_per_epoch)), "targets": TARGETS})
+    t = time.perf_counter()
+    m = train(p, data, TrainPaths(root / "fast", root / "fast-live"), progress=False)
+    return {"epochs": sizes.fast_epochs, "steps": m["steps"], "seconds": time.perf_counter() - t,
+            "train_seconds": m["train_seconds"], "reached": m["time_to_target"],
+            "final_precision_at_1": m["held_out_precision_at_1"],
+            "final_precision_at_1_raw": m["held_out_precision_at_1_raw"],
+            "curve": _curve(root / "fast-live")}
+
+
+def tutorial_schedule(params: Params, data: Prepared, sizes: Sizes, steps_per_sec: float,
+                      root: Path) -> dict:
+    steps = int(min(sizes.tutorial_steps, steps_per_sec * sizes.tutorial_seconds))
+    steps = max(sizes.eval_every, steps - steps % sizes.eval_every)
+    p = _with(params, train={"max_steps": steps, "checkpoint_every": 10 ** 9, "log_every": 1000},
+              eval={"every_steps": sizes.eval_every, "targets": TARGETS})
+    t = time.perf_counter()
+    m = train(p, data, TrainPaths(root / "tutorial", root / "tutorial-live"), progress=False)
+    return {"steps": m["steps"], "of_steps": sizes.tutorial_steps,
+            "seconds": time.perf_counter() - t, "train_seconds": m["train_seconds"],
+            "examples_per_sec": m["examples_per_sec"], "reached": m["time_to_target"],
+            "curve": _curve(root / "tutorial-live")}
+
+
+# --------------------------------------------------------------------------- 4. side by side
+
+
+def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: int,
+                 root: Path) -> dict:
+    """``n`` train stages at once on one device, against one alone: total examples/sec."""
+    stages = Path(__file__).resolve().parents[2] / "stages"
+
+    def project(i: int) -> Path:
+        proj = root / f"exp{i}"
+        shutil.copytree(stages, proj / "stages", ignore=shutil.ignore_patterns("__pycache__"))
+        (proj / "data").mkdir(parents=True)
+        os.symlink(data_dir.resolve(), proj / "data" / "prepared")
+        raw = yaml_load(params_file)
+        raw.setdefault("train", {}).update(max_steps=steps, seed=i, device=device,
+                                           checkpoint_every=10 ** 9, log_every=max(1, steps // 5))
+        (proj / "params.yaml").write_text(json.dumps(raw))  # JSON is YAML
+        return proj
+
+    def run(projects: list[Path]) -> dict:
+        t = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "stages/train.py"], cwd=p, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True) for p in projects]
+        errs = [proc.communicate()[1] for proc in procs]
+        wall = time.perf_counter() - t
+        for proc, err in zip(procs, errs):
+            if proc.returncode:
+                raise PipelineError(f"a side-by-side train stage failed:\n{err[-2000:]}")
+        each = [json.loads((p / "reports/train/metrics.json").read_text())["examples_per_sec"]
+                for p in projects]
+        return {"processes": len(projects), "wall_s": wall, "examples_per_sec_each": each,
+                "examples_per_sec_total": sum(each)}
+
+    alone = run([project(0)])
+    together = run([project(i) for i in range(1, n + 1)])
+    return {"steps_each": steps, "alone": alone, "together": together,
+            "speedup": together["examples_per_sec_total"] / alone["examples_per_sec_total"]}
+
+
+def yaml_load(path: Path) -> dict:
+    import yaml
+    return yaml.safe_load(Path(path).read_text()) or {}
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def gpu_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry: bool,
+        out_dir: Path) -> dict:
+    sizes = DRY if dry else Sizes()
+    device = pick_device(device_name)
+    params = _with(params, train={"device": device.type})
+    data = load_prepared(data_dir)
+    result = {"device": gpu_name(device), "torch": torch.__version__, "dry": dry,
+              "sizes": dataclasses.asdict(sizes), "params": to_dict(params.train),
+              "data": {"dir": str(data_dir), "content_hash": data.content_hash,
+                       "train": len(data.train_labels), "test": len(data.test_labels)}}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu_run-") as tmp:
+        root = Path(tmp)
+        result["correctness"] = {
+            "losses": losses_against_cpu(params, data, device, sizes.check_steps),
+            "host_syncs_per_step": host_syncs_per_step(params, data, device, sizes.check_steps),
+            "short_run": short_run(params, data, sizes.short_steps, root)}
+        result["throughput"] = throughput(params, data, device, sizes)
+        base = next(r for r in result["throughput"] if r["batch_size"] == params.train.batch_size) \
+            if any(r["batch_size"] == params.train.batch_size for r in result["throughput"]) \
+            else result["throughput"][0]
+        steps_per_sec = base["eager_input_pipeline"]["examples_per_sec"] / base["batch_size"]
+        result["fast"] = fast_schedule(params, data, sizes, root)
+        result["tutorial"] = tutorial_schedule(params, data, sizes, steps_per_sec, root)
+        result["side_by_side"] = side_by_side(params_file, data_dir, device.type, sizes.parallel,
+                                              sizes.parallel_steps, root)
+    result["total_seconds"] = time.perf_counter() - t0
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", result["device"]).strip("-").lower()
+    out = out_dir / f"{slug}{'-dry' if dry else ''}.json"
+    write_text_atomic(out, json.dumps(result, indent=2) + "\n")
+    result["written"] = str(out)
+    return result
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def format_table(r: dict) -> str:
+    c = r["correctness"]
+    lo, sr = c["losses"], c["short_run"]
+    syncs = c["host_syncs_per_step"]
+    lines = [f"# {r['device']} (torch {r['torch']}{', dry run' if r['dry'] else ''})", "",
+             "| check | result |", "|---|---|",
+             f"| first {lo['steps']} losses vs CPU | max relative difference {lo['max_rel_diff']:.2e} "
+             f"(tolerance {lo['tolerance']:g}): {'ok' if lo['ok'] else 'FAILED'} |",
+             f"| host syncs per step (GPU path) | {'n/a (CPU)' if syncs is None else f'{syncs:.2f}'} |",
+             f"| held-out precision @ 1 after {sr['steps']:,} steps | {_pct(sr['precision_at_1'])} "
+             f"averaged, {_pct(sr['precision_at_1_raw'])} raw |", "",
+             "| batch | eager, input pipeline | eager, fixed batch | compiled (CUDA graphs) | "
+             "typical DataLoader |", "|---|---|---|---|---|"]
+    for row in r["throughput"]:
+        cells = []
+        for key in ("eager_input_pipeline", "eager_fixed_batch", "compiled_fixed_batch",
+                    "typical_dataloader"):
+            v = row.get(key)
+            cells.append("-" if v is None else v.get("error", "")[:40] if "error" in v
+                         else f"{v['examples_per_sec']:,.0f}/s ({v['ms_per_step']:.2f} ms)")
+        lines.append(f"| {row['batch_size']} | " + " | ".join(cells) + " |")
+    f, t, s = r["fast"], r["tutorial"], r["side_by_side"]
+
+    def reached(d, target):
+        hit = d["reached"].get(f"{target:g}")
+        return "not reached" if not hit else f"step {hit['step']:,} ({hit['train_seconds']:.0f} s)"
+    lines += ["", "| schedule | steps | seconds | " + " | ".join(f"{x:.0%}" for x in TARGETS)
+              + " | final (averaged) |", "|---|---|---|" + "---|" * len(TARGETS) + "---|",
+              f"| fast, {f['epochs']:g} epochs | {f['steps']:,} | {f['train_seconds']:.0f} | "
+              + " | ".join(reached(f, x) for x in TARGETS) + f" | {_pct(f['final_precision_at_1'])} |",
+              f"| tutorial, {t['steps']:,} of {t['of_steps']:,} steps | {t['steps']:,} | "
+              f"{t['train_seconds']:.0f} | " + " | ".join(reached(t, x) for x in TARGETS)
+              + f" | {_pct(t['curve'][-1]['precision_at_1'] if t['curve'] else None)} |", "",
+              f"side by side: {s['together']['processes']} train stages at once "
+              f"{s['together']['examples_per_sec_total']:,.0f} examples/sec in all, one alone "
+              f"{s['alone']['examples_per_sec_total']:,.0f} ({s['speedup']:.2f}x)",
+              f"total {r['total_seconds']:.0f} s; wrote {r.get('written', '')}"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", type=Path, default=Path("data/prepared"), help="prepared data")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --dry)")
+    ap.add_argument("--dry", action="store_true", help="tiny sizes: checks the script end to end")
+    ap.add_argument("--out", type=Path, default=Path("reports/gpu"))
+    a = ap.parse_args(argv)
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise PipelineError("no CUDA device here: run this on a GPU machine, or check the script "
+                            "with --dry --device cpu")
+    r = run(load_params(a.params), a.params, a.data, a.device, a.dry, a.out)
+    print(format_table(r))
+
+
+if __name__ == "__main__":
+    run_stage(main)
