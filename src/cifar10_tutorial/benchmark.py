@@ -367,6 +367,38 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
     return results
 
 
+def _fraction(roof: dict, pipe: dict) -> str:
+    """A pipeline's share of its precision's peak; n/a for bf16 where the CPU has no bf16
+    arithmetic (its bf16 matmul then runs below the fp32 one: no roofline to speak of)."""
+    peak = roof["peak_gflops"]
+    if pipe["precision"] == "bf16" and peak["bf16"] < peak["fp32"]:
+        return "n/a"
+    return f"{100 * pipe['fraction_of_peak']:.1f}%"
+
+
+def roofline_markdown(r: dict, source: str) -> str:
+    """The roofline table of a benchmark result, as the README shows it (a test checks that
+    the README's copy matches ``source``, the committed JSON)."""
+    roof, med = r["roofline"], r["median_examples_per_sec"]
+    names = {"project": f"project, real input pipeline ({r['precision']})",
+             "fixed_batch": "project, fixed batch", "project_bf16": "project, bf16 autocast",
+             "typical": "typical PIL + DataLoader", "tensorflow": "TensorFlow (Keras + tf.data)",
+             "eval": "evaluation (images/sec)"}
+    peak, split = roof["peak_gflops"], roof["time_breakdown"]
+    lines = [f"From `{source}` ({r['cpu_capability']}, {r['threads']} threads, medians of "
+             f"{r['windows']} windows of {r['steps_per_window']} steps): `torch.mm` peak "
+             f"{peak['fp32']:.1f} GFLOP/s in fp32, {peak['bf16']:.1f} in bf16.", "",
+             "| pipeline | examples/sec | GFLOP/s | of the peak |", "|---|---|---|---|"]
+    for k, v in med.items():
+        pipe = roof["pipelines"][k]
+        lines.append(f"| {names[k]} | {v:,.0f} | {pipe['gflops']:.1f} | {_fraction(roof, pipe)} |")
+    lines += ["", f"Time of a fixed-batch step in convolutions and matrix products: "
+              f"{100 * split['gemm_share']:.0f}%; the largest other ops: "
+              + ", ".join(f"`{o['op']}` {100 * o['share']:.0f}%" for o in split["top_other_ops"][:4])
+              + "."]
+    return "\n".join(lines)
+
+
 def format_table(r: dict) -> str:
     med = r["median_examples_per_sec"]
     names = {"project": f"project: real input pipeline ({r['precision']})",
@@ -380,7 +412,7 @@ def format_table(r: dict) -> str:
     for k, v in med.items():
         pipe = roof["pipelines"][k]
         lines.append(f"{names[k]:<62} {v:>12,.0f} {pipe['gflops']:>8.1f} "
-                     f"{100 * pipe['fraction_of_peak']:>7.1f}%")
+                     f"{_fraction(roof, pipe):>8}")
     ra = r["ratios"]
     vs = [f"project / typical: {ra['project_vs_typical']:.2f}x"]
     if "project_bf16_vs_typical" in ra:
