@@ -3,7 +3,8 @@ filesystems DVC reads (s3://, gs://, hdfs://, ssh://, ...; through fsspec, with 
 matching ``dvc[...]`` extra installed).
 
 The file is streamed to a partial file beside the data (``data/.downloads/``)
-with a progress bar and its md5 computed on the way, checked (every member of the
+with a progress bar and its md5 computed on the way (over HTTP, once the file is whole:
+a resumed file starts with bytes of an earlier run), checked (every member of the
 gzip tar read to the end, every record file there with a whole number of records;
 the md5) and only then renamed to its final name, so a file under the final name is
 always a complete, verified archive. ``data/raw/source.json`` records what was
@@ -162,13 +163,8 @@ def _copy_fsspec(url: str, part: Path, progress: Optional[bool], digest) -> None
         hint = f"`pip install 'dvc[{extra}]'`" if extra else "its fsspec implementation"
         raise DownloadError(f"data.url: reading {scheme}:// needs {hint} ({exc}).") from None
     try:
-        size = fs.size(path)
-        with fs.open(path, "rb") as fin, open(part, "wb") as fout, \
-                _bar(size, 0, Path(path).name, progress) as bar:
-            for chunk in iter(lambda: fin.read(CHUNK), b""):
-                fout.write(chunk)
-                digest.update(chunk)
-                bar.update(len(chunk))
+        with fs.open(path, "rb") as fin:
+            _stream(fin, part, fs.size(path), Path(path).name, progress, digest)
     except FileNotFoundError:
         raise DownloadError(f"data.url: {url} does not exist. {MIRROR_HINT}") from None
     except OSError as exc:
@@ -181,15 +177,21 @@ def _bar(total: Optional[int], initial: int, name: str, progress: Optional[bool]
                 desc=name, disable=None if progress is None else not progress, leave=False)
 
 
-def _copy_local(src: Path, part: Path, progress: Optional[bool], digest) -> None:
-    if not src.is_file():
-        raise DownloadError(f"data.url: {src} does not exist or is not a file. {MIRROR_HINT}")
-    with open(src, "rb") as fin, open(part, "wb") as fout, \
-            _bar(src.stat().st_size, 0, src.name, progress) as bar:
+def _stream(fin, part: Path, total: Optional[int], name: str, progress: Optional[bool],
+            digest) -> None:
+    """Copy the open file ``fin`` to ``part`` with a progress bar, hashing on the way."""
+    with open(part, "wb") as fout, _bar(total, 0, name, progress) as bar:
         for chunk in iter(lambda: fin.read(CHUNK), b""):
             fout.write(chunk)
             digest.update(chunk)
             bar.update(len(chunk))
+
+
+def _copy_local(src: Path, part: Path, progress: Optional[bool], digest) -> None:
+    if not src.is_file():
+        raise DownloadError(f"data.url: {src} does not exist or is not a file. {MIRROR_HINT}")
+    with open(src, "rb") as fin:
+        _stream(fin, part, src.stat().st_size, src.name, progress, digest)
 
 
 def _sidecar(part: Path) -> Path:
