@@ -7,3 +7,7 @@ class PipelineError(Exception):
     The message is shown as is, without a traceback, so it must say what was
     expected, what was found, and where.
     """
+
+
+class TrainingError(PipelineError):
+    """Training cannot go on (the loss diverged, a checkpoint is damaged...)."""
