@@ -1,32 +1,41 @@
 """DVC stage `ablation@NAME`: train ablation variant NAME (params.yaml `ablations:`) for
-`ablation.max_steps`, evaluate it with averaged and raw weights, into reports/ablations/NAME/.
+`ablation.max_steps` on the prepared data (--data), evaluate it with averaged and raw
+weights; results into --out (reports/ablations/NAME), model and checkpoints into --work
+(data/ablations/NAME, outside DVC).
 
 With --dataset (stage `dataset_ablation@NAME`, params.yaml `dataset_ablations:`) the variant
-first fetches and prepares its own data set under data/dataset_ablations/NAME/.
+first fetches and prepares its own data set under --work (raw/, prepared/), a partial
+download waiting in --partial.
 A variant with train.num_devices > 1 runs itself under torchrun, one process per device.
+reports/dvc.yaml gives every path; by hand, give them too.
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
+from pathlib import Path
 
-from cifar10_tutorial.ablation import dataset_variant_paths, prepare_variant_data, run_variant
+from cifar10_tutorial.ablation import VariantPaths, prepare_variant_data, run_variant
 from cifar10_tutorial.cli import run_stage, stage_parser
+from cifar10_tutorial.devices import relaunch_on_devices
 from cifar10_tutorial.params import load_params, variant_params
 from cifar10_tutorial.prepare import load_prepared
-from cifar10_tutorial.train import relaunch_on_devices
 
 
 def main() -> None:
     ap = stage_parser(__doc__)
     ap.add_argument("name", help="the variant, a key of `ablations:` (or `dataset_ablations:`)")
     ap.add_argument("--dataset", action="store_true", help="a variant of `dataset_ablations:`")
+    ap.add_argument("--data", type=Path, help="the prepared data (not with --dataset)")
+    ap.add_argument("--work", type=Path, required=True, help="model, checkpoints (and data)")
+    ap.add_argument("--out", type=Path, required=True, help="the variant's results")
+    ap.add_argument("--partial", type=Path, help="with --dataset: partial downloads")
     args = ap.parse_args()
+    if (args.data is None) != args.dataset or (args.partial is None) == args.dataset:
+        ap.error("give --data without --dataset, and --partial with it")
     params = load_params(args.params)
     relaunch_on_devices(variant_params(params, args.name).train, __file__, sys.argv[1:])
-    if args.dataset:
-        paths = dataset_variant_paths(args.name)
-        run_variant(params, args.name, prepare_variant_data(params, args.name, paths), paths)
-    else:
-        run_variant(params, args.name, load_prepared("data/prepared"))
+    data = (prepare_variant_data(params, args.name, args.work, args.partial) if args.dataset
+            else load_prepared(args.data))
+    run_variant(params, args.name, data, VariantPaths(args.work, args.out))
 
 
 if __name__ == "__main__":

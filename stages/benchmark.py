@@ -13,7 +13,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
 from cifar10_tutorial.benchmark import format_table, run_benchmark
-from cifar10_tutorial.cli import run_stage, stage_parser
+from cifar10_tutorial.cli import run_stage, stage_output, stage_parser
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.prepare import load_prepared
 
@@ -23,13 +23,15 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps before each pipeline")
     ap.add_argument("--windows", type=int, default=7, help="timed windows (the median is reported)")
     ap.add_argument("--steps", type=int, default=40, help="steps per window")
-    ap.add_argument("--data", type=Path, default=Path("data/prepared"))
+    ap.add_argument("--data", type=Path, help="prepared data (default: the preprocess stage's "
+                    "output in dvc.yaml)")
     ap.add_argument("--out", type=Path, default=Path("reports/benchmark.json"))
     ap.add_argument("--tf-python", help="a Python with TensorFlow, for the TensorFlow baseline")
     args = ap.parse_args()
-    result = run_benchmark(load_params(args.params), load_prepared(args.data), args.warmup,
+    data = args.data or stage_output("preprocess")
+    result = run_benchmark(load_params(args.params), load_prepared(data), args.warmup,
                            args.windows, args.steps, out=args.out, tf_python=args.tf_python,
-                           data_dir=args.data)
+                           data_dir=data)
     print(format_table(result))
     print(f"wrote {args.out}")
 

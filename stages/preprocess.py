@@ -1,18 +1,17 @@
-"""DVC stage `preprocess`: the raw files in data/raw/ -> cached uint8 tensors in data/prepared/."""
+"""DVC stage `preprocess`: the raw files (--raw, data/raw) -> cached uint8 tensors in --out
+(data/prepared)."""
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
-from pathlib import Path
 
-from cifar10_tutorial.cli import run_stage, stage_parser
+from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.prepare import prepare_dataset
 
-RAW_DIR = Path("data/raw")
-OUT_DIR = Path("data/prepared")
-
 
 def main() -> None:
-    args = stage_parser(__doc__).parse_args()
-    prepare_dataset(RAW_DIR, OUT_DIR, load_params(args.params).data)
+    ap = stage_parser(__doc__)
+    add_paths(ap, raw="the downloaded files", out="the prepared tensors")
+    args = parse_stage_args(ap, __file__)
+    prepare_dataset(args.raw, args.out, load_params(args.params).data)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""DVC stage `report`: the ablation variants' metrics and logs -> reports/report.md,
-reports/tables/*.csv and reports/plots/*.png."""
+"""DVC stage `report`: the ablation variants' results (--ablations, reports/ablations) ->
+--out (reports): report.md, tables/*.csv and plots/*.png; it links --search (the fast
+schedule's search notes)."""
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
@@ -9,10 +10,14 @@ from cifar10_tutorial.report import make_report
 
 
 def main() -> None:
-    args = stage_parser(__doc__).parse_args()
+    ap = stage_parser(__doc__)
+    ap.add_argument("--ablations", type=Path, required=True, help="every variant's results")
+    ap.add_argument("--search", type=Path, required=True, help="the fast schedule's search notes")
+    ap.add_argument("--out", type=Path, required=True, help="the report's folder")
+    args = ap.parse_args()
     params = load_params(args.params)
-    path = make_report(Path("reports/ablations"), Path("reports"), list(params.ablations),
-                       Path("reports/ablations"), list(params.dataset_ablations))
+    path = make_report(args.ablations, args.out, list(params.ablations),
+                       list(params.dataset_ablations), args.search)
     print(f"wrote {path}")
 
 

@@ -1,21 +1,28 @@
-"""DVC stage `train`: train the tutorial's CNN on data/prepared/ (resumes from data/train/checkpoints/).
+"""DVC stage `train`: train the tutorial's CNN on the prepared data (--data) into --out
+(model.pt; checkpoints/ and tensorboard/ beside it, outside DVC) and --live (DVCLive's
+metrics.json and plots/). It resumes from the newest matching checkpoint.
 
 With train.num_devices > 1 it runs itself under torchrun, one process per device.
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 
-from cifar10_tutorial.cli import run_stage, stage_parser
+from cifar10_tutorial.checkpoints import TrainPaths
+from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
+from cifar10_tutorial.devices import relaunch_on_devices
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.prepare import load_prepared
-from cifar10_tutorial.train import relaunch_on_devices, train
+from cifar10_tutorial.train import train
 
 
 def main() -> None:
-    args = stage_parser(__doc__).parse_args()
+    ap = stage_parser(__doc__)
+    add_paths(ap, data="the prepared data", out="model.pt, checkpoints/, tensorboard/",
+              live="DVCLive's metrics.json and plots/")
+    args = parse_stage_args(ap, __file__)
     params = load_params(args.params)
     relaunch_on_devices(params.train, __file__, sys.argv[1:])
-    train(params, load_prepared("data/prepared"))
+    train(params, load_prepared(args.data), TrainPaths(args.out, args.live))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,67 @@
+"""What the tests share: synthetic archives and data, a copy of the project (a tiny
+project ready for `dvc repro`), the params setter, and the git/DVC helpers."""
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cifar10_tutorial.synthetic import make_cifar10_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+DVC = str(Path(sys.executable).with_name("dvc"))
+
+
+# ----------------------------------------------------------------------------- projects
+
+
+def set_params(project: Path, section: str, **values) -> None:
+    """Set ``section.key: value`` for each keyword in the project's params.yaml."""
+    path = project / "params.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw.setdefault(section, {}).update(values)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
+    """``dvc ARGS`` in ``project``; it must succeed."""
+    proc = subprocess.run([DVC, *args], cwd=project, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def commit(project: Path, message: str) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", message],
+                   cwd=project, check=True)
+
+
+def init_repo(project: Path) -> None:
+    """git and DVC in ``project``, with a first commit."""
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    dvc(project, "init", "-q")
+    dvc(project, "config", "core.analytics", "false")
+    commit(project, "init")
+
+
+def tiny_project(dest: Path, archive: dict | None = None, md5: bool = True, git: bool = True,
+                 **sections: dict) -> Path:
+    """A copy of the project on a synthetic archive (``archive``: arguments of
+    make_cifar10_archive; None: no data params set), ``sections`` of params.yaml updated,
+    as a git + DVC repository with a first commit (``git``)."""
+    project = copy_project(dest / "p")
+    if archive is not None:
+        path = dest / "cifar-10-binary.tar.gz"
+        info = make_cifar10_archive(path, **archive)
+        set_params(project, "data", url=str(path), md5=info["md5"] if md5 else None)
+    for section, values in sections.items():
+        set_params(project, section, **values)
+    if git:
+        init_repo(project)
+    return project
 
 
 @pytest.fixture
@@ -73,6 +126,7 @@ def write_train_project(proj: Path, data, params: dict) -> Path:
     proj.mkdir(parents=True, exist_ok=True)
     shutil.copytree(ROOT / "stages", proj / "stages", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "dvc.yaml", proj / "dvc.yaml")  # the stages' paths
     prep = proj / "data" / "prepared"
     if not prep.exists():
         prep.mkdir(parents=True)

@@ -9,8 +9,7 @@ import yaml
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import ParamsError, load_params, params_from_dict, variant_params
 from cifar10_tutorial.report import make_report
-from conftest import ROOT, copy_project
-from test_stages import commit, dvc, init_repo, set_params, set_section
+from conftest import ROOT, commit, dvc, set_params, tiny_project
 
 
 def test_variants_override_the_baseline_and_share_the_budget():
@@ -45,19 +44,12 @@ def test_report_needs_results(tmp_path):
 
 
 def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
-    from cifar10_tutorial.synthetic import make_cifar10_archive
-
-    archive = tmp_path / "synthetic.tar.gz"
-    md5 = make_cifar10_archive(archive, train_per_batch=100, test=100, seed=4)["md5"]
-    project = copy_project(tmp_path / "p")
-    init_repo(project)
-    set_params(project, url=str(archive), md5=md5)
-    set_section(project, "ablation", max_steps=12)
-    set_section(project, "train", log_every=4, checkpoint_every=100, summary_every=100, device="cpu",
-                max_steps=6)  # the main pipeline's run (the variants: ablation.max_steps)
-    set_section(project, "input", num_threads=1)
-    set_section(project, "eval", batch_size=50)
-    set_section(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
+    project = tiny_project(
+        tmp_path, dict(train_per_batch=100, test=100, seed=4), ablation={"max_steps": 12},
+        # the main pipeline's run (the variants: ablation.max_steps)
+        train=dict(log_every=4, checkpoint_every=100, summary_every=100, device="cpu", max_steps=6),
+        input={"num_threads": 1}, eval={"batch_size": 50})
+    set_params(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
                                                      "eval": {"every_steps": 3}},
                 schedule_tutorial={"train": {"max_epochs": 2}, "eval": {"every_steps": 3}})
     commit(project, "tiny ablations")
@@ -100,7 +92,7 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     assert m["softmax"]["final_loss_avg"] == m["baseline"]["final_loss_avg"]
     assert "Training is identical" in text
     # changing one variant reruns only that variant and the report
-    set_section(project, "ablations", no_lrn={"model": {"lrn": False}, "train": {"seed": 1}})
+    set_params(project, "ablations", no_lrn={"model": {"lrn": False}, "train": {"seed": 1}})
     out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
     ran = [l for l in out.splitlines() if l.startswith("Running stage")]
     assert ran == ["Running stage 'reports/dvc.yaml:ablation@no_lrn':",
@@ -117,7 +109,7 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     commit(project, "both pipelines ran, data and models in the remote")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
-    archive.unlink()  # everything comes from the remote (and git), nothing from the source
+    (tmp_path / "cifar-10-binary.tar.gz").unlink()  # everything comes from the remote (and git), nothing from the source
     pulled = dvc(clone, "pull")
     assert "WARNING" not in pulled.stdout + pulled.stderr
     for target in ([], ["reports/dvc.yaml"]):

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cifar10_tutorial.params import READS_ENV
+from cifar10_tutorial.param_reads import READS_ENV
 from cifar10_tutorial.synthetic import make_cifar10_archive, make_svhn_files
-from conftest import ROOT, copy_project
-from test_stages import DVC, commit, dvc, init_repo, set_params, set_section
+from cifar10_tutorial.cli import stage_command
+from conftest import DVC, ROOT, commit, copy_project, dvc, init_repo, set_params, tiny_project
 
 PACKAGE = "cifar10_tutorial"
 
@@ -131,16 +131,12 @@ def recorded_run(tmp_path_factory):
     """Both pipelines run by `dvc repro` on tiny data, every stage with its params reads
     recorded; returns (project, stages, reads per command)."""
     tmp = tmp_path_factory.mktemp("cache")
-    archive = tmp / "synthetic.tar.gz"
-    md5 = make_cifar10_archive(archive, train_per_batch=20, test=40, seed=8)["md5"]
     make_svhn_files(tmp / "svhn", train=60, test=30, seed=9)
-    project = copy_project(tmp / "p")
-    init_repo(project)
-    set_params(project, url=str(archive), md5=md5)
-    set_section(project, "train", max_steps=4, batch_size=16, log_every=2, checkpoint_every=2,
-                summary_every=2, device="cpu")
-    set_section(project, "input", min_fraction_of_examples_in_queue=0.1)
-    set_section(project, "ablation", max_steps=2)
+    project = tiny_project(
+        tmp, dict(train_per_batch=20, test=40, seed=8), ablation={"max_steps": 2},
+        train=dict(max_steps=4, batch_size=16, log_every=2, checkpoint_every=2, summary_every=2,
+                   device="cpu"),
+        input={"min_fraction_of_examples_in_queue": 0.1})
     raw = yaml.safe_load((project / "params.yaml").read_text())
     for name in ("schedule_fast", "schedule_tutorial"):  # 1 epoch of 100 images, not 25
         raw["ablations"][name]["train"]["max_epochs"] = 1
@@ -159,7 +155,8 @@ def recorded_run(tmp_path_factory):
     raw["data"] = {"dataset": "svhn", "url": str(tmp / "svhn"), "md5": None}
     (other / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     for script in ("download", "preprocess"):
-        proc = subprocess.run([sys.executable, f"stages/{script}.py"], cwd=other, env=env,
+        cmd = [f"stages/{script}.py", *stage_command(f"{script}.py", other / "dvc.yaml")]
+        proc = subprocess.run([sys.executable, *cmd], cwd=other, env=env,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
     reads: dict[tuple, set] = {}
@@ -183,7 +180,7 @@ def uncovered_params(stages, reads) -> list[str]:
 def test_every_stage_declares_the_params_it_reads(recorded_run):
     _, stages, reads = recorded_run
     names = {st["name"] for st in stages}
-    assert {"download", "preprocess", "train", "evaluate", "regression",
+    assert {"download", "preprocess", "train", "eval", "regression",
             "reports/dvc.yaml:ablation@devices_2x64", "reports/dvc.yaml:dataset_ablation@svhn",
             "reports/dvc.yaml:report"} <= names
     assert uncovered_params(stages, reads) == []
@@ -222,13 +219,13 @@ def test_a_stage_runs_the_code_of_its_own_tree(tmp_path):
     archive = tmp_path / "a.tar.gz"
     md5 = make_cifar10_archive(archive, train_per_batch=5, test=5, seed=1)["md5"]
     clone = copy_project(tmp_path / "clone")
-    set_params(clone, url=str(archive), md5=md5)
+    set_params(clone, "data", url=str(archive), md5=md5)
     (clone / "src/cifar10_tutorial/download.py").write_text("raise RuntimeError('broken clone')\n")
     proc = subprocess.run([sys.executable, "stages/download.py"], cwd=clone, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode != 0 and "broken clone" in proc.stderr
     healthy = copy_project(tmp_path / "healthy")
-    set_params(healthy, url=str(archive), md5=md5)
+    set_params(healthy, "data", url=str(archive), md5=md5)
     marker = "\nprint('running', __file__)\n"
     with open(healthy / "src/cifar10_tutorial/download.py", "a") as f:
         f.write(marker)

@@ -9,7 +9,7 @@ from cifar10_tutorial.download import DownloadError, DownloadOptions, check_mat,
 from cifar10_tutorial.params import params_from_dict
 from cifar10_tutorial.prepare import PrepareError, load_prepared, prepare, prepare_dataset, prepare_svhn
 from cifar10_tutorial.synthetic import make_cifar100_archive, make_svhn_files, write_tar_gz
-from cifar10_tutorial.train import make_batches
+from cifar10_tutorial.inputs import make_batches
 
 FAST = DownloadOptions(timeout=5, retries=1, backoff=0.01, progress=False)
 
@@ -96,11 +96,11 @@ def test_svhn_is_not_flipped_by_default(tmp_path):
         params = params_from_dict({"input": {"shuffle": shuffle, "num_threads": 1,
                                              "min_fraction_of_examples_in_queue": 0.1},
                                    "train": {"batch_size": 8}})
-        batches = make_batches(params, data, images, labels, None)
+        batches = make_batches(params, data, images, labels)
         assert batches.flip is False
         batches.close()
     forced = params_from_dict({"input": {"shuffle": "permutation", "flip": True}})
-    batches = make_batches(forced, data, images, labels, None)
+    batches = make_batches(forced, data, images, labels)
     assert batches.flip is True
     batches.close()
 
@@ -141,20 +141,14 @@ def test_svhn_download_checks(tmp_path):
 
 def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     import yaml
-    from cifar10_tutorial.synthetic import make_cifar10_archive
-    from conftest import copy_project
-    from test_stages import commit, dvc, init_repo, set_params, set_section
+    from conftest import commit, dvc, tiny_project
 
-    cifar = tmp_path / "cifar.tar.gz"
-    md5 = make_cifar10_archive(cifar, train_per_batch=40, test=40, seed=5)["md5"]
     make_svhn_files(tmp_path / "svhn", train=200, test=60, seed=6)
-    project = copy_project(tmp_path / "p")
-    init_repo(project)
-    set_params(project, url=str(cifar), md5=md5)
-    set_section(project, "train", max_steps=6, batch_size=16, log_every=3, checkpoint_every=100,
-                summary_every=100, device="cpu")
-    set_section(project, "input", num_threads=1, min_fraction_of_examples_in_queue=0.1)
-    set_section(project, "ablation", max_steps=6)
+    project = tiny_project(
+        tmp_path, dict(train_per_batch=40, test=40, seed=5), ablation={"max_steps": 6},
+        train=dict(max_steps=6, batch_size=16, log_every=3, checkpoint_every=100,
+                   summary_every=100, device="cpu"),
+        input=dict(num_threads=1, min_fraction_of_examples_in_queue=0.1))
     raw = yaml.safe_load((project / "params.yaml").read_text())
     raw["ablations"] = {"baseline": {}}
     # opt-in: the variant brings its whole data section
@@ -165,7 +159,7 @@ def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     # the main pipeline on SVHN, only data.dataset (and the local files) changed
     out = dvc(project, "exp", "run", "-S", "data.dataset=svhn", "-S", f"data.url={tmp_path / 'svhn'}",
               "-S", "data.md5=null").stdout
-    assert "Running stage 'preprocess'" in out and "Running stage 'evaluate'" in out
+    assert "Running stage 'preprocess'" in out and "Running stage 'eval'" in out
     meta = load_prepared(project / "data/prepared").meta
     assert meta["dataset"] == "svhn" and meta["flip"] is False and meta["counts"]["test"] == 60
     per_class = (project / "reports/eval/per_class.csv").read_text().splitlines()

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from cifar10_tutorial.params import to_dict
-from cifar10_tutorial.train import TrainPaths, load_checkpoint, train
+from cifar10_tutorial.checkpoints import TrainPaths, load_checkpoint
+from cifar10_tutorial.train import train
 from conftest import tiny_params, write_train_project
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -8,7 +8,8 @@ import torch
 
 from cifar10_tutorial.evaluate import evaluate, watch
 from cifar10_tutorial.predict import predict
-from cifar10_tutorial.train import TrainPaths, train
+from cifar10_tutorial.checkpoints import TrainPaths
+from cifar10_tutorial.train import train
 from conftest import tiny_params
 
 
@@ -92,7 +93,7 @@ def test_predict_on_image_files_of_any_size(synth_data, trained, tmp_path):
 
 
 def test_flip_test_time_augmentation_is_reported_beside(synth_data, trained, tmp_path):
-    from cifar10_tutorial.evaluate import load_trained, predict_logits
+    from cifar10_tutorial.inference import load_trained, predict_logits
 
     plain = evaluate(synth_data, trained.model, tmp_path / "a", batch_size=64, device_name="cpu")
     m = evaluate(synth_data, trained.model, tmp_path / "b", batch_size=64, device_name="cpu",
@@ -188,7 +189,7 @@ def test_predict_top_is_validated_and_a_decompression_bomb_is_one_line(trained, 
 
 def test_more_devices_than_gpus_is_a_clear_error_before_anything_starts(monkeypatch):
     from cifar10_tutorial.errors import PipelineError
-    from cifar10_tutorial.train import relaunch_on_devices
+    from cifar10_tutorial.devices import relaunch_on_devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

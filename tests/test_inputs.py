@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from cifar10_tutorial.inputs import (CONTRAST_RANGE, ExampleOrder, PermutationBatches, ShuffleQueue,
-                                     apply_distortions, cpu_generator, draw_distortions,
-                                     eval_images, per_image_standardization)
+from cifar10_tutorial.distortions import (CONTRAST_RANGE, Draws, apply_distortions, cpu_generator,
+                                          draw_distortions, eval_images, per_image_standardization)
+from cifar10_tutorial.inputs import ExampleOrder, PermutationBatches, ShuffleQueue
 
 
 def reference_distort(img: np.ndarray, oy, ox, flip, delta, factor) -> np.ndarray:
@@ -41,7 +41,6 @@ def test_each_distortion_alone():
     u8 = img.to(torch.uint8)
     base = dict(oy=torch.tensor([3]), ox=torch.tensor([5]), flip=torch.tensor([False]),
                 delta=torch.tensor([0.0]), factor=torch.tensor([1.0]))
-    from cifar10_tutorial.inputs import Draws
     plain = apply_distortions(u8, Draws(**base))
     torch.testing.assert_close(plain, per_image_standardization(u8[:, :, 3:27, 5:29].float()))
     flipped = apply_distortions(u8, Draws(**{**base, "flip": torch.tensor([True])}))

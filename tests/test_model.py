@@ -14,7 +14,7 @@ def test_exact_parameter_count_and_macs():
     per_layer = [sum(p.numel() for p in getattr(model, n).parameters())
                  for n in ("conv1", "conv2", "local3", "local4", "softmax_linear")]
     assert per_layer == [4_864, 102_464, 885_120, 73_920, 1_930]
-    assert macs_per_image(model) == 18_470_784  # SPEC: about 18.5 M
+    assert macs_per_image(model) == 18_470_784  # the reference: about 18.5 M
 
 
 @pytest.mark.parametrize("head", ["fc", "local"])

@@ -1,4 +1,5 @@
 import json
+import shutil
 import subprocess
 import sys
 
@@ -102,18 +103,29 @@ def test_the_stage_exits_1_with_the_table(tmp_path):
     (tmp_path / "reports/eval/metrics.json").write_text(json.dumps({"precision_at_1": 0.5}))
     baseline = write_baseline(tmp_path)
     (tmp_path / "params.yaml").write_text(f"regression: {{baseline: {baseline}}}\n")
+    shutil.copy2(ROOT / "dvc.yaml", tmp_path)  # run by hand: the paths come from there
     proc = subprocess.run([sys.executable, str(ROOT / "stages/regression.py")], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode == 1
     assert "**FAIL**: dropped more than allowed" in proc.stdout
     assert "the regression gate failed" in proc.stderr
+    assert "**FAIL**" in (tmp_path / "reports/regression.md").read_text()
+    (tmp_path / "dvc.yaml").unlink()  # no dvc.yaml and no paths: say what to do
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/regression.py")], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "give the paths as options" in proc.stderr
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/regression.py"),
+                           "--train-metrics", "reports/train/metrics.json", "--eval-metrics",
+                           "reports/eval/metrics.json", "--out", "gate.md"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and (tmp_path / "gate.md").is_file()
 
 
 def test_ci_run_fails_with_the_table_on_a_deliberate_regression(tmp_path):
     """The whole CI path: a configuration whose learning rate is ~0 learns nothing, and the
     runner exits 1 with the gate's table naming precision @ 1."""
     from conftest import copy_project
-    from test_stages import init_repo
+    from conftest import init_repo
 
     project = copy_project(tmp_path / "p")
     (project / ".ci/configs").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The download and preprocess stages as users run them: entry points and `dvc repro`."""
+"""The stages as users run them: entry points, `dvc repro`, `dvc exp run`, a remote."""
 import shutil
 import subprocess
 import sys
@@ -9,34 +9,11 @@ import pytest
 import yaml
 
 from cifar10_tutorial.prepare import load_prepared
-from conftest import SHARED, copy_project, run_stage
-
-DVC = str(Path(sys.executable).with_name("dvc"))
-
-
-def set_params(project: Path, **data) -> None:
-    path = project / "params.yaml"
-    raw = yaml.safe_load(path.read_text())
-    raw["data"].update(data)
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-
-
-def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([DVC, *args], cwd=project, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc
-
-
-def init_repo(project: Path) -> None:
-    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
-    dvc(project, "init", "-q")
-    dvc(project, "config", "core.analytics", "false")
-    commit(project, "init")
-
+from conftest import DVC, SHARED, commit, copy_project, dvc, init_repo, run_stage, set_params, tiny_project
 
 def test_entry_points_on_a_synthetic_archive(archive, tmp_path):
     project = copy_project(tmp_path / "p")
-    set_params(project, url=archive["path"].as_uri(), md5=archive["md5"])
+    set_params(project, "data", url=archive["path"].as_uri(), md5=archive["md5"])
     proc = run_stage(project, "download")
     assert proc.returncode == 0, proc.stderr
     assert (project / "data/raw/cifar-10-binary.tar.gz").read_bytes() == archive["path"].read_bytes()
@@ -66,11 +43,11 @@ def test_unknown_params_key_fails_the_stage(tmp_path):
 def test_bad_archive_fails_the_stage_cleanly(archive, tmp_path, bad, expected):
     project = copy_project(tmp_path / "p")
     if bad == "md5":
-        set_params(project, url=str(archive["path"]), md5="1" * 32)
+        set_params(project, "data", url=str(archive["path"]), md5="1" * 32)
     else:
         page = tmp_path / "page.html"
         page.write_text("<html><body>Service unavailable</body></html>")
-        set_params(project, url=str(page), md5=None)
+        set_params(project, "data", url=str(page), md5=None)
     proc = run_stage(project, "download")
     assert proc.returncode == 1 and expected in proc.stderr and "Traceback" not in proc.stderr
     assert not (project / "data/raw/cifar-10-binary.tar.gz").exists()
@@ -79,7 +56,7 @@ def test_bad_archive_fails_the_stage_cleanly(archive, tmp_path, bad, expected):
 def test_dvc_repro_caches_and_reruns_on_url_change(archive, tmp_path):
     project = copy_project(tmp_path / "p")
     init_repo(project)
-    set_params(project, url=str(archive["path"]), md5=archive["md5"])
+    set_params(project, "data", url=str(archive["path"]), md5=archive["md5"])
     out = dvc(project, "repro", "preprocess").stdout
     assert "Running stage 'download'" in out and "Running stage 'preprocess'" in out
     assert load_prepared(project / "data/prepared").meta["source_md5"] == archive["md5"]
@@ -89,7 +66,7 @@ def test_dvc_repro_caches_and_reruns_on_url_change(archive, tmp_path):
     mirror = tmp_path / "mirror" / "copy.tar.gz"
     mirror.parent.mkdir()
     shutil.copy(archive["path"], mirror)
-    set_params(project, url=mirror.as_uri())
+    set_params(project, "data", url=mirror.as_uri())
     out = dvc(project, "repro", "preprocess").stdout
     assert "Running stage 'download'" in out and "Running stage 'preprocess'" in out
 
@@ -112,7 +89,7 @@ def test_real_dev_archive_through_dvc(dev_archive, tmp_path):
     path, md5 = dev_archive
     project = copy_project(tmp_path / "p")
     init_repo(project)
-    set_params(project, url=str(path), md5=md5)
+    set_params(project, "data", url=str(path), md5=md5)
     dvc(project, "repro", "preprocess")
     data = load_prepared(project / "data/prepared")
     assert data.meta["counts"] == {"train": 1000, "test": 200}
@@ -126,32 +103,14 @@ def test_real_dev_archive_through_dvc(dev_archive, tmp_path):
     assert "Data and pipelines are up to date" in dvc(project, "repro", "preprocess").stdout
 
 
-def commit(project: Path, message: str) -> None:
-    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message],
-                   cwd=project, check=True)
-
-
-def set_section(project: Path, section: str, **values) -> None:
-    path = project / "params.yaml"
-    raw = yaml.safe_load(path.read_text())
-    raw.setdefault(section, {}).update(values)
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-
-
 def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
-    from cifar10_tutorial.synthetic import make_cifar10_archive
-
-    archive = tmp_path / "synthetic.tar.gz"
-    md5 = make_cifar10_archive(archive, train_per_batch=100, test=100, seed=2)["md5"]
-    project = copy_project(tmp_path / "p")
-    init_repo(project)
-    set_params(project, url=str(archive), md5=md5)
-    set_section(project, "train", max_steps=12, batch_size=32, log_every=4, checkpoint_every=6,
-                summary_every=6, device="cpu")
-    set_section(project, "input", min_fraction_of_examples_in_queue=0.1, num_threads=1)
+    project = tiny_project(
+        tmp_path, dict(train_per_batch=100, test=100, seed=2),
+        train=dict(max_steps=12, batch_size=32, log_every=4, checkpoint_every=6, summary_every=6,
+                   device="cpu"),
+        input=dict(min_fraction_of_examples_in_queue=0.1, num_threads=1))
     out = dvc(project, "repro").stdout  # the main pipeline; the exercises are reports/dvc.yaml
-    for stage in ("download", "preprocess", "train", "evaluate"):
+    for stage in ("download", "preprocess", "train", "eval"):
         assert f"Running stage '{stage}'" in out
     assert "ablation" not in out
     metrics = yaml.safe_load((project / "reports/eval/metrics.json").read_text())
@@ -179,16 +138,11 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
 
 def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
     """dvc push to a local-folder remote; a fresh clone pulls, and dvc repro recomputes nothing."""
-    from cifar10_tutorial.synthetic import make_cifar10_archive
-
-    archive = tmp_path / "synthetic.tar.gz"
-    md5 = make_cifar10_archive(archive, train_per_batch=40, test=50, seed=5)["md5"]
-    project = copy_project(tmp_path / "p")
-    init_repo(project)
-    set_params(project, url=str(archive), md5=md5)
-    set_section(project, "train", max_steps=6, batch_size=16, log_every=3, checkpoint_every=3,
-                summary_every=6, device="cpu")
-    set_section(project, "input", min_fraction_of_examples_in_queue=0.1)
+    project = tiny_project(
+        tmp_path, dict(train_per_batch=40, test=50, seed=5),
+        train=dict(max_steps=6, batch_size=16, log_every=3, checkpoint_every=3, summary_every=6,
+                   device="cpu"),
+        input={"min_fraction_of_examples_in_queue": 0.1})
     dvc(project, "repro")
     dvc(project, "remote", "add", "-d", "shared", str(tmp_path / "remote"))
     dvc(project, "push")
@@ -196,7 +150,7 @@ def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
     assert not (clone / "data/train/model.pt").exists()
-    archive.unlink()  # the clone must get everything from the remote, not from the source
+    (tmp_path / "cifar-10-binary.tar.gz").unlink()  # the clone must get everything from the remote, not from the source
     dvc(clone, "pull", "dvc.yaml")  # the main pipeline (the exercises were not run)
     assert (clone / "data/train/model.pt").read_bytes() == (project / "data/train/model.pt").read_bytes()
     assert load_prepared(clone / "data/prepared").train_labels.shape == (200,)
@@ -219,15 +173,12 @@ def test_repro_f_twice_and_a_changed_archive_without_md5(tmp_path):
     scratch even where an unfinished checkpoint of the old data is left."""
     from cifar10_tutorial.synthetic import make_cifar10_archive
 
-    archive = tmp_path / "cifar-10-binary.tar.gz"
-    make_cifar10_archive(archive, train_per_batch=40, test=50, seed=5)
-    project = copy_project(tmp_path / "p")
-    init_repo(project)
-    set_params(project, url=str(archive), md5=None)
-    set_section(project, "train", max_steps=8, batch_size=16, log_every=2, checkpoint_every=4,
-                summary_every=4, device="cpu")
-    set_section(project, "input", min_fraction_of_examples_in_queue=0.5)
-    commit(project, "tiny")
+    project = tiny_project(
+        tmp_path, dict(train_per_batch=40, test=50, seed=5), md5=False,
+        train=dict(max_steps=8, batch_size=16, log_every=2, checkpoint_every=4, summary_every=4,
+                   device="cpu"),
+        input={"min_fraction_of_examples_in_queue": 0.5})
+    archive = tmp_path / "cifar-10-binary.tar.gz"  # the project's data.url
     dvc(project, "repro")
     first = {m: _untimed(project / f"reports/{m}/metrics.json") for m in ("train", "eval")}
     dvc(project, "repro", "-f")

@@ -3,22 +3,21 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
 
 from cifar10_tutorial.evaluate import evaluate
 from cifar10_tutorial.model import CifarNet
 from cifar10_tutorial.params import params_from_dict, to_dict
-from cifar10_tutorial.train import (TrainingError, TrainPaths, WeightAverage, ema_decay,
-                                    averaging_decay, make_optimizer, make_step, total_steps,
-                                    training_model,
-                                    learning_rate, load_checkpoint, loss_terms, train)
-from conftest import ROOT, tiny_params, write_train_project
+from cifar10_tutorial.checkpoints import TrainPaths, load_checkpoint
+from cifar10_tutorial.errors import TrainingError
+from cifar10_tutorial.rules import (WeightAverage, averaging_decay, ema_decay, learning_rate,
+                                    loss_terms, make_optimizer, make_step, total_steps,
+                                    training_model)
+from cifar10_tutorial.train import train
+from conftest import tiny_params, write_train_project
 
 
 def paths(tmp_path) -> TrainPaths:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import write_text_atomic
+from .checkpoints import TrainPaths
+from .devices import this_process
 from .evaluate import evaluate
+from .files import write_text_atomic
 from .params import Params, variant_params
 from .prepare import Prepared
-from .train import TrainPaths, train
+from .train import train
 
 TRAIN_KEYS = ("steps", "final_loss_avg", "examples_per_sec", "examples_per_sec_per_device",
               "wall_time_s", "time_to_first_batch_s", "num_params", "macs_per_image",
@@ -21,56 +23,53 @@ EVAL_KEYS = ("precision_at_1", "precision_at_1_raw", "loss", "loss_raw", "num_ex
 
 @dataclass(frozen=True)
 class VariantPaths:
-    name: str
-    data_root: Path = Path("data/ablations")
-    report_root: Path = Path("reports/ablations")
+    """Where variant results go (``out``: metrics.json, eval/, train/, in git) and where its
+    model, checkpoints, TensorBoard logs (and a data-set variant's data) stay (``work``,
+    outside DVC). The stage gets both from reports/dvc.yaml."""
+
+    work: Path
+    out: Path
 
     @property
     def train(self) -> TrainPaths:
-        return TrainPaths(self.data_root / self.name, self.report_root / self.name / "train")
+        return TrainPaths(self.work, self.out / "train")
 
     @property
     def eval_dir(self) -> Path:
-        return self.report_root / self.name / "eval"
+        return self.out / "eval"
 
     @property
     def metrics(self) -> Path:
-        return self.report_root / self.name / "metrics.json"
+        return self.out / "metrics.json"
 
 
-def dataset_variant_paths(name: str) -> VariantPaths:
-    """A data-set variant keeps its data apart and its results beside the other variants'."""
-    return VariantPaths(name, Path("data/dataset_ablations"), Path("reports/ablations"))
-
-
-def prepare_variant_data(params: Params, name: str, paths: VariantPaths) -> Prepared:
-    """Download and preprocess the data set of a dataset variant into its own folders."""
+def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -> Prepared:
+    """Download and preprocess the data set of a data-set variant into ``work``/raw and
+    ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
     from .download import fetch_dataset
     from .prepare import load_prepared, prepare_dataset
 
     data = variant_params(params, name).data
-    root = paths.data_root / name
-    if int(os.environ.get("RANK", "0")) == 0:
-        fetch_dataset(data, root / "raw", Path("data/.downloads"))
-        prepare_dataset(root / "raw", root / "prepared", data)
-    else:  # the other ranks wait for rank 0's files
-        import time
-        while not (root / "prepared" / "meta.json").is_file():
+    if this_process().main:
+        fetch_dataset(data, work / "raw", partial)
+        prepare_dataset(work / "raw", work / "prepared", data)
+    else:
+        while not (work / "prepared" / "meta.json").is_file():
             time.sleep(1)
-    return load_prepared(root / "prepared")
+    return load_prepared(work / "prepared")
 
 
-def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths | None = None,
+def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
                 progress=None) -> dict | None:
     """Train and evaluate variant ``name``; rank 0 returns (and writes) its metrics."""
-    paths = paths or VariantPaths(name)
     vp = variant_params(params, name)
     tm = train(vp, data, paths.train, progress=progress)
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not this_process().main:
         return None  # under torchrun, evaluation runs once, on rank 0
     em = evaluate(data, paths.train.model, paths.eval_dir, vp.eval.batch_size,
                   "cpu" if tm["device"] == "cpu" else vp.train.device, vp.eval.flip_tta)
-    metrics = {"variant": name, "dataset": data.meta["dataset"], **{k: tm[k] for k in TRAIN_KEYS}, **{k: em[k] for k in EVAL_KEYS},
+    metrics = {"variant": name, "dataset": data.meta["dataset"],
+               **{k: tm[k] for k in TRAIN_KEYS}, **{k: em[k] for k in EVAL_KEYS},
                "eval_examples_per_sec": em["examples_per_sec"],
                "batch_size": vp.train.batch_size, "num_train": int(len(data.train_labels)),
                "epochs": tm["steps"] * tm["global_batch_size"] / len(data.train_labels),

@@ -42,18 +42,20 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from .files import write_text_atomic
+from .devices import pick_device
+from .distortions import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
 from .errors import PipelineError
-from .evaluate import predict_logits
-from .inputs import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
-from .model import build_model, macs_per_image, train_flops_per_image
+from .files import write_text_atomic
+from .inference import predict_logits
+from .inputs import make_batches
+from .model import build_model
 from .params import Params
 from .prepare import Prepared
-from .train import (WeightAverage, averaging_decay, make_batches, make_optimizer, make_step,
-                    pick_device, training_model)
+from .roofline import fraction, roofline
+from .rules import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
 
 
-def _window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[], None]) -> float:
+def window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[], None]) -> float:
     """Examples/sec of ``steps`` consecutive steps."""
     sync()
     t = time.perf_counter()
@@ -63,15 +65,15 @@ def _window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[],
     return batch * steps / (time.perf_counter() - t)
 
 
-def _windows(step: Callable[[], None], batch: int, warmup: int, windows: int, steps: int,
+def measure_windows(step: Callable[[], None], batch: int, warmup: int, windows: int, steps: int,
              sync: Callable[[], None]) -> list[float]:
     """Examples/sec of ``windows`` timed windows of ``steps`` steps after ``warmup`` steps."""
     for _ in range(warmup):
         step()
-    return [_window(step, batch, steps, sync) for _ in range(windows)]
+    return [window(step, batch, steps, sync) for _ in range(windows)]
 
 
-def _project_step(params: Params, data: Prepared, device: torch.device, with_loss: bool = False,
+def project_step(params: Params, data: Prepared, device: torch.device, with_loss: bool = False,
                   compile_mode: Optional[str] = None):
     """A fresh network, optimizer and weight averages; ``step(x, y)`` as the train loop does it
     (returning the loss with ``with_loss``; the whole step compiled with ``compile_mode``)."""
@@ -93,19 +95,19 @@ def _project_step(params: Params, data: Prepared, device: torch.device, with_los
     return model, step
 
 
-def _with_input(params: Params, data: Prepared, images, labels, device):
+def with_input(params: Params, data: Prepared, images, labels, device):
     """(step using the real input pipeline, the pipeline to close, its fill time in seconds)."""
-    model, step = _project_step(params, data, device)
+    model, step = project_step(params, data, device)
     batches = make_batches(params, data, images, labels, None)
     t0 = time.perf_counter()
     batches.get(0)  # the queue's fill, reported apart
     fill = time.perf_counter() - t0
     counter = {"i": 1}
 
-    def project_step():
+    def real_step():
         step(*batches.get(counter["i"]))
         counter["i"] += 1
-    return model, project_step, batches, fill
+    return model, real_step, batches, fill
 
 
 def tensorflow_figures(tf_python: str, data_dir: Path, batch: int, warmup: int, windows: int,
@@ -201,28 +203,6 @@ def typical_step(params: Params, data: Prepared, device: torch.device, workers: 
     return step, close
 
 
-def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 7) -> float:
-    """GFLOP/s of ``torch.mm`` of two n x n matrices (median of ``reps``): what this machine's
-    BLAS gets from its cores at this precision, the roofline the pipelines are measured on."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
-    for _ in range(2):
-        torch.mm(a, b)
-    times = []
-    for _ in range(reps):
-        sync()
-        t = time.perf_counter()
-        torch.mm(a, b)
-        sync()
-        times.append(time.perf_counter() - t)
-    return 2 * n ** 3 / statistics.median(times) / 1e9
-
-
-PIPELINE_PRECISION = {"project": None, "fixed_batch": None, "project_bf16": "bf16",
-                      "typical": "fp32", "tensorflow": "fp32", "eval": None}
-
-
 GEMM_OPS = ("conv", "mm", "linear", "matmul")  # op names that run the counted arithmetic
 
 
@@ -232,7 +212,7 @@ def time_breakdown(params: Params, data: Prepared, device: torch.device, x, y,
     convolutions and matrix products (the counted arithmetic) and the largest other ops."""
     from torch.profiler import ProfilerActivity, profile
 
-    _, step = _project_step(params, data, device)
+    _, step = project_step(params, data, device)
     for _ in range(3):
         step(x, y)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -250,25 +230,12 @@ def time_breakdown(params: Params, data: Prepared, device: torch.device, x, y,
             "top_other_ops": [{"op": k, "share": t / total} for k, t in others]}
 
 
-def roofline(results: dict, params: Params, num_classes: int, device: torch.device) -> dict:
-    """Each measured pipeline's GFLOP/s and its fraction of the matmul peak of its precision."""
-    m = params.model
-    model = build_model(num_classes, m.head, m.output, m.lrn)
-    flops = {"train": train_flops_per_image(model), "eval": 2 * macs_per_image(model)}
-    peak = {"fp32": matmul_peak(torch.float32, device), "bf16": matmul_peak(torch.bfloat16, device)}
-    out = {"peak_gflops": peak, "flops_per_example": flops, "pipelines": {}}
-    for key, eps in results["median_examples_per_sec"].items():
-        precision = PIPELINE_PRECISION[key] or params.train.precision
-        gflops = eps * flops["eval" if key == "eval" else "train"] / 1e9
-        out["pipelines"][key] = {"precision": precision, "gflops": gflops,
-                                 "fraction_of_peak": gflops / peak[precision]}
-    return out
-
-
 def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int = 7,
                   steps: int = 40, typical_workers: int = 2, out: Path | None = None,
-                  tf_python: Optional[str] = None, data_dir: Optional[Path] = None) -> dict:
-    """Measure every pipeline; return (and write to ``out``) the figures and ratios."""
+                  tf_python: Optional[str] = None, data_dir: Optional[Path] = None,
+                  peak_size: int = 2048) -> dict:
+    """Measure every pipeline; return (and write to ``out``) the figures and ratios
+    (the matmul peak from ``peak_size`` x ``peak_size`` products)."""
     tr = params.train
     device = pick_device(tr.device)
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
@@ -279,58 +246,68 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
                      "precision": tr.precision, "channels_last": tr.channels_last,
                      "compile": tr.compile, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                      "warmup_steps": warmup, "windows": windows, "steps_per_window": steps}
-
-    # the project's step with its real input pipeline, interleaved with the same step on a
-    # fixed batch (no input work)
-    _, project_step, batches, results["queue_fill_s"] = _with_input(params, data, images, labels, device)
-    next_step = {"i": 10 ** 6}  # stream positions far from the timed ones
-
-    def counter_next() -> int:
-        next_step["i"] += 1
-        return next_step["i"]
-    try:
-        perm = dataclasses.replace(params, input=dataclasses.replace(params.input, shuffle="permutation"))
-        fixed = make_batches(perm, data, images, labels, None)
-        x0, y0 = fixed.get(0)
-        fixed.close()
-        _, step = _project_step(params, data, device)
-        for _ in range(warmup):
-            project_step()
-            step(x0, y0)
-        results["project"], results["fixed_batch"] = [], []
-        for w in range(windows):  # paired windows, in alternating order
-            for key in (("project", "fixed_batch") if w % 2 == 0 else ("fixed_batch", "project")):
-                fn = project_step if key == "project" else (lambda: step(x0, y0))
-                results[key].append(_window(fn, batch, steps, sync))
-        # the input pipeline alone: milliseconds per batch (fill, distort, dequeue)
-        alone = _windows(lambda: batches.get(counter_next()), batch, 0, windows, steps, sync)
-        results["input_ms_per_batch"] = [1000 * batch / v for v in alone]
-    finally:
-        batches.close()
-
+    x0, y0 = _project_against_fixed_batch(params, data, images, labels, device, sync, results)
     if tr.precision != "bf16":  # the same under bf16 autocast
         bf16 = dataclasses.replace(params, train=dataclasses.replace(tr, precision="bf16"))
-        _, bf16_step, batches, _ = _with_input(bf16, data, images, labels, device)
+        _, bf16_step, batches, _ = with_input(bf16, data, images, labels, device)
         try:
-            results["project_bf16"] = _windows(bf16_step, batch, warmup, windows, steps, sync)
+            results["project_bf16"] = measure_windows(bf16_step, batch, warmup, windows, steps, sync)
         finally:
             batches.close()
-
     # the typical pipeline: PIL images, per-sample transforms, DataLoader workers, stock LRN
     typical, close = typical_step(params, data, device, typical_workers)
     try:
-        results["typical"] = _windows(typical, batch, warmup, windows, steps, sync)
+        results["typical"] = measure_windows(typical, batch, warmup, windows, steps, sync)
     finally:
         close()
-
     if tf_python:
         if data_dir is None:
             raise ValueError("the TensorFlow baseline needs data_dir (the prepared data's folder)")
         tf = tensorflow_figures(tf_python, data_dir, batch, warmup, windows, steps)
         results["tensorflow"] = tf["examples_per_sec"]
         results["tensorflow_version"] = tf["tensorflow"]
+    results["eval"] = _eval_speed(params, data, device, sync)
+    _medians_and_ratios(results)
+    results["roofline"] = roofline(results, params, data.num_classes, device, peak_size)
+    results["roofline"]["peak_matrix_size"] = peak_size
+    results["roofline"]["time_breakdown"] = time_breakdown(params, data, device, x0, y0)
+    if out is not None:
+        write_text_atomic(out, json.dumps(results, indent=2) + "\n")
+    return results
 
-    # evaluation over the whole test split
+
+def _project_against_fixed_batch(params: Params, data: Prepared, images, labels, device, sync,
+                                 results: dict):
+    """The project's step with its real input pipeline, in windows interleaved with the same
+    step on a fixed batch (no input work), then the input pipeline alone (milliseconds per
+    batch: fill, distort, dequeue). Fills ``results``; returns the fixed batch."""
+    batch, warmup = params.train.batch_size, results["warmup_steps"]
+    windows, steps = results["windows"], results["steps_per_window"]
+    _, real_step, batches, results["queue_fill_s"] = with_input(params, data, images, labels, device)
+    positions = iter(range(10 ** 6 + 1, 10 ** 9))  # stream positions far from the timed ones
+    try:
+        perm = dataclasses.replace(params, input=dataclasses.replace(params.input, shuffle="permutation"))
+        fixed = make_batches(perm, data, images, labels)
+        x0, y0 = fixed.get(0)
+        fixed.close()
+        _, step = project_step(params, data, device)
+        for _ in range(warmup):
+            real_step()
+            step(x0, y0)
+        results["project"], results["fixed_batch"] = [], []
+        for w in range(windows):  # paired windows, in alternating order
+            for key in (("project", "fixed_batch") if w % 2 == 0 else ("fixed_batch", "project")):
+                fn = real_step if key == "project" else (lambda: step(x0, y0))
+                results[key].append(window(fn, batch, steps, sync))
+        alone = measure_windows(lambda: batches.get(next(positions)), batch, 0, windows, steps, sync)
+        results["input_ms_per_batch"] = [1000 * batch / v for v in alone]
+    finally:
+        batches.close()
+    return x0, y0
+
+
+def _eval_speed(params: Params, data: Prepared, device, sync) -> list[float]:
+    """Images/sec of evaluation over the whole test split, three times."""
     model = training_model(params, data.num_classes, device).eval()
     test = torch.from_numpy(data.test_images).to(device)
     evals = []
@@ -339,8 +316,11 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
         predict_logits(model, test, params.eval.batch_size)
         sync()
         evals.append(len(test) / (time.perf_counter() - t))
-    results["eval"] = evals
+    return evals
 
+
+def _medians_and_ratios(results: dict) -> None:
+    """The median of each pipeline's windows, and the ratios between them."""
     keys = [k for k in ("project", "fixed_batch", "project_bf16", "typical", "tensorflow", "eval")
             if k in results]
     med = {k: statistics.median(results[k]) for k in keys}
@@ -351,7 +331,7 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
     ratios = {"project_vs_typical": med["project"] / med["typical"],
               "input_pipeline_overhead": statistics.median(paired),
               "input_ms_per_batch": input_ms,
-              "input_share_of_fixed_step": input_ms / (1000 * batch / med["fixed_batch"]),
+              "input_share_of_fixed_step": input_ms / (1000 * results["batch_size"] / med["fixed_batch"]),
               "eval_seconds_per_10000": 10000 / med["eval"]}
     if "project_bf16" in med:
         ratios["project_bf16_vs_typical"] = med["project_bf16"] / med["typical"]
@@ -360,43 +340,6 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
         if "project_bf16" in med:
             ratios["project_bf16_vs_tensorflow"] = med["project_bf16"] / med["tensorflow"]
     results["ratios"] = ratios
-    results["roofline"] = roofline(results, params, data.num_classes, device)
-    results["roofline"]["time_breakdown"] = time_breakdown(params, data, device, x0, y0)
-    if out is not None:
-        write_text_atomic(out, json.dumps(results, indent=2) + "\n")
-    return results
-
-
-def _fraction(roof: dict, pipe: dict) -> str:
-    """A pipeline's share of its precision's peak; n/a for bf16 where the CPU has no bf16
-    arithmetic (its bf16 matmul then runs below the fp32 one: no roofline to speak of)."""
-    peak = roof["peak_gflops"]
-    if pipe["precision"] == "bf16" and peak["bf16"] < peak["fp32"]:
-        return "n/a"
-    return f"{100 * pipe['fraction_of_peak']:.1f}%"
-
-
-def roofline_markdown(r: dict, source: str) -> str:
-    """The roofline table of a benchmark result, as the README shows it (a test checks that
-    the README's copy matches ``source``, the committed JSON)."""
-    roof, med = r["roofline"], r["median_examples_per_sec"]
-    names = {"project": f"project, real input pipeline ({r['precision']})",
-             "fixed_batch": "project, fixed batch", "project_bf16": "project, bf16 autocast",
-             "typical": "typical PIL + DataLoader", "tensorflow": "TensorFlow (Keras + tf.data)",
-             "eval": "evaluation (images/sec)"}
-    peak, split = roof["peak_gflops"], roof["time_breakdown"]
-    lines = [f"From `{source}` ({r['cpu_capability']}, {r['threads']} threads, medians of "
-             f"{r['windows']} windows of {r['steps_per_window']} steps): `torch.mm` peak "
-             f"{peak['fp32']:.1f} GFLOP/s in fp32, {peak['bf16']:.1f} in bf16.", "",
-             "| pipeline | examples/sec | GFLOP/s | of the peak |", "|---|---|---|---|"]
-    for k, v in med.items():
-        pipe = roof["pipelines"][k]
-        lines.append(f"| {names[k]} | {v:,.0f} | {pipe['gflops']:.1f} | {_fraction(roof, pipe)} |")
-    lines += ["", f"Time of a fixed-batch step in convolutions and matrix products: "
-              f"{100 * split['gemm_share']:.0f}%; the largest other ops: "
-              + ", ".join(f"`{o['op']}` {100 * o['share']:.0f}%" for o in split["top_other_ops"][:4])
-              + "."]
-    return "\n".join(lines)
 
 
 def format_table(r: dict) -> str:
@@ -412,7 +355,7 @@ def format_table(r: dict) -> str:
     for k, v in med.items():
         pipe = roof["pipelines"][k]
         lines.append(f"{names[k]:<62} {v:>12,.0f} {pipe['gflops']:>8.1f} "
-                     f"{_fraction(roof, pipe):>8}")
+                     f"{fraction(roof, pipe):>8}")
     ra = r["ratios"]
     vs = [f"project / typical: {ra['project_vs_typical']:.2f}x"]
     if "project_bf16_vs_typical" in ra:
@@ -425,7 +368,8 @@ def format_table(r: dict) -> str:
         vs.append("TensorFlow not measured (--tf-python)")
     peak, fl = roof["peak_gflops"], roof["flops_per_example"]
     lines += ["-" * 93,
-              f"roofline: torch.mm 2048 x 2048 peak {peak['fp32']:.1f} GFLOP/s fp32, "
+              f"roofline: torch.mm {(n := roof.get('peak_matrix_size', 2048))} x {n} peak "
+              f"{peak['fp32']:.1f} GFLOP/s fp32, "
               f"{peak['bf16']:.1f} bf16; {fl['train'] / 1e6:.1f} MFLOP per training example, "
               f"{fl['eval'] / 1e6:.1f} per evaluated image (each pipeline against the peak of "
               f"its precision)",

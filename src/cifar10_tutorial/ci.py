@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from .cli import run_stage, stage_output
 from .errors import PipelineError
 
 CONFIGS = Path(".ci/configs")
@@ -115,15 +116,15 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
         if update_baseline:
             if not baseline:
                 raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline")
-            rc = (_run(["dvc", "repro", "evaluate"], project, env)
+            rc = (_run(["dvc", "repro", "eval"], project, env)
                   or _run([sys.executable, "stages/regression.py", "--update"], project, env))
             if rc == 0:
                 (root / baseline).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(project / baseline, root / baseline)
                 print(f"updated {baseline}; review `git diff {baseline}` and commit it")
             return rc
-        rc = _run(["dvc", "repro"], project, env)  # download .. evaluate, then the gate
-        table = project / "reports" / "regression.md"
+        rc = _run(["dvc", "repro"], project, env)  # download .. eval, then the gate
+        table = project / stage_output("regression", ".md", project / "dvc.yaml")
         if table.is_file():  # for a pull-request comment (README, "CI")
             shutil.copy2(table, root / f"regression-{name}.md")
         if rc == 0 and config.get("report"):
@@ -138,8 +139,6 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .cli import run_stage
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", nargs="+", help="names of .ci/configs/*.yaml")
     ap.add_argument("--update-baseline", action="store_true",

@@ -1,19 +1,90 @@
-"""What every stage entry point shares: logging set-up and clear, traceback-free errors."""
+"""What every stage entry point shares: its arguments, logging set-up and clear,
+traceback-free errors.
+
+Paths have one home, dvc.yaml: each stage's command there passes the stage its inputs
+and outputs (``--data data/prepared --out ...``), and the library takes them as
+arguments. A stage script run by hand takes every path it is not given from its
+command in dvc.yaml, and the tools outside the pipeline (benchmark, predict, the GPU
+run) find the pipeline's files from the stages' outputs there.
+"""
 from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Optional
 
 from .errors import PipelineError
 
+DVC_YAML = Path("dvc.yaml")
+
 
 def stage_parser(description: str) -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=description)
+    ap = argparse.ArgumentParser(description=description,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="params.yaml",
                     help="the params file to read (default: params.yaml)")
     return ap
+
+
+def add_paths(ap: argparse.ArgumentParser, **paths: str) -> None:
+    """Path options ``--NAME`` (underscores as dashes), each with its help text; those not
+    given are taken from the stage's command in dvc.yaml (:func:`parse_stage_args`)."""
+    for name, help_text in paths.items():
+        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, default=None,
+                        help=f"{help_text} (default: as in dvc.yaml)")
+    ap.set_defaults(_path_options=list(paths))
+
+
+def parse_stage_args(ap: argparse.ArgumentParser, script: str,
+                     argv: Optional[list[str]] = None,
+                     dvc_yaml: Path = DVC_YAML) -> argparse.Namespace:
+    """``argv``, with each path option left out filled from the command that dvc.yaml gives
+    ``script`` (``dvc repro`` always passes them all)."""
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    missing = [n for n in getattr(args, "_path_options", []) if getattr(args, n) is None]
+    if missing:
+        defaults = ap.parse_args(stage_command(script, dvc_yaml))
+        for name in missing:
+            setattr(args, name, getattr(defaults, name))
+            if getattr(args, name) is None:
+                raise PipelineError(f"--{name.replace('_', '-')} is not given, and the command "
+                                    f"of {Path(script).name} in {dvc_yaml} does not set it")
+    return args
+
+
+def _stages(dvc_yaml: Path) -> dict:
+    import yaml
+
+    if not dvc_yaml.is_file():
+        raise PipelineError(f"{dvc_yaml} not found: run this from the repository root, or give "
+                            f"the paths as options (see --help)")
+    return (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {})
+
+
+def stage_command(script: str, dvc_yaml: Path = DVC_YAML) -> list[str]:
+    """The arguments dvc.yaml's command passes to ``script`` (``stages/NAME.py``)."""
+    name = Path(script).name
+    for stage in _stages(dvc_yaml).values():
+        words = shlex.split(stage.get("cmd", "")) if isinstance(stage.get("cmd"), str) else []
+        if len(words) >= 2 and Path(words[1]).name == name:
+            return words[2:]
+    raise PipelineError(f"{dvc_yaml}: no stage runs {name}; give the paths as options (see --help)")
+
+
+def stage_output(stage: str, suffix: str = "", dvc_yaml: Path = DVC_YAML) -> Path:
+    """The first output (outs, metrics or plots) of ``stage`` in dvc.yaml ending in ``suffix``."""
+    spec = _stages(dvc_yaml).get(stage)
+    if spec is None:
+        raise PipelineError(f"{dvc_yaml}: no stage {stage!r}")
+    for kind in ("outs", "metrics", "plots"):
+        for entry in spec.get(kind, []):
+            path = entry if isinstance(entry, str) else next(iter(entry))
+            if path.endswith(suffix):
+                return Path(path)
+    raise PipelineError(f"{dvc_yaml}: stage {stage!r} has no output ending in {suffix!r}")
 
 
 def run_stage(main: Callable[[], None]) -> None:

@@ -122,12 +122,8 @@ def sources(data) -> list[tuple[str, Optional[str], str]]:
     base = spec.url if data.url == "official" else data.url
     out = []
     for name in files_to_fetch(spec, data.svhn_extra):
-        if spec.format == "binary":
-            url = base
-        elif "://" in base:
-            url = base.rstrip("/") + "/" + name
-        else:
-            url = str(base).rstrip("/") + "/" + name
+        # one archive (CIFAR), or a folder of files (SVHN: a URL or a local path)
+        url = base if spec.format == "binary" else str(base).rstrip("/") + "/" + name
         md5 = spec.files[name] if data.md5 == "official" else data.md5
         out.append((url, md5, name))
     return out

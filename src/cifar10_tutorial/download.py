@@ -227,7 +227,7 @@ def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and have:  # our partial file is no prefix the server knows: restart
             part.unlink()
-            raise _Transient(f"HTTP 416 for a range request; restarting from zero") from None
+            raise _Transient("HTTP 416 for a range request; restarting from zero") from None
         if exc.code >= 500 or exc.code in (408, 429):
             raise _Transient(f"HTTP {exc.code} {exc.reason}") from None
         raise DownloadError(f"could not download {url}: HTTP {exc.code} {exc.reason}. "

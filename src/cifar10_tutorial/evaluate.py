@@ -3,10 +3,8 @@ with the moving-average weights and with the raw weights; the reference's watch
 mode; per-class accuracy and a confusion matrix."""
 from __future__ import annotations
 
-import csv
 import json
 import logging
-import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -14,84 +12,15 @@ from typing import Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from .files import write_text_atomic
+from .checkpoints import list_checkpoints, load_checkpoint
+from .devices import pick_device
 from .errors import PipelineError
-from .inputs import eval_images
-from .model import CifarNet, build_model
+from .files import save_figure_atomic, write_text_atomic
+from .inference import REMAKE, load_model_file, model_from_state, predict_logits, score
 from .prepare import Prepared
-from .train import list_checkpoints, load_checkpoint, pick_device
 
 log = logging.getLogger(__name__)
-
-
-REMAKE = "remake it with `dvc repro train`"
-MODEL_KEYS = ("model", "ema", "params", "num_classes", "classes", "step")
-
-
-def model_from_state(params: dict, num_classes: int, state: dict, device,
-                     source: str = "the checkpoint") -> CifarNet:
-    m = params["model"]
-    model = build_model(num_classes, m["head"], m["output"], m["lrn"]).to(device)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:  # names or shapes that do not fit the network
-        detail = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
-        raise PipelineError(
-            f"{source}: its weights do not fit the network its own params describe "
-            f"(model.head={m['head']}, model.lrn={m['lrn']}, {num_classes} classes): "
-            f"{detail[:200]}. The file is damaged or was edited; {REMAKE}.") from None
-    return model.eval()
-
-
-def load_model_file(path: Path, device="cpu") -> dict:
-    """A model.pt written by the train stage, checked; clear words for anything else."""
-    path = Path(path)
-    if not path.is_file():
-        raise PipelineError(f"{path}: no trained model; run the train stage first (`dvc repro train`).")
-    try:
-        obj = torch.load(path, map_location=device, weights_only=True)
-    except Exception as exc:  # torch raises several types; its text may advise unsafe loading
-        raise PipelineError(f"{path}: cannot be read as a model file ({type(exc).__name__}): it "
-                            f"is damaged, truncated or not a file of this project; {REMAKE}.") from None
-    expected = ("a model file of the train stage: a mapping with " + ", ".join(MODEL_KEYS))
-    if not isinstance(obj, dict):
-        raise PipelineError(f"{path}: expected {expected}; found a {type(obj).__name__}. {REMAKE[0].upper() + REMAKE[1:]}.")
-    missing = [k for k in MODEL_KEYS if k not in obj]
-    if missing:
-        found = ("a bare state dict of weights" if all(isinstance(v, torch.Tensor) for v in obj.values())
-                 else f"a mapping with {', '.join(map(str, list(obj)[:6]))}")
-        raise PipelineError(f"{path}: expected {expected}; found {found} (missing "
-                            f"{', '.join(missing)}). {REMAKE[0].upper() + REMAKE[1:]}.")
-    model = obj["params"].get("model") if isinstance(obj["params"], dict) else None
-    if not isinstance(model, dict) or not {"head", "output", "lrn"} <= set(model):
-        raise PipelineError(f"{path}: its params lack the model section (head, output, lrn); "
-                            f"{REMAKE}.")
-    return obj
-
-
-def load_trained(path: Path, device="cpu", averaged: bool = True) -> tuple[CifarNet, dict]:
-    """The trained model in ``path`` (model.pt), with averaged or raw weights."""
-    ckpt = load_model_file(path, device)
-    state = ckpt["ema"] if averaged else ckpt["model"]
-    return model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device, str(path)), ckpt
-
-
-@torch.no_grad()
-def predict_logits(model: CifarNet, images: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
-    """Logits for uint8 N x 3 x 32 x 32 images (central crop, standardized), in order."""
-    out = []
-    for i in range(0, len(images), batch_size):
-        x = eval_images(images[i:i + batch_size]).contiguous(memory_format=torch.channels_last)
-        out.append(model.logits(x).float())
-    return torch.cat(out)
-
-
-def score(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, torch.Tensor]:
-    """(precision @ 1, mean cross-entropy, predictions); each example counted once."""
-    pred = logits.argmax(dim=1)
-    return (pred == labels).float().mean().item(), F.cross_entropy(logits, labels).item(), pred
 
 
 def evaluate_checkpoint(ckpt: dict, images: torch.Tensor, labels: torch.Tensor,
@@ -141,17 +70,13 @@ def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -
                         color="white" if rates[i, j] > 0.5 else "black")
     fig.colorbar(im, ax=ax, label="fraction of the actual class")
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure_atomic(fig, path, dpi=100)
 
 
-def evaluate(data: Prepared, model_path: Path = Path("data/train/model.pt"),
-             out_dir: Path = Path("reports/eval"), batch_size: int = 1000,
+def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 1000,
              device_name: str = "auto", flip_tta: bool = False) -> dict:
     """The evaluate stage: metrics.json, per_class.csv, predictions.csv, confusion.png."""
-    device = pick_device(device_name)
+    device = pick_device(device_name, key="eval.device")
     ckpt = load_model_file(Path(model_path), device)
     if int(ckpt["num_classes"]) != data.num_classes:
         raise PipelineError(f"{model_path}: a model of {ckpt['num_classes']} classes, but the "
@@ -195,7 +120,7 @@ def watch(data: Prepared, checkpoints: Path, tensorboard: Path, interval_secs: f
     """Re-evaluate the newest checkpoint every ``interval_secs`` (the reference's eval loop)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    device = pick_device(device_name)
+    device = pick_device(device_name, key="eval.device")
     images = torch.from_numpy(data.test_images).to(device)
     labels = torch.from_numpy(data.test_labels).to(device)
     writer = SummaryWriter(str(tensorboard / "eval"))

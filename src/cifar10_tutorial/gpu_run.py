@@ -37,13 +37,16 @@ from pathlib import Path
 
 import torch
 
-from .benchmark import _project_step, _window, _with_input, typical_step
-from .cli import run_stage
+from .benchmark import project_step, typical_step, window, with_input
+from .cli import run_stage, stage_output
 from .errors import PipelineError
 from .files import write_text_atomic
 from .params import Params, load_params, to_dict
 from .prepare import Prepared, load_prepared
-from .train import TrainPaths, make_batches, pick_device, train
+from .checkpoints import TrainPaths
+from .devices import pick_device
+from .inputs import make_batches
+from .train import train
 
 LOSS_RTOL = 1e-3  # largest relative difference of a step's loss, device against CPU
 TARGETS = [0.80, 0.84, 0.86]
@@ -90,9 +93,9 @@ def losses_against_cpu(params: Params, data: Prepared, device: torch.device, ste
     torch.backends.cudnn.allow_tf32 = False
     cpu = torch.device("cpu")
     images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
-    batches = make_batches(params, data, images, labels, None)
-    _, cpu_step = _project_step(params, data, cpu, with_loss=True)
-    _, dev_step = _project_step(params, data, device, with_loss=True)
+    batches = make_batches(params, data, images, labels)
+    _, cpu_step = project_step(params, data, cpu, with_loss=True)
+    _, dev_step = project_step(params, data, device, with_loss=True)
     ref, got = [], []
     try:
         for i in range(steps):
@@ -113,7 +116,7 @@ def host_syncs_per_step(params: Params, data: Prepared, device: torch.device, st
         return None
     images = torch.from_numpy(data.train_images).to(device)
     labels = torch.from_numpy(data.train_labels).to(device)
-    _, step, batches, _ = _with_input(params, data, images, labels, device)
+    _, step, batches, _ = with_input(params, data, images, labels, device)
     try:
         for _ in range(3):
             step()
@@ -153,13 +156,13 @@ def throughput(params: Params, data: Prepared, device: torch.device, sizes: Size
     for batch in sizes.batches:
         p = _with(params, train={"batch_size": batch})
         row = {"batch_size": batch}
-        _, step, batches, _ = _with_input(p, data, images, labels, device)
+        _, step, batches, _ = with_input(p, data, images, labels, device)
         try:
             row["eager_input_pipeline"] = _best(step, batch, sizes, sync)
             x, y = batches.get(10 ** 6)
         finally:
             batches.close()
-        _, fixed = _project_step(p, data, device)
+        _, fixed = project_step(p, data, device)
         row["eager_fixed_batch"] = _best(lambda: fixed(x, y), batch, sizes, sync)
         if device.type == "cuda":
             row["compiled_fixed_batch"] = _compiled(p, data, device, x, y, sizes, sync)
@@ -176,7 +179,7 @@ def throughput(params: Params, data: Prepared, device: torch.device, sizes: Size
 def _best(step, batch: int, sizes: Sizes, sync) -> dict:
     for _ in range(3):
         step()
-    rates = sorted(_window(step, batch, sizes.window_steps, sync) for _ in range(sizes.windows))
+    rates = sorted(window(step, batch, sizes.window_steps, sync) for _ in range(sizes.windows))
     eps = rates[len(rates) // 2]
     return {"examples_per_sec": eps, "ms_per_step": 1000 * batch / eps}
 
@@ -184,7 +187,7 @@ def _best(step, batch: int, sizes: Sizes, sync) -> dict:
 def _compiled(params: Params, data: Prepared, device, x, y, sizes: Sizes, sync) -> dict:
     """The whole step (forward, loss, backward, update) compiled with CUDA graphs."""
     try:
-        _, step = _project_step(params, data, device, compile_mode="reduce-overhead")
+        _, step = project_step(params, data, device, compile_mode="reduce-overhead")
         return _best(lambda: step(x, y), len(y), sizes, sync)
     except Exception as exc:  # report, do not stop the run: this path is what is being tried
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
@@ -244,8 +247,7 @@ def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: 
     def project(i: int) -> Path:
         proj = root / f"exp{i}"
         shutil.copytree(stages, proj / "stages", ignore=shutil.ignore_patterns("__pycache__"))
-        (proj / "data").mkdir(parents=True)
-        os.symlink(data_dir.resolve(), proj / "data" / "prepared")
+        os.symlink(data_dir.resolve(), proj / "prepared")
         raw = yaml_load(params_file)
         raw.setdefault("train", {}).update(max_steps=steps, seed=i, device=device,
                                            checkpoint_every=10 ** 9, log_every=max(1, steps // 5))
@@ -254,14 +256,15 @@ def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: 
 
     def run(projects: list[Path]) -> dict:
         t = time.perf_counter()
-        procs = [subprocess.Popen([sys.executable, "stages/train.py"], cwd=p, stdout=subprocess.DEVNULL,
+        procs = [subprocess.Popen([sys.executable, "stages/train.py", "--data", "prepared",
+                                  "--out", "run", "--live", "live"], cwd=p, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, text=True) for p in projects]
         errs = [proc.communicate()[1] for proc in procs]
         wall = time.perf_counter() - t
         for proc, err in zip(procs, errs):
             if proc.returncode:
                 raise PipelineError(f"a side-by-side train stage failed:\n{err[-2000:]}")
-        each = [json.loads((p / "reports/train/metrics.json").read_text())["examples_per_sec"]
+        each = [json.loads((p / "live" / "metrics.json").read_text())["examples_per_sec"]
                 for p in projects]
         return {"processes": len(projects), "wall_s": wall, "examples_per_sec_each": each,
                 "examples_per_sec_total": sum(each)}
@@ -364,7 +367,8 @@ def format_table(r: dict) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=Path("data/prepared"), help="prepared data")
+    ap.add_argument("--data", type=Path, help="prepared data (default: the preprocess stage's "
+                    "output in dvc.yaml)")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --dry)")
     ap.add_argument("--dry", action="store_true", help="tiny sizes: checks the script end to end")
@@ -373,7 +377,8 @@ def main(argv=None) -> None:
     if a.device == "cuda" and not torch.cuda.is_available():
         raise PipelineError("no CUDA device here: run this on a GPU machine, or check the script "
                             "with --dry --device cpu")
-    r = run(load_params(a.params), a.params, a.data, a.device, a.dry, a.out)
+    data = a.data or stage_output("preprocess")
+    r = run(load_params(a.params), a.params, data, a.device, a.dry, a.out)
     print(format_table(r))
 
 

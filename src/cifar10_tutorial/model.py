@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# SPEC.md: LRN depth_radius 4, bias 1.0, alpha 0.001/9 (on the raw sum), beta 0.75
+# docs/reference.md: LRN depth_radius 4, bias 1.0, alpha 0.001/9 (on the raw sum), beta 0.75
 LRN_DEPTH_RADIUS = 4
 LRN_BIAS = 1.0
 LRN_ALPHA = 0.001 / 9.0
@@ -160,7 +160,7 @@ class CifarNet(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """The table of SPEC.md: truncated-normal weights and constant biases."""
+        """The layer table of docs/reference.md: truncated-normal weights and constant biases."""
         for conv, bias in ((self.conv1, 0.0), (self.conv2, 0.1)):
             trunc_normal_(conv.weight, 5e-2)
             conv.bias.fill_(bias)
@@ -177,7 +177,7 @@ class CifarNet(nn.Module):
         self.softmax_linear.bias.fill_(0.0)
 
     def decayed_weights(self) -> list[torch.Tensor]:
-        """The weights under L2 decay: local3's and local4's (SPEC: wd 0.004 on those only)."""
+        """The weights under L2 decay: local3's and local4's (the reference: wd 0.004 on those only)."""
         return [self.local3.weight, self.local4.weight]
 
     def features(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,11 +8,7 @@ message that names the key and the valid ones, instead of being ignored.
 """
 from __future__ import annotations
 
-import atexit
-import contextlib
 import dataclasses
-import json
-import os
 import re
 import types
 import typing
@@ -23,74 +19,15 @@ from typing import Any, ClassVar, Literal, Optional, Union
 import yaml
 
 from .errors import PipelineError
+from .param_reads import Section, not_recording
 
 
 class ParamsError(PipelineError):
     """params.yaml has an unknown key, a missing key or a value of the wrong type."""
 
 
-# --------------------------------------------------------------------------- recording reads
-#
-# Which keys did a stage read? With CIFAR10_TUTORIAL_PARAM_READS=FILE in the environment,
-# every read of a params field after loading (validation does not count) is recorded as the
-# params.yaml key it came from, and appended to FILE as one JSON line when the process ends.
-# The test of dvc.yaml uses it to check that each stage's `params:` covers what it reads.
-
-READS_ENV = "CIFAR10_TUTORIAL_PARAM_READS"
-_reads: Optional[set] = set() if os.environ.get(READS_ENV) else None
-
-
-@contextlib.contextmanager
-def _not_recording():
-    global _reads
-    saved, _reads = _reads, None
-    try:
-        yield
-    finally:
-        _reads = saved
-
-
-def record_read(key: str) -> None:
-    """Record a read of params key ``key`` (for reads that bypass the sections' fields)."""
-    if _reads is not None:
-        _reads.add(key)
-
-
-def flush_reads() -> None:
-    """Append the keys read so far to $CIFAR10_TUTORIAL_PARAM_READS (at exit; before exec)."""
-    path = os.environ.get(READS_ENV)
-    if path and _reads:
-        import sys
-        with open(path, "a") as f:
-            f.write(json.dumps({"argv": sys.argv, "reads": sorted(_reads)}) + "\n")
-
-
-if _reads is not None:
-    atexit.register(flush_reads)
-
-
-class _Section:
-    """Base of the sections: a field read is recorded (while recording) as its params key.
-
-    The key is ``<section>.<field>``, or where a variant took the value from (its
-    ``_origin``: ``ablations.NAME.train.batch_size``, ``ablation.max_steps``; None: a
-    default that no params key set)."""
-
-    _SECTION: ClassVar[str] = ""
-
-    def __getattribute__(self, name: str):
-        value = object.__getattribute__(self, name)
-        if _reads is not None and not name.startswith("_") \
-                and name in type(self).__dataclass_fields__ and not isinstance(value, _Section):
-            origin = object.__getattribute__(self, "__dict__").get("_origin", {})
-            key = origin.get(name, f"{self._SECTION}.{name}" if self._SECTION else name)
-            if key is not None:
-                _reads.add(key)
-        return value
-
-
 @dataclass(frozen=True)
-class DataParams(_Section):
+class DataParams(Section):
     """Where the raw data comes from (download and preprocess stages)."""
 
     _SECTION: ClassVar[str] = "data"
@@ -117,8 +54,8 @@ class DataParams(_Section):
 
 
 @dataclass(frozen=True)
-class ModelParams(_Section):
-    """The network (SPEC.md's layer table and the exercises' variants)."""
+class ModelParams(Section):
+    """The network (docs/reference.md's layer table and the exercises' variants)."""
 
     _SECTION: ClassVar[str] = "model"
 
@@ -128,7 +65,7 @@ class ModelParams(_Section):
 
 
 @dataclass(frozen=True)
-class InputParams(_Section):
+class InputParams(Section):
     """The training input pipeline."""
 
     _SECTION: ClassVar[str] = "input"
@@ -147,8 +84,8 @@ class InputParams(_Section):
 
 
 @dataclass(frozen=True)
-class TrainParams(_Section):
-    """Training (SPEC.md "Training")."""
+class TrainParams(Section):
+    """Training (docs/reference.md, "Training")."""
 
     _SECTION: ClassVar[str] = "train"
 
@@ -189,7 +126,7 @@ class TrainParams(_Section):
 
 
 @dataclass(frozen=True)
-class FastParams(_Section):
+class FastParams(Section):
     """``train.schedule: fast``: the same network and data, a modern optimiser and schedule."""
 
     _SECTION: ClassVar[str] = "fast"
@@ -213,12 +150,13 @@ class FastParams(_Section):
 
 
 @dataclass(frozen=True)
-class EvalParams(_Section):
-    """Evaluation (SPEC.md "Evaluation")."""
+class EvalParams(Section):
+    """Evaluation (docs/reference.md, "Evaluation")."""
 
     _SECTION: ClassVar[str] = "eval"
 
     batch_size: int = 1000
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # the eval stage's (train.device: train's)
     interval_secs: float = 300.0  # watch mode: seconds between evaluations
     flip_tta: bool = False  # also report precision of image + mirror image (*_flip metrics)
     every_steps: int = 0  # > 0: the train stage evaluates the held-out split this often
@@ -232,7 +170,7 @@ class EvalParams(_Section):
 
 
 @dataclass(frozen=True)
-class AblationParams(_Section):
+class AblationParams(Section):
     """What every ablation variant shares."""
 
     _SECTION: ClassVar[str] = "ablation"
@@ -245,7 +183,7 @@ class AblationParams(_Section):
 
 
 @dataclass(frozen=True)
-class RegressionParams(_Section):
+class RegressionParams(Section):
     """The regression gate (the `regression` stage): this run's metrics against a baseline."""
 
     _SECTION: ClassVar[str] = "regression"
@@ -267,7 +205,7 @@ class RegressionParams(_Section):
 
 
 @dataclass(frozen=True)
-class Params(_Section):
+class Params(Section):
     _SECTION: ClassVar[str] = ""
     data: DataParams = field(default_factory=DataParams)
     model: ModelParams = field(default_factory=ModelParams)
@@ -314,7 +252,7 @@ def variant_params(params: "Params", name: str) -> "Params":
 
     Each field remembers the params key it came from, so a recorded read names the key a
     stage must declare (``ablations.NAME.model.lrn``, ``ablation.max_steps``, ``train.seed``)."""
-    with _not_recording():
+    with not_recording():
         group = "ablations" if name in params.ablations else "dataset_ablations"
         variants = {**params.ablations, **params.dataset_ablations}
         if name not in variants:
@@ -329,7 +267,7 @@ def variant_params(params: "Params", name: str) -> "Params":
         merged = _build(Params, _deep_merge(base, overrides), "")
         for section in dataclasses.fields(Params):
             value = getattr(merged, section.name)
-            if not isinstance(value, _Section):
+            if not isinstance(value, Section):
                 continue
             origin = {}
             for f in dataclasses.fields(value):
@@ -444,7 +382,7 @@ def params_from_dict(raw: Optional[dict]) -> Params:
         raw = {}
     if not isinstance(raw, dict):
         raise ParamsError(f"expected a mapping at the top level of params, found {raw!r}")
-    with _not_recording():  # validation reads every key: not a use of them
+    with not_recording():  # validation reads every key: not a use of them
         return _build(Params, raw, "")
 
 

@@ -1,6 +1,6 @@
 """Classify image files with the trained model.
 
-    python -m cifar10_tutorial.predict cat.jpg truck.png [--model data/train/model.pt] [--top 3]
+    python -m cifar10_tutorial.predict cat.jpg truck.png [--model PATH/model.pt] [--top 3]
 
 Any size, PNG or JPEG: each image is resized to 32x32 (as CIFAR images are),
 then given the evaluation input (central 24x24 crop, per-image
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cli import run_stage
+from .cli import run_stage, stage_output
 from .errors import PipelineError
-from .evaluate import load_trained, predict_logits
+from .inference import load_trained, predict_logits
 
 
 def load_image(path: Path, size: int = 32) -> np.ndarray:
@@ -65,11 +65,13 @@ def _positive(text: str) -> int:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description="Print the top classes of image files.")
     ap.add_argument("images", nargs="+", type=Path)
-    ap.add_argument("--model", type=Path, default=Path("data/train/model.pt"))
+    ap.add_argument("--model", type=Path,
+                    help="a model.pt (default: the train stage's, from dvc.yaml)")
     ap.add_argument("--top", type=_positive, default=3, help="how many classes to print (>= 1)")
     ap.add_argument("--raw", action="store_true", help="use the raw instead of the averaged weights")
     a = ap.parse_args(argv)
-    for path, ranked in zip(a.images, predict(a.images, a.model, a.top, not a.raw)):
+    model = a.model or stage_output("train", "model.pt")
+    for path, ranked in zip(a.images, predict(a.images, model, a.top, not a.raw)):
         print(f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked))
 
 

@@ -328,7 +328,7 @@ class Prepared:
         return h.hexdigest()
 
 
-def load_prepared(out_dir: Path | str = "data/prepared") -> Prepared:
+def load_prepared(out_dir: Path | str) -> Prepared:
     """Load what :func:`prepare` wrote (no pickles); clear errors if it is missing or damaged."""
     out_dir = Path(out_dir)
     meta_path = out_dir / META_NAME

@@ -1,7 +1,7 @@
 """The regression gate: this run's metrics against a committed baseline.
 
-Metrics are named ``train.<key>`` (``reports/train/metrics.json``) and
-``eval.<key>`` (``reports/eval/metrics.json``). ``regression.tolerances`` gives
+Metrics are named ``train.<key>`` (from the train stage's metrics.json) and
+``eval.<key>`` (the eval stage's). ``regression.tolerances`` gives
 each gated metric its allowed change from the baseline: a negative number is
 the largest drop allowed (higher is better, e.g. precision), a positive one
 the largest rise (lower is better, e.g. loss). The gate fails when a metric
@@ -21,14 +21,11 @@ from typing import Optional
 from .files import write_text_atomic
 from .errors import PipelineError
 
-METRIC_FILES = {"train": Path("reports/train/metrics.json"), "eval": Path("reports/eval/metrics.json")}
-
-
 class RegressionError(PipelineError):
     """The gate failed; the message holds the table."""
 
 
-def collect_metrics(files: dict[str, Path] = METRIC_FILES) -> dict[str, float]:
+def collect_metrics(files: dict[str, Path]) -> dict[str, float]:
     """The run's numeric metrics, flat: ``{"eval.precision_at_1": 0.81, ...}``."""
     out: dict[str, float] = {}
     for group, path in files.items():
@@ -112,7 +109,7 @@ def metrics_diff_md(baseline: Path) -> str:
 
 
 def gate(baseline_path: Optional[str], tolerances: dict[str, float],
-         files: dict[str, Path] = METRIC_FILES) -> str:
+         files: dict[str, Path]) -> str:
     """The report (Markdown); raises :class:`RegressionError` with it when the gate fails."""
     now = collect_metrics(files)
     if not now:
@@ -141,7 +138,7 @@ def gate(baseline_path: Optional[str], tolerances: dict[str, float],
 
 
 def update_baseline(baseline_path: str, tolerances: dict[str, float],
-                    files: dict[str, Path] = METRIC_FILES) -> dict[str, float]:
+                    files: dict[str, Path]) -> dict[str, float]:
     """Write this run's gated metrics to the baseline file (atomically); return them."""
     now = collect_metrics(files)
     missing = [m for m in tolerances if m not in now]
@@ -151,7 +148,3 @@ def update_baseline(baseline_path: str, tolerances: dict[str, float],
     values = {m: now[m] for m in tolerances}
     write_text_atomic(Path(baseline_path), json.dumps(values, indent=2, sort_keys=True) + "\n")
     return values
-
-
-def write_report(text: str, path: Path = Path("reports/regression.md")) -> None:
-    write_text_atomic(path, text + "\n")

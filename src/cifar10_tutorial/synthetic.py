@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .datasets import CIFAR10, CIFAR100, SVHN, DatasetSpec
+from .datasets import CIFAR10, CIFAR100, DatasetSpec
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
            "dog", "frog", "horse", "ship", "truck"]

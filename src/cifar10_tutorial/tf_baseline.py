@@ -91,7 +91,7 @@ def run(data: Path, batch_size: int, warmup: int, windows: int, steps: int, seed
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=Path("data/prepared"))
+    ap.add_argument("--data", type=Path, required=True, help="the prepared data")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--windows", type=int, default=5)

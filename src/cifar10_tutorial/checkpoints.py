@@ -1,0 +1,146 @@
+"""Checkpoints and the resume policy.
+
+A checkpoint holds everything the run needs to go on exactly: weights, optimizer, weight
+averages, every rank's input state, the smoothed loss, the time spent and the targets
+reached. Resuming is a cache, and a cache must not change results: a checkpoint is
+resumed only by an unfinished run with the same *signature* (the prepared data's content
+hash, every param the train stage reads except those that cannot change its outputs, the
+kind of device and the number of processes). Anything else starts afresh and removes
+the old run's outputs first.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from .devices import Dist, barrier
+from .errors import TrainingError
+from .files import torch_save_atomic
+from .params import Params, to_dict
+
+log = logging.getLogger(__name__)
+
+# Keys the train stage reads that cannot change its DVC outputs (model.pt, metrics, plots):
+# they are left out of the resume signature. Every other key it reads is in it.
+NOT_RUN_DEFINING = {"train": {"checkpoint_every", "summary_every", "max_restarts",
+                              "collective_timeout_s", "device"}}
+KEEP_CHECKPOINTS = 2
+
+
+@dataclass(frozen=True)
+class TrainPaths:
+    """Where a run writes: ``out_dir`` (checkpoints/, tensorboard/, model.pt) and ``live_dir``
+    (DVCLive's metrics.json and plots/). The stage gets both from dvc.yaml."""
+
+    out_dir: Path
+    live_dir: Path
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.out_dir / "checkpoints"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.out_dir / "tensorboard"
+
+    @property
+    def model(self) -> Path:
+        return self.out_dir / "model.pt"
+
+
+def load_checkpoint(path: Path, device="cpu") -> dict:
+    """Load a checkpoint without unpickling code; a damaged file is a clear error."""
+    try:
+        return torch.load(path, map_location=device, weights_only=True)
+    except Exception as exc:  # torch raises several types; its text may advise unsafe loading
+        raise TrainingError(f"{path}: cannot be loaded as a checkpoint ({type(exc).__name__}): "
+                            f"it is damaged or truncated. Delete this file to resume from the "
+                            f"checkpoint before it.") from None
+
+
+def list_checkpoints(folder: Path) -> list[Path]:
+    return sorted(folder.glob("ckpt-*.pt"))
+
+
+def save_checkpoint(state: dict, folder: Path) -> None:
+    """``state`` as ``ckpt-<step>.pt``; only the newest ``KEEP_CHECKPOINTS`` are kept."""
+    torch_save_atomic(state, folder / f"ckpt-{state['step']:08d}.pt")
+    for old in list_checkpoints(folder)[:-KEEP_CHECKPOINTS]:
+        old.unlink()
+
+
+def run_params(params: Params) -> dict:
+    """The params the train stage reads, as plain data: stored in checkpoints and model.pt
+    (keys the stage does not declare in dvc.yaml must not reach its outputs)."""
+    ev = params.eval
+    return {"model": to_dict(params.model), "input": to_dict(params.input),
+            "train": to_dict(params.train), "fast": to_dict(params.fast),
+            "eval": {"batch_size": ev.batch_size, "every_steps": ev.every_steps,
+                     "targets": list(ev.targets)}}
+
+
+def run_signature(params: Params, data_hash: str, device: torch.device, world: int) -> dict:
+    """What defines a run: a checkpoint made under anything else is not resumed. The prepared
+    data's content, every param the stage reads except those that cannot change its outputs
+    (``NOT_RUN_DEFINING``), the kind of device and the number of processes."""
+    run = run_params(params)
+    for section, keys in NOT_RUN_DEFINING.items():
+        run[section] = {k: v for k, v in run[section].items() if k not in keys}
+    return {"data": data_hash, "params": run, "device": device.type, "world_size": world}
+
+
+def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
+                 device: torch.device) -> Optional[dict]:
+    """The newest checkpoint when it holds an unfinished run of this signature; else None,
+    and rank 0 removes the old run's checkpoints and outputs (every rank decides alike)."""
+    if d.main:
+        paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        for tmp in paths.checkpoints.glob("*.tmp"):
+            tmp.unlink()
+    barrier(d)
+    ckpts = list_checkpoints(paths.checkpoints)
+    ckpt = load_checkpoint(ckpts[-1], device) if ckpts else None
+    if ckpt is not None and ckpt.get("signature") != signature:
+        if d.main:
+            log.info("checkpoints in %s were made with other data or params: starting afresh",
+                     paths.checkpoints)
+        ckpt = None
+    elif ckpt is not None and int(ckpt["step"]) >= max_steps:
+        if d.main:  # a finished run is run again, from step 0
+            log.info("the newest checkpoint holds the finished run (step %d of %d): training "
+                     "again from step 0", int(ckpt["step"]), max_steps)
+        ckpt = None
+    barrier(d)
+    if d.main and ckpt is None:
+        _remove_run(paths, ckpts)
+    elif d.main:
+        log.info("resuming from %s at step %d", ckpts[-1], int(ckpt["step"]))
+    return ckpt
+
+
+def _remove_run(paths: TrainPaths, ckpts: list[Path]) -> None:
+    for old in ckpts:
+        old.unlink()
+    for f in (paths.live_dir / "metrics.json", paths.model):
+        f.unlink(missing_ok=True)
+    for folder in (paths.tensorboard, paths.live_dir / "plots"):
+        if folder.exists():
+            shutil.rmtree(folder)
+
+
+def restore(ckpt: dict, model, optimizer, ema) -> dict:
+    """Load ``ckpt`` into the model, optimizer and (on rank 0) the weight averages; the
+    loop's counters: step, loss_avg, elapsed, reached."""
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    if ema is not None:
+        ema.load_state_dict(ckpt["ema"])
+    return {"step": int(ckpt["step"]), "loss_avg": ckpt["loss_avg"],
+            "elapsed": float(ckpt["elapsed"]),
+            "reached": json.loads(ckpt.get("targets_reached", "{}"))}

@@ -1,0 +1,166 @@
+"""Devices and torchrun: which device this process trains on, where it stands in a
+multi-process job, the relaunch under torchrun, and the few collectives the loop needs.
+
+Run alone, a process is rank 0 of 1 and none of the collectives does anything. Under
+torchrun (``train.num_devices`` > 1) each process trains a replica on its own batch,
+DistributedDataParallel averages the gradients (NCCL on GPUs, gloo on CPUs), and rank 0
+alone keeps the weight averages and writes every file.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+
+from .errors import PipelineError
+from .param_reads import flush_reads
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Where this process stands in a torchrun job (rank 0 of 1 when run alone)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+
+ALONE = Dist()
+
+
+def launched_by_torchrun() -> bool:
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def this_process() -> Dist:
+    """This process's place in the torchrun job that started it (read from torchrun's
+    environment), or :data:`ALONE`."""
+    if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+        return ALONE
+    return Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+
+
+def pick_device(name: str, local_rank: int = 0, key: str = "train.device") -> torch.device:
+    """``auto`` (CUDA when there is one), ``cpu`` or ``cuda`` (GPU ``local_rank``); ``key``
+    names the param that chose it, for the error."""
+    if name == "cuda" and not torch.cuda.is_available():
+        raise PipelineError(f"{key} is cuda but no CUDA device is available; "
+                            f"use {key}=auto or cpu")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(f"cuda:{local_rank}" if name == "cuda" else name)
+
+
+def check_devices(tr) -> None:
+    """Fail before anything starts when ``train.num_devices`` asks for more GPUs than exist."""
+    if tr.num_devices > 1 and tr.device != "cpu" and torch.cuda.is_available():
+        have = torch.cuda.device_count()
+        if tr.num_devices > have:
+            raise PipelineError(
+                f"train.num_devices is {tr.num_devices} but {have} GPU(s) are visible "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); set "
+                f"train.num_devices={have}, or train.device=cpu to run {tr.num_devices} CPU "
+                f"processes.")
+
+
+def torchrun_command(num_devices: int, max_restarts: int, script: str, args: list[str]) -> list[str]:
+    """The command that runs ``script`` as ``num_devices`` processes on this machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={num_devices}", f"--max-restarts={max_restarts}", script, *args]
+
+
+def relaunch_on_devices(tr, script: str, argv: list[str]) -> None:
+    """With ``train.num_devices`` > 1, outside torchrun: replace this process by torchrun
+    running ``script`` as one process per device (it then returns in each of them)."""
+    if tr.num_devices <= 1 or launched_by_torchrun():
+        return
+    check_devices(tr)
+    cmd = torchrun_command(tr.num_devices, tr.max_restarts, script, argv)
+    print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
+    flush_reads()
+    sys.stdout.flush()
+    os.execv(cmd[0], cmd)
+
+
+def init_distributed(tr) -> tuple[Dist, torch.device]:
+    """Join the torchrun job if there is one: NCCL on GPUs, gloo on CPU."""
+    d = this_process()
+    if not d.active:
+        return d, pick_device(tr.device)
+    import torch.distributed as dist
+
+    check_devices(tr)
+    if d.world != tr.num_devices:
+        raise PipelineError(f"torchrun started {d.world} processes but train.num_devices is "
+                            f"{tr.num_devices}; set train.num_devices={d.world} (the global batch "
+                            f"and the checkpoints depend on it).")
+    device = pick_device(tr.device, d.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    else:  # share the cores among the processes of this node
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", d.world))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    # The store outlives a torchrun restart; without a fresh prefix per attempt, the
+    # restarted ranks can read the dead ranks' addresses and fail to connect.
+    timeout = timedelta(seconds=tr.collective_timeout_s)
+    store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                            store=dist.PrefixStore(f"cifar10-attempt-{attempt}", store),
+                            rank=d.rank, world_size=d.world, timeout=timeout)
+    return d, device
+
+
+def shut_down(d: Dist) -> None:
+    if d.active:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def replicate(model: torch.nn.Module, device: torch.device, d: Dist) -> torch.nn.Module:
+    """The module the step runs: ``model`` itself, or its DistributedDataParallel wrapper
+    (which averages the gradients over the processes in ``backward``)."""
+    if not d.active:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def barrier(d: Dist) -> None:
+    if d.active:
+        import torch.distributed as dist
+        dist.barrier()
+
+
+def gather_on_main(obj, d: Dist) -> list | None:
+    """``obj`` of every rank, in rank order, on rank 0 (None elsewhere)."""
+    if not d.active:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * d.world if d.main else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def agree(loss: torch.Tensor, stop: bool, d: Dist, device: torch.device) -> tuple[float, bool]:
+    """One collective at log steps: (the loss averaged over the ranks, whether any rank was
+    asked to stop)."""
+    status = torch.stack([loss.float(), torch.tensor(float(stop), device=device)])
+    if d.active:
+        import torch.distributed as dist
+        dist.all_reduce(status)
+        status[0] /= d.world
+    return status[0].item(), bool(status[1].item())

@@ -1,0 +1,207 @@
+"""What rank 0 shows and records while training: the progress bar and the reference's
+log line, DVCLive metrics, TensorBoard summaries, and held-out precision while training.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .errors import PipelineError
+from .files import write_text_atomic
+from .inference import predict_logits
+from .model import CifarNet
+from .params import Params
+from .prepare import Prepared
+from .rules import WeightAverage, training_model
+
+log = logging.getLogger(__name__)
+
+
+class Monitor:
+    """The progress bar, the reference's log line and DVCLive's train/* curves (rank 0), and
+    the examples/sec of the window since the last log line (every rank)."""
+
+    def __init__(self, live_dir: Path, start: int, max_steps: int, resumed: bool,
+                 main: bool, progress: Optional[bool]):
+        self.main, self.live = main, None
+        if main:
+            if resumed:
+                truncate_plots(live_dir, start)
+            self.live = open_live(live_dir, resume=resumed)
+        self.bar = tqdm(total=max_steps, initial=start, unit="step", leave=False,
+                        disable=(not main or not sys.stderr.isatty()) if progress is None
+                        else not (progress and main))
+        self.say = self.bar.write if not self.bar.disable else print
+        self.window_t, self.window_steps = time.perf_counter(), 0
+
+    def stepped(self) -> None:
+        self.window_steps += 1
+        self.bar.update(1)
+
+    def examples_per_sec(self, global_batch: int) -> tuple[float, float]:
+        """(seconds per step, examples/sec) of the steps since the last log line."""
+        dt = (time.perf_counter() - self.window_t) / self.window_steps
+        return dt, global_batch / dt
+
+    def log_line(self, step: int, loss: float, loss_avg: float, lr: float, ce: float,
+                 dt: float, eps: float, per_device: Optional[float]) -> None:
+        """``step N, loss = ... (examples/sec; sec/batch)``, as cifar10_train.py prints it."""
+        if self.main:
+            each = f", {per_device:.1f} per device" if per_device is not None else ""
+            self.say(f"{datetime.now():%Y-%m-%d %H:%M:%S}: step {step}, loss = {loss:.2f} "
+                     f"({eps:.1f} examples/sec{each}; {dt:.3f} sec/batch)")
+            self.log(step, {"train/loss": loss, "train/loss_avg": loss_avg, "train/lr": lr,
+                            "train/cross_entropy": ce, "train/examples_per_sec": eps})
+            self.bar.set_postfix(loss=f"{loss_avg:.3f}", eps=f"{eps:.0f}")
+        self.window_t, self.window_steps = time.perf_counter(), 0
+
+    def log(self, step: int, values: dict) -> None:
+        """One DVCLive row at ``step``."""
+        self.live.step = step
+        for k, v in values.items():
+            self.live.log_metric(k, v)
+        self.live.next_step()
+
+    def finish(self, step: int, metrics: dict) -> None:
+        self.live.step = step
+        for k, v in metrics.items():
+            self.live.summary[k] = v
+        self.live.make_summary()
+        self.live.end()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class HeldOut:
+    """Held-out precision @ 1 while training (every ``eval.every_steps`` steps and at the
+    end), averaged and raw weights, and when the averaged one first reaches each of
+    ``eval.targets``: step, epoch and training seconds (these evaluations excluded)."""
+
+    def __init__(self, params: Params, data: Prepared, device: torch.device, reached: dict,
+                 ckpt: Optional[dict]):
+        self.every, self.batch = params.eval.every_steps, params.eval.batch_size
+        self.targets = sorted(params.eval.targets)
+        self.reached = reached  # "0.8" -> {"step", "epoch", "train_seconds"}
+        self.seconds = float(ckpt.get("eval_seconds", 0.0)) if ckpt else 0.0
+        self.last: dict = {}
+        if self.every:
+            self.images = torch.from_numpy(data.test_images).to(device)
+            self.labels = torch.from_numpy(data.test_labels).to(device)
+            self.model = training_model(params, data.num_classes, device).eval()
+
+    def due(self, step: int, max_steps: int) -> bool:
+        return self.every > 0 and (step % self.every == 0 or step == max_steps)
+
+    @torch.no_grad()
+    def run(self, step: int, model: CifarNet, ema: WeightAverage, steps_per_epoch: float,
+            elapsed: float, monitor: Monitor) -> dict:
+        t = time.perf_counter()
+        train_seconds = elapsed - self.seconds
+        out = {"step": step, "epoch": step / steps_per_epoch}
+        for key, state in (("precision_at_1", ema.averaged_model_state(model)),
+                           ("precision_at_1_raw", model.state_dict())):
+            self.model.load_state_dict(state)
+            logits = predict_logits(self.model, self.images, self.batch)
+            out[key] = (logits.argmax(dim=1) == self.labels).float().mean().item()
+        self.seconds += time.perf_counter() - t
+        monitor.say(f"step {step} (epoch {out['epoch']:.1f}, {train_seconds:.0f} s of training): "
+                    f"held-out precision @ 1 = {out['precision_at_1']:.4f} averaged, "
+                    f"{out['precision_at_1_raw']:.4f} raw")
+        for target in self.targets:
+            if f"{target:g}" not in self.reached and out["precision_at_1"] >= target:
+                self.reached[f"{target:g}"] = {"step": step, "epoch": out["epoch"],
+                                               "train_seconds": train_seconds}
+                monitor.say(f"reached held-out precision {target:g} at step {step} "
+                            f"(epoch {out['epoch']:.1f}) after {train_seconds:.0f} s of training")
+        monitor.log(step, {f"eval/{k}": out[k]
+                           for k in ("precision_at_1", "precision_at_1_raw", "epoch")})
+        self.last = out
+        return out
+
+
+class Summaries:
+    """TensorBoard summaries of the reference: lr, losses, weights, gradients, activations, images."""
+
+    LAYERS = ("conv1", "conv2", "local3", "local4")
+
+    def __init__(self, folder: Path, model: CifarNet, purge_step: Optional[int]):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(folder), purge_step=purge_step)
+        self.model = model
+        self.activations: dict[str, torch.Tensor] = {}
+        self._hooks = []
+
+    def capture(self) -> None:
+        """Record the ReLU outputs of the next forward pass."""
+        def hook(name):
+            def fn(_module, _inp, out):
+                self.activations[name] = F.relu(out.detach())
+            return fn
+        self._hooks = [getattr(self.model, n).register_forward_hook(hook(n)) for n in self.LAYERS]
+
+    def write(self, step: int, scalars: dict, images: torch.Tensor) -> None:
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        w = self.writer
+        for tag, value in scalars.items():
+            w.add_scalar(tag, value, step)
+        for name, p in self.model.named_parameters():
+            w.add_histogram(f"weights/{name}", p.detach().float().cpu(), step)
+            if p.grad is not None:
+                w.add_histogram(f"gradients/{name}", p.grad.detach().float().cpu(), step)
+        for name, act in self.activations.items():
+            w.add_histogram(f"activations/{name}", act.float().cpu(), step)
+            w.add_scalar(f"sparsity/{name}", (act == 0).float().mean().item(), step)
+        self.activations = {}
+        shown = images[:10].detach().float().cpu()
+        lo = shown.amin(dim=(1, 2, 3), keepdim=True)
+        hi = shown.amax(dim=(1, 2, 3), keepdim=True)
+        w.add_images("images", (shown - lo) / (hi - lo).clamp_min(1e-6), step)
+        w.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def open_live(folder: Path, resume: bool):
+    """DVCLive logging to ``folder`` (metrics.json, plots/, params.yaml), no dvc.yaml of its own."""
+    from dvclive import Live
+    from scmrepo.exceptions import SCMError
+
+    if resume:  # a kill during DVCLive's (non-atomic) write leaves a truncated metrics.json
+        summary = folder / "metrics.json"
+        try:
+            json.loads(summary.read_text()) if summary.exists() else None
+        except ValueError:
+            log.info("%s is damaged (the run was killed while writing it): rewriting it", summary)
+            summary.unlink()
+    try:
+        return Live(str(folder), resume=resume, dvcyaml=None, save_dvc_exp=False, report=None)
+    except SCMError as exc:  # dvclive cannot read HEAD of a repository without commits
+        raise PipelineError(f"DVCLive cannot start in this git repository ({exc}): make a first "
+                            f"commit (`git add -A && git commit -m init`) and rerun.") from None
+
+
+def truncate_plots(live_dir: Path, step: int) -> None:
+    """Drop the DVCLive plot rows logged after ``step`` (a run killed after its last
+    checkpoint logged them; the resumed run logs those steps again)."""
+    for tsv in sorted((live_dir / "plots").rglob("*.tsv")):
+        lines = tsv.read_text().splitlines(keepends=True)
+        if not lines:
+            continue
+        col = lines[0].rstrip("\n").split("\t").index("step")
+        kept = [lines[0]] + [ln for ln in lines[1:] if int(ln.split("\t")[col]) <= step]
+        if len(kept) < len(lines):
+            write_text_atomic(tsv, "".join(kept))

@@ -1,0 +1,88 @@
+"""The roofline: what fraction of the machine's arithmetic peak each pipeline gets.
+
+The peak is the machine's own ``torch.mm`` of two 2048 x 2048 matrices in float32 and in
+bfloat16, on the same threads; each pipeline's GFLOP/s come from its examples/sec and
+the network's own count of operations (:func:`.model.train_flops_per_image`: 2 x (3 x the
+forward multiply-adds - conv1's input gradient), 105.3 MFLOP per training example of the
+tutorial's network; 2 x the forward multiply-adds per evaluated image).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .model import build_model, macs_per_image, train_flops_per_image
+from .params import Params
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 7) -> float:
+    """GFLOP/s of ``torch.mm`` of two n x n matrices (median of ``reps``): what this machine's
+    BLAS gets from its cores at this precision, the roofline the pipelines are measured on."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
+    for _ in range(2):
+        torch.mm(a, b)
+    times = []
+    for _ in range(reps):
+        sync()
+        t = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        times.append(time.perf_counter() - t)
+    return 2 * n ** 3 / statistics.median(times) / 1e9
+
+
+PIPELINE_PRECISION = {"project": None, "fixed_batch": None, "project_bf16": "bf16",
+                      "typical": "fp32", "tensorflow": "fp32", "eval": None}
+
+
+def roofline(results: dict, params: Params, num_classes: int, device: torch.device,
+             peak_size: int = 2048) -> dict:
+    """Each measured pipeline's GFLOP/s and its fraction of the matmul peak of its precision."""
+    m = params.model
+    model = build_model(num_classes, m.head, m.output, m.lrn)
+    flops = {"train": train_flops_per_image(model), "eval": 2 * macs_per_image(model)}
+    peak = {"fp32": matmul_peak(torch.float32, device, peak_size),
+            "bf16": matmul_peak(torch.bfloat16, device, peak_size)}
+    out = {"peak_gflops": peak, "flops_per_example": flops, "pipelines": {}}
+    for key, eps in results["median_examples_per_sec"].items():
+        precision = PIPELINE_PRECISION[key] or params.train.precision
+        gflops = eps * flops["eval" if key == "eval" else "train"] / 1e9
+        out["pipelines"][key] = {"precision": precision, "gflops": gflops,
+                                 "fraction_of_peak": gflops / peak[precision]}
+    return out
+
+
+def fraction(roof: dict, pipe: dict) -> str:
+    """A pipeline's share of its precision's peak; n/a for bf16 where the CPU has no bf16
+    arithmetic (its bf16 matmul then runs below the fp32 one: no roofline to speak of)."""
+    peak = roof["peak_gflops"]
+    if pipe["precision"] == "bf16" and peak["bf16"] < peak["fp32"]:
+        return "n/a"
+    return f"{100 * pipe['fraction_of_peak']:.1f}%"
+
+
+def roofline_markdown(r: dict, source: str) -> str:
+    """The roofline table of a benchmark result, as the README shows it (a test checks that
+    the README's copy matches ``source``, the committed JSON)."""
+    roof, med = r["roofline"], r["median_examples_per_sec"]
+    names = {"project": f"project, real input pipeline ({r['precision']})",
+             "fixed_batch": "project, fixed batch", "project_bf16": "project, bf16 autocast",
+             "typical": "typical PIL + DataLoader", "tensorflow": "TensorFlow (Keras + tf.data)",
+             "eval": "evaluation (images/sec)"}
+    peak, split = roof["peak_gflops"], roof["time_breakdown"]
+    lines = [f"From `{source}` ({r['cpu_capability']}, {r['threads']} threads, medians of "
+             f"{r['windows']} windows of {r['steps_per_window']} steps): `torch.mm` peak "
+             f"{peak['fp32']:.1f} GFLOP/s in fp32, {peak['bf16']:.1f} in bf16.", "",
+             "| pipeline | examples/sec | GFLOP/s | of the peak |", "|---|---|---|---|"]
+    for k, v in med.items():
+        pipe = roof["pipelines"][k]
+        lines.append(f"| {names[k]} | {v:,.0f} | {pipe['gflops']:.1f} | {fraction(roof, pipe)} |")
+    lines += ["", f"Time of a fixed-batch step in convolutions and matrix products: "
+              f"{100 * split['gemm_share']:.0f}%; the largest other ops: "
+              + ", ".join(f"`{o['op']}` {100 * o['share']:.0f}%" for o in split["top_other_ops"][:4])
+              + "."]
+    return "\n".join(lines)

@@ -1,0 +1,140 @@
+"""The training rules of the tutorial (cifar10.py's loss() and train()), and of the
+``fast`` schedule: the run's length, the learning rate of each step, the loss (mean
+cross-entropy + weight decay), the optimizer, TF's moving averages of the weights, and
+the train step that puts them together.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from .model import CifarNet, build_model
+from .params import Params
+
+
+def total_steps(tr, num_train: int, global_batch: int) -> int:
+    """The run's length: ``train.max_epochs`` epochs when set, else ``train.max_steps``."""
+    if tr.max_epochs is not None:
+        return max(1, math.ceil(tr.max_epochs * num_train / global_batch))
+    return tr.max_steps
+
+
+def learning_rate(step: int, params: Params, num_train: int, global_batch: int,
+                  total: Optional[int] = None) -> float:
+    """The rate of step ``step`` (0-based).
+
+    tutorial: initial x factor^floor(step / decay_steps), decay_steps =
+    int(batches/epoch x epochs_per_decay). fast: linear warm-up from 0 to
+    ``fast.peak_lr`` over ``warmup_epochs``, then linear decay to
+    ``final_lr_fraction x peak_lr`` at the last of ``total`` steps.
+    """
+    tr = params.train
+    if tr.schedule == "tutorial":
+        decay_steps = max(1, int(num_train / global_batch * tr.epochs_per_decay))
+        return tr.initial_lr * tr.lr_decay_factor ** (step // decay_steps)
+    f = params.fast
+    total = total or total_steps(tr, num_train, global_batch)
+    warm = min(f.warmup_epochs * num_train / global_batch, total - 1)
+    if step < warm:
+        return f.peak_lr * (step + 1) / (warm + 1)
+    frac = (step - warm) / max(1.0, total - 1 - warm)
+    return f.peak_lr * (1.0 - min(frac, 1.0) * (1.0 - f.final_lr_fraction))
+
+
+def ema_decay(decay: float, num_updates: int) -> float:
+    """TF's ExponentialMovingAverage with num_updates: min(decay, (1 + n) / (10 + n))."""
+    return min(decay, (1.0 + num_updates) / (10.0 + num_updates))
+
+
+class WeightAverage:
+    """Moving averages of every floating-point entry of the model's state (weights, buffers)."""
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        self.decay = decay
+        self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items()
+                       if v.dtype.is_floating_point}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module, num_updates: int) -> None:
+        d = ema_decay(self.decay, num_updates)
+        state = model.state_dict()
+        keys = list(self.shadow)
+        torch._foreach_lerp_([self.shadow[k] for k in keys], [state[k] for k in keys], 1.0 - d)
+
+    def state_dict(self) -> dict:
+        return self.shadow
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            self.shadow[k].copy_(v)
+
+    def averaged_model_state(self, model: torch.nn.Module) -> dict:
+        """The model's state with every averaged entry replaced by its average."""
+        return {k: self.shadow.get(k, v) for k, v in model.state_dict().items()}
+
+
+def loss_terms(model: CifarNet, logits: torch.Tensor, labels: torch.Tensor,
+               weight_decay: float, label_smoothing: float = 0.0,
+               decayed: Optional[list[torch.Tensor]] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean cross-entropy, weight-decay term wd x sum(W^2)/2), the decay by default over
+    local3/local4 weights (the tutorial), or over ``decayed``."""
+    ce = F.cross_entropy(logits, labels, label_smoothing=label_smoothing)
+    l2 = sum(w.pow(2).sum() for w in (model.decayed_weights() if decayed is None else decayed)) / 2
+    return ce, weight_decay * l2
+
+
+def make_optimizer(model: CifarNet, params: Params) -> torch.optim.Optimizer:
+    """Plain SGD (tutorial) or SGD with (Nesterov) momentum (fast); rates are set per step."""
+    if params.train.schedule == "fast":
+        f = params.fast
+        return torch.optim.SGD(model.parameters(), lr=f.peak_lr, momentum=f.momentum,
+                               nesterov=f.nesterov and f.momentum > 0)
+    return torch.optim.SGD(model.parameters(), lr=params.train.initial_lr)
+
+
+def averaging_decay(params: Params) -> float:
+    """The decay of the weight averages under the run's schedule."""
+    if params.train.schedule == "fast":
+        return params.fast.moving_average_decay
+    return params.train.moving_average_decay
+
+
+def training_model(params: Params, num_classes: int, device: torch.device) -> CifarNet:
+    """The network on its device, in the memory layout of ``train.channels_last``."""
+    model = build_model(num_classes, params.model.head, params.model.output, params.model.lrn)
+    model = model.to(device)
+    return model.to(memory_format=torch.channels_last) if params.train.channels_last else model
+
+
+def make_step(net: torch.nn.Module, model: CifarNet, optimizer: torch.optim.Optimizer,
+              params: Params, device: torch.device):
+    """The train step ``step(x, y, eager=False) -> (loss, cross-entropy, weight decay)``:
+    forward (compiled with ``train.compile``, under bf16 autocast with
+    ``train.precision: bf16``), the loss in float32 (the schedule's label
+    smoothing and weight decay), backward, one SGD update. ``net`` may be the
+    DistributedDataParallel wrapper of ``model``; ``eager`` skips the compiled
+    graph (for steps that need forward hooks)."""
+    tr = params.train
+    compiled = torch.compile(net) if tr.compile else net
+    bf16 = tr.precision == "bf16"
+    if tr.schedule == "fast":
+        wd, smoothing = params.fast.weight_decay, params.fast.label_smoothing
+        decayed = [p for p in model.parameters() if p.dim() > 1]
+    else:
+        wd, smoothing, decayed = tr.weight_decay, 0.0, None
+
+    def step(x: torch.Tensor, y: torch.Tensor, eager: bool = False):
+        if tr.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = (net if eager else compiled)(x, return_logits=True)
+        ce, l2 = loss_terms(model, logits.float(), y, wd, smoothing, decayed)
+        loss = ce + l2
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # DistributedDataParallel averages the gradients here
+        optimizer.step()
+        return loss.detach(), ce, l2
+    return step
