@@ -1,0 +1,150 @@
+"""The shape of the code and the docs: one concern per module (no import cycle, modules and
+functions of readable length), one home for paths (dvc.yaml), docs that point only at
+files of the repository, and figures generated from the committed reports."""
+import ast
+import re
+from pathlib import Path
+
+import yaml
+
+from cifar10_tutorial.cli import stage_command, stage_output
+from conftest import ROOT
+
+PACKAGE = ROOT / "src" / "cifar10_tutorial"
+MAX_MODULE_LINES = 410
+MAX_FUNCTION_LINES = 90
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the package's modules it imports (relative imports, lazy ones too)."""
+    graph = {}
+    for f in sorted(package.glob("*.py")):
+        deps = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps.update([node.module.split(".")[0]] if node.module else
+                            [a.name for a in node.names])
+        graph[f.stem] = deps - {f.stem}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found, seen = [], set()
+
+    def walk(node, path):
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in path:
+                cyc = path[path.index(nxt):]
+                if frozenset(cyc) not in seen:
+                    seen.add(frozenset(cyc))
+                    found.append(cyc + [nxt])
+            else:
+                walk(nxt, path + [nxt])
+    for start in graph:
+        walk(start, [start])
+    return found
+
+
+def test_the_package_has_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one(tmp_path):
+    (tmp_path / "a.py").write_text("from .b import x\n")
+    (tmp_path / "b.py").write_text("def f():\n    from .a import y\n")
+    assert cycles(import_graph(tmp_path)) == [["a", "b", "a"]]
+
+
+def test_modules_and_functions_are_of_readable_length():
+    long_modules, long_functions = [], []
+    for f in sorted(PACKAGE.glob("*.py")):
+        text = f.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long_modules.append(f"{f.name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{f.name}:{node.lineno} {node.name}: {n} lines")
+    assert long_modules == [] and long_functions == []
+
+
+def pipeline_paths() -> set[str]:
+    """Every output path of both pipelines (foreach stages: the part before ${key})."""
+    paths = set()
+    for yml in (ROOT / "dvc.yaml", ROOT / "reports/dvc.yaml"):
+        for stage in yaml.safe_load(yml.read_text())["stages"].values():
+            stage = stage.get("do", stage)
+            for kind in ("outs", "metrics", "plots"):
+                for entry in stage.get(kind, []):
+                    path = entry if isinstance(entry, str) else next(iter(entry))
+                    path = path.split("${")[0].rstrip("/")
+                    paths.add(path)
+                    if path.count("/") >= 2:  # and its folder: reports/eval, data/train
+                        paths.add(path.rsplit("/", 1)[0])
+    return paths
+
+
+def code_strings(path: Path) -> list[str]:
+    """String constants of a module, docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr)
+                  and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str) and id(n) not in docstrings]
+
+
+def test_paths_live_in_dvc_yaml_only():
+    """No stage script or library module writes a pipeline path itself: dvc.yaml passes
+    them (error messages may name `dvc repro` targets, which are not paths of outputs)."""
+    paths = pipeline_paths()
+    assert {"data/raw", "data/prepared", "data/train/model.pt", "reports/eval",
+            "reports/ablations"} <= paths
+    found = []
+    for f in sorted([*PACKAGE.glob("*.py"), *(ROOT / "stages").glob("*.py")]):
+        for s in code_strings(f):
+            found += [f"{f.relative_to(ROOT)}: {p!r} in {s[:60]!r}" for p in paths
+                      if re.search(rf"(^|[^\w/.]){re.escape(p)}($|[^\w])", s)]
+    assert found == []
+
+
+def test_stage_scripts_run_by_hand_take_their_paths_from_dvc_yaml():
+    args = stage_command("train.py", ROOT / "dvc.yaml")
+    assert args == ["--data", "data/prepared", "--out", "data/train", "--live", "reports/train"]
+    assert stage_output("train", "model.pt", ROOT / "dvc.yaml") == Path("data/train/model.pt")
+    assert stage_output("preprocess", dvc_yaml=ROOT / "dvc.yaml") == Path("data/prepared")
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_readme_is_short_and_links_every_doc():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        assert f"docs/{doc.name}" in readme, f"README does not link docs/{doc.name}"
+
+
+def test_docs_point_only_at_files_of_the_repository():
+    """Relative links resolve, and no text cites a file users do not have."""
+    broken = []
+    for doc in DOCS:
+        text = doc.read_text()
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if "://" not in target and not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert broken == []
+    texts = [*DOCS, ROOT / "params.yaml", ROOT / "dvc.yaml", ROOT / "reports/dvc.yaml",
+             *PACKAGE.glob("*.py"), *(ROOT / "stages").glob("*.py"), *(ROOT / "tests").glob("*.py")]
+    citing = [str(p.relative_to(ROOT)) for p in texts
+              if p.name != "test_layout.py" and "SPEC" + ".md" in p.read_text()]
+    assert citing == []
+
+
+def test_the_results_page_is_generated_from_the_committed_reports():
+    from cifar10_tutorial.results_page import render
+
+    assert (ROOT / "docs/results.md").read_text() == render(ROOT), \
+        "docs/results.md is stale: run `python -m cifar10_tutorial.results_page`"
