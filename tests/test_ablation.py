@@ -91,6 +91,14 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     # softmax trains exactly like the baseline: the report says so
     assert m["softmax"]["final_loss_avg"] == m["baseline"]["final_loss_avg"]
     assert "Training is identical" in text
+    # how the results were made: one commit and one data set for every variant
+    assert "## How these results were made" in text
+    made = {n: json.loads((rep / "ablations" / n / "train" / "provenance.json").read_text())
+            for n in names}
+    assert len({p["commit"] for p in made.values()}) == 1 and None not in {p["commit"] for p in made.values()}
+    assert len({p["data_hash"] for p in made.values()}) == 1
+    assert made["softmax"]["params_hash"] != made["baseline"]["params_hash"]
+    assert "All variants were made by one commit, on the same data, at one budget." in text
     # changing one variant reruns only that variant and the report
     set_params(project, "ablations", no_lrn={"model": {"lrn": False}, "train": {"seed": 1}})
     out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
@@ -130,3 +138,19 @@ def _first_experiment(shown: list) -> str:
         for exp in rev.get("experiments") or []:
             return exp["name"]
     raise AssertionError(f"no experiment in {shown}")
+
+
+def test_the_report_says_when_results_were_not_made_in_one_piece(tmp_path):
+    from cifar10_tutorial.report_data import Results, provenance_section
+
+    for name, sha in (("a", "1" * 40), ("b", "2" * 40)):
+        (tmp_path / name / "train").mkdir(parents=True)
+        (tmp_path / name / "train" / "provenance.json").write_text(json.dumps(
+            {"commit": sha, "dirty": False, "data_hash": "ab" * 8, "device": "cpu"}))
+    df = pd.DataFrame({"steps": [100, 200, 100]}, index=["a", "b", "c"])  # c: older results
+    text = "\n".join(provenance_section(Results(df, df, df.iloc[:0], tmp_path, tmp_path, tmp_path)))
+    assert "**Not made in one piece.**" in text
+    assert "1 of 3 variants have no provenance record" in text
+    assert "2 different commits of the code" in text and "2 different budgets" in text
+    assert "| a | 1111111111 | abababababab | 100 | cpu |" in text and "not recorded" in text
+

@@ -1,4 +1,5 @@
 """The stages as users run them: entry points, `dvc repro`, `dvc exp run`, a remote."""
+import json
 import shutil
 import subprocess
 import sys
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from cifar10_tutorial.prepare import load_prepared
@@ -118,6 +120,18 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     assert "Data and pipelines are up to date" in dvc(project, "repro").stdout
     shown = dvc(project, "metrics", "show", "--json").stdout
     assert "precision_at_1_raw" in shown and "num_params" in shown
+    assert "provenance" not in shown and "data_hash" not in shown  # apart from the metrics
+    # provenance beside the metrics: this commit, this data, one params hash for both stages
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True,
+                          text=True).stdout.strip()
+    made = {s: json.loads((project / f"reports/{s}/provenance.json").read_text())
+            for s in ("train", "eval")}
+    content = load_prepared(project / "data/prepared").content_hash
+    for p in made.values():
+        assert p["commit"] == head and p["data_hash"] == content and p["steps"] == 12
+        assert p["torch"] == torch.__version__ and "threads" in p["device"]
+    assert made["train"]["params_hash"] == made["eval"]["params_hash"]
+    assert made["train"]["epochs"] == 12 * 32 / 500 and made["train"]["wall_time_s"] > 0
     commit(project, "first run")
     proc = dvc(project, "exp", "run", "-S", "train.batch_size=64")
     out = proc.stdout
@@ -156,6 +170,12 @@ def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
     assert load_prepared(clone / "data/prepared").train_labels.shape == (200,)
     out = dvc(clone, "repro").stdout
     assert "Running stage" not in out and "Data and pipelines are up to date" in out, out
+    # the model is declared as a DVC artifact (dvc.yaml `artifacts:`): registries find it
+    from dvc.repo import Repo
+
+    with Repo(str(clone)) as repo:
+        artifact = repo.artifacts.read()["dvc.yaml"]["cifar10-cnn"]
+    assert artifact.type == "model" and (clone / artifact.path).is_file()
 
 
 def _untimed(path: Path) -> dict:

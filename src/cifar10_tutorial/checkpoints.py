@@ -85,14 +85,19 @@ def run_params(params: Params) -> dict:
                      "targets": list(ev.targets)}}
 
 
+def run_defining(run: dict) -> dict:
+    """``run_params`` without the keys that cannot change the run's outputs."""
+    return {section: {k: v for k, v in values.items()
+                      if k not in NOT_RUN_DEFINING.get(section, ())}
+            for section, values in run.items()}
+
+
 def run_signature(params: Params, data_hash: str, device: torch.device, world: int) -> dict:
     """What defines a run: a checkpoint made under anything else is not resumed. The prepared
     data's content, every param the stage reads except those that cannot change its outputs
     (``NOT_RUN_DEFINING``), the kind of device and the number of processes."""
-    run = run_params(params)
-    for section, keys in NOT_RUN_DEFINING.items():
-        run[section] = {k: v for k, v in run[section].items() if k not in keys}
-    return {"data": data_hash, "params": run, "device": device.type, "world_size": world}
+    return {"data": data_hash, "params": run_defining(run_params(params)),
+            "device": device.type, "world_size": world}
 
 
 def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,

@@ -13,7 +13,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .checkpoints import list_checkpoints, load_checkpoint
+from . import provenance
+from .checkpoints import list_checkpoints, load_checkpoint, run_defining
 from .devices import pick_device
 from .errors import PipelineError
 from .files import save_figure_atomic, write_text_atomic
@@ -108,6 +109,9 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
                    f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
                    f"step {metrics['step']})")
     write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+    provenance.write(out_dir, provenance.record(
+        data.content_hash, run_defining(ckpt["params"]), device, steps=int(ckpt["step"]),
+        model=str(model_path), eval_seconds=r["seconds"] + r["seconds_raw"]))
     log.info("%s: precision @ 1 = %.3f (averaged weights), %.3f (raw weights), over %d images",
              datetime.now().strftime("%Y-%m-%d %H:%M:%S"), metrics["precision_at_1"],
              metrics["precision_at_1_raw"], n)

@@ -16,7 +16,8 @@ import pandas as pd
 from .errors import PipelineError
 from .files import write_text_atomic
 from .reference import ref, reference_markdown
-from .report_data import Results, load_curve, load_variants, markdown_table, pct, plot
+from .report_data import (Results, load_curve, load_variants, markdown_table, pct, plot,
+                          provenance_section)
 
 def make_report(ablations_root: Path, out: Path, variants: Optional[list[str]] = None,
                 dataset_variants: Optional[list[str]] = None,
@@ -35,7 +36,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[list[str]] =
                  ablations_root, out / "tables", out / "plots")
     r.tables.mkdir(parents=True, exist_ok=True)
     r.plots.mkdir(parents=True, exist_ok=True)
-    md = (_intro(r) + _summary(r) + _exercise1_softmax(r) + _exercise2_local_head(r)
+    md = (_intro(r) + provenance_section(r) + _summary(r) + _exercise1_softmax(r) + _exercise2_local_head(r)
           + _exercise3_queue_fill(r) + _exercise4_averaging(r) + _exercise5_devices(r)
           + _exercise6_dataset(r, dataset_variants or [])
           + _no_lrn(r) + _time_to_accuracy(r, search) + reference_markdown())

@@ -1,5 +1,6 @@
-"""What the report's sections share: the variants' results (metrics and curves) loaded as
-tables, percentages, Markdown tables and plots written atomically."""
+"""What the report's sections share: the variants' results (metrics, curves, provenance)
+loaded as tables, percentages, Markdown tables and plots written atomically; and the
+report's first section, which says how the results were made."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,12 @@ def load_variants(root: Path) -> pd.DataFrame:
         raise PipelineError(f"{root}: no ablation results (*/metrics.json); run the ablation "
                             f"stages first (`dvc repro reports/dvc.yaml:report`).")
     return pd.DataFrame(rows).set_index("variant")
+
+
+def load_provenance(root: Path, name: str) -> Optional[dict]:
+    """A variant's provenance.json (written by its training run), or None (older results)."""
+    path = Path(root) / name / "train" / "provenance.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def load_curve(root: Path, name: str, metric: str = "loss_avg",
@@ -76,3 +83,34 @@ class Results:
 
     def has(self, name: str) -> bool:
         return name in self.df.index
+
+
+def provenance_section(r: Results) -> list[str]:
+    """Which code, data and budget made each variant; in words when they differ."""
+    rows, found = [], {}
+    for name in r.df.index:
+        p = load_provenance(r.root, name)
+        steps = f"{int(r.df.loc[name, 'steps']):,}"
+        if p is None:
+            rows.append([name, "not recorded", "", steps, ""])
+            continue
+        found[name] = p
+        commit = (p.get("commit") or "outside git")[:10] + (" + changes" if p.get("dirty") else "")
+        rows.append([name, commit, p["data_hash"][:12], steps, p["device"]])
+    t = pd.DataFrame(rows, columns=["variant", "commit", "data", "steps", "device"])
+    md = ["## How these results were made", "", markdown_table(t), ""]
+    notes = []
+    if len(found) < len(r.df):
+        notes.append(f"{len(r.df) - len(found)} of {len(r.df)} variants have no provenance "
+                     f"record (made by an older version of the code): which code made them "
+                     f"is unknown.")
+    for key, what in (("commit", "commits of the code"), ("data_hash", "prepared data sets")):
+        values = {(p.get(key), p.get("dirty")) if key == "commit" else p.get(key)
+                  for p in found.values()}
+        if len(values) > 1:
+            notes.append(f"The variants were made by {len(values)} different {what}.")
+    if r.exercises["steps"].nunique() > 1:
+        notes.append(f"The exercise variants ran at {r.exercises['steps'].nunique()} different "
+                     f"budgets (steps); compare them with care.")
+    return md + ([" ".join(["**Not made in one piece.**", *notes]), ""] if notes else
+                 ["All variants were made by one commit, on the same data, at one budget.", ""])

@@ -26,6 +26,7 @@ from .files import torch_save_atomic
 from .inputs import make_batches
 from .model import macs_per_image, num_params
 from .monitoring import HeldOut, Monitor, Summaries
+from . import provenance
 from .params import Params
 from .prepare import Prepared
 from .rules import (WeightAverage, averaging_decay, learning_rate, make_optimizer, make_step,
@@ -176,6 +177,9 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     if d.main:
         _save_model(model, ema, params, data, run.step, paths)
         monitor.finish(run.step, metrics)
+        provenance.write(paths.live_dir, provenance.record(
+            data.content_hash, signature["params"], device, steps=run.step,
+            epochs=metrics["epochs"], wall_time_s=metrics["wall_time_s"], world_size=d.world))
         log.info("trained %d steps in %.1f s: %s", run.step, metrics["wall_time_s"],
                  json.dumps(metrics))
     return metrics

@@ -1,0 +1,72 @@
+"""Provenance of a result: which code, data, params and machine made it.
+
+Written as ``provenance.json`` beside a stage's ``metrics.json``, apart from the numeric
+metrics, so that ``dvc metrics diff`` and ``dvc exp show`` stay readable: the git commit
+of the code and whether the tree had uncommitted changes, the torch version, the device
+(CPU model and threads, or GPU name), the prepared data's content hash, a hash of the
+run-defining params, and the run's steps, epochs and wall time.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import subprocess
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from .files import write_text_atomic
+
+
+def code_version(root: Path = Path(".")) -> dict:
+    """The commit checked out in ``root`` and whether tracked files differ from it (None
+    for both outside a git repository)."""
+    def git(*args: str) -> Optional[str]:
+        try:
+            proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                  timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return proc.stdout if proc.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    changes = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit.strip() if commit else None,
+            "dirty": bool(changes.strip()) if changes is not None else None}
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{cpu_model()}, {torch.get_num_threads()} threads"
+
+
+def params_hash(params: dict) -> str:
+    """A short, stable hash of plain-data params (key order does not matter)."""
+    text = json.dumps(params, sort_keys=True, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def record(data_hash: str, run_params: dict, device: torch.device, **run: object) -> dict:
+    """The provenance of a result; ``run``: steps, epochs, wall_time_s and the like."""
+    return {**code_version(), "torch": torch.__version__,
+            "device": device_description(device), "data_hash": data_hash,
+            "params_hash": params_hash(run_params), **run}
+
+
+def write(folder: Path, rec: dict) -> Path:
+    path = Path(folder) / "provenance.json"
+    write_text_atomic(path, json.dumps(rec, indent=2) + "\n")
+    return path
