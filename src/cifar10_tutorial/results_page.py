@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cli import stage_command
 from .files import write_text_atomic
-from .roofline import roofline_markdown
+from .roofline import pipeline_names, roofline_markdown
 
 PAGE = Path("docs/results.md")
 
@@ -28,13 +28,9 @@ def _csv_table(path: Path) -> str:
 def _throughput(path: Path, root: Path) -> str:
     r = json.loads((root / path).read_text())
     med, ra = r["median_examples_per_sec"], r["ratios"]
-    names = {"project": f"project, real input pipeline ({r['precision']})",
-             "fixed_batch": "project, fixed batch (no input work)",
-             "project_bf16": "project, real input pipeline, bf16 autocast",
-             "typical": "typical PyTorch (PIL + DataLoader(2) + nn.LocalResponseNorm)",
-             "tensorflow": f"TensorFlow {r.get('tensorflow_version', '')} (Keras + tf.data)",
-             "eval": "evaluation (images/sec)"}
-    lines = [f"From `{path}` ({r['cpu_capability']}, {r['threads']} threads, batch "
+    names = pipeline_names(r)
+    tf = f", TensorFlow {r['tensorflow_version']}" if r.get("tensorflow_version") else ""
+    lines = [f"From `{path}` ({r['cpu_capability']}, {r['threads']} threads{tf}, batch "
              f"{r['batch_size']}, medians of {r['windows']} windows of {r['steps_per_window']} "
              f"steps):", "", "| pipeline | examples/sec |", "|---|---|"]
     lines += [f"| {names[k]} | {v:,.0f} |" for k, v in med.items()]

@@ -65,14 +65,19 @@ def fraction(roof: dict, pipe: dict) -> str:
     return f"{100 * pipe['fraction_of_peak']:.1f}%"
 
 
+def pipeline_names(r: dict) -> dict:
+    """The pipelines of a benchmark result, as the Markdown tables name them."""
+    return {"project": f"project, real input pipeline ({r['precision']})",
+            "fixed_batch": "project, fixed batch", "project_bf16": "project, bf16 autocast",
+            "typical": "typical PIL + DataLoader", "tensorflow": "TensorFlow (Keras + tf.data)",
+            "eval": "evaluation (images/sec)"}
+
+
 def roofline_markdown(r: dict, source: str) -> str:
     """The roofline table of a benchmark result, as the README shows it (a test checks that
     the README's copy matches ``source``, the committed JSON)."""
     roof, med = r["roofline"], r["median_examples_per_sec"]
-    names = {"project": f"project, real input pipeline ({r['precision']})",
-             "fixed_batch": "project, fixed batch", "project_bf16": "project, bf16 autocast",
-             "typical": "typical PIL + DataLoader", "tensorflow": "TensorFlow (Keras + tf.data)",
-             "eval": "evaluation (images/sec)"}
+    names = pipeline_names(r)
     peak, split = roof["peak_gflops"], roof["time_breakdown"]
     lines = [f"From `{source}` ({r['cpu_capability']}, {r['threads']} threads, medians of "
              f"{r['windows']} windows of {r['steps_per_window']} steps): `torch.mm` peak "
