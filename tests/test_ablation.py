@@ -51,7 +51,8 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
         input={"num_threads": 1}, eval={"batch_size": 50})
     set_params(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
                                                      "eval": {"every_steps": 3}},
-                schedule_tutorial={"train": {"max_epochs": 2}, "eval": {"every_steps": 3}})
+                schedule_tutorial={"train": {"max_epochs": 2}, "eval": {"every_steps": 3}},
+                tutorial_100k={"train": {"max_steps": 14}, "eval": {"every_steps": 7}})
     commit(project, "tiny ablations")
     out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
     names = list(yaml.safe_load((project / "params.yaml").read_text())["ablations"])
@@ -70,13 +71,17 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     for plot in ("loss_curves", "averaged_vs_raw", "queue_fill_first_step", "devices_throughput"):
         assert (rep / "plots" / f"{plot}.png").read_bytes()[:4] == b"\x89PNG", plot
     # the numbers in the report are the measured ones
-    m = {n: json.loads((rep / "ablations" / n / "metrics.json").read_text()) for n in names}
-    assert m["devices_2x64"]["world_size"] == 2 and m["devices_2x64"]["global_batch_size"] == 128
+    results = {n: json.loads((rep / "ablations" / n / "metrics.json").read_text()) for n in names}
+    v = {n: json.loads((rep / "ablations" / n / "variant.json").read_text()) for n in names}
+    m = {n: {**r["train"], **r["eval"]} for n, r in results.items()}
+    assert v["devices_2x64"]["world_size"] == 2 and v["devices_2x64"]["global_batch_size"] == 128
     assert m["local_head"]["num_params"] == 2_112_970 and m["baseline"]["num_params"] == 1_068_298
-    assert all(v["steps"] == 12 for n, v in m.items() if not n.startswith("schedule_"))
+    assert all(r["step"] == 12 for n, r in m.items() if n[:9] not in ("schedule_", "tutorial_"))
+    assert m["tutorial_100k"]["step"] == 14
     # the schedule pair: 2 epochs of 500 images at 128 = 8 steps, held-out curves every 3 steps
-    assert m["schedule_fast"]["steps"] == m["schedule_tutorial"]["steps"] == 8
-    assert m["schedule_fast"]["schedule"] == "fast" and "time_to_target" in m["schedule_fast"]
+    assert m["schedule_fast"]["step"] == m["schedule_tutorial"]["step"] == 8
+    assert v["schedule_fast"]["schedule"] == "fast" and "time_to_target" in m["schedule_fast"]
+    assert v["baseline_seed2"]["seed"] == 2 and m["baseline_seed2"]["loss"] != m["baseline"]["loss"]
     assert "## Time to accuracy" in text and "*Answer:* in 2.0 epochs the `fast` schedule" in text
     assert (rep / "plots" / "time_to_accuracy.png").read_bytes()[:4] == b"\x89PNG"
     tta = (rep / "tables" / "time_to_accuracy.csv").read_text()
@@ -89,7 +94,7 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     gain = 100 * (m["no_lrn"]["precision_at_1"] - m["no_lrn"]["precision_at_1_raw"])
     assert f"{gain:+.1f}" in (rep / "tables" / "exercise4_averaging.csv").read_text()
     # softmax trains exactly like the baseline: the report says so
-    assert m["softmax"]["final_loss_avg"] == m["baseline"]["final_loss_avg"]
+    assert results["softmax"]["train"]["loss_avg"] == results["baseline"]["train"]["loss_avg"]
     assert "Training is identical" in text
     # how the results were made: one commit and one data set for every variant
     assert "## How these results were made" in text
@@ -105,11 +110,14 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     ran = [l for l in out.splitlines() if l.startswith("Running stage")]
     assert ran == ["Running stage 'reports/dvc.yaml:ablation@no_lrn':",
                    "Running stage 'reports/dvc.yaml:report':"]
-    shown = dvc(project, "plots", "show", "--json").stdout
-    assert "reports/plots/loss_curves.png" in shown
 
     # Both pipelines ran: repo-wide commands work, and a clone that pulled recomputes nothing
     dvc(project, "repro")
+    # `dvc plots show` draws the main pipeline's curves, the loss once, no report PNG
+    shown = json.loads(dvc(project, "plots", "show", "--json", "--split").stdout)
+    assert not [k for k in shown if k.startswith("reports/plots/")], list(shown)
+    assert sum("loss" in k.lower() for k in shown) == 1, list(shown)
+    assert any(k.startswith("Held-out precision") for k in shown), list(shown)
     status = dvc(project, "status").stdout
     assert "Data and pipelines are up to date" in status, status
     dvc(project, "remote", "add", "-d", "shared", str(tmp_path / "remote"))

@@ -1,4 +1,5 @@
 import json
+import time
 import os
 import signal
 import subprocess
@@ -150,7 +151,7 @@ def test_short_run_learns_the_synthetic_set(synth_data, tmp_path):
     params = tiny_params(train={"max_steps": 60, "batch_size": 64, "initial_lr": 0.05})
     metrics = train(params, synth_data, paths(tmp_path), progress=False)
     assert metrics["num_params"] == 1_068_298 and metrics["macs_per_image"] == 18_470_784
-    assert metrics["steps"] == 60 and metrics["final_loss_avg"] < 3.6  # from 4.6: ce 2.3 + wd 2.3
+    assert metrics["step"] == 60 and metrics["loss_avg"] < 3.6  # from 4.6: ce 2.3 + wd 2.3
     result = evaluate(synth_data, paths(tmp_path).model, tmp_path / "eval", 64, "cpu")
     assert result["precision_at_1"] >= 0.9
     assert result["num_examples"] == 200
@@ -162,17 +163,17 @@ def test_held_out_precision_during_training_and_time_to_target(synth_data, tmp_p
                          fast={"peak_lr": 0.02, "warmup_epochs": 0.3},
                          eval={"every_steps": 5, "targets": [0.3, 0.999], "batch_size": 64})
     metrics = train(params, synth_data, paths(tmp_path), progress=False)
-    assert metrics["steps"] == 19 and metrics["epochs"] == pytest.approx(19 * 64 / n)
+    assert metrics["step"] == 19 and metrics["epochs"] == pytest.approx(19 * 64 / n)
     out = capsys.readouterr().out
     assert out.count("held-out precision @ 1 =") == 4  # steps 5, 10, 15 and the last, 19
-    # the curve, for the report: DVCLive's eval/precision_at_1 at each evaluated step
-    tsv = paths(tmp_path).live_dir / "plots/metrics/eval/precision_at_1.tsv"
+    # the curve, for the report: DVCLive's held_out/precision_at_1 at each evaluated step
+    tsv = paths(tmp_path).live_dir / "plots/metrics/held_out/precision_at_1.tsv"
     rows = [r.split("\t") for r in tsv.read_text().splitlines()]
     assert rows[0][:2] == ["step", "precision_at_1"]
     curve = [(int(r[0]), float(r[1])) for r in rows[1:]]
     assert [s for s, _ in curve] == [5, 10, 15, 19]
-    assert curve[-1][1] == pytest.approx(metrics["held_out_precision_at_1"])
-    assert metrics["held_out_precision_at_1"] >= 0.3  # the synthetic set is easy
+    assert curve[-1][1] == pytest.approx(metrics["held_out"]["precision_at_1"])
+    assert metrics["held_out"]["precision_at_1"] >= 0.3  # the synthetic set is easy
     # time to target: the first evaluated step at or above each target, none for the others
     ttt = metrics["time_to_target"]
     for target in (0.3, 0.999):
@@ -187,12 +188,12 @@ def test_truncated_dvclive_summary_does_not_stop_a_resume(synth_data, tmp_path):
     summary = paths(tmp_path).live_dir / "metrics.json"
     summary.write_text(summary.read_text()[:20])  # as a kill during DVCLive's write leaves it
     m = train(tiny_params(train={"max_steps": 20}), synth_data, paths(tmp_path), progress=False)
-    assert m["steps"] == 20 and json.loads(summary.read_text())["steps"] == 20
+    assert m["step"] == 20 and json.loads(summary.read_text())["step"] == 20
 
 
 def test_reference_log_lines(synth_data, tmp_path, capsys):
     train(tiny_params(train={"max_steps": 10, "log_every": 5}), synth_data, paths(tmp_path), progress=False)
-    lines = [l for l in capsys.readouterr().out.splitlines() if "step" in l]
+    lines = [l for l in capsys.readouterr().out.splitlines() if "loss =" in l]
     assert len(lines) == 2
     import re
     assert re.search(r": step 10, loss = \d+\.\d\d \(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$", lines[1])
@@ -246,7 +247,7 @@ def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
     (paths(tmp_path / "b").checkpoints / "ckpt-00000020.pt").unlink()
     paths(tmp_path / "b").model.unlink()
     m = train(full, synth_data, paths(tmp_path / "b"), progress=False)
-    assert m["steps"] == 20
+    assert m["step"] == 20
     assert_same_outputs(paths(tmp_path / "a"), paths(tmp_path / "b"))
 
 
@@ -258,7 +259,7 @@ def test_a_finished_run_run_again_gives_the_same_outputs(synth_data, tmp_path, c
     train(params, synth_data, paths(tmp_path / "b"), progress=False)
     m = train(params, synth_data, paths(tmp_path / "b"), progress=False)
     assert "holds the finished run (step 10 of 10): training again from step 0" in caplog.text
-    assert m["steps"] == 10 and m["final_loss"] is not None and m["examples_per_sec"] > 0
+    assert m["step"] == 10 and m["loss"] > 0 and m["examples_per_sec"] > 0
     assert_same_outputs(paths(tmp_path / "a"), paths(tmp_path / "b"))
 
 
@@ -278,7 +279,7 @@ def test_another_run_length_starts_afresh(synth_data, tmp_path, caplog):
     (paths(tmp_path).checkpoints / "ckpt-00000020.pt").unlink()  # unfinished, at step 10
     m = train(tiny_params(train={"max_steps": 5}), synth_data, paths(tmp_path), progress=False)
     assert "made with other data or params: starting afresh" in caplog.text
-    assert m["steps"] == 5 and load_checkpoint(paths(tmp_path).model)["step"] == 5
+    assert m["step"] == 5 and load_checkpoint(paths(tmp_path).model)["step"] == 5
 
 
 def test_checkpoints_of_other_data_are_not_resumed(synth_data, tmp_path, caplog):
@@ -298,7 +299,7 @@ def test_checkpoints_of_other_data_are_not_resumed(synth_data, tmp_path, caplog)
     assert smaller.content_hash != synth_data.content_hash
     m = train(params, smaller, paths(tmp_path), progress=False)
     assert "made with other data or params: starting afresh" in caplog.text
-    assert "resuming" not in caplog.text and m["steps"] == 20
+    assert "resuming" not in caplog.text and m["step"] == 20
 
 
 def test_corrupt_checkpoint_is_a_clear_error(synth_data, tmp_path):
@@ -312,9 +313,11 @@ def test_corrupt_checkpoint_is_a_clear_error(synth_data, tmp_path):
 def test_tensorboard_summaries_and_dvclive(synth_data, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    train(tiny_params(train={"max_steps": 10, "summary_every": 5}), synth_data, paths(tmp_path),
-          progress=False)
-    acc = EventAccumulator(str(paths(tmp_path).tensorboard), size_guidance={"histograms": 0})
+    train(tiny_params(train={"max_steps": 12, "summary_every": 5, "log_every": 4}), synth_data,
+          paths(tmp_path), progress=False)
+    runs = sorted(paths(tmp_path).tensorboard.iterdir())  # one folder per run
+    assert len(runs) == 1 and runs[0].name.startswith("run-")
+    acc = EventAccumulator(str(runs[0]), size_guidance={"histograms": 0})
     acc.Reload()
     tags = acc.Tags()
     for tag in ("learning_rate", "loss/total", "loss/total_avg", "loss/cross_entropy",
@@ -324,14 +327,45 @@ def test_tensorboard_summaries_and_dvclive(synth_data, tmp_path):
                 "activations/local3"):
         assert tag in tags["histograms"], tag
     assert "images" in tags["images"]
-    assert [e.step for e in acc.Scalars("learning_rate")] == [5, 10]
+    # every summary_every steps, and the first and last step of the run
+    assert [e.step for e in acc.Scalars("learning_rate")] == [1, 5, 10, 12]
     live = paths(tmp_path).live_dir
     import json
     metrics = json.loads((live / "metrics.json").read_text())
-    assert metrics["num_params"] == 1_068_298 and metrics["step"] == 10
+    assert metrics["num_params"] == 1_068_298 and metrics["step"] == 12
     loss_rows = (live / "plots/metrics/train/loss.tsv").read_text().splitlines()
-    assert loss_rows[0].split("\t")[:2] == ["step", "loss"] and len(loss_rows) == 1 + 10 // 5
+    assert loss_rows[0].split("\t")[:2] == ["step", "loss"] and len(loss_rows) == 1 + 3
     assert not (live / "params.yaml").exists()  # params live in params.yaml, hashed by DVC
+    # a second run (another experiment, say) gets a folder of its own beside the first
+    time.sleep(1.1)
+    train(tiny_params(train={"max_steps": 6, "summary_every": 5}), synth_data, paths(tmp_path),
+          progress=False)
+    assert len(list(paths(tmp_path).tensorboard.iterdir())) == 2
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def test_metrics_hold_numbers_only_each_once(synth_data, tmp_path):
+    """What `dvc exp show` and `dvc metrics diff` list: numbers, no figure twice, the held-out
+    evaluation apart from the eval stage's figures; what the run is lives in provenance.json."""
+    train(tiny_params(train={"max_steps": 10}, eval={"every_steps": 5, "targets": [0.1]}),
+          synth_data, paths(tmp_path), progress=False)
+    live = paths(tmp_path).live_dir
+    flat = _flat(json.loads((live / "metrics.json").read_text()))
+    assert all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat.values()), flat
+    for gone in ("steps", "final_loss", "final_loss_avg", "schedule", "device", "world_size",
+                 "held_out_precision_at_1", "train.loss", "eval.precision_at_1"):
+        assert gone not in flat
+    assert {"step", "loss", "loss_avg", "held_out.precision_at_1",
+            "held_out.precision_at_1_raw", "time_to_target.0.1.step"} <= set(flat)
+    made = json.loads((live / "provenance.json").read_text())
+    assert made["schedule"] == "tutorial" and made["device_type"] == "cpu"
+    assert made["world_size"] == 1 and made["global_batch_size"] == 32 and made["steps"] == 10
 
 
 def _write_project(tmp_path, synth_data, max_steps, checkpoint_every):

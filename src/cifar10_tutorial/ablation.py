@@ -1,5 +1,7 @@
 """One ablation variant: train it under the shared budget, evaluate it both ways
-(averaged and raw weights: exercise 4), and write one metrics file."""
+(averaged and raw weights: exercise 4), and write its results: ``metrics.json`` (numbers
+only, the train run's under ``train``, the evaluation's under ``eval``) and ``variant.json``
+(what the variant is: its settings, data set and device, for the report)."""
 from __future__ import annotations
 
 import json
@@ -15,15 +17,12 @@ from .params import Params, variant_params
 from .prepare import Prepared
 from .train import train
 
-TRAIN_KEYS = ("steps", "final_loss_avg", "examples_per_sec", "examples_per_sec_per_device",
-              "wall_time_s", "time_to_first_batch_s", "num_params", "macs_per_image",
-              "world_size", "global_batch_size", "device")
-EVAL_KEYS = ("precision_at_1", "precision_at_1_raw", "loss", "loss_raw", "num_examples")
 
 
 @dataclass(frozen=True)
 class VariantPaths:
-    """Where variant results go (``out``: metrics.json, eval/, train/, in git) and where its
+    """Where variant results go (``out``: metrics.json, variant.json, eval/, train/, in git)
+    and where its
     model, checkpoints, TensorBoard logs (and a data-set variant's data) stay (``work``,
     outside DVC). The stage gets both from reports/dvc.yaml."""
 
@@ -41,6 +40,10 @@ class VariantPaths:
     @property
     def metrics(self) -> Path:
         return self.out / "metrics.json"
+
+    @property
+    def variant(self) -> Path:
+        return self.out / "variant.json"
 
 
 def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -> Prepared:
@@ -66,21 +69,17 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
     tm = train(vp, data, paths.train, progress=progress)
     if not this_process().main:
         return None  # under torchrun, evaluation runs once, on rank 0
+    made = json.loads((paths.train.live_dir / "provenance.json").read_text())
     em = evaluate(data, paths.train.model, paths.eval_dir, vp.eval.batch_size,
-                  "cpu" if tm["device"] == "cpu" else vp.train.device, vp.eval.flip_tta)
-    metrics = {"variant": name, "dataset": data.meta["dataset"],
-               **{k: tm[k] for k in TRAIN_KEYS}, **{k: em[k] for k in EVAL_KEYS},
-               "eval_examples_per_sec": em["examples_per_sec"],
-               "batch_size": vp.train.batch_size, "num_train": int(len(data.train_labels)),
-               "epochs": tm["steps"] * tm["global_batch_size"] / len(data.train_labels),
+                  "cpu" if made["device_type"] == "cpu" else vp.train.device, vp.eval.flip_tta)
+    metrics = {"train": tm, "eval": em}
+    variant = {"variant": name, "dataset": data.meta["dataset"], "device": made["device"],
+               "device_type": made["device_type"], "world_size": made["world_size"],
+               "global_batch_size": made["global_batch_size"], "schedule": vp.train.schedule,
+               "batch_size": vp.train.batch_size, "seed": vp.train.seed,
+               "num_train": int(len(data.train_labels)), "shuffle": vp.input.shuffle,
                "min_fraction_of_examples_in_queue": vp.input.min_fraction_of_examples_in_queue,
-               "shuffle": vp.input.shuffle, "head": vp.model.head, "output": vp.model.output,
-               "lrn": vp.model.lrn, "schedule": vp.train.schedule}
-    for key in ("precision_at_1_flip", "precision_at_1_raw_flip"):
-        if key in em:
-            metrics[key] = em[key]
-    for key in ("time_to_target", "train_seconds", "held_out_eval_seconds"):
-        if key in tm:  # with eval.every_steps > 0: the held-out curve and time to targets
-            metrics[key] = tm[key]
+               "head": vp.model.head, "output": vp.model.output, "lrn": vp.model.lrn}
+    write_text_atomic(paths.variant, json.dumps(variant, indent=2) + "\n")
     write_text_atomic(paths.metrics, json.dumps(metrics, indent=2) + "\n")
     return metrics

@@ -134,9 +134,8 @@ def _remove_run(paths: TrainPaths, ckpts: list[Path]) -> None:
         old.unlink()
     for f in (paths.live_dir / "metrics.json", paths.model):
         f.unlink(missing_ok=True)
-    for folder in (paths.tensorboard, paths.live_dir / "plots"):
-        if folder.exists():
-            shutil.rmtree(folder)
+    if (paths.live_dir / "plots").exists():  # TensorBoard keeps every run, a folder each
+        shutil.rmtree(paths.live_dir / "plots")
 
 
 def restore(ckpt: dict, model, optimizer, ema) -> dict:

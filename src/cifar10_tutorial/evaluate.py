@@ -88,7 +88,7 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     n, classes, k = len(labels), data.classes, data.num_classes
     metrics = {"precision_at_1": r["precision_at_1"], "precision_at_1_raw": r["precision_at_1_raw"],
                "loss": r["loss"], "loss_raw": r["loss_raw"], "num_examples": n,
-               "step": int(ckpt["step"]), "examples_per_sec": n / r["seconds"]}
+               "examples_per_sec": n / r["seconds"]}  # the model's step: provenance.json
     if flip_tta:  # reported beside, never instead of, the single-view figures
         metrics["precision_at_1_flip"] = r["precision_at_1_flip"]
         metrics["precision_at_1_raw_flip"] = r["precision_at_1_raw_flip"]
@@ -107,7 +107,7 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     write_text_atomic(out_dir / "predictions.csv", "\n".join(lines) + "\n")
     plot_confusion(confusion_matrix(actual, pred, k), classes, out_dir / "confusion.png",
                    f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
-                   f"step {metrics['step']})")
+                   f"step {int(ckpt['step'])})")
     write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     provenance.write(out_dir, provenance.record(
         data.content_hash, run_defining(ckpt["params"]), device, steps=int(ckpt["step"]),

@@ -140,8 +140,8 @@ def short_run(params: Params, data: Prepared, steps: int, root: Path) -> dict:
     p = _with(params, train={"max_steps": steps, "checkpoint_every": steps, "log_every": max(1, steps // 10)},
               eval={"every_steps": steps})
     m = train(p, data, TrainPaths(root / "short", root / "short-live"), progress=False)
-    return {"steps": steps, "precision_at_1": m["held_out_precision_at_1"],
-            "precision_at_1_raw": m["held_out_precision_at_1_raw"],
+    return {"steps": steps, "precision_at_1": m["held_out"]["precision_at_1"],
+            "precision_at_1_raw": m["held_out"]["precision_at_1_raw"],
             "examples_per_sec": m["examples_per_sec"]}
 
 
@@ -197,8 +197,8 @@ def _compiled(params: Params, data: Prepared, device, x, y, sizes: Sizes, sync) 
 
 
 def _curve(live: Path) -> list[dict]:
-    path = live / "plots" / "metrics" / "eval" / "precision_at_1.tsv"
-    raw = live / "plots" / "metrics" / "eval" / "precision_at_1_raw.tsv"
+    path = live / "plots" / "metrics" / "held_out" / "precision_at_1.tsv"
+    raw = live / "plots" / "metrics" / "held_out" / "precision_at_1_raw.tsv"
     if not path.is_file():
         return []
     rows = [ln.split("\t") for ln in path.read_text().splitlines()]
@@ -215,10 +215,10 @@ def fast_schedule(params: Params, data: Prepared, sizes: Sizes, root: Path) -> d
               eval={"every_steps": max(1, round(steps_per_epoch)), "targets": TARGETS})
     t = time.perf_counter()
     m = train(p, data, TrainPaths(root / "fast", root / "fast-live"), progress=False)
-    return {"epochs": sizes.fast_epochs, "steps": m["steps"], "seconds": time.perf_counter() - t,
+    return {"epochs": sizes.fast_epochs, "steps": m["step"], "seconds": time.perf_counter() - t,
             "train_seconds": m["train_seconds"], "reached": m["time_to_target"],
-            "final_precision_at_1": m["held_out_precision_at_1"],
-            "final_precision_at_1_raw": m["held_out_precision_at_1_raw"],
+            "final_precision_at_1": m["held_out"]["precision_at_1"],
+            "final_precision_at_1_raw": m["held_out"]["precision_at_1_raw"],
             "curve": _curve(root / "fast-live")}
 
 
@@ -230,7 +230,7 @@ def tutorial_schedule(params: Params, data: Prepared, sizes: Sizes, steps_per_se
               eval={"every_steps": sizes.eval_every, "targets": TARGETS})
     t = time.perf_counter()
     m = train(p, data, TrainPaths(root / "tutorial", root / "tutorial-live"), progress=False)
-    return {"steps": m["steps"], "of_steps": sizes.tutorial_steps,
+    return {"steps": m["step"], "of_steps": sizes.tutorial_steps,
             "seconds": time.perf_counter() - t, "train_seconds": m["train_seconds"],
             "examples_per_sec": m["examples_per_sec"], "reached": m["time_to_target"],
             "curve": _curve(root / "tutorial-live")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from datetime import datetime
@@ -72,10 +73,10 @@ class Monitor:
         self.live.next_step()
 
     def finish(self, step: int, metrics: dict) -> None:
+        """metrics.json: ``metrics`` and the step, and nothing else (DVCLive would also
+        repeat the last value of every logged curve, the final loss twice over)."""
         self.live.step = step
-        for k, v in metrics.items():
-            self.live.summary[k] = v
-        self.live.make_summary()
+        self.live.summary = dict(metrics)
         self.live.end()
 
     def close(self) -> None:
@@ -123,7 +124,7 @@ class HeldOut:
                                                "train_seconds": train_seconds}
                 monitor.say(f"reached held-out precision {target:g} at step {step} "
                             f"(epoch {out['epoch']:.1f}) after {train_seconds:.0f} s of training")
-        monitor.log(step, {f"eval/{k}": out[k]
+        monitor.log(step, {f"held_out/{k}": out[k]
                            for k in ("precision_at_1", "precision_at_1_raw", "epoch")})
         self.last = out
         return out
@@ -134,10 +135,15 @@ class Summaries:
 
     LAYERS = ("conv1", "conv2", "local3", "local4")
 
-    def __init__(self, folder: Path, model: CifarNet, purge_step: Optional[int]):
+    def __init__(self, folder: Path, run: Optional[str], model: CifarNet,
+                 purge_step: Optional[int]):
+        """Summaries go to ``folder``/``run``, one subfolder per run (``tensorboard --logdir
+        folder`` compares them): a new run is named after its DVC experiment, if any, and
+        its start time."""
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(folder), purge_step=purge_step)
+        self.run = run or f"{os.environ.get('DVC_EXP_NAME') or 'run'}-{datetime.now():%Y%m%d-%H%M%S}"
+        self.writer = SummaryWriter(str(folder / self.run), purge_step=purge_step)
         self.model = model
         self.activations: dict[str, torch.Tensor] = {}
         self._hooks = []

@@ -3,13 +3,15 @@
 Written as ``provenance.json`` beside a stage's ``metrics.json``, apart from the numeric
 metrics, so that ``dvc metrics diff`` and ``dvc exp show`` stay readable: the git commit
 of the code and whether the tree had uncommitted changes, the torch version, the device
-(CPU model and threads, or GPU name), the prepared data's content hash, a hash of the
-run-defining params, and the run's steps, epochs and wall time.
+(CPU model and threads, or GPU name) and the machine's load average, the prepared
+data's content hash, a hash of the run-defining params, and the run's steps, epochs and
+wall time.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -62,8 +64,17 @@ def params_hash(params: dict) -> str:
 def record(data_hash: str, run_params: dict, device: torch.device, **run: object) -> dict:
     """The provenance of a result; ``run``: steps, epochs, wall_time_s and the like."""
     return {**code_version(), "torch": torch.__version__,
-            "device": device_description(device), "data_hash": data_hash,
-            "params_hash": params_hash(run_params), **run}
+            "device": device_description(device), "cpu_load": _load(),
+            "data_hash": data_hash, "params_hash": params_hash(run_params), **run}
+
+
+def _load() -> Optional[list[float]]:
+    """The machine's load average (1, 5, 15 minutes) as the result was written: above the
+    thread count, other work shared the cores and slowed the timings."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
 
 
 def write(folder: Path, rec: dict) -> Path:

@@ -345,9 +345,9 @@ def _time_to_accuracy_table(r: Results) -> pd.DataFrame:
 def _held_outplot(r: Results) -> None:
     def draw(ax):
         for i, name in enumerate(r.timed.index):
-            avg = load_curve(r.root, name, "precision_at_1", "eval")
-            raw = load_curve(r.root, name, "precision_at_1_raw", "eval")
-            epochs = load_curve(r.root, name, "epoch", "eval")
+            avg = load_curve(r.root, name, "precision_at_1", "held_out")
+            raw = load_curve(r.root, name, "precision_at_1_raw", "held_out")
+            epochs = load_curve(r.root, name, "epoch", "held_out")
             if avg is None or epochs is None:
                 continue
             ax.plot(epochs["epoch"], 100 * avg["precision_at_1"], "-", color=f"C{i}",
@@ -363,7 +363,7 @@ def _held_outplot(r: Results) -> None:
 
 def _fast_answer(r: Results, f, u) -> list[str]:
     sooner = ""
-    curve, epochs = (load_curve(r.root, f.name, m, "eval") for m in ("precision_at_1", "epoch"))
+    curve, epochs = (load_curve(r.root, f.name, m, "held_out") for m in ("precision_at_1", "epoch"))
     if curve is not None and epochs is not None:
         hit = epochs["epoch"][curve["precision_at_1"] >= u.precision_at_1 - 1e-9]
         if len(hit):

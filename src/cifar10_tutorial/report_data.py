@@ -15,7 +15,23 @@ from .files import save_figure_atomic
 
 
 def load_variants(root: Path) -> pd.DataFrame:
-    rows = [json.loads(path.read_text()) for path in sorted(Path(root).glob("*/metrics.json"))]
+    """One row per variant: what it is (variant.json) and its results (metrics.json: the
+    train run's figures, ``loss_avg`` as ``final_loss_avg`` and ``step`` as ``steps``,
+    and the evaluation's)."""
+    rows = []
+    for path in sorted(Path(root).glob("*/metrics.json")):
+        described = path.with_name("variant.json")
+        if not described.is_file():
+            raise PipelineError(f"{described}: missing beside {path.name} (results of an older "
+                                f"version of the code); rerun the variant "
+                                f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`).")
+        m = json.loads(path.read_text())
+        train = dict(m["train"])
+        train["steps"], train["final_loss_avg"] = train.pop("step"), train.pop("loss_avg")
+        train.pop("loss"), train.pop("held_out", None)
+        ev = {("eval_examples_per_sec" if k == "examples_per_sec" else k): v
+              for k, v in m["eval"].items()}
+        rows.append({**json.loads(described.read_text()), **train, **ev})
     if not rows:
         raise PipelineError(f"{root}: no ablation results (*/metrics.json); run the ablation "
                             f"stages first (`dvc repro reports/dvc.yaml:report`).")

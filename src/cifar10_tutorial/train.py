@@ -119,7 +119,9 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     monitor = Monitor(paths.live_dir, run.start, max_steps, ckpt is not None, d.main, progress)
     summaries = held_out = None
     if d.main:
-        summaries = Summaries(paths.tensorboard, model, purge_step=run.start if ckpt else None)
+        tb_run = ckpt.get("tensorboard_run") if ckpt else None  # a resumed run keeps its folder
+        summaries = Summaries(paths.tensorboard, tb_run, model,
+                              purge_step=run.start if ckpt else None)
         held_out = HeldOut(params, data, device, run.reached, ckpt)
     eval_before = held_out.seconds if held_out else 0.0  # of the sessions before a resume
 
@@ -127,7 +129,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
         inputs = gather_on_main(batches.state(), d)  # a collective: every rank takes part
         if d.main:
             save_checkpoint(_checkpoint(run, model, optimizer, ema, inputs, signature, params,
-                                        data, d, held_out), paths.checkpoints)
+                                        data, d, held_out, summaries), paths.checkpoints)
 
     # ---- the steps
     try:
@@ -139,7 +141,8 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 x, y = batches.get(run.step)
                 if run.first_batch_s is None:
                     run.first_batch_s = time.perf_counter() - run.t0
-                summary_step = (run.step + 1) % tr.summary_every == 0
+                summary_step = ((run.step + 1) % tr.summary_every == 0 or run.step == 0
+                                or run.step + 1 == max_steps)  # the first and last too
                 summarize = d.main and summary_step
                 if summarize:
                     summaries.capture()
@@ -172,17 +175,17 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
         if summaries is not None:
             summaries.close()
     # ---- finish: the run's metrics and (rank 0) the trained model
-    metrics = _metrics(run, model, held_out, eval_before, tr.schedule, tr.batch_size,
-                       num_train, d, device)
+    metrics = _metrics(run, model, held_out, eval_before, tr.batch_size, num_train, d)
     if d.main:
         _save_model(model, ema, params, data, run.step, paths)
         monitor.finish(run.step, metrics)
         provenance.write(paths.live_dir, provenance.record(
             data.content_hash, signature["params"], device, steps=run.step,
-            epochs=metrics["epochs"], wall_time_s=metrics["wall_time_s"], world_size=d.world))
+            epochs=metrics["epochs"], wall_time_s=metrics["wall_time_s"], world_size=d.world,
+            global_batch_size=global_batch, schedule=tr.schedule, device_type=device.type))
         log.info("trained %d steps in %.1f s: %s", run.step, metrics["wall_time_s"],
                  json.dumps(metrics))
-    return metrics
+    return {"step": run.step, **metrics}
 
 
 def _save_model(model, ema: WeightAverage, params: Params, data: Prepared, step: int,
@@ -226,43 +229,42 @@ def _stop(stop: _Stop, run: _Run, save, checkpoint_every: int, max_steps: int,
 
 
 def _checkpoint(run: _Run, model, optimizer, ema, inputs: list, signature: dict,
-                params: Params, data: Prepared, d: Dist, held_out: HeldOut) -> dict:
+                params: Params, data: Prepared, d: Dist, held_out: HeldOut,
+                summaries: Summaries) -> dict:
     return {"step": run.step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "ema": ema.state_dict(), "input": inputs, "signature": signature,
             "params": run_params(params), "classes": data.classes,
             "num_classes": data.num_classes, "world_size": d.world,
             "loss_avg": run.loss_avg.item(), "elapsed": run.seconds(),
             "targets_reached": json.dumps(run.reached), "eval_seconds": held_out.seconds,
-            "torch_rng": torch.get_rng_state()}
+            "torch_rng": torch.get_rng_state(), "tensorboard_run": summaries.run}
 
 
-def _metrics(run: _Run, model, held_out: Optional[HeldOut], eval_before: float, schedule: str,
-             batch_size: int, num_train: int, d: Dist, device) -> dict:
-    """The run's metrics (DVCLive's metrics.json): the time of held-out evaluations is
-    left out of the speed figures."""
+def _metrics(run: _Run, model, held_out: Optional[HeldOut], eval_before: float,
+             batch_size: int, num_train: int, d: Dist) -> dict:
+    """The run's metrics (DVCLive's metrics.json, beside its ``step``): numbers only, each
+    once. What describes the run rather than measures it (device, schedule, world size,
+    commit) is in provenance.json; the time of held-out evaluations is left out of the
+    speed figures."""
     total_time = run.seconds()
     session = time.perf_counter() - run.t0 - (held_out.seconds - eval_before if held_out else 0.0)
     done, global_batch = run.step - run.start, batch_size * d.world
     metrics = {
-        "steps": run.step,
         "epochs": run.step * global_batch / num_train,
-        "schedule": schedule,
-        "final_loss": run.loss.item() if run.loss is not None else None,
-        "final_loss_avg": run.loss_avg.item(),
+        "loss": run.loss.item() if run.loss is not None else float("nan"),  # the last step's
+        "loss_avg": run.loss_avg.item(),  # its moving average (decay 0.9)
         "examples_per_sec": done * global_batch / max(session, 1e-9),
         "examples_per_sec_per_device": done * batch_size / max(session, 1e-9),
         "wall_time_s": total_time,
-        "time_to_first_batch_s": run.first_batch_s,
+        "time_to_first_batch_s": run.first_batch_s if run.first_batch_s is not None else 0.0,
         "num_params": num_params(model),
         "macs_per_image": macs_per_image(model),
-        "world_size": d.world,
-        "global_batch_size": global_batch,
-        "device": str(device),
     }
     if held_out is not None and held_out.every:
         metrics.update({"held_out_eval_seconds": held_out.seconds,
                         "train_seconds": total_time - held_out.seconds,
                         "time_to_target": held_out.reached,
-                        "held_out_precision_at_1": held_out.last.get("precision_at_1"),
-                        "held_out_precision_at_1_raw": held_out.last.get("precision_at_1_raw")})
+                        "held_out": {k: held_out.last[k]
+                                     for k in ("precision_at_1", "precision_at_1_raw")
+                                     if k in held_out.last}})
     return metrics
