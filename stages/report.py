@@ -16,7 +16,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
     params = load_params(args.params)
-    path = make_report(args.ablations, args.out, list(params.ablations),
+    path = make_report(args.ablations, args.out, dict(params.ablations),
                        list(params.dataset_ablations), args.search)
     print(f"wrote {path}")
 

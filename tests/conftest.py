@@ -44,6 +44,7 @@ def init_repo(project: Path) -> None:
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     dvc(project, "init", "-q")
     dvc(project, "config", "core.analytics", "false")
+    shutil.copytree(ROOT / ".dvc" / "plots", project / ".dvc" / "plots")  # dvc.yaml's templates
     commit(project, "init")
 
 

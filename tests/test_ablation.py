@@ -52,7 +52,12 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     set_params(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
                                                      "eval": {"every_steps": 3}},
                 schedule_tutorial={"train": {"max_epochs": 2}, "eval": {"every_steps": 3}},
-                tutorial_100k={"train": {"max_steps": 14}, "eval": {"every_steps": 7}})
+                tutorial_100k={"train": {"max_steps": 14}, "eval": {"every_steps": 7}},
+                schedule_fast_50={"train": {"schedule": "fast", "max_epochs": 3},
+                                  "eval": {"every_steps": 3}})
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    del raw["ablations"]["schedule_fast_80"]  # one longer `fast` run is enough here
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     commit(project, "tiny ablations")
     out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
     names = list(yaml.safe_load((project / "params.yaml").read_text())["ablations"])
@@ -77,12 +82,18 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     assert v["devices_2x64"]["world_size"] == 2 and v["devices_2x64"]["global_batch_size"] == 128
     assert m["local_head"]["num_params"] == 2_112_970 and m["baseline"]["num_params"] == 1_068_298
     assert all(r["step"] == 12 for n, r in m.items() if n[:9] not in ("schedule_", "tutorial_"))
+    assert m["schedule_fast_50"]["step"] == 12  # 3 epochs of 500 images at 128
     assert m["tutorial_100k"]["step"] == 14
     # the schedule pair: 2 epochs of 500 images at 128 = 8 steps, held-out curves every 3 steps
     assert m["schedule_fast"]["step"] == m["schedule_tutorial"]["step"] == 8
     assert v["schedule_fast"]["schedule"] == "fast" and "time_to_target" in m["schedule_fast"]
     assert v["baseline_seed2"]["seed"] == 2 and m["baseline_seed2"]["loss"] != m["baseline"]["loss"]
-    assert "## Time to accuracy" in text and "*Answer:* in 2.0 epochs the `fast` schedule" in text
+    assert "## Time to accuracy" in text and "## The tutorial at its own budget" in text
+    # 12 steps: a banner, and no answers
+    assert "**Too short to answer.** The exercise variants ran 12 steps" in text
+    assert "*Answer:*" not in text and "*Answer withheld:*" in text
+    assert "ran 14 of the tutorial's 100,000 steps" in text
+    assert (rep / "plots" / "reproduction.png").read_bytes()[:4] == b"\x89PNG"
     assert (rep / "plots" / "time_to_accuracy.png").read_bytes()[:4] == b"\x89PNG"
     tta = (rep / "tables" / "time_to_accuracy.csv").read_text()
     assert "schedule_fast,fast,2.0,8," in tta and "schedule_tutorial,tutorial,2.0,8," in tta
@@ -95,7 +106,6 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     assert f"{gain:+.1f}" in (rep / "tables" / "exercise4_averaging.csv").read_text()
     # softmax trains exactly like the baseline: the report says so
     assert results["softmax"]["train"]["loss_avg"] == results["baseline"]["train"]["loss_avg"]
-    assert "Training is identical" in text
     # how the results were made: one commit and one data set for every variant
     assert "## How these results were made" in text
     made = {n: json.loads((rep / "ablations" / n / "train" / "provenance.json").read_text())
@@ -103,7 +113,8 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     assert len({p["commit"] for p in made.values()}) == 1 and None not in {p["commit"] for p in made.values()}
     assert len({p["data_hash"] for p in made.values()}) == 1
     assert made["softmax"]["params_hash"] != made["baseline"]["params_hash"]
-    assert "All variants were made by one commit, on the same data, at one budget." in text
+    assert "All variants were made by one commit, on the same data; the exercises at one " \
+           "budget." in text
     # changing one variant reruns only that variant and the report
     set_params(project, "ablations", no_lrn={"model": {"lrn": False}, "train": {"seed": 1}})
     out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
@@ -114,7 +125,7 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     # Both pipelines ran: repo-wide commands work, and a clone that pulled recomputes nothing
     dvc(project, "repro")
     # `dvc plots show` draws the main pipeline's curves, the loss once, no report PNG
-    shown = json.loads(dvc(project, "plots", "show", "--json", "--split").stdout)
+    shown = json.loads(dvc(project, "plots", "show", "--json", "--split").stdout)["data"]
     assert not [k for k in shown if k.startswith("reports/plots/")], list(shown)
     assert sum("loss" in k.lower() for k in shown) == 1, list(shown)
     assert any(k.startswith("Held-out precision") for k in shown), list(shown)

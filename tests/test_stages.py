@@ -144,6 +144,11 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     assert "reports/eval/metrics.json" in diff and "reports/train/metrics.json" in diff
     plots = dvc(project, "plots", "show", "--json").stdout
     assert "reports/eval/predictions.csv" in plots and "loss_avg" in plots
+    # what the README shows: the params and metrics that differ, not every column
+    header = dvc(project, "exp", "show", "--only-changed", "--csv").stdout.splitlines()[0]
+    columns = header.split(",")
+    assert "train.batch_size" in columns and "data.dataset" not in columns, columns
+    assert "held_out.precision_at_1" in columns and "schedule" not in columns, columns
     bad = subprocess.run([DVC, "exp", "run", "-S", "+train.batchsize=64"], cwd=project,
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0

@@ -135,15 +135,16 @@ class Summaries:
 
     LAYERS = ("conv1", "conv2", "local3", "local4")
 
-    def __init__(self, folder: Path, run: Optional[str], model: CifarNet,
-                 purge_step: Optional[int]):
-        """Summaries go to ``folder``/``run``, one subfolder per run (``tensorboard --logdir
+    def __init__(self, folder: Path, model: CifarNet, ckpt: Optional[dict]):
+        """Summaries go to ``folder``/RUN, one subfolder per run (``tensorboard --logdir
         folder`` compares them): a new run is named after its DVC experiment, if any, and
-        its start time."""
+        its start time; a resumed run (``ckpt``) goes on in its own folder."""
         from torch.utils.tensorboard import SummaryWriter
 
-        self.run = run or f"{os.environ.get('DVC_EXP_NAME') or 'run'}-{datetime.now():%Y%m%d-%H%M%S}"
-        self.writer = SummaryWriter(str(folder / self.run), purge_step=purge_step)
+        self.run = ((ckpt or {}).get("tensorboard_run")
+                    or f"{os.environ.get('DVC_EXP_NAME') or 'run'}-{datetime.now():%Y%m%d-%H%M%S}")
+        self.writer = SummaryWriter(str(folder / self.run),
+                                    purge_step=int(ckpt["step"]) if ckpt else None)
         self.model = model
         self.activations: dict[str, torch.Tensor] = {}
         self._hooks = []

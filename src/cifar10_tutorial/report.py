@@ -7,7 +7,6 @@ come from one table, :data:`.reference.REFERENCE`, which the report prints at it
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -16,30 +15,33 @@ import pandas as pd
 from .errors import PipelineError
 from .files import write_text_atomic
 from .reference import ref, reference_markdown
-from .report_data import (Results, load_curve, load_variants, markdown_table, pct, plot,
-                          provenance_section)
+from .report_data import (Results, banner, load_curve, load_variants, make_results, marker,
+                          markdown_table, pct, plot, provenance_section)
+from .report_schedules import reproduction, time_to_accuracy
 
-def make_report(ablations_root: Path, out: Path, variants: Optional[list[str]] = None,
+
+def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None,
                 dataset_variants: Optional[list[str]] = None,
                 search: Optional[Path] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
-    results under ``ablations_root`` (data-set variants' results are there too)."""
+    results under ``ablations_root`` (data-set variants' results are there too);
+    ``variants``: params.yaml's ``ablations`` (name -> overrides), which sorts them into
+    exercises, seeds and runs of their own budget."""
     df = load_variants(ablations_root)
     if variants is not None:
         missing = [v for v in variants if v not in df.index]
         if missing:
             raise PipelineError(f"{ablations_root}: no results for {', '.join(missing)}; run "
                                 f"`dvc repro reports/dvc.yaml:report` first.")
-        df = df.loc[variants]
-    timed = df[df["time_to_target"].notna()] if "time_to_target" in df else df.iloc[:0]
-    r = Results(df, df.drop(index=timed.index) if len(timed) < len(df) else df, timed,
-                 ablations_root, out / "tables", out / "plots")
+        df = df.loc[list(variants)]
+    r = make_results(df, variants or {}, ablations_root, out)
     r.tables.mkdir(parents=True, exist_ok=True)
     r.plots.mkdir(parents=True, exist_ok=True)
-    md = (_intro(r) + provenance_section(r) + _summary(r) + _exercise1_softmax(r) + _exercise2_local_head(r)
-          + _exercise3_queue_fill(r) + _exercise4_averaging(r) + _exercise5_devices(r)
-          + _exercise6_dataset(r, dataset_variants or [])
-          + _no_lrn(r) + _time_to_accuracy(r, search) + reference_markdown())
+    md = (_intro(r) + provenance_section(r) + reproduction(r) + _summary(r)
+          + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
+          + _exercise4_averaging(r) + _exercise5_devices(r)
+          + _exercise6_dataset(r, dataset_variants or []) + _no_lrn(r)
+          + time_to_accuracy(r, search) + reference_markdown())
     report = out / "report.md"
     write_text_atomic(report, "\n".join(md))
     return report
@@ -47,16 +49,18 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[list[str]] =
 
 def _intro(r: Results) -> list[str]:
     ex, df = r.exercises, r.df
-    return ["# The tutorial's exercises, measured",
-            "",
-            f"Every variant of the exercises is trained for **{ex['steps'].max():,} steps** "
-            f"({ex['epochs'].max():.1f} epochs of {int(df['num_train'].iloc[0]):,} training "
-            f"images, global batch {int(ex['global_batch_size'].max())}) on "
-            f"`{df['device'].iloc[0]}`, from the same seed, and evaluated on "
-            f"{int(df['num_examples'].iloc[0]):,} held-out images with the moving-average "
-            f"weights and with the raw weights. The reference's figures come from 60K-100K-step "
-            f"runs on the official test set: compare directions and sizes of effects, not "
-            f"absolute levels.",
+    seeds = (f"the baseline also under {len(r.seeds) - 1} more seeds, whose spread is the "
+             f"noise each answer is weighed against" if r.seeds is not None and len(r.seeds) > 1
+             else "one seed each (no seed runs: effects cannot be told from noise)")
+    budget = (f"Every variant of the exercises is trained for **{ex['steps'].max():,} steps** "
+              f"({ex['epochs'].max():.1f} epochs, global batch "
+              f"{int(ex['global_batch_size'].max())}); " if len(ex) else "")
+    return ["# The tutorial's exercises, measured", "", *banner(r),
+            f"{budget}{seeds}. Training set: {int(df['num_train'].iloc[0]):,} images; "
+            f"evaluation: {int(df['num_examples'].iloc[0]):,} held-out images, with the "
+            f"moving-average weights and with the raw weights, on `{df['device'].iloc[0]}`. "
+            f"The reference's figures come from 60K-100K-step runs on the official test set: "
+            f"compare directions and sizes of effects, not absolute levels.",
             ""]
 
 
@@ -75,14 +79,17 @@ def _summary(r: Results) -> list[str]:
     summary.to_csv(r.tables / "summary.csv", index=False)
 
     def draw(ax):
-        for name in df.index:
+        for name in r.exercises.index:
             curve = load_curve(r.root, name)
             if curve is not None:
-                ax.plot(curve["step"], curve["loss_avg"], label=name, lw=1.2)
-    plot(r.plots / "loss_curves.png", (8, 4.5), draw, "Training loss of every variant", "step",
-          "total loss (moving average, decay 0.9)", legend=True)
+                ax.plot(curve["step"], curve["loss_avg"], label=name, lw=1.2,
+                        marker=marker(len(curve)), ms=3)
+    drawn = plot(r.plots / "loss_curves.png", (8, 4.5), draw,
+                 "Training loss of every exercise variant", "step",
+                 "total loss (moving average, decay 0.9)", legend=True)
     return ["## All variants", "", markdown_table(summary), "",
-            f"The reference: {ref('precision')}.", "", "![loss curves](plots/loss_curves.png)", ""]
+            f"The reference: {ref('precision')}.", "",
+            *(["![loss curves](plots/loss_curves.png)", ""] if drawn else [])]
 
 
 def _exercise1_softmax(r: Results) -> list[str]:
@@ -100,15 +107,15 @@ def _exercise1_softmax(r: Results) -> list[str]:
     t.to_csv(r.tables / "exercise1_softmax.csv", index=False)
     d = 100 * (s.precision_at_1 - base.precision_at_1)
     same = abs(d) < 1e-9 and abs(s.final_loss_avg - base.final_loss_avg) < 1e-9
-    return md + [markdown_table(t), "",
-                 f"*Answer:* precision @ 1 moves by {d:+.2f} points. "
-                 + ("Training is identical (the loss is computed from the logits in both, so "
-                    "the runs match step for step) and the argmax of the probabilities is the "
-                    "argmax of the logits: normalizing the output changes what the model "
-                    "returns, not what it learns or predicts." if same else
-                    "The loss is computed from the logits in both variants, and the argmax of "
-                    "the probabilities is the argmax of the logits; the difference comes from "
-                    "float rounding in the averaged weights."), ""]
+    why = ("Training is identical (the loss is computed from the logits in both, so the runs "
+           "match step for step) and the argmax of the probabilities is the argmax of the "
+           "logits: normalizing the output changes what the model returns, not what it learns "
+           "or predicts." if same else
+           "The loss is computed from the logits in both variants, and the argmax of the "
+           "probabilities is the argmax of the logits; the difference comes from float "
+           f"rounding in the averaged weights {r.noise(d, 'precision_at_1')}.")
+    return md + [markdown_table(t), "", r.answer(f"precision @ 1 moves by {d:+.2f} points. {why}"),
+                 ""]
 
 
 def _exercise2_local_head(r: Results) -> list[str]:
@@ -128,12 +135,13 @@ def _exercise2_local_head(r: Results) -> list[str]:
                                              f"{h.examples_per_sec:,.0f}"]})
     t.to_csv(r.tables / "exercise2_local_head.csv", index=False)
     d = 100 * (h.precision_at_1 - base.precision_at_1)
-    return md + [markdown_table(t), "",
-                 f"*Answer:* under this budget the locally connected top is {abs(d):.1f} points "
-                 f"{'better' if d > 0 else 'worse'} than the fully connected one, with "
-                 f"{h.num_params / base.num_params:.2f}x the parameters and "
-                 f"{h.examples_per_sec / base.examples_per_sec:.2f}x the training speed. "
-                 f"{ref('local_head')}.", ""]
+    speed = h.examples_per_sec / base.examples_per_sec
+    return md + [markdown_table(t), "", r.answer(
+                 f"under this budget the locally connected top is {abs(d):.1f} points "
+                 f"{'better' if d > 0 else 'worse'} than the fully connected one "
+                 f"{r.noise(d, 'precision_at_1')}, with {h.num_params / base.num_params:.2f}x "
+                 f"the parameters and {speed:.2f}x the training speed "
+                 f"{_speed_noise(r, speed)}. {ref('local_head')}."), ""]
 
 
 def _exercise3_queue_fill(r: Results) -> list[str]:
@@ -142,7 +150,8 @@ def _exercise3_queue_fill(r: Results) -> list[str]:
           "`min_fraction_of_examples_in_queue`, and does it cost accuracy?", ""]
     ex = r.exercises
     q = ex[(ex["shuffle"] == "queue") & (ex["head"] == "fc") & (ex["output"] == "logits")
-           & ex["lrn"] & (ex["world_size"] == 1)]
+           & ex["lrn"] & (ex["world_size"] == 1) & (ex["seed"] == (r.base.seed if r.base
+                                                                    is not None else 0))]
     q = q.sort_values("min_fraction_of_examples_in_queue", ascending=False)
     if len(q) < 2:
         return md + ["*Not run:* fewer than two queue-fill variants have results.", ""]
@@ -155,9 +164,10 @@ def _exercise3_queue_fill(r: Results) -> list[str]:
                       "precision @ 1": q["precision_at_1"].map(pct)})
     t.to_csv(r.tables / "exercise3_queue_fill.csv", index=False)
     hi, lo = q.iloc[0], q.iloc[-1]
+    moved = 100 * (lo.precision_at_1 - hi.precision_at_1)
 
     def draw(ax):
-        ax.plot(fill, q["time_to_first_batch_s"], "o-")
+        ax.plot(fill, q["time_to_first_batch_s"], "o-")  # a marker at each variant
         for name, row in q.iterrows():
             ax.annotate(name, (row.min_fraction_of_examples_in_queue, row.time_to_first_batch_s),
                         fontsize=7, textcoords="offset points", xytext=(4, 4))
@@ -165,15 +175,15 @@ def _exercise3_queue_fill(r: Results) -> list[str]:
           "Queue fill against time to the first step", "min_fraction_of_examples_in_queue",
           "time to the first batch (s)")
     return md + [markdown_table(t), "", "![time to first step](plots/queue_fill_first_step.png)", "",
-                 f"*Answer:* filling {pct(hi.min_fraction_of_examples_in_queue)} of the training "
+                 r.answer(f"filling {pct(hi.min_fraction_of_examples_in_queue)} of the training "
                  f"set takes {hi.time_to_first_batch_s:.2f} s before the first step, "
                  f"{pct(lo.min_fraction_of_examples_in_queue)} takes "
                  f"{lo.time_to_first_batch_s:.2f} s ({ref('queue_fill')}; here the distortions "
-                 f"are vectorised). Precision @ 1 moves by "
-                 f"{100 * (lo.precision_at_1 - hi.precision_at_1):+.1f} points from the fullest "
-                 f"to the emptiest queue (one seed each). With no minimum the queue holds only "
-                 f"3 batches of records in file order; CIFAR-10's record files are themselves "
-                 f"in random order, which is why a small buffer can still train.", ""]
+                 f"are vectorised). Precision @ 1 moves by {moved:+.1f} points from the fullest "
+                 f"to the emptiest queue {r.noise(moved, 'precision_at_1')}. With no minimum "
+                 f"the queue holds only 3 batches of records in file order; CIFAR-10's record "
+                 f"files are themselves in random order, which is why a small buffer can still "
+                 f"train."), ""]
 
 
 def _exercise4_averaging(r: Results) -> list[str]:
@@ -192,17 +202,18 @@ def _exercise4_averaging(r: Results) -> list[str]:
         ax.bar([i + 0.2 for i in x], 100 * ex["precision_at_1_raw"], 0.4, label="raw weights")
         ax.set_xticks(list(x), ex.index, rotation=30, ha="right")
     plot(r.plots / "averaged_vs_raw.png", (8, 4), draw, "Averaged against raw weights", None,
-          "precision @ 1 (%)", legend=True, grid_axis="y")
+         "precision @ 1 (%)", legend=True, grid_axis="y")
     return ["## Exercise 4: evaluate without the averaged weights", "",
             "*Question:* how much do the moving averages of the weights (decay 0.9999) add? "
             f"The reference says {ref('averaging')}.", "", markdown_table(t), "",
             "![averaged vs raw](plots/averaged_vs_raw.png)", "",
-            f"*Answer:* the averaged weights gain {gain.mean():+.1f} points on average over the "
-            f"variants (from {gain.min():+.1f} to {gain.max():+.1f}). With TF's num_updates "
+            r.answer(f"the averaged weights gain {gain.mean():+.1f} points on average over the "
+            f"variants (from {gain.min():+.1f} to {gain.max():+.1f}) "
+            f"{r.noise(gain.mean(), 'precision_at_1_raw')}. With TF's num_updates "
             f"rule the decay at step n is min(0.9999, (1 + n) / (10 + n)), an averaging window "
             f"of about n / 9 steps ({budget / 9:,.0f} steps at step {budget:,}); the full "
             f"10,000-step window of decay 0.9999 is reached only after 90,000 steps, near the "
-            f"reference's 100K-step runs.", ""]
+            f"reference's 100K-step runs."), ""]
 
 
 def _exercise5_devices(r: Results) -> list[str]:
@@ -232,14 +243,17 @@ def _exercise5_devices(r: Results) -> list[str]:
     plot(r.plots / "devices_throughput.png", (5, 4), draw, f"Throughput on {m.device}", None,
           "training examples/sec", grid_axis="y")
     return md + [markdown_table(t), "", "![devices](plots/devices_throughput.png)", "",
-                 f"*Answer:* 2 x 64 runs at {speed:.2f}x the speed of 1 x 128 and reaches "
-                 f"{pct(m.precision_at_1)} against {pct(base.precision_at_1)} (same global "
-                 f"batch, same schedule; each process runs its own shuffle queue over half the "
-                 f"records). "
+                 r.answer(f"2 x 64 runs at {speed:.2f}x the speed of 1 x 128 "
+                 f"{_speed_noise(r, speed)} and reaches {pct(m.precision_at_1)} against "
+                 f"{pct(base.precision_at_1)} "
+                 f"{r.noise(100 * (m.precision_at_1 - base.precision_at_1), 'precision_at_1')} "
+                 f"(same global batch, same schedule; each process runs its own shuffle queue "
+                 f"over half the records). ")
                  + ("On this CPU machine the two processes share the same cores: there is no "
                     "extra arithmetic to gain, only a gradient all-reduce per step to pay, so "
                     "the difference in speed comes from how well each setup keeps the cores "
-                    "busy; on two GPUs each process has a device of its own." if cpu else ""),
+                    "busy; on two GPUs each process has a device of its own."
+                    if cpu and not r.withheld else ""),
                  ""]
 
 
@@ -248,8 +262,8 @@ def _exercise6_dataset(r: Results, dataset_variants: list[str]) -> list[str]:
           "*Question:* how does the same network do on SVHN's house-number digits? The "
           "network adapts through the data set alone: 10 classes again, no left-right flips "
           "(digits are not mirror-symmetric), otherwise the same layers and schedule.", ""]
-    ran = [json.loads(p.read_text()) for p in (r.root / n / "metrics.json" for n in dataset_variants)
-           if p.is_file()]
+    every = load_variants(r.root)
+    ran = [every.loc[n] for n in dataset_variants if n in every.index]
     if not ran:
         names = ", ".join(f"`{n}`" for n in dataset_variants) or "none is defined"
         return md + [f"*Not run here:* no results for the data-set variants ({names}). They are "
@@ -259,10 +273,10 @@ def _exercise6_dataset(r: Results, dataset_variants: list[str]) -> list[str]:
                      f"at a local copy of the files where that host is out of reach), then "
                      f"`dvc repro reports/dvc.yaml`: this section then shows its table.", ""]
     base = r.base
-    t = pd.DataFrame({"variant": [v["variant"] for v in ran],
+    t = pd.DataFrame({"variant": [v.name for v in ran],
                       "data set": [v.get("dataset", "") for v in ran],
-                      "training images": [f"{v['num_train']:,}" for v in ran],
-                      "steps": [f"{v['steps']:,}" for v in ran],
+                      "training images": [f"{int(v['num_train']):,}" for v in ran],
+                      "steps": [f"{int(v['steps']):,}" for v in ran],
                       "precision @ 1 (averaged)": [pct(v["precision_at_1"]) for v in ran],
                       "precision @ 1 (raw)": [pct(v["precision_at_1_raw"]) for v in ran]})
     if base is not None:
@@ -272,11 +286,11 @@ def _exercise6_dataset(r: Results, dataset_variants: list[str]) -> list[str]:
     t.to_csv(r.tables / "exercise6_svhn.csv", index=False)
     v = ran[0]
     return md + [markdown_table(t), "",
-                 f"*Answer:* after {v['steps']:,} steps the network reaches "
+                 r.answer(f"after {int(v['steps']):,} steps the network reaches "
                  f"{pct(v['precision_at_1'])} on {v.get('dataset', 'the other data set')}'s "
-                 f"{v['num_examples']:,} test images (averaged weights)"
+                 f"{int(v['num_examples']):,} test images (averaged weights)"
                  + (f", against {pct(base.precision_at_1)} on CIFAR-10 under the same budget."
-                    if base is not None else "."), ""]
+                    if base is not None else ".")), ""]
 
 
 def _no_lrn(r: Results) -> list[str]:
@@ -290,92 +304,16 @@ def _no_lrn(r: Results) -> list[str]:
                                              f"{n.examples_per_sec:,.0f}"]})
     t.to_csv(r.tables / "no_lrn.csv", index=False)
     d = 100 * (n.precision_at_1 - base.precision_at_1)
+    speed = n.examples_per_sec / base.examples_per_sec
     return ["## Without local response normalization", "", markdown_table(t), "",
-            f"*Answer:* dropping norm1 and norm2 moves precision @ 1 by {d:+.1f} points and "
-            f"changes the training speed by {n.examples_per_sec / base.examples_per_sec:.2f}x.", ""]
+            r.answer(f"dropping norm1 and norm2 moves precision @ 1 by {d:+.1f} points "
+                     f"{r.noise(d, 'precision_at_1')} and changes the training speed by "
+                     f"{speed:.2f}x {_speed_noise(r, speed)}."), ""]
 
 
-def _when(row, target: str) -> str:
-    hit = (row.time_to_target or {}).get(target)
-    return f"epoch {hit['epoch']:.1f} ({hit['train_seconds']:,.0f} s)" if hit else "not reached"
-
-
-def _time_to_accuracy(r: Results, search: Optional[Path]) -> list[str]:
-    """The fast schedule against the tutorial's: held-out precision while training."""
-    md = ["## Time to accuracy: the `fast` schedule against the tutorial's", "",
-          "*Question:* with the same network, parameters and data, how much sooner does a modern "
-          "optimiser and schedule (`train.schedule: fast`: Nesterov momentum, warm-up then linear "
-          "decay, label smoothing, weight decay on every weight) reach the tutorial's accuracy? "
-          f"The reference: {ref('budget')}.", ""]
-    timed = r.timed
-    if timed.empty:
-        return md + ["*Not run:* no variant evaluated the held-out split while training "
-                     "(`eval.every_steps` > 0), e.g. `schedule_fast` and `schedule_tutorial`.", ""]
-    md += [markdown_table(_time_to_accuracy_table(r)), "",
-           "![time to accuracy](plots/time_to_accuracy.png)", ""]
-    _held_outplot(r)
-    fast, tut = timed[timed["schedule"] == "fast"], timed[timed["schedule"] == "tutorial"]
-    if len(fast) and len(tut):
-        md += _fast_answer(r, fast.iloc[0], tut.iloc[0])
-    if search is not None and search.is_file():
-        md += [f"The search behind the `fast` defaults, and why it stops short of 85%: "
-               f"[{search.name}]({search.name}).", ""]
-    return md
-
-
-def _time_to_accuracy_table(r: Results) -> pd.DataFrame:
-    timed = r.timed
-    targets = sorted({t for v in timed["time_to_target"] for t in (v or {})} |
-                     {"0.8", "0.84", "0.85", "0.86"}, key=float)
-    flip = ({"with flip TTA (averaged)": timed["precision_at_1_flip"].map(
-        lambda v: pct(v) if v == v else "")} if "precision_at_1_flip" in timed else {})
-    t = pd.DataFrame({"variant": timed.index, "schedule": timed["schedule"],
-                      "epochs": timed["epochs"].map(lambda v: f"{v:.1f}"),
-                      "steps": timed["steps"].map(lambda v: f"{int(v):,}"),
-                      "precision @ 1 (averaged)": timed["precision_at_1"].map(pct),
-                      "precision @ 1 (raw)": timed["precision_at_1_raw"].map(pct),
-                      **flip,
-                      "train time (s)": timed["train_seconds"].map(lambda v: f"{v:,.0f}"),
-                      **{f"reaches {100 * float(x):g}%": [_when(row, x) for row in timed.itertuples()]
-                         for x in targets}})
-    t.to_csv(r.tables / "time_to_accuracy.csv", index=False)
-    return t
-
-
-def _held_outplot(r: Results) -> None:
-    def draw(ax):
-        for i, name in enumerate(r.timed.index):
-            avg = load_curve(r.root, name, "precision_at_1", "held_out")
-            raw = load_curve(r.root, name, "precision_at_1_raw", "held_out")
-            epochs = load_curve(r.root, name, "epoch", "held_out")
-            if avg is None or epochs is None:
-                continue
-            ax.plot(epochs["epoch"], 100 * avg["precision_at_1"], "-", color=f"C{i}",
-                    label=f"{name} (averaged)")
-            if raw is not None:
-                ax.plot(epochs["epoch"], 100 * raw["precision_at_1_raw"], "--", color=f"C{i}",
-                        alpha=0.6, label=f"{name} (raw)")
-        ax.axhline(ref("precision_target"), color="gray", lw=0.8, ls=":",
-                   label="reference: ~86% (official test set)")
-    plot(r.plots / "time_to_accuracy.png", (8, 4.5), draw, "Held-out precision while training",
-          "epoch", "held-out precision @ 1 (%)", legend=True)
-
-
-def _fast_answer(r: Results, f, u) -> list[str]:
-    sooner = ""
-    curve, epochs = (load_curve(r.root, f.name, m, "held_out") for m in ("precision_at_1", "epoch"))
-    if curve is not None and epochs is not None:
-        hit = epochs["epoch"][curve["precision_at_1"] >= u.precision_at_1 - 1e-9]
-        if len(hit):
-            sooner = (f" `fast` passes the tutorial schedule's final {pct(u.precision_at_1)} "
-                      f"at epoch {hit.iloc[0]:.1f} of the held-out curve.")
-    flip = (f" Flip test-time augmentation, reported apart: {pct(f.precision_at_1_flip)}."
-            if "precision_at_1_flip" in f and f.precision_at_1_flip == f.precision_at_1_flip
-            else "")
-    reached = ("reached at " + _when(f, "0.85") if (f.time_to_target or {}).get("0.85")
-               else "not reached")
-    return [f"*Answer:* in {f.epochs:.1f} epochs the `fast` schedule reaches "
-            f"{pct(f.precision_at_1)} (averaged weights; {pct(f.precision_at_1_raw)} raw), "
-            f"the tutorial's schedule over the same {int(u.steps):,} steps "
-            f"{pct(u.precision_at_1)} ({pct(u.precision_at_1_raw)} raw).{sooner} "
-            f"85% is {reached} by `fast`.{flip}", ""]
+def _speed_noise(r: Results, ratio: float) -> str:
+    """A speed ratio against the baseline, weighed against the seeds' spread of speed (the
+    seeds do identical work: their spread is the timing noise of this machine)."""
+    base = r.base.examples_per_sec if r.base is not None else 1.0
+    return r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base, unit="% of the speed",
+                   fmt=".0f")

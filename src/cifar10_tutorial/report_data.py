@@ -64,14 +64,19 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 def plot(path: Path, figsize: tuple, draw: Callable, title: str, xlabel: Optional[str],
-          ylabel: str, legend: bool = False, grid_axis: str = "both") -> None:
-    """One PNG: ``draw(ax)`` on a fresh figure, then the shared axis set-up."""
+         ylabel: str, legend: bool = False, grid_axis: str = "both") -> bool:
+    """One PNG: ``draw(ax)`` on a fresh figure, then the shared axis set-up. Returns False,
+    and writes (and leaves) no file, when ``draw`` drew nothing: no blank plots."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=figsize)
     draw(ax)
+    if not ax.has_data():
+        plt.close(fig)
+        path.unlink(missing_ok=True)
+        return False
     if xlabel:
         ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -80,25 +85,95 @@ def plot(path: Path, figsize: tuple, draw: Callable, title: str, xlabel: Optiona
         ax.legend(fontsize=8)
     ax.grid(axis=grid_axis, alpha=0.3)
     save_figure_atomic(fig, path, dpi=100, bbox_inches="tight")
+    return True
+
+
+def marker(points: int) -> Optional[str]:
+    """A series of few points is drawn with a marker at each (a line alone hides them)."""
+    return "o" if points <= 25 else None
+
+
+# Under this many steps per exercise variant the report withholds its answers: the
+# averages have barely started (window ~ steps / 9) and the loss still falls fast.
+MIN_STEPS = 2000
+REPRODUCTION = "tutorial_100k"  # the variant that runs the tutorial at its own budget
 
 
 @dataclass
 class Results:
-    """What every section reads: the variants' metrics and where tables and plots go."""
+    """What every section reads: the variants' metrics and where tables and plots go.
+
+    ``exercises`` are the variants at the shared budget (ablation.max_steps), ``timed`` those
+    with a budget of their own and a held-out curve (the schedule pair and the 100K-step
+    reproduction), ``seeds`` the baseline and the variants that change only its seed."""
 
     df: pd.DataFrame  # every variant
-    exercises: pd.DataFrame  # those without a held-out curve (the exercises' budget)
-    timed: pd.DataFrame  # those with one (eval.every_steps > 0)
+    exercises: pd.DataFrame
+    timed: pd.DataFrame
     root: Path
     tables: Path
     plots: Path
+    seeds: pd.DataFrame = None
 
     @property
     def base(self):
         return self.df.loc["baseline"] if "baseline" in self.df.index else None
 
+    @property
+    def reproduction(self):
+        return self.df.loc[REPRODUCTION] if REPRODUCTION in self.df.index else None
+
     def has(self, name: str) -> bool:
         return name in self.df.index
+
+    @property
+    def withheld(self) -> bool:
+        return bool(len(self.exercises)) and int(self.exercises["steps"].min()) < MIN_STEPS
+
+    def answer(self, text: str) -> str:
+        """``*Answer:* text``, or a withheld answer under the minimum budget."""
+        if self.withheld:
+            return (f"*Answer withheld:* the variants ran fewer than {MIN_STEPS:,} steps "
+                    f"(see the banner at the top); the table shows what was measured.")
+        return f"*Answer:* {text}"
+
+    def spread(self, column: str, scale: float = 1.0) -> Optional[float]:
+        """Max - min of ``column`` over the seed runs (None with fewer than 2)."""
+        if self.seeds is None or len(self.seeds) < 2 or column not in self.seeds:
+            return None
+        return scale * float(self.seeds[column].max() - self.seeds[column].min())
+
+    def noise(self, effect: float, column: str, scale: float = 100.0, unit: str = "points",
+              fmt: str = ".1f") -> str:
+        """How ``effect`` (in ``scale`` units of ``column``) compares with the seed spread."""
+        band = self.spread(column, scale)
+        if band is None:
+            return "(no seed runs to compare it with: whether it exceeds seed noise is unknown)"
+        n = len(self.seeds)
+        if abs(effect) <= band:
+            return (f"(**not distinguishable from seed noise**: {n} seeds of the baseline "
+                    f"spread over {band:{fmt}} {unit})")
+        return f"(beyond the {band:{fmt}}-{unit} spread of {n} seeds of the baseline)"
+
+
+def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: Path) -> Results:
+    """Sort the variants by what they are, from their params overrides."""
+    own = [n for n in df.index if {"max_steps", "max_epochs"} & set(overrides.get(n, {}).get("train", {}))]
+    timed = df.loc[[n for n in own if isinstance(df.loc[n].get("time_to_target"), dict)]]
+    seeds = [n for n in df.index if n == "baseline" or overrides.get(n) and
+             overrides[n] == {"train": {"seed": overrides[n].get("train", {}).get("seed")}}]
+    return Results(df, df.drop(index=own), timed, root, out / "tables", out / "plots",
+                   df.loc[seeds])
+
+
+def banner(r: Results) -> list[str]:
+    if not r.withheld:
+        return []
+    return [f"> **Too short to answer.** The exercise variants ran "
+            f"{int(r.exercises['steps'].min()):,} steps, fewer than the {MIN_STEPS:,} below "
+            f"which this report draws no conclusions (the moving averages and the loss have "
+            f"barely started). The tables show what was measured; every answer is withheld. "
+            f"Raise `ablation.max_steps` and rerun `dvc repro reports/dvc.yaml`.", ""]
 
 
 def provenance_section(r: Results) -> list[str]:
@@ -129,4 +204,5 @@ def provenance_section(r: Results) -> list[str]:
         notes.append(f"The exercise variants ran at {r.exercises['steps'].nunique()} different "
                      f"budgets (steps); compare them with care.")
     return md + ([" ".join(["**Not made in one piece.**", *notes]), ""] if notes else
-                 ["All variants were made by one commit, on the same data, at one budget.", ""])
+                 ["All variants were made by one commit, on the same data; the exercises "
+                  "at one budget.", ""])

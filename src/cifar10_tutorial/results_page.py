@@ -55,6 +55,28 @@ def _baselines(root: Path) -> str:
     return "\n".join(lines)
 
 
+def _made(report: str) -> str:
+    """What the report says of how its results were made, in one sentence."""
+    if "## How these results were made" not in report:
+        return ("This report predates provenance records: which commit made its variants is "
+                "not recorded and they ran at different budgets: read them as directions, "
+                "not final figures.")
+    if "**Not made in one piece.**" in report:
+        return ("The report says its results were not made in one piece (see its header): "
+                "read them as directions, not final figures.")
+    return "Every variant was made by one commit on the same data (the report's header)."
+
+
+def _reproduction(root: Path, rep: Path) -> list[str]:
+    curve = rep / "tables" / "reproduction_curve.csv"
+    if not (root / curve).is_file():
+        return []
+    return ["## The tutorial at its own budget", "",
+            f"From `{curve}`: held-out precision @ 1 while training `tutorial_100k`.", "",
+            _csv_table(root / curve), "",
+            f"![reproduction](../{rep / 'plots' / 'reproduction.png'})", ""]
+
+
 def report_folder(root: Path) -> Path:
     """The report stage's output folder, from its command in reports/dvc.yaml."""
     args = stage_command("report.py", root / "reports" / "dvc.yaml")
@@ -80,13 +102,12 @@ def render(root: Path = Path(".")) -> str:
         "## The exercises",
         "",
         f"From `{summary}` (the report's headline table; the full report with questions, "
-        f"answers and plots: [{rep / 'report.md'}](../{rep / 'report.md'})). These "
-        "variants ran at different budgets (see the report's header and the epochs in the "
-        "next table) and the files do not record which commit made them: read them as "
-        "directions, not final figures.",
+        f"answers and plots: [{rep / 'report.md'}](../{rep / 'report.md'})). "
+        + _made((root / rep / "report.md").read_text()),
         "",
         _csv_table(root / summary),
         "",
+        *_reproduction(root, rep),
         "## Time to accuracy: `fast` against the tutorial's schedule",
         "",
         f"From `{timed}` (how the `fast` defaults were chosen: "

@@ -119,9 +119,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     monitor = Monitor(paths.live_dir, run.start, max_steps, ckpt is not None, d.main, progress)
     summaries = held_out = None
     if d.main:
-        tb_run = ckpt.get("tensorboard_run") if ckpt else None  # a resumed run keeps its folder
-        summaries = Summaries(paths.tensorboard, tb_run, model,
-                              purge_step=run.start if ckpt else None)
+        summaries = Summaries(paths.tensorboard, model, ckpt)
         held_out = HeldOut(params, data, device, run.reached, ckpt)
     eval_before = held_out.seconds if held_out else 0.0  # of the sessions before a resume
 
