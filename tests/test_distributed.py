@@ -64,9 +64,10 @@ def test_two_processes_at_64_equal_one_at_128(synth_data, tmp_path):
     assert "torch.distributed.run --standalone --nproc_per_node=2" in proc.stderr
     assert_same_weights(one.model, proj / "data/train/model.pt", atol=2e-4)
     import json
-    metrics = json.loads((proj / "reports/train/metrics.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["global_batch_size"] == 64
-    assert m1["world_size"] == 1 and m1["global_batch_size"] == 64
+    made = json.loads((proj / "reports/train/provenance.json").read_text())
+    assert made["world_size"] == 2 and made["global_batch_size"] == 64
+    made1 = json.loads((one.live_dir / "provenance.json").read_text())
+    assert made1["world_size"] == 1 and made1["global_batch_size"] == 64 and m1["step"] == 30
     # only rank 0 logs: one line per log step, with the per-device figure
     lines = [l for l in proc.stdout.splitlines() if ": step " in l]
     assert len(lines) == 30 // 5 and "per device;" in lines[0]
@@ -118,7 +119,8 @@ def test_two_single_process_nodes_through_c10d_rendezvous(synth_data, tmp_path):
     assert sum(": step 10," in o for o in outs) == 1  # only rank 0 logs
     import json
     metrics = json.loads((proj / "reports/train/metrics.json").read_text())
-    assert metrics["world_size"] == 2 and metrics["steps"] == 10
+    made = json.loads((proj / "reports/train/provenance.json").read_text())
+    assert made["world_size"] == 2 and metrics["step"] == 10
 
 
 def test_world_size_must_match_num_devices(synth_data, tmp_path):

@@ -10,12 +10,12 @@ from cifar10_tutorial.regression import (RegressionError, collect_metrics, compa
                                          markdown_table, update_baseline)
 from conftest import ROOT
 
-TOL = {"eval.precision_at_1": -0.02, "train.final_loss_avg": 0.15}
+TOL = {"eval.precision_at_1": -0.02, "train.loss_avg": 0.15}
 
 
 def write_run(tmp_path, precision=0.80, loss=1.0, drop=()):
     files = {"train": tmp_path / "train.json", "eval": tmp_path / "eval.json"}
-    train = {"final_loss_avg": loss, "steps": 100, "device": "cpu"}
+    train = {"loss_avg": loss, "step": 100}
     evals = {"precision_at_1": precision, "num_examples": 1000}
     for key in drop:
         train.pop(key, None)
@@ -27,20 +27,20 @@ def write_run(tmp_path, precision=0.80, loss=1.0, drop=()):
 
 def write_baseline(tmp_path, **values):
     path = tmp_path / "baseline.json"
-    path.write_text(json.dumps({"eval.precision_at_1": 0.80, "train.final_loss_avg": 1.0, **values}))
+    path.write_text(json.dumps({"eval.precision_at_1": 0.80, "train.loss_avg": 1.0, **values}))
     return str(path)
 
 
 def test_metrics_are_collected_flat_and_numeric_only(tmp_path):
     m = collect_metrics(write_run(tmp_path))
-    assert m == {"train.final_loss_avg": 1.0, "train.steps": 100.0, "eval.precision_at_1": 0.8,
+    assert m == {"train.loss_avg": 1.0, "train.step": 100.0, "eval.precision_at_1": 0.8,
                  "eval.num_examples": 1000.0}
 
 
 def test_within_tolerance_passes(tmp_path):
     text = gate(write_baseline(tmp_path), TOL, write_run(tmp_path, precision=0.785, loss=1.1))
     assert "| eval.precision_at_1 | 0.8000 | 0.7850 | -0.0150 | >= -0.0200 | ok |" in text
-    assert "| train.final_loss_avg | 1.0000 | 1.1000 | +0.1000 | <= +0.1500 | ok |" in text
+    assert "| train.loss_avg | 1.0000 | 1.1000 | +0.1000 | <= +0.1500 | ok |" in text
 
 
 def test_a_drop_past_the_tolerance_fails_with_the_table(tmp_path):
@@ -49,12 +49,12 @@ def test_a_drop_past_the_tolerance_fails_with_the_table(tmp_path):
     msg = str(err.value)
     assert "| eval.precision_at_1 | 0.8000 | 0.7500 | -0.0500 | >= -0.0200 | **FAIL**: dropped " \
            "more than allowed |" in msg
-    assert "| train.final_loss_avg | 1.0000 | 1.0000 | +0.0000 | <= +0.1500 | ok |" in msg
+    assert "| train.loss_avg | 1.0000 | 1.0000 | +0.0000 | <= +0.1500 | ok |" in msg
     assert "REGRESSION in eval.precision_at_1" in msg and "--update" in msg
 
 
 def test_a_rise_of_a_lower_is_better_metric_fails(tmp_path):
-    with pytest.raises(RegressionError, match=r"train.final_loss_avg.*rose more than allowed"):
+    with pytest.raises(RegressionError, match=r"train.loss_avg.*rose more than allowed"):
         gate(write_baseline(tmp_path), TOL, write_run(tmp_path, loss=1.2))
 
 
@@ -85,7 +85,7 @@ def test_update_writes_the_gated_metrics(tmp_path):
     out = tmp_path / "base" / "b.json"
     values = update_baseline(str(out), TOL, write_run(tmp_path, precision=0.7))
     assert json.loads(out.read_text()) == values == {"eval.precision_at_1": 0.7,
-                                                     "train.final_loss_avg": 1.0}
+                                                     "train.loss_avg": 1.0}
     assert gate(str(out), TOL, write_run(tmp_path, precision=0.7))
 
 
@@ -99,7 +99,7 @@ def test_tolerances_are_validated():
 def test_the_stage_exits_1_with_the_table(tmp_path):
     (tmp_path / "reports/train").mkdir(parents=True)
     (tmp_path / "reports/eval").mkdir(parents=True)
-    (tmp_path / "reports/train/metrics.json").write_text(json.dumps({"final_loss_avg": 1.0}))
+    (tmp_path / "reports/train/metrics.json").write_text(json.dumps({"loss_avg": 1.0}))
     (tmp_path / "reports/eval/metrics.json").write_text(json.dumps({"precision_at_1": 0.5}))
     baseline = write_baseline(tmp_path)
     (tmp_path / "params.yaml").write_text(f"regression: {{baseline: {baseline}}}\n")
@@ -139,7 +139,7 @@ def test_ci_run_fails_with_the_table_on_a_deliberate_regression(tmp_path):
         "  input.min_fraction_of_examples_in_queue: 0.1\n"
         "  regression.baseline: reports/baseline/broken.json\n")
     (project / "reports/baseline/broken.json").write_text(json.dumps(
-        {"eval.precision_at_1": 0.95, "eval.precision_at_1_raw": 0.95, "train.final_loss_avg": 2.4}))
+        {"eval.precision_at_1": 0.95, "eval.precision_at_1_raw": 0.95, "train.loss_avg": 2.4}))
     init_repo(project)
     proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "broken"], cwd=project,
                           capture_output=True, text=True, timeout=600)

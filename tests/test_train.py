@@ -336,6 +336,10 @@ def test_tensorboard_summaries_and_dvclive(synth_data, tmp_path):
     loss_rows = (live / "plots/metrics/train/loss.tsv").read_text().splitlines()
     assert loss_rows[0].split("\t")[:2] == ["step", "loss"] and len(loss_rows) == 1 + 3
     assert not (live / "params.yaml").exists()  # params live in params.yaml, hashed by DVC
+    # by default (eval.every_steps 5,000) a short run evaluates the held-out split at its end:
+    # the held-out plot is never blank
+    held_out = (live / "plots/metrics/held_out/precision_at_1.tsv").read_text().splitlines()
+    assert len(held_out) == 2 and held_out[1].split("\t")[0] == "12"
     # a second run (another experiment, say) gets a folder of its own beside the first
     time.sleep(1.1)
     train(tiny_params(train={"max_steps": 6, "summary_every": 5}), synth_data, paths(tmp_path),

@@ -36,7 +36,7 @@ def reproduction(r: Results) -> list[str]:
     rep = r.reproduction
     if rep is None:
         return md + [f"*Not run:* the `{REPRODUCTION}` variant has no results (params.yaml "
-                     f"`ablations:`; about 5 hours on 2 CPU cores, minutes on a GPU).", ""]
+                     f"`ablations:`; hours on a CPU).", ""]
     c = held_out_curve(r, REPRODUCTION)
     if c is not None:
         t = pd.DataFrame({"step": c["step"].map(lambda v: f"{int(v):,}"),
