@@ -246,9 +246,11 @@ def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
     train(full, synth_data, paths(tmp_path / "b"), progress=False)
     (paths(tmp_path / "b").checkpoints / "ckpt-00000020.pt").unlink()
     paths(tmp_path / "b").model.unlink()
+    time.sleep(1.1)  # a new run would get a TensorBoard folder of another name
     m = train(full, synth_data, paths(tmp_path / "b"), progress=False)
     assert m["step"] == 20
     assert_same_outputs(paths(tmp_path / "a"), paths(tmp_path / "b"))
+    assert len(list(paths(tmp_path / "b").tensorboard.iterdir())) == 1  # resumed in its folder
 
 
 def test_a_finished_run_run_again_gives_the_same_outputs(synth_data, tmp_path, caplog):
