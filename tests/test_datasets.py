@@ -167,8 +167,9 @@ def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     # exercise 6: the dataset variant fetches its own data; the report gains its table
     out = dvc(project, "repro", "reports/dvc.yaml:dataset_ablation@svhn", "reports/dvc.yaml:report").stdout
     assert "Running stage 'reports/dvc.yaml:dataset_ablation@svhn'" in out
-    m = __import__("json").loads((project / "reports/ablations/svhn/metrics.json").read_text())
-    assert m["dataset"] == "svhn" and m["num_examples"] == 60 and m["num_train"] == 200
+    result = project / "reports/ablations/svhn"
+    m, v = (__import__("json").loads((result / f).read_text()) for f in ("metrics.json", "variant.json"))
+    assert v["dataset"] == "svhn" and m["eval"]["num_examples"] == 60 and v["num_train"] == 200
     text = (project / "reports/report.md").read_text()
     assert "Not run here" not in text
-    assert f"{100 * m['precision_at_1']:.1f}%" in (project / "reports/tables/exercise6_svhn.csv").read_text()
+    assert f"{100 * m['eval']['precision_at_1']:.1f}%" in (project / "reports/tables/exercise6_svhn.csv").read_text()
