@@ -12,6 +12,7 @@ from cifar10_tutorial.report_data import MIN_STEPS, marker
 
 OVERRIDES = {"baseline": {}, "baseline_seed1": {"train": {"seed": 1}},
              "baseline_seed2": {"train": {"seed": 2}}, "softmax": {"model": {"output": "softmax"}},
+             "devices_2x64": {"train": {"num_devices": 2, "batch_size": 64}},
              "local_head": {"model": {"head": "local"}}, "no_lrn": {"model": {"lrn": False}}}
 
 
@@ -64,6 +65,7 @@ def exercises(root: Path, steps: int, effects: dict) -> None:
     write_variant(root, "local_head", 0.70 + effects["local_head"], steps, head="local",
                   speed=200.0)
     write_variant(root, "no_lrn", 0.70 + effects["no_lrn"], steps, lrn=False, speed=410.0)
+    write_variant(root, "devices_2x64", 0.70, steps, speed=300.0, world_size=2, batch_size=64)
 
 
 def section(text: str, heading: str) -> str:
@@ -86,6 +88,9 @@ def test_effects_are_weighed_against_the_seed_spread(tmp_path):
     assert "0.50x the training speed (beyond the 10-% of the speed spread" in local
     assert "1.02x (**not distinguishable from seed noise**" in no_lrn
     assert "the baseline also under 2 more seeds" in text
+    devices = section(text, "## Exercise 5")
+    assert "2 x 64 runs at 0.75x the speed of 1 x 128 (beyond" in devices
+    assert "On this CPU machine the two processes share the same cores" in devices
     assert "All variants were made by one commit, on the same data; the exercises at one " \
            "budget." in text
 

@@ -235,7 +235,7 @@ def _exercise5_devices(r: Results) -> list[str]:
         t.loc[len(t)] = row
     t.to_csv(r.tables / "exercise5_devices.csv", index=False)
     speed = m.examples_per_sec / base.examples_per_sec
-    cpu = "cpu" in str(m.device)
+    cpu = m.get("device_type") == "cpu"
 
     def draw(ax):
         ax.bar(["1 x 128", "2 x 64"], [base.examples_per_sec, m.examples_per_sec],
