@@ -42,7 +42,8 @@ def reproduction(r: Results) -> list[str]:
         t = pd.DataFrame({"step": c["step"].map(lambda v: f"{int(v):,}"),
                           "epoch": c["epoch"].map(lambda v: f"{v:.1f}") if "epoch" in c else "",
                           "held-out precision @ 1 (averaged)": c["precision_at_1"].map(pct),
-                          "(raw)": c.get("precision_at_1_raw", c["precision_at_1"] * 0).map(pct)})
+                          "(raw)": c["precision_at_1_raw"].map(pct)
+                          if "precision_at_1_raw" in c else ""})
         t.to_csv(r.tables / "reproduction_curve.csv", index=False)
         md += [markdown_table(t), ""]
 
