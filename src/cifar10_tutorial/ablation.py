@@ -22,9 +22,8 @@ from .train import train
 @dataclass(frozen=True)
 class VariantPaths:
     """Where variant results go (``out``: metrics.json, variant.json, eval/, train/, in git)
-    and where its
-    model, checkpoints, TensorBoard logs (and a data-set variant's data) stay (``work``,
-    outside DVC). The stage gets both from reports/dvc.yaml."""
+    and where its model, checkpoints, TensorBoard logs (and a data-set variant's data) stay
+    (``work``, outside DVC). The stage gets both from reports/dvc.yaml."""
 
     work: Path
     out: Path
