@@ -27,7 +27,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     results under ``ablations_root`` (data-set variants' results are there too);
     ``variants``: params.yaml's ``ablations`` (name -> overrides), which sorts them into
     exercises, seeds and runs of their own budget."""
-    df = load_variants(ablations_root)
+    every = df = load_variants(ablations_root)  # the data-set variants' results too
     if variants is not None:
         missing = [v for v in variants if v not in df.index]
         if missing:
@@ -40,7 +40,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     md = (_intro(r) + provenance_section(r) + reproduction(r) + _summary(r)
           + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
           + _exercise4_averaging(r) + _exercise5_devices(r)
-          + _exercise6_dataset(r, dataset_variants or []) + _no_lrn(r)
+          + _exercise6_dataset(r, every, dataset_variants or []) + _no_lrn(r)
           + time_to_accuracy(r, search) + reference_markdown())
     report = out / "report.md"
     write_text_atomic(report, "\n".join(md))
@@ -257,12 +257,11 @@ def _exercise5_devices(r: Results) -> list[str]:
                  ""]
 
 
-def _exercise6_dataset(r: Results, dataset_variants: list[str]) -> list[str]:
+def _exercise6_dataset(r: Results, every: pd.DataFrame, dataset_variants: list[str]) -> list[str]:
     md = ["## Exercise 6: SVHN instead of CIFAR-10", "",
           "*Question:* how does the same network do on SVHN's house-number digits? The "
           "network adapts through the data set alone: 10 classes again, no left-right flips "
           "(digits are not mirror-symmetric), otherwise the same layers and schedule.", ""]
-    every = load_variants(r.root)
     ran = [every.loc[n] for n in dataset_variants if n in every.index]
     if not ran:
         names = ", ".join(f"`{n}`" for n in dataset_variants) or "none is defined"
