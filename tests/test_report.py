@@ -159,3 +159,29 @@ def test_no_blank_plots(tmp_path):
 @pytest.mark.parametrize("points,expected", [(1, "o"), (20, "o"), (25, "o"), (500, None)])
 def test_few_points_get_markers(points, expected):
     assert marker(points) == expected
+
+
+def test_variants_without_results_are_named_at_the_top(tmp_path):
+    """A partial run (some variants of params.yaml not run yet) still makes a report, which
+    says at the top that it is not in one piece and names what is missing; each section
+    that needs a missing variant says so instead of answering."""
+    root = tmp_path / "a"
+    for name, precision, seed in (("baseline", 0.70, 0), ("baseline_seed1", 0.72, 1),
+                                  ("baseline_seed2", 0.71, 2)):
+        write_variant(root, name, precision, 10_000, seed=seed)
+    write_variant(root, "no_lrn", 0.75, 10_000, lrn=False)
+    overrides = {**OVERRIDES, "tutorial_100k": {"train": {"max_steps": 100000}},
+                 "queue_fill_0pct": {"input": {"min_fraction_of_examples_in_queue": 0.0}},
+                 "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
+    text = make_report(root, tmp_path / "out", overrides).read_text()
+    top = text.split("## The tutorial at its own budget", 1)[0]
+    assert "**Not made in one piece.** 6 of the 10 variants of params.yaml `ablations:` " \
+           "have no results (not run): `softmax`, `devices_2x64`, `local_head`, " \
+           "`tutorial_100k`, `queue_fill_0pct`, `schedule_fast`." in top
+    assert "All variants were made by one commit" not in text
+    assert "*Not run:* the `tutorial_100k` variant has no results" in text
+    assert "beyond the 2.0-points spread of 3 seeds" in section(
+        text, "## Without local response normalization")
+    # nothing at all to report is an error that says what to run
+    with pytest.raises(Exception, match="no results for any variant"):
+        make_report(root, tmp_path / "out2", {"softmax": {}})

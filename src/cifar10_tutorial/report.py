@@ -28,13 +28,15 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     ``variants``: params.yaml's ``ablations`` (name -> overrides), which sorts them into
     exercises, seeds and runs of their own budget."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
+    not_run = []
     if variants is not None:
-        missing = [v for v in variants if v not in df.index]
-        if missing:
-            raise PipelineError(f"{ablations_root}: no results for {', '.join(missing)}; run "
-                                f"`dvc repro reports/dvc.yaml:report` first.")
-        df = df.loc[list(variants)]
-    r = make_results(df, variants or {}, ablations_root, out)
+        # a variant without results is named at the top and its sections say so
+        not_run = [v for v in variants if v not in df.index]
+        if len(not_run) == len(variants):
+            raise PipelineError(f"{ablations_root}: no results for any variant of params.yaml "
+                                f"`ablations:`; run `dvc repro reports/dvc.yaml:report`.")
+        df = df.loc[[v for v in variants if v in df.index]]
+    r = make_results(df, variants or {}, ablations_root, out, not_run)
     r.tables.mkdir(parents=True, exist_ok=True)
     r.plots.mkdir(parents=True, exist_ok=True)
     md = (_intro(r) + provenance_section(r) + reproduction(r) + _summary(r)

@@ -114,6 +114,7 @@ class Results:
     tables: Path
     plots: Path
     seeds: pd.DataFrame = None
+    not_run: tuple = ()  # variants of params.yaml `ablations:` without results
 
     @property
     def base(self):
@@ -156,14 +157,16 @@ class Results:
         return f"(beyond the {band:{fmt}}-{unit} spread of {n} seeds of the baseline)"
 
 
-def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: Path) -> Results:
-    """Sort the variants by what they are, from their params overrides."""
+def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: Path,
+                 not_run: list[str] = ()) -> Results:
+    """Sort the variants by what they are, from their params overrides; ``not_run``: the
+    variants of ``overrides`` that have no results."""
     own = [n for n in df.index if {"max_steps", "max_epochs"} & set(overrides.get(n, {}).get("train", {}))]
     timed = df.loc[[n for n in own if isinstance(df.loc[n].get("time_to_target"), dict)]]
     seeds = [n for n in df.index if n == "baseline" or overrides.get(n) and
              overrides[n] == {"train": {"seed": overrides[n].get("train", {}).get("seed")}}]
     return Results(df, df.drop(index=own), timed, root, out / "tables", out / "plots",
-                   df.loc[seeds])
+                   df.loc[seeds], tuple(not_run))
 
 
 def banner(r: Results) -> list[str]:
@@ -191,6 +194,12 @@ def provenance_section(r: Results) -> list[str]:
     t = pd.DataFrame(rows, columns=["variant", "commit", "data", "steps", "device"])
     md = ["## How these results were made", "", markdown_table(t), ""]
     notes = []
+    if r.not_run:
+        names = ", ".join(f"`{n}`" for n in r.not_run)
+        total = len(r.df) + len(r.not_run)
+        notes.append(f"{len(r.not_run)} of the {total} variants of params.yaml `ablations:` "
+                     f"have no results (not run): {names}. Their sections say so; run them "
+                     f"with `dvc repro reports/dvc.yaml`.")
     if len(found) < len(r.df):
         notes.append(f"{len(r.df) - len(found)} of {len(r.df)} variants have no provenance "
                      f"record (made by an older version of the code): which code made them "
