@@ -36,12 +36,12 @@ def test_cifar100_round_trip(tmp_path, label, classes):
     np.testing.assert_array_equal(data.train_images, info["train_images"])
     np.testing.assert_array_equal(data.test_labels, info[f"test_{label}"])
     assert meta["num_classes"] == classes and len(data.classes) == classes
-    assert data.classes[3] == (f"class_3" if label == "fine" else "superclass_3")
+    assert data.classes[3] == ("class_3" if label == "fine" else "superclass_3")
     assert sum(meta["class_counts"]["train"]) == 50 and len(meta["class_counts"]["train"]) == classes
 
 
 def test_cifar100_bad_inputs(tmp_path):
-    info = make_cifar100_archive(tmp_path / "ok.tar.gz", train=4, test=2)
+    make_cifar100_archive(tmp_path / "ok.tar.gz", train=4, test=2)
     bad = tmp_path / "bad.tar.gz"
     write_tar_gz(bad, {"cifar-100-binary/train.bin": bytes(3074 * 2 - 5),
                        "cifar-100-binary/test.bin": bytes(3074),

@@ -3,8 +3,6 @@ import json
 import subprocess
 import sys
 
-import yaml
-
 from cifar10_tutorial.gpu_run import LOSS_RTOL
 from cifar10_tutorial.params import to_dict
 from conftest import tiny_params, write_train_project

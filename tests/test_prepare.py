@@ -1,6 +1,7 @@
 import io
 import json
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,7 +111,7 @@ def test_wrong_class_names(tmp_path):
         prepare(archive, tmp_path / "prepared", CIFAR10)
 
 
-def _archive_with(tmp_path, info: tarfile.TarInfo, data: bytes = b"") -> "Path":
+def _archive_with(tmp_path, info: tarfile.TarInfo, data: bytes = b"") -> Path:
     path = tmp_path / "evil.tar.gz"
     with tarfile.open(path, "w:gz") as tf:
         for name, raw in official_members().items():
