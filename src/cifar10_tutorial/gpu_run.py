@@ -43,6 +43,7 @@ from .errors import PipelineError
 from .files import write_text_atomic
 from .params import Params, load_params, to_dict
 from .prepare import Prepared, load_prepared
+from .report_data import held_out_curve
 from .checkpoints import TrainPaths
 from .devices import pick_device
 from .inputs import make_batches
@@ -197,15 +198,11 @@ def _compiled(params: Params, data: Prepared, device, x, y, sizes: Sizes, sync) 
 
 
 def _curve(live: Path) -> list[dict]:
-    path = live / "plots" / "metrics" / "held_out" / "precision_at_1.tsv"
-    raw = live / "plots" / "metrics" / "held_out" / "precision_at_1_raw.tsv"
-    if not path.is_file():
+    c = held_out_curve(live)
+    if c is None:
         return []
-    rows = [ln.split("\t") for ln in path.read_text().splitlines()]
-    raws = [ln.split("\t") for ln in raw.read_text().splitlines()]
-    i, j = rows[0].index("step"), rows[0].index("precision_at_1")
-    return [{"step": int(r[i]), "precision_at_1": float(r[j]), "precision_at_1_raw": float(q[j])}
-            for r, q in zip(rows[1:], raws[1:])]
+    return [{"step": int(row.step), "precision_at_1": float(row.precision_at_1),
+             "precision_at_1_raw": float(row.precision_at_1_raw)} for row in c.itertuples()]
 
 
 def fast_schedule(params: Params, data: Prepared, sizes: Sizes, root: Path) -> dict:

@@ -10,22 +10,13 @@ from typing import Optional
 import pandas as pd
 
 from .reference import ref
-from .report_data import (REPRODUCTION, Results, load_curve, load_provenance, marker,
+from .report_data import (REPRODUCTION, Results, held_out_curve, load_provenance, marker,
                           markdown_table, pct, plot)
 
 
-def held_out_curve(r: Results, name: str) -> Optional[pd.DataFrame]:
-    """A variant's held-out evaluations while training: step, precision_at_1 and, where
-    logged, precision_at_1_raw and epoch."""
-    out = load_curve(r.root, name, "precision_at_1", "held_out")
-    if out is None:
-        return None
-    out = out[["step", "precision_at_1"]]
-    for metric in ("precision_at_1_raw", "epoch"):
-        c = load_curve(r.root, name, metric, "held_out")
-        if c is not None:
-            out = out.merge(c[["step", metric]], on="step", how="left")
-    return out
+def variant_curve(r: Results, name: str) -> Optional[pd.DataFrame]:
+    """A variant's held-out evaluations while training (see :func:`held_out_curve`)."""
+    return held_out_curve(r.root / name / "train")
 
 
 def reproduction(r: Results) -> list[str]:
@@ -37,7 +28,7 @@ def reproduction(r: Results) -> list[str]:
     if rep is None:
         return md + [f"*Not run:* the `{REPRODUCTION}` variant has no results (params.yaml "
                      f"`ablations:`; hours on a CPU).", ""]
-    c = held_out_curve(r, REPRODUCTION)
+    c = variant_curve(r, REPRODUCTION)
     if c is not None:
         t = pd.DataFrame({"step": c["step"].map(lambda v: f"{int(v):,}"),
                           "epoch": c["epoch"].map(lambda v: f"{v:.1f}") if "epoch" in c else "",
@@ -137,7 +128,7 @@ def _time_to_accuracy_table(r: Results) -> pd.DataFrame:
 def _held_outplot(r: Results) -> bool:
     def draw(ax):
         for i, name in enumerate(r.timed.index):
-            c = held_out_curve(r, name)
+            c = variant_curve(r, name)
             if c is None or "epoch" not in c:
                 continue
             ax.plot(c["epoch"], 100 * c["precision_at_1"], "-", color=f"C{i}",
@@ -156,7 +147,7 @@ def _held_outplot(r: Results) -> bool:
 
 def _fast_answer(r: Results, f, u) -> list[str]:
     sooner = ""
-    c = held_out_curve(r, f.name)
+    c = variant_curve(r, f.name)
     if c is not None and "epoch" in c:
         hit = c["epoch"][c["precision_at_1"] >= u.precision_at_1 - 1e-9]
         if len(hit):
