@@ -150,6 +150,20 @@ def test_the_results_page_is_generated_from_the_committed_reports():
         "docs/results.md is stale: run `python -m cifar10_tutorial.results_page`"
 
 
+def test_the_results_page_without_schedule_results(tmp_path):
+    """A partial report (the schedule variants not run yet) has no time-to-accuracy table:
+    the page says so instead of failing; with the table it quotes it and its plot."""
+    from cifar10_tutorial.results_page import _time_to_accuracy
+
+    rep = Path("reports")
+    text = "\n".join(_time_to_accuracy(tmp_path, rep))
+    assert "No results yet: the schedule variants have not run" in text and "|" not in text
+    (tmp_path / rep / "tables").mkdir(parents=True)
+    (tmp_path / rep / "tables" / "time_to_accuracy.csv").write_text("variant,epochs\nfast,25\n")
+    text = "\n".join(_time_to_accuracy(tmp_path, rep))
+    assert "| fast | 25 |" in text and "time_to_accuracy.png" not in text
+
+
 # a measured figure as the docs would quote one: a precision with decimals, a speed, a
 # time or a ratio with decimals
 MEASURED = re.compile(r"\d+\.\d+ ?%|\d[\d,.]* examples/sec|\d+\.\d+ ?(?:s|h|ms|min)\b|\d+\.\d+x\b")

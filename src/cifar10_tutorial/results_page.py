@@ -77,6 +77,20 @@ def _reproduction(root: Path, rep: Path) -> list[str]:
             f"![reproduction](../{rep / 'plots' / 'reproduction.png'})", ""]
 
 
+def _time_to_accuracy(root: Path, rep: Path) -> list[str]:
+    timed = rep / "tables" / "time_to_accuracy.csv"
+    md = ["## Time to accuracy: `fast` against the tutorial's schedule", ""]
+    if not (root / timed).is_file():
+        return md + ["No results yet: the schedule variants have not run (the report's "
+                     "section names them).", ""]
+    md += [f"From `{timed}` (how the `fast` defaults were chosen: "
+           "[reports/fast_schedule_search.md](../reports/fast_schedule_search.md)):", "",
+           _csv_table(root / timed), ""]
+    if (root / rep / "plots" / "time_to_accuracy.png").is_file():
+        md += [f"![time to accuracy](../{rep / 'plots' / 'time_to_accuracy.png'})", ""]
+    return md
+
+
 def report_folder(root: Path) -> Path:
     """The report stage's output folder, from its command in reports/dvc.yaml."""
     args = stage_command("report.py", root / "reports" / "dvc.yaml")
@@ -86,7 +100,7 @@ def report_folder(root: Path) -> Path:
 def render(root: Path = Path(".")) -> str:
     roof = "reports/benchmark-roofline.json"
     rep = report_folder(root)
-    summary, timed = rep / "tables" / "summary.csv", rep / "tables" / "time_to_accuracy.csv"
+    summary = rep / "tables" / "summary.csv"
     return "\n".join([
         "# Results",
         "",
@@ -108,15 +122,7 @@ def render(root: Path = Path(".")) -> str:
         _csv_table(root / summary),
         "",
         *_reproduction(root, rep),
-        "## Time to accuracy: `fast` against the tutorial's schedule",
-        "",
-        f"From `{timed}` (how the `fast` defaults were chosen: "
-        "[reports/fast_schedule_search.md](../reports/fast_schedule_search.md)):",
-        "",
-        _csv_table(root / timed),
-        "",
-        f"![time to accuracy](../{rep / 'plots' / 'time_to_accuracy.png'})",
-        "",
+        *_time_to_accuracy(root, rep),
         "## Throughput",
         "",
         _throughput(Path("reports/benchmark.json"), root),
