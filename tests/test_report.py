@@ -111,7 +111,13 @@ def test_without_seed_runs_no_effect_is_called_real(tmp_path):
     write_variant(root, "baseline", 0.70, 10_000)
     write_variant(root, "no_lrn", 0.75, 10_000, lrn=False)
     text = make_report(root, tmp_path / "out", {"baseline": {}, "no_lrn": {}}).read_text()
+    assert "one seed each (no seed runs: effects cannot be told from noise)" in text
     assert "no seed runs to compare it with: whether it exceeds seed noise is unknown" in text
+    write_variant(root, "baseline_seed1", 0.71, 10_000, seed=1)
+    text = make_report(root, tmp_path / "out", {"baseline": {}, "no_lrn": {},
+                                                "baseline_seed1": {"train": {"seed": 1}}}
+                       ).read_text()
+    assert "the baseline also under 1 more seed, whose spread" in text
 
 
 def test_reproduction_and_time_to_its_accuracy(tmp_path):
@@ -180,6 +186,7 @@ def test_variants_without_results_are_named_at_the_top(tmp_path):
            "`tutorial_100k`, `queue_fill_0pct`, `schedule_fast`." in top
     assert "All variants were made by one commit" not in text
     assert "*Not run:* the `tutorial_100k` variant has no results" in text
+    assert "the baseline also under 2 more seeds, whose spread" in top
     assert "beyond the 2.0-points spread of 3 seeds" in section(
         text, "## Without local response normalization")
     # nothing at all to report is an error that says what to run

@@ -51,8 +51,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
 
 def _intro(r: Results) -> list[str]:
     ex, df = r.exercises, r.df
-    seeds = (f"the baseline also under {len(r.seeds) - 1} more seeds, whose spread is the "
-             f"noise each answer is weighed against" if r.seeds is not None and len(r.seeds) > 1
+    more = len(r.seeds) - 1 if r.seeds is not None else 0
+    seeds = (f"the baseline also under {more} more seed{'s' if more > 1 else ''}, whose "
+             f"spread is the noise each answer is weighed against" if more
              else "one seed each (no seed runs: effects cannot be told from noise)")
     budget = (f"Every variant of the exercises is trained for **{ex['steps'].max():,} steps** "
               f"({ex['epochs'].max():.1f} epochs, global batch "
