@@ -89,7 +89,8 @@ def time_to_accuracy(r: Results, search: Optional[Path]) -> list[str]:
           f"The reference: {ref('budget')}.", ""]
     timed = r.timed
     if timed.empty:
-        return md + ["*Not run:* no variant evaluated the held-out split while training "
+        return md + ["*Not run:* no variant of its own budget (`train.max_steps` or "
+                     "`max_epochs` in its overrides) has results with a held-out curve "
                      "(`eval.every_steps` > 0), e.g. `schedule_fast` and `schedule_tutorial`.", ""]
     md += [markdown_table(_time_to_accuracy_table(r)), ""]
     if _held_outplot(r):
