@@ -186,6 +186,7 @@ def test_variants_without_results_are_named_at_the_top(tmp_path):
            "`tutorial_100k`, `queue_fill_0pct`, `schedule_fast`." in top
     assert "All variants were made by one commit" not in text
     assert "*Not run:* the `tutorial_100k` variant has no results" in text
+    assert "*Not run:* no variant of its own budget" in section(text, "## Time to accuracy")
     assert "the baseline also under 2 more seeds, whose spread" in top
     assert "beyond the 2.0-points spread of 3 seeds" in section(
         text, "## Without local response normalization")
