@@ -85,7 +85,7 @@ def test_effects_are_weighed_against_the_seed_spread(tmp_path):
            "of 3 seeds of the baseline)" in local
     # speed: seeds run at 380-420 examples/sec, 10% of the baseline's 400: 0.50x is beyond,
     # 1.02x (no_lrn) inside
-    assert "0.50x the training speed (beyond the 10-% of the speed spread" in local
+    assert "0.50x the training speed (beyond the 10% spread in examples/sec of 3 seeds" in local
     assert "1.02x (**not distinguishable from seed noise**" in no_lrn
     assert "the baseline also under 2 more seeds" in text
     devices = section(text, "## Exercise 5")

@@ -317,5 +317,5 @@ def _speed_noise(r: Results, ratio: float) -> str:
     """A speed ratio against the baseline, weighed against the seeds' spread of speed (the
     seeds do identical work: their spread is the timing noise of this machine)."""
     base = r.base.examples_per_sec if r.base is not None else 1.0
-    return r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base, unit="% of the speed",
-                   fmt=".0f")
+    return r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base, unit="%",
+                   fmt=".0f", of=" in examples/sec")

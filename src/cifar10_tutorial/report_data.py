@@ -165,16 +165,18 @@ class Results:
         return scale * float(self.seeds[column].max() - self.seeds[column].min())
 
     def noise(self, effect: float, column: str, scale: float = 100.0, unit: str = "points",
-              fmt: str = ".1f") -> str:
-        """How ``effect`` (in ``scale`` units of ``column``) compares with the seed spread."""
+              fmt: str = ".1f", of: str = "") -> str:
+        """How ``effect`` (in ``scale`` units of ``column``) compares with the seed spread;
+        ``of``: what spreads, when not precision (e.g. " in examples/sec")."""
         band = self.spread(column, scale)
         if band is None:
             return "(no seed runs to compare it with: whether it exceeds seed noise is unknown)"
         n = len(self.seeds)
+        amount = f"{band:{fmt}}%" if unit == "%" else f"{band:{fmt}} {unit}"
         if abs(effect) <= band:
             return (f"(**not distinguishable from seed noise**: {n} seeds of the baseline "
-                    f"spread over {band:{fmt}} {unit})")
-        return f"(beyond the {band:{fmt}}-{unit} spread of {n} seeds of the baseline)"
+                    f"spread over {amount}{of})")
+        return f"(beyond the {amount.replace(' ', '-')} spread{of} of {n} seeds of the baseline)"
 
 
 def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: Path,
