@@ -7,6 +7,9 @@ With --dataset (stage `dataset_ablation@NAME`, params.yaml `dataset_ablations:`)
 first fetches and prepares its own data set under --work (raw/, prepared/), a partial
 download waiting in --partial.
 A variant with train.num_devices > 1 runs itself under torchrun, one process per device.
+--stop-at pauses it at a deadline (exit status 75; the same command continues), and
+--mirror keeps its newest checkpoint where another machine can continue it (in
+<mirror>/NAME); both also from the environment (docs/continuing.md).
 reports/dvc.yaml gives every path; by hand, give them too.
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
@@ -14,7 +17,8 @@ import sys
 from pathlib import Path
 
 from cifar10_tutorial.ablation import VariantPaths, prepare_variant_data, run_variant
-from cifar10_tutorial.cli import run_stage, stage_parser
+from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
+from cifar10_tutorial.continuation import from_stage
 from cifar10_tutorial.devices import relaunch_on_devices
 from cifar10_tutorial.params import load_params, variant_params
 from cifar10_tutorial.prepare import load_prepared
@@ -28,14 +32,16 @@ def main() -> None:
     ap.add_argument("--work", type=Path, required=True, help="model, checkpoints (and data)")
     ap.add_argument("--out", type=Path, required=True, help="the variant's results")
     ap.add_argument("--partial", type=Path, help="with --dataset: partial downloads")
+    add_continuation(ap)
     args = ap.parse_args()
     if (args.data is None) != args.dataset or (args.partial is None) == args.dataset:
         ap.error("give --data without --dataset, and --partial with it")
     params = load_params(args.params)
+    cont = from_stage(args.stop_at, args.mirror, args.name)
     relaunch_on_devices(variant_params(params, args.name).train, __file__, sys.argv[1:])
     data = (prepare_variant_data(params, args.name, args.work, args.partial) if args.dataset
             else load_prepared(args.data))
-    run_variant(params, args.name, data, VariantPaths(args.work, args.out))
+    run_variant(params, args.name, data, VariantPaths(args.work, args.out), continuation=cont)
 
 
 if __name__ == "__main__":

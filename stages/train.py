@@ -2,13 +2,18 @@
 (model.pt; checkpoints/ and tensorboard/ beside it, outside DVC) and --live (DVCLive's
 metrics.json and plots/). It resumes from the newest matching checkpoint.
 
+--stop-at pauses it at a deadline (exit status 75; the same command continues), and
+--mirror keeps its newest checkpoint where another machine can continue it (in
+<mirror>/train); both also from the environment (docs/continuing.md).
+
 With train.num_devices > 1 it runs itself under torchrun, one process per device.
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 
 from cifar10_tutorial.checkpoints import TrainPaths
-from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
+from cifar10_tutorial.cli import add_continuation, add_paths, parse_stage_args, run_stage, stage_parser
+from cifar10_tutorial.continuation import from_stage, run_ended
 from cifar10_tutorial.devices import relaunch_on_devices
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.prepare import load_prepared
@@ -19,10 +24,13 @@ def main() -> None:
     ap = stage_parser(__doc__)
     add_paths(ap, data="the prepared data", out="model.pt, checkpoints/, tensorboard/",
               live="DVCLive's metrics.json and plots/")
+    add_continuation(ap)
     args = parse_stage_args(ap, __file__)
     params = load_params(args.params)
+    cont = from_stage(args.stop_at, args.mirror, "train")
     relaunch_on_devices(params.train, __file__, sys.argv[1:])
-    train(params, load_prepared(args.data), TrainPaths(args.out, args.live))
+    train(params, load_prepared(args.data), TrainPaths(args.out, args.live), continuation=cont)
+    run_ended(cont)
 
 
 if __name__ == "__main__":

@@ -113,6 +113,15 @@ def test_every_stage_lists_the_modules_its_script_imports():
     assert uncovered_modules(ROOT) == []
 
 
+def test_no_stage_lists_a_module_its_script_does_not_import():
+    """A module dep the stage never runs would rerun it for nothing when that module changes."""
+    extra = [f"stage {st['name']}: {d} is in its deps but not imported"
+             for st in dvc_stages(ROOT)
+             for d in st["deps"] if d.endswith(".py")
+             and d not in import_closure(ROOT, ROOT / st["cmd"][0])]
+    assert extra == []
+
+
 def test_the_import_check_names_a_missing_module(tmp_path):
     project = copy_project(tmp_path / "p")
     init_repo(project)

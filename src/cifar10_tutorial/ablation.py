@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .checkpoints import TrainPaths
+from .continuation import NONE, Continuation, run_ended
 from .devices import this_process
 from .evaluate import evaluate
 from .files import write_text_atomic
@@ -62,10 +63,12 @@ def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -
 
 
 def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
-                progress=None) -> dict | None:
-    """Train and evaluate variant ``name``; rank 0 returns (and writes) its metrics."""
+                progress=None, continuation: Continuation = NONE) -> dict | None:
+    """Train and evaluate variant ``name``; rank 0 returns (and writes) its metrics.
+    ``continuation``: the train run's deadline and mirror (:mod:`.continuation`); the
+    mirror is cleared once the results are written."""
     vp = variant_params(params, name)
-    tm = train(vp, data, paths.train, progress=progress)
+    tm = train(vp, data, paths.train, progress=progress, continuation=continuation)
     if not this_process().main:
         return None  # under torchrun, evaluation runs once, on rank 0
     made = json.loads((paths.train.live_dir / "provenance.json").read_text())
@@ -81,4 +84,5 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
                "head": vp.model.head, "output": vp.model.output, "lrn": vp.model.lrn}
     write_text_atomic(paths.variant, json.dumps(variant, indent=2) + "\n")
     write_text_atomic(paths.metrics, json.dumps(metrics, indent=2) + "\n")
+    run_ended(continuation)
     return metrics

@@ -68,11 +68,13 @@ def list_checkpoints(folder: Path) -> list[Path]:
     return sorted(folder.glob("ckpt-*.pt"))
 
 
-def save_checkpoint(state: dict, folder: Path) -> None:
-    """``state`` as ``ckpt-<step>.pt``; only the newest ``KEEP_CHECKPOINTS`` are kept."""
-    torch_save_atomic(state, folder / f"ckpt-{state['step']:08d}.pt")
+def save_checkpoint(state: dict, folder: Path) -> Path:
+    """``state`` as ``ckpt-<step>.pt`` (returned); only the newest ``KEEP_CHECKPOINTS`` are kept."""
+    path = folder / f"ckpt-{state['step']:08d}.pt"
+    torch_save_atomic(state, path)
     for old in list_checkpoints(folder)[:-KEEP_CHECKPOINTS]:
         old.unlink()
+    return path
 
 
 def run_params(params: Params) -> dict:
@@ -101,20 +103,36 @@ def run_signature(params: Params, data_hash: str, device: torch.device, world: i
 
 
 def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
-                 device: torch.device) -> Optional[dict]:
+                 device: torch.device, mirror=None) -> Optional[dict]:
     """The newest checkpoint when it holds an unfinished run of this signature; else None,
-    and rank 0 removes the old run's checkpoints and outputs (every rank decides alike)."""
+    and rank 0 removes the old run's checkpoints and outputs (every rank decides alike).
+    With no checkpoint here, rank 0 first fetches the ``mirror``'s (and its curves), which
+    then goes through the same checks: a damaged one, or one of other data or params, is
+    not resumed, and the run says so."""
+    pulled = None
     if d.main:
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         for tmp in paths.checkpoints.glob("*.tmp"):
             tmp.unlink()
+        if mirror is not None and not list_checkpoints(paths.checkpoints):
+            pulled = mirror.pull(paths.checkpoints, paths.live_dir)
+            if pulled is not None:
+                log.info("no checkpoint in %s: fetched %s's (step %s)", paths.checkpoints,
+                         mirror.url, pulled.name[5:-3].lstrip("0") or "0")
+                try:
+                    load_checkpoint(pulled)
+                except TrainingError:
+                    log.info("the checkpoint of %s is damaged or truncated: starting afresh",
+                             mirror.url)
+                    pulled.unlink()
+                    pulled = None
     barrier(d)
     ckpts = list_checkpoints(paths.checkpoints)
     ckpt = load_checkpoint(ckpts[-1], device) if ckpts else None
     if ckpt is not None and ckpt.get("signature") != signature:
         if d.main:
             log.info("checkpoints in %s were made with other data or params: starting afresh",
-                     paths.checkpoints)
+                     mirror.url if pulled is not None else paths.checkpoints)
         ckpt = None
     elif ckpt is not None and int(ckpt["step"]) >= max_steps:
         if d.main:  # a finished run is run again, from step 0

@@ -29,6 +29,19 @@ def stage_parser(description: str) -> argparse.ArgumentParser:
     return ap
 
 
+def add_continuation(ap: argparse.ArgumentParser) -> None:
+    """``--stop-at`` and ``--mirror``: a run that pauses at a deadline and continues elsewhere
+    (:mod:`.continuation`; not params: they cannot change the results)."""
+    ap.add_argument("--stop-at", metavar="WHEN",
+                    help="pause at this deadline: a duration (2h30m, 90m, 45s) or a moment "
+                         "(18:20, 2026-12-01T18:20, UTC): checkpoint, then exit with status 75; "
+                         "the same command continues (default: $CIFAR10_STOP_AT)")
+    ap.add_argument("--mirror", metavar="URL",
+                    help="keep the newest checkpoint and curves in a folder of this run's below "
+                         "this fsspec URL (a folder, s3://, gs://...), and resume from it when "
+                         "there is no checkpoint here (default: $CIFAR10_CHECKPOINT_MIRROR)")
+
+
 def add_paths(ap: argparse.ArgumentParser, **paths: str) -> None:
     """Path options ``--NAME`` (underscores as dashes), each with its help text; those not
     given are taken from the stage's command in dvc.yaml (:func:`parse_stage_args`)."""

@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 
 from .checkpoints import TrainPaths, resume_point, restore, run_params, run_signature, save_checkpoint
+from .continuation import NONE, PAUSED_EXIT, Continuation, Mirror, Segments
 from .devices import Dist, agree, gather_on_main, init_distributed, replicate, shut_down
 from .errors import TrainingError
 from .files import torch_save_atomic
@@ -36,8 +37,13 @@ log = logging.getLogger(__name__)
 
 
 def train(params: Params, data: Prepared, paths: TrainPaths,
-          progress: Optional[bool] = None) -> dict:
-    """Train to ``train.max_steps`` (resuming from the newest matching checkpoint).
+          progress: Optional[bool] = None, continuation: Continuation = NONE) -> dict:
+    """Train to ``train.max_steps`` (resuming from the newest matching checkpoint, or from
+    the mirror's when there is none here).
+
+    ``continuation``: a deadline at which the run checkpoints and exits with
+    :data:`.continuation.PAUSED_EXIT`, and the mirror its newest checkpoint is copied to
+    (:mod:`.continuation`). Neither changes what the run computes.
 
     Run alone, or as one of ``train.num_devices`` processes under torchrun: then
     each process trains a replica on its own ``batch_size`` examples,
@@ -47,7 +53,7 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
     """
     d, device = init_distributed(params.train)
     try:
-        return _train(params, data, paths, progress, d, device)
+        return _train(params, data, paths, progress, d, device, continuation)
     finally:
         shut_down(d)
 
@@ -80,9 +86,9 @@ class _Stop:
 class _Run:
     """The loop's counters, carried from phase to phase (and into checkpoints)."""
 
-    def __init__(self, start: int, loss_avg: Optional[float], elapsed: float, reached: dict,
+    def __init__(self, step: int, loss_avg: Optional[float], elapsed: float, reached: dict,
                  device: torch.device):
-        self.start = self.step = start
+        self.start = self.step = step
         self.elapsed = elapsed  # seconds of the sessions before this one
         self.reached = reached
         self.loss = None  # the last step's loss, on the device
@@ -96,7 +102,7 @@ class _Run:
 
 
 def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional[bool],
-           d: Dist, device: torch.device) -> dict:
+           d: Dist, device: torch.device, cont: Continuation) -> dict:
     tr = params.train
     # ---- set up: the network, its optimizer and averages; resume or start afresh
     torch.manual_seed(tr.seed)
@@ -106,14 +112,14 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     num_train, global_batch = len(data.train_labels), tr.batch_size * d.world
     max_steps = total_steps(tr, num_train, global_batch)
     signature = run_signature(params, data.content_hash, device, d.world)
-    ckpt = resume_point(paths, signature, max_steps, d, device)
+    mirror = Mirror(cont.mirror) if cont.mirror and d.main else None
+    ckpt = resume_point(paths, signature, max_steps, d, device, mirror)
     counters = (restore(ckpt, model, optimizer, ema) if ckpt is not None
                 else {"step": 0, "loss_avg": None, "elapsed": 0.0, "reached": {}})
+    segments = Segments.start(ckpt, counters["step"], device, d.world)
     train_step = make_step(replicate(model, device, d), model, optimizer, params, device)
-    images = torch.from_numpy(data.train_images).to(device)
-    labels = torch.from_numpy(data.train_labels).to(device)
-    run = _Run(counters["step"], counters["loss_avg"], counters["elapsed"], counters["reached"],
-               device)
+    images, labels = (torch.from_numpy(a).to(device) for a in (data.train_images, data.train_labels))
+    run = _Run(**counters, device=device)
     batches = make_batches(params, data, images, labels,
                            ckpt["input"][d.rank] if ckpt else None, d.rank, d.world)
     monitor = Monitor(paths.live_dir, run.start, max_steps, ckpt is not None, d.main, progress)
@@ -126,8 +132,8 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     def save() -> None:
         inputs = gather_on_main(batches.state(), d)  # a collective: every rank takes part
         if d.main:
-            save_checkpoint(_checkpoint(run, model, optimizer, ema, inputs, signature, params,
-                                        data, d, held_out, summaries), paths.checkpoints)
+            _save(_checkpoint(run, model, optimizer, ema, inputs, signature, params, data, d,
+                              held_out, summaries, segments), paths, mirror, max_steps)
 
     # ---- the steps
     try:
@@ -153,7 +159,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 monitor.stepped()
 
                 log_step = run.step % tr.log_every == 0 or run.step == max_steps
-                stop_now = stop.requested is not None
+                stop_now = stop.requested is not None or cont.due()
                 if log_step or summary_step or (stop_now and not d.active):
                     # several processes agree on stopping at these steps only
                     stop_now = _log(run, monitor, summaries if summarize else None, lr, ce, wd,
@@ -166,7 +172,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 if run.step % tr.checkpoint_every == 0 or run.step == max_steps:
                     save()
                 if stop_now:
-                    _stop(stop, run, save, tr.checkpoint_every, max_steps, monitor)
+                    _stop(stop, run, save, tr.checkpoint_every, max_steps, monitor, paths)
     finally:
         monitor.close()
         batches.close()
@@ -180,10 +186,20 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
         provenance.write(paths.live_dir, provenance.record(
             data.content_hash, signature["params"], device, steps=run.step,
             epochs=metrics["epochs"], wall_time_s=metrics["wall_time_s"], world_size=d.world,
-            global_batch_size=global_batch, schedule=tr.schedule, device_type=device.type))
+            global_batch_size=global_batch, schedule=tr.schedule, device_type=device.type,
+            segments=segments.at(run.step)))
         log.info("trained %d steps in %.1f s: %s", run.step, metrics["wall_time_s"],
                  json.dumps(metrics))
     return {"step": run.step, **metrics}
+
+
+def _save(state: dict, paths: TrainPaths, mirror: Optional[Mirror], max_steps: int) -> None:
+    """A checkpoint, and its copy in the mirror (a finished run's is not mirrored: the mirror
+    is for continuing, and a finished run's results are its outputs)."""
+    path = save_checkpoint(state, paths.checkpoints)
+    if mirror is not None and state["step"] < max_steps:
+        mirror.push(path, paths.live_dir, {"step": state["step"], "max_steps": max_steps,
+                                           "segments": json.loads(state["segments"])})
 
 
 def _save_model(model, ema: WeightAverage, params: Params, data: Prepared, step: int,
@@ -215,27 +231,35 @@ def _log(run: _Run, monitor: Monitor, summaries: Optional[Summaries], lr: float,
 
 
 def _stop(stop: _Stop, run: _Run, save, checkpoint_every: int, max_steps: int,
-          monitor: Monitor) -> None:
-    """Checkpoint (unless this step just did) and exit with 128 + the signal's number."""
-    signum = stop.requested or signal.SIGTERM
+          monitor: Monitor, paths: TrainPaths) -> None:
+    """Checkpoint (unless this step just did) and exit: with 128 + the signal's number
+    after a signal, with PAUSED_EXIT at the deadline. No final output is left behind: not
+    even DVCLive's running summary, which would read like the metrics of a finished run."""
     if run.step % checkpoint_every and run.step != max_steps:
         save()
     if monitor.main:
-        monitor.say(f"stopped by signal {signum} at step {run.step}; "
-                    f"rerun the same command to resume")
-    raise SystemExit(128 + signum)
+        (paths.live_dir / "metrics.json").unlink(missing_ok=True)
+    if stop.requested is not None:
+        if monitor.main:
+            monitor.say(f"stopped by signal {stop.requested} at step {run.step}; "
+                        f"rerun the same command to resume")
+        raise SystemExit(128 + stop.requested)
+    if monitor.main:
+        monitor.say(f"paused at step {run.step} of {max_steps}; run the same command to continue")
+    raise SystemExit(PAUSED_EXIT)
 
 
 def _checkpoint(run: _Run, model, optimizer, ema, inputs: list, signature: dict,
                 params: Params, data: Prepared, d: Dist, held_out: HeldOut,
-                summaries: Summaries) -> dict:
+                summaries: Summaries, segments: Segments) -> dict:
     return {"step": run.step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "ema": ema.state_dict(), "input": inputs, "signature": signature,
             "params": run_params(params), "classes": data.classes,
             "num_classes": data.num_classes, "world_size": d.world,
             "loss_avg": run.loss_avg.item(), "elapsed": run.seconds(),
             "targets_reached": json.dumps(run.reached), "eval_seconds": held_out.seconds,
-            "torch_rng": torch.get_rng_state(), "tensorboard_run": summaries.run}
+            "torch_rng": torch.get_rng_state(), "tensorboard_run": summaries.run,
+            "segments": segments.to_checkpoint(run.step)}
 
 
 def _metrics(run: _Run, model, held_out: Optional[HeldOut], eval_before: float,

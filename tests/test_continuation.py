@@ -1,0 +1,225 @@
+"""A run that outlives its machine: paused at a deadline, carried in a mirror, continued in a
+fresh folder, and ending exactly as one uninterrupted run."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pytest
+import torch
+
+from cifar10_tutorial import continuation
+from cifar10_tutorial.checkpoints import TrainPaths, load_checkpoint
+from cifar10_tutorial.continuation import (PAUSED_EXIT, Continuation, Mirror, from_stage,
+                                           parse_deadline, run_ended)
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.params import to_dict
+from cifar10_tutorial.train import train
+from conftest import tiny_params, write_train_project
+from test_train import assert_same_outputs
+
+
+def paths(root) -> TrainPaths:
+    return TrainPaths(root / "train", root / "live")
+
+
+NOW = datetime(2026, 12, 1, 16, 0, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("2h30m", 9000), ("90m", 5400), ("45s", 45), ("3600", 3600), ("1h", 3600), ("1.5h", 5400),
+    ("18:20", 8400), ("15:00", 82800),  # the next 15:00: tomorrow
+    ("2026-12-01T18:20", 8400), ("2026-12-01T18:20:00+01:00", 4800), ("2026-12-01T16:30Z", 1800),
+    (f"@{NOW + 12}", 12)])
+def test_deadlines_as_durations_or_moments(text, seconds):
+    assert parse_deadline(text, now=NOW) == pytest.approx(NOW + seconds)
+
+
+@pytest.mark.parametrize("text", ["soon", "2x", "25:00", "", "h", "1e6"])
+def test_a_deadline_that_is_neither_is_one_clear_error(text):
+    with pytest.raises(PipelineError, match="is not a duration .* or a moment"):
+        parse_deadline(text, now=NOW)
+
+
+def test_the_stage_fixes_a_relative_deadline_once_for_every_process(monkeypatch):
+    monkeypatch.delenv(continuation.STOP_AT_ENV, raising=False)
+    monkeypatch.delenv(continuation.MIRROR_ENV, raising=False)
+    cont = from_stage("2h", "s3://bucket/runs/", "tutorial_100k")
+    assert cont.mirror == "s3://bucket/runs/tutorial_100k"
+    assert os.environ[continuation.STOP_AT_ENV] == f"@{cont.deadline:.3f}"
+    # a torchrun relaunch repeats the options: its processes keep the parent's deadline
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    again = from_stage("2h", "s3://bucket/runs/", "tutorial_100k")
+    assert again.deadline == pytest.approx(cont.deadline, abs=1e-3)
+    # nothing set: no deadline, no mirror
+    for name in ("LOCAL_RANK", "WORLD_SIZE", continuation.STOP_AT_ENV, continuation.MIRROR_ENV):
+        monkeypatch.delenv(name)
+    assert from_stage(None, None, "train") == Continuation()
+
+
+@dataclass(frozen=True)
+class AfterChecks(Continuation):
+    """A deadline that passes at the loop's ``n``-th look at the clock (one a step)."""
+
+    n: int = 0
+    looks: list = None
+
+    def due(self) -> bool:
+        self.looks.append(1)
+        return len(self.looks) >= self.n
+
+
+def pause_after(n: int, mirror) -> Continuation:
+    return AfterChecks(mirror=str(mirror), n=n, looks=[])
+
+
+@pytest.mark.parametrize("shuffle", ["permutation", "queue"])
+def test_paused_runs_continued_from_the_mirror_in_fresh_folders_equal_one_run(
+        synth_data, tmp_path, shuffle):
+    params = tiny_params(input={"shuffle": shuffle},
+                         train={"max_steps": 30, "checkpoint_every": 8}, eval={"every_steps": 5})
+    train(params, synth_data, paths(tmp_path / "whole"), progress=False)
+    mirror = tmp_path / "mirror" / "train"
+    # segment 1 pauses at step 11 (between checkpoints: it writes one at the pause)
+    with pytest.raises(SystemExit) as stop:
+        train(params, synth_data, paths(tmp_path / "m1"), progress=False,
+              continuation=pause_after(11, mirror))
+    assert stop.value.code == PAUSED_EXIT
+    first = paths(tmp_path / "m1")
+    assert not first.model.exists() and not (first.live_dir / "metrics.json").exists()
+    assert json.loads((mirror / "mirror.json").read_text())["step"] == 11
+    assert load_checkpoint(mirror / "checkpoint.pt")["step"] == 11
+    (mirror.parent / "README.md").write_text("not the run's")
+    (mirror / "README.md").write_text("not the run's either")
+    # segment 2, on "another machine": a fresh folder, from the mirror; pauses at step 19
+    with pytest.raises(SystemExit):
+        train(params, synth_data, paths(tmp_path / "m2"), progress=False,
+              continuation=pause_after(8, mirror))
+    assert load_checkpoint(mirror / "checkpoint.pt")["step"] == 19
+    # segment 3: a third fresh folder, to the end
+    last = paths(tmp_path / "m3")
+    m = train(params, synth_data, last, progress=False,
+              continuation=Continuation(mirror=str(mirror)))
+    assert m["step"] == 30
+    assert_same_outputs(paths(tmp_path / "whole"), last)
+    made = json.loads((last.live_dir / "provenance.json").read_text())
+    assert [(s["from_step"], s["to_step"]) for s in made["segments"]] == [(0, 11), (11, 19),
+                                                                           (19, 30)]
+    assert all(s["device"] and s["wall_time_s"] > 0 and "commit" in s for s in made["segments"])
+    # the results written, the run's files leave the mirror; what it did not write stays
+    run_ended(Continuation(mirror=str(mirror)))
+    assert sorted(p.name for p in mirror.iterdir()) == ["README.md"]
+
+
+def test_a_mirror_of_other_params_or_a_damaged_one_starts_afresh_and_says_so(
+        synth_data, tmp_path, caplog):
+    caplog.set_level("INFO")
+    mirror = tmp_path / "mirror"
+    params = tiny_params(train={"max_steps": 20})
+    with pytest.raises(SystemExit):
+        train(params, synth_data, paths(tmp_path / "a"), progress=False,
+              continuation=pause_after(6, mirror))
+    other = tiny_params(train={"max_steps": 20, "initial_lr": 0.05})
+    m = train(other, synth_data, paths(tmp_path / "b"), progress=False,
+              continuation=Continuation(mirror=str(mirror)))
+    assert m["step"] == 20
+    assert f"checkpoints in {mirror} were made with other data or params: starting afresh" in caplog.text
+    # a damaged mirror: the same
+    with pytest.raises(SystemExit):
+        train(params, synth_data, paths(tmp_path / "c"), progress=False,
+              continuation=pause_after(6, mirror))
+    data = (mirror / "checkpoint.pt").read_bytes()
+    (mirror / "checkpoint.pt").write_bytes(data[: len(data) // 2])
+    caplog.clear()
+    m = train(params, synth_data, paths(tmp_path / "d"), progress=False,
+              continuation=Continuation(mirror=str(mirror)))
+    assert m["step"] == 20 and "resuming" not in caplog.text
+    assert f"the checkpoint of {mirror} is damaged or truncated: starting afresh" in caplog.text
+    assert not list(paths(tmp_path / "d").checkpoints.glob("*.tmp"))
+
+
+def test_a_local_checkpoint_comes_before_the_mirror(synth_data, tmp_path, caplog):
+    caplog.set_level("INFO")
+    mirror = tmp_path / "mirror"
+    params = tiny_params(train={"max_steps": 20, "checkpoint_every": 5})
+    with pytest.raises(SystemExit):
+        train(params, synth_data, paths(tmp_path / "a"), progress=False,
+              continuation=pause_after(12, mirror))
+    (mirror / "checkpoint.pt").write_bytes(b"damaged, and never read")
+    train(params, synth_data, paths(tmp_path / "a"), progress=False,
+          continuation=Continuation(mirror=str(mirror)))
+    assert "resuming from" in caplog.text and "fetched" not in caplog.text
+
+
+def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tmp_path):
+    """The command line of a preemptible machine: --stop-at, --mirror; then the same command
+    in another clone continues from the mirror to the end of one uninterrupted run."""
+    reference = paths(tmp_path / "ref")
+    params = to_dict(tiny_params(input={"shuffle": "queue"},
+                                 train={"max_steps": 400, "checkpoint_every": 50,
+                                        "log_every": 10, "summary_every": 1000}))
+    train(tiny_params(**{k: params[k] for k in ("input", "train")}), synth_data, reference,
+          progress=False)
+    mirror = tmp_path / "durable"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop(continuation.STOP_AT_ENV, None)
+    first = write_train_project(tmp_path / "one", synth_data, params)
+    paused = subprocess.run([sys.executable, "stages/train.py", "--stop-at", "2s", "--mirror",
+                             str(mirror)], cwd=first, capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert paused.returncode == PAUSED_EXIT, paused.stderr
+    step = int(json.loads((mirror / "train" / "mirror.json").read_text())["step"])
+    assert 0 < step < 400, "the deadline should pause a 400-step run part-way"
+    assert f"paused at step {step} of 400; run the same command to continue" in paused.stdout
+    assert not (first / "data/train/model.pt").exists()
+    assert not (first / "reports/train/metrics.json").exists()
+    # another machine: a fresh copy of the project, the mirror given by the environment
+    second = write_train_project(tmp_path / "two", synth_data, params)
+    done = subprocess.run([sys.executable, "stages/train.py"], cwd=second, capture_output=True,
+                          text=True, timeout=300,
+                          env={**env, continuation.MIRROR_ENV: str(mirror)})
+    assert done.returncode == 0, done.stderr
+    assert "fetched" in done.stderr and f"resuming from" in done.stderr
+    a, b = load_checkpoint(reference.model), load_checkpoint(second / "data/train/model.pt")
+    for key in ("model", "ema"):
+        for name in a[key]:
+            torch.testing.assert_close(a[key][name], b[key][name], rtol=0, atol=0)
+    assert not (mirror / "train" / "checkpoint.pt").exists()  # the run ended: cleared
+    made = json.loads((second / "reports/train/provenance.json").read_text())
+    assert [(s["from_step"], s["to_step"]) for s in made["segments"]] == [(0, step), (step, 400)]
+
+
+def test_a_checkpoint_of_a_run_under_way_before_segments_were_recorded_resumes(
+        synth_data, tmp_path):
+    """Runs started before this change carry on; their first segment says what is unknown."""
+    params = tiny_params(train={"max_steps": 20, "checkpoint_every": 10})
+    p = paths(tmp_path)
+    train(params, synth_data, p, progress=False)
+    (p.checkpoints / "ckpt-00000020.pt").unlink()
+    old = p.checkpoints / "ckpt-00000010.pt"
+    state = load_checkpoint(old)
+    del state["segments"]
+    torch.save(state, old)
+    m = train(params, synth_data, p, progress=False)
+    assert m["step"] == 20
+    segs = json.loads((p.live_dir / "provenance.json").read_text())["segments"]
+    assert segs[0]["from_step"] == 0 and segs[0]["to_step"] == 10 and segs[0]["commit"] is None
+    assert segs[1]["from_step"] == 10 and segs[1]["to_step"] == 20
+
+
+def test_mirror_on_an_fsspec_url(tmp_path, synth_data):
+    """Not only folders: any fsspec file system (here its in-memory one)."""
+    params = tiny_params(train={"max_steps": 12, "checkpoint_every": 4})
+    url = f"memory://runs-{os.getpid()}/train"
+    with pytest.raises(SystemExit):
+        train(params, synth_data, paths(tmp_path / "a"), progress=False,
+              continuation=pause_after(5, url))
+    assert Mirror(url).state()["step"] == 5
+    m = train(params, synth_data, paths(tmp_path / "b"), progress=False,
+              continuation=Continuation(mirror=url))
+    assert m["step"] == 12
+    shutil.rmtree(tmp_path / "a")
