@@ -364,3 +364,43 @@ def test_a_missing_dvc_extra_names_the_install(tmp_path):
     with pytest.raises(DownloadError) as exc:
         fetch("s3://bucket/cifar-10-binary.tar.gz", None, tmp_path / "a.tar.gz", tmp_path / "part", FAST)
     assert "pip install 'dvc[s3]'" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_stage_refuses_a_folder_of_files_it_did_not_make(archive, tmp_path):
+    """`python stages/download.py --out .` in a clone once left only the archive; with no
+    network it emptied the folder before the fetch failed. Now: one line, nothing touched."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    clone = tmp_path / "clone"
+    for name in ("src", "stages", ".git"):
+        (clone / name).mkdir(parents=True)
+        (clone / name / "kept.txt").write_text(name)
+    (clone / "params.yaml").write_text(f"data: {{url: {archive['path'].as_uri()}, md5: null}}\n")
+    (clone / "cifar-100-binary.tar.gz").write_bytes(b"a file the stage may have made")
+    before = sorted(p.relative_to(clone).as_posix() for p in clone.rglob("*"))
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/download.py"), "--out", ".",
+                           "--partial", str(tmp_path / "part")], cwd=clone,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: .: holds .git, params.yaml, src, "
+                                                    "stages, which the download stage did not "
+                                                    "make and would delete"), proc.stderr
+    assert "give --out a folder of its own" in lines[0] and "Nothing was changed" in lines[0]
+    assert sorted(p.relative_to(clone).as_posix() for p in clone.rglob("*")) == before
+
+
+def test_another_data_sets_files_go_only_once_the_new_ones_are_in(tmp_path):
+    from cifar10_tutorial.download import fetch_dataset
+    from cifar10_tutorial.params import DataParams
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "cifar-100-binary.tar.gz").write_bytes(b"the previous data set's archive")
+    with pytest.raises(DownloadError):
+        fetch_dataset(DataParams(url=str(tmp_path / "absent.tar.gz"), md5=None), raw,
+                      tmp_path / "part", FAST)
+    assert (raw / "cifar-100-binary.tar.gz").exists()

@@ -60,3 +60,27 @@ def test_missing_file_and_bad_yaml(tmp_path):
     bad.write_text("data: [unclosed\n")
     with pytest.raises(ParamsError, match="not valid YAML"):
         load_params(bad)
+
+
+def test_trial_steps_cap_every_variant_of_the_project():
+    """ablation.trial_steps: the whole exercise pipeline in minutes, variants of their own
+    budget (tutorial_100k, schedule_* in epochs) included; null leaves every budget alone."""
+    from cifar10_tutorial.params import variant_params
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    full = params_from_dict(raw)
+    assert full.ablation.trial_steps is None
+    assert variant_params(full, "tutorial_100k").train.max_steps == 100000
+    assert variant_params(full, "schedule_fast_80").train.max_epochs == 80
+    raw["ablation"]["trial_steps"] = 200
+    trial = params_from_dict(raw)
+    for name in raw["ablations"]:
+        tr = variant_params(trial, name).train
+        assert tr.max_steps == 200 and tr.max_epochs is None, name
+    raw["ablation"]["trial_steps"] = 50_000  # above a budget: that budget stays
+    loose = params_from_dict(raw)
+    assert variant_params(loose, "baseline").train.max_steps == 10000
+    assert variant_params(loose, "tutorial_100k").train.max_steps == 50000
+    raw["ablation"]["trial_steps"] = 0
+    with pytest.raises(ParamsError, match="ablation.trial_steps: expected >= 1 or null, found 0"):
+        params_from_dict(raw)

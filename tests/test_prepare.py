@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from cifar10_tutorial.datasets import CIFAR10
+from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.prepare import PrepareError, load_prepared, prepare
 from cifar10_tutorial.synthetic import CLASSES, make_cifar10_archive, write_tar_gz
 
@@ -70,10 +71,15 @@ def test_round_trip_of_generated_archive(archive, tmp_path):
 def test_rerun_replaces_previous_output(archive, tmp_path):
     out = tmp_path / "prepared"
     prepare(archive["path"], out, CIFAR10)
-    (out / "stale.txt").write_text("old")
+    (out / "train_images.npy").write_bytes(b"an old run's, damaged")
     prepare(archive["path"], out, CIFAR10)
-    assert not (out / "stale.txt").exists()
+    assert len(load_prepared(out).train_images) == len(load_prepared(out).train_labels) > 0
     assert not (tmp_path / "prepared.old").exists()
+    # a file it did not make: refused, not deleted
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(PipelineError, match="holds notes.txt, which the preprocess"):
+        prepare(archive["path"], out, CIFAR10)
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_truncated_record_file(tmp_path):
@@ -171,3 +177,29 @@ def test_load_prepared_errors(archive, tmp_path):
     np.save(out / "test_labels.npy", np.zeros(3, np.int64))
     with pytest.raises(PrepareError, match=r"test has 15 images and 3 labels"):
         load_prepared(out)
+
+
+def test_preprocess_refuses_an_out_folder_of_other_files(tmp_path):
+    """`python stages/preprocess.py --out data` once replaced all of data/ (raw archive,
+    model, checkpoints) with the prepared files."""
+    from cifar10_tutorial.datasets import CIFAR10
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.prepare import prepare
+    from cifar10_tutorial.synthetic import make_cifar10_archive
+
+    data = tmp_path / "data"
+    archive = data / "raw" / "cifar-10-binary.tar.gz"
+    archive.parent.mkdir(parents=True)
+    make_cifar10_archive(archive, train_per_batch=10, test=10, seed=1)
+    (data / "train").mkdir()
+    (data / "train" / "model.pt").write_bytes(b"weights")
+    with pytest.raises(PipelineError, match=r"data: holds raw, train, which the preprocess "
+                                            r"stage did not make and would delete"):
+        prepare(archive, data, CIFAR10)
+    assert (data / "train" / "model.pt").exists() and archive.exists()
+    assert sorted(p.name for p in data.iterdir()) == ["raw", "train"]
+    # its own folder, made by an earlier run, is replaced as before
+    prepare(archive, data / "prepared", CIFAR10)
+    prepare(archive, data / "prepared", CIFAR10)
+    assert sorted(p.name for p in (data / "prepared").iterdir()) == [
+        "meta.json", "test_images.npy", "test_labels.npy", "train_images.npy", "train_labels.npy"]

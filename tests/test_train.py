@@ -253,6 +253,21 @@ def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
     assert len(list(paths(tmp_path / "b").tensorboard.iterdir())) == 1  # resumed in its folder
 
 
+def test_the_operational_keys_do_not_change_a_result(synth_data, tmp_path):
+    """param_reads.OPERATIONAL: declared to no stage, left out of the resume signature."""
+    from cifar10_tutorial.param_reads import OPERATIONAL
+
+    assert OPERATIONAL == {"train.checkpoint_every", "train.summary_every", "train.max_restarts",
+                           "train.collective_timeout_s"}
+    base = {"max_steps": 12, "log_every": 2}
+    train(tiny_params(train={**base, "checkpoint_every": 3, "summary_every": 2, "max_restarts": 0,
+                             "collective_timeout_s": 10}, eval={"every_steps": 4}),
+          synth_data, paths(tmp_path / "a"), progress=False)
+    train(tiny_params(train={**base, "checkpoint_every": 1000, "summary_every": 1000},
+                      eval={"every_steps": 4}), synth_data, paths(tmp_path / "b"), progress=False)
+    assert_same_outputs(paths(tmp_path / "a"), paths(tmp_path / "b"))
+
+
 def test_a_finished_run_run_again_gives_the_same_outputs(synth_data, tmp_path, caplog):
     """`dvc repro -f`, or a rerun after a failed experiment: never 0 steps and nulls."""
     caplog.set_level("INFO")

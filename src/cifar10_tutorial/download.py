@@ -34,6 +34,7 @@ from typing import Callable, Optional
 from tqdm import tqdm
 
 from .errors import PipelineError
+from .files import refuse_foreign
 
 log = logging.getLogger(__name__)
 
@@ -347,10 +348,23 @@ def clean_partial_dir(partial_dir: Path) -> None:
 SOURCE_RECORD = "source.json"
 
 
+def raw_file_names() -> set[str]:
+    """Every name the download stage may leave in its folder: each data set's files and
+    the record of what was fetched."""
+    from .datasets import DATASETS
+
+    names = {SOURCE_RECORD, SOURCE_RECORD + ".tmp"}
+    for spec in DATASETS.values():
+        names |= set(spec.files) | set(spec.optional_files)
+    return names
+
+
 def fetch_dataset(data, raw_dir: Path, partial_dir: Path,
                   opts: DownloadOptions = DownloadOptions()) -> list[dict]:
     """Fetch every file of ``data`` (DataParams) into ``raw_dir``, each verified, and record
-    what was fetched in ``raw_dir/source.json``; other files there are removed."""
+    what was fetched in ``raw_dir/source.json``; another data set's files there are removed
+    once these are in. A folder holding anything else is refused before anything is
+    fetched or removed (``--out .`` must not empty a clone)."""
     from functools import partial
 
     from .datasets import get_dataset, sources
@@ -359,13 +373,13 @@ def fetch_dataset(data, raw_dir: Path, partial_dir: Path,
     check = check_mat if spec.format == "svhn_mat" else partial(check_gzip_tar, spec=spec)
     files = sources(data)
     raw_dir = Path(raw_dir)
-    if raw_dir.is_dir():  # left by another data set (the folder persists between runs)
-        wanted = {name for _, _, name in files}
-        for old in raw_dir.iterdir():
-            if old.name not in wanted:
-                shutil.rmtree(old) if old.is_dir() else old.unlink()
+    refuse_foreign(raw_dir, raw_file_names(), "download")
     fetched = [fetch(url, md5, raw_dir / name, partial_dir, opts, check)
                for url, md5, name in files]
+    wanted = {name for _, _, name in files} | {SOURCE_RECORD}
+    for old in raw_dir.iterdir():  # another data set's files (the folder persists)
+        if old.name not in wanted:
+            old.unlink()
     record = {"dataset": spec.name, "md5_pinned": data.md5 is not None, "files": fetched}
     tmp = raw_dir / (SOURCE_RECORD + ".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")

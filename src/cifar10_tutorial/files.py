@@ -34,3 +34,23 @@ def save_figure_atomic(fig, path: Path, **savefig_args) -> None:
         _replace_with(path, lambda tmp: fig.savefig(tmp, **savefig_args), ".tmp.png")
     finally:
         plt.close(fig)
+
+
+def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--out") -> None:
+    """Stop before anything is touched when ``folder`` (a stage's output, which the stage
+    replaces or prunes) holds entries the stage does not make (``ours``: their names)."""
+    from .errors import PipelineError
+
+    folder = Path(folder)
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise PipelineError(f"{folder}: the {stage} stage's {option} must be a folder, found a "
+                            f"file; give {option} a folder of its own (see dvc.yaml)")
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in ours)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
+                                          else "")
+        raise PipelineError(f"{folder}: holds {shown}, which the {stage} stage did not make and "
+                            f"would delete; give {option} a folder of its own (as in dvc.yaml), "
+                            f"or move those elsewhere first. Nothing was changed.")

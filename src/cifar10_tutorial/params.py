@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 import yaml
 
 from .errors import PipelineError
-from .param_reads import Section, not_recording
+from .param_reads import Section, not_recording, record_read
 
 
 class ParamsError(PipelineError):
@@ -176,10 +176,16 @@ class AblationParams(Section):
     _SECTION: ClassVar[str] = "ablation"
 
     max_steps: int = 10000  # the training budget of each variant (replaces train.max_steps)
+    # set: a trial of the whole exercise pipeline; every variant trains at most this many
+    # steps, those with a budget of their own (tutorial_100k, schedule_*) included
+    trial_steps: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ParamsError(f"ablation.max_steps: expected >= 1, found {self.max_steps}")
+        if self.trial_steps is not None and self.trial_steps < 1:
+            raise ParamsError(f"ablation.trial_steps: expected >= 1 or null, found "
+                              f"{self.trial_steps}")
 
 
 @dataclass(frozen=True)
@@ -248,10 +254,13 @@ def variant_params(params: "Params", name: str) -> "Params":
     """The params of ablation variant ``name``: the baseline sections with the variant's
     overrides, trained for ``ablation.max_steps``. A variant of ``dataset_ablations`` brings
     its whole ``data`` section (keys it leaves out take their defaults, not the main
-    pipeline's ``data``: its data are its own).
+    pipeline's ``data``: its data are its own). With ``ablation.trial_steps`` set, no
+    variant trains longer: a budget in steps is cut to it, one in epochs (``max_epochs``)
+    becomes exactly ``trial_steps`` steps, its schedule fitted to them.
 
     Each field remembers the params key it came from, so a recorded read names the key a
     stage must declare (``ablations.NAME.model.lrn``, ``ablation.max_steps``, ``train.seed``)."""
+    trial = params.ablation.trial_steps  # read (recorded) whether set or not
     with not_recording():
         group = "ablations" if name in params.ablations else "dataset_ablations"
         variants = {**params.ablations, **params.dataset_ablations}
@@ -264,20 +273,29 @@ def variant_params(params: "Params", name: str) -> "Params":
         base["train"]["max_steps"] = base["ablation"]["max_steps"]
         if group == "dataset_ablations":
             base["data"] = {}
-        merged = _build(Params, _deep_merge(base, overrides), "")
+        raw = _deep_merge(base, overrides)
+        if trial is not None:
+            raw["train"]["max_steps"] = (trial if raw["train"].get("max_epochs") is not None
+                                         else min(raw["train"]["max_steps"], trial))
+            raw["train"]["max_epochs"] = None
+        merged = _build(Params, raw, "")
         for section in dataclasses.fields(Params):
             value = getattr(merged, section.name)
             if not isinstance(value, Section):
                 continue
             origin = {}
             for f in dataclasses.fields(value):
-                if f.name in overrides.get(section.name, {}):
+                if trial is not None and section.name == "train" and f.name in ("max_steps",
+                                                                                 "max_epochs"):
+                    origin[f.name] = "ablation.trial_steps"
+                elif f.name in overrides.get(section.name, {}):
                     origin[f.name] = f"{group}.{name}.{section.name}.{f.name}"
                 elif section.name == "train" and f.name == "max_steps":
                     origin[f.name] = "ablation.max_steps"
                 elif section.name == "data" and group == "dataset_ablations":
                     origin[f.name] = None  # a default: no params key set it
             object.__setattr__(value, "_origin", origin)
+    record_read(f"{group}.{name}")  # the variant's entry is read, even when it is empty
     return merged
 
 

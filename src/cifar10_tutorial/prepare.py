@@ -27,6 +27,7 @@ import numpy as np
 from .datasets import DatasetSpec
 from .download import md5_of
 from .errors import PipelineError
+from .files import refuse_foreign
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,11 @@ def parse_class_names(raw: bytes, num_classes: int, source: str) -> list[str]:
 # --------------------------------------------------------------------------- stage
 
 
+# what the stage writes into its folder: it replaces that folder, and nothing else
+PREPARED_NAMES = {f"{split}_{kind}.npy" for split in ("train", "test")
+                  for kind in ("images", "labels")} | {META_NAME}
+
+
 def _replace_dir(tmp: Path, out: Path) -> None:
     """Move the finished ``tmp`` folder to ``out``, replacing any old one."""
     if out.exists():
@@ -148,6 +154,7 @@ def prepare(archive: Path, out_dir: Path, spec: DatasetSpec, label: str = "fine"
     (``{split}_images.npy``, ``{split}_labels.npy``, ``meta.json``); return the metadata."""
     t0 = time.perf_counter()
     archive, out_dir = Path(archive), Path(out_dir)
+    refuse_foreign(out_dir, PREPARED_NAMES, "preprocess")
     labels_of = spec.label_set(label)
     member = lambda name: f"{spec.folder}/{name}"  # noqa: E731
     wanted = {member(f) for files in spec.splits.values() for f in files} | {member(labels_of.names_file)}
@@ -229,6 +236,7 @@ def prepare_svhn(raw_dir: Path, out_dir: Path, spec: DatasetSpec, extra: bool = 
     output in chunks, so the peak memory is one file's X, not two copies of it."""
     t0 = time.perf_counter()
     raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    refuse_foreign(out_dir, PREPARED_NAMES, "preprocess")
     splits = {"train": list(spec.splits["train"]) + (list(spec.optional_files) if extra else []),
               "test": list(spec.splits["test"])}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
