@@ -23,12 +23,12 @@ def _tsv(path: Path, column: str, rows: list[tuple]) -> None:
 
 def write_variant(root: Path, name: str, precision: float, steps: int, seed: int = 0,
                   schedule: str = "tutorial", speed: float = 400.0, curve_every: int = 0,
-                  commit: str = "a" * 40, **variant) -> None:
+                  commit: str = "a" * 40, first_batch: float = 1.0, **variant) -> None:
     out = root / name
     epochs = steps * 128 / 40000
     train = {"step": steps, "epochs": epochs, "loss": 1.0, "loss_avg": 1.0 + precision,
              "examples_per_sec": speed, "examples_per_sec_per_device": speed,
-             "wall_time_s": steps * 128 / speed + 60, "time_to_first_batch_s": 1.0,
+             "wall_time_s": steps * 128 / speed + 60, "time_to_first_batch_s": first_batch,
              "num_params": 1_068_298, "macs_per_image": 18_470_784,
              "held_out_eval_seconds": 60.0, "train_seconds": steps * 128 / speed,
              "time_to_target": {}, "held_out": {"precision_at_1": precision,
@@ -91,6 +91,12 @@ def test_effects_are_weighed_against_the_seed_spread(tmp_path):
     devices = section(text, "## Exercise 5")
     assert "2 x 64 runs at 0.75x the speed of 1 x 128 (beyond" in devices
     assert "On this CPU machine the two processes share the same cores" in devices
+    # sec/batch as cifar10_multi_gpu_train.py prints it: step time / devices (128 / 300 / 2);
+    # the reference's 2 x K20m at 0.13-0.20 s/batch is 128 / (sec/batch) examples/sec
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in devices.splitlines() if line.startswith("| ")}
+    assert rows["2 x 64"][2] == "0.213" and rows["1 x 128 (baseline)"][2] == "0.320"
+    assert rows["reference: 2 K20m x 128"][:3] == ["640-985", "320-492", "0.13-0.20"]
     assert "All variants were made by one commit, on the same data; the exercises at one " \
            "budget." in text
 
@@ -193,3 +199,29 @@ def test_variants_without_results_are_named_at_the_top(tmp_path):
     # nothing at all to report is an error that says what to run
     with pytest.raises(Exception, match="no results for any variant"):
         make_report(root, tmp_path / "out2", {"softmax": {}})
+
+
+def test_queue_fill_time_to_first_batch_is_weighed_against_the_seeds(tmp_path):
+    root = tmp_path / "a"
+    for name, seed, first in (("baseline", 0, 1.30), ("baseline_seed1", 1, 1.20),
+                              ("baseline_seed2", 2, 1.40)):
+        write_variant(root, name, 0.70, 10_000, seed=seed, first_batch=first)
+    write_variant(root, "queue_fill_10pct", 0.70, 10_000, first_batch=1.25,
+                  min_fraction_of_examples_in_queue=0.1)
+    write_variant(root, "queue_fill_0pct", 0.70, 10_000, first_batch=0.30,
+                  min_fraction_of_examples_in_queue=0.0)
+    overrides = {**OVERRIDES,
+                 "queue_fill_10pct": {"input": {"min_fraction_of_examples_in_queue": 0.1}},
+                 "queue_fill_0pct": {"input": {"min_fraction_of_examples_in_queue": 0.0}}}
+    text = section(make_report(root, tmp_path / "out", overrides).read_text(), "## Exercise 3")
+    # 1.30 s (baseline, 0.4) against 0.30 s: 1.00 s sooner, beyond the seeds' 0.20 s
+    assert "takes 0.30 s (beyond the 0.20-s spread in time to the first batch of 3 seeds" in text
+    write_variant(root / ".." / "b", "baseline", 0.70, 10_000, first_batch=1.30)
+    for name, seed, first in (("baseline_seed1", 1, 1.20), ("baseline_seed2", 2, 1.40)):
+        write_variant(root / ".." / "b", name, 0.70, 10_000, seed=seed, first_batch=first)
+    write_variant(root / ".." / "b", "queue_fill_10pct", 0.70, 10_000, first_batch=1.25,
+                  min_fraction_of_examples_in_queue=0.1)
+    text = section(make_report(tmp_path / "b", tmp_path / "out-b", overrides).read_text(),
+                   "## Exercise 3")
+    assert "takes 1.25 s (**not distinguishable from seed noise**: 3 seeds of the baseline " \
+           "spread over 0.20 s in time to the first batch)" in text

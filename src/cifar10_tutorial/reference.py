@@ -27,9 +27,11 @@ REFERENCE = {
                 "the tutorial's results table (cifar10_multi_gpu_train.py)"),
     "devices_rows": ([["reference: 1 K20m x 128", "213-366", "213-366", "0.35-0.60",
                        "~86% at 60K steps"],
-                      ["reference: 2 K20m x 128", "1,280-1,969", "640-985", "0.13-0.20",
+                      ["reference: 2 K20m x 128", "640-985", "320-492", "0.13-0.20",
                        "~84% at 30K steps"]],
-                     "the results table; examples/sec = batch / (sec/batch)"),
+                     "the results table; cifar10_multi_gpu_train.py prints sec/batch = step "
+                     "time / number of GPUs, so a step of 2 x 128 examples takes 2 x 0.13-0.20 "
+                     "s: examples/sec = 128 / (sec/batch) in total, half that per GPU"),
     "local_head": ("cuda-convnet's 11% error needed 10-view test-time augmentation and a much "
                    "longer schedule", "cuda-convnet's layers-conv-local-11pct configuration"),
     "queue_fill": ("the reference's 20,000 images took minutes with 16 Python threads",
