@@ -124,6 +124,14 @@ def _bad_model_files(trained, tmp_path) -> dict:
     files["a tensor"] = torch.zeros(3)
     wrong = {**good, "params": {**good["params"], "model": {**good["params"]["model"], "head": "local"}}}
     files["shapes that disagree"] = wrong
+    files["num_classes ten"] = {**good, "num_classes": "ten"}
+    files["ema a list"] = {**good, "ema": [1, 2]}
+    files["head bogus"] = {**good, "params": {**good["params"],
+                                              "model": {**good["params"]["model"], "head": "bogus"}}}
+    files["two class names"] = {**good, "classes": ["cat", "dog"]}
+    files["nan averages"] = {**good, "ema": {k: torch.full_like(v, float("nan"))
+                                             if v.is_floating_point() else v
+                                             for k, v in good["ema"].items()}}
     out = {}
     for name, obj in files.items():
         path = tmp_path / f"{name.replace(' ', '_')}.pt"
@@ -139,7 +147,8 @@ def _bad_model_files(trained, tmp_path) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["bare state dict", "a tensor", "shapes that disagree",
-                                  "truncated", "foreign pickle"])
+                                  "truncated", "foreign pickle", "num_classes ten", "ema a list",
+                                  "head bogus", "two class names", "nan averages"])
 def test_evaluate_and_predict_explain_a_bad_model_file(synth_data, trained, tmp_path, kind,
                                                       prepared_copy):
     path = _bad_model_files(trained, tmp_path)[kind]

@@ -84,3 +84,20 @@ def test_trial_steps_cap_every_variant_of_the_project():
     raw["ablation"]["trial_steps"] = 0
     with pytest.raises(ParamsError, match="ablation.trial_steps: expected >= 1 or null, found 0"):
         params_from_dict(raw)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("train: {initial_lr: .nan}", "train.initial_lr: expected a finite number, found nan"),
+    ("train: {initial_lr: .inf}", "train.initial_lr: expected a finite number, found inf"),
+    ("train: {seed: -1}", "train.seed: expected an integer from 0 to 2**63 - 1, found -1"),
+    ("train: {seed: 18446744073709551616}", "train.seed: expected an integer from 0 to 2**63 - 1"),
+    ("train: {max_steps: 1e6}", "train.max_steps: expected an integer, found '1e6' (YAML reads "
+                                "1e6 as text: write 1.0e+6, with a dot and a signed exponent)"),
+    ("train: {initial_lr: 5e-2}", "write 5.0e-2, with a dot"),
+])
+def test_numbers_yaml_reads_oddly_or_out_of_range_are_one_clear_error(tmp_path, text, message):
+    path = tmp_path / "params.yaml"
+    path.write_text(text + "\n")
+    with pytest.raises(ParamsError) as err:
+        load_params(path)
+    assert message in str(err.value) and "\n" not in str(err.value)

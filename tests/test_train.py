@@ -427,3 +427,28 @@ def test_killed_training_resumes_to_the_same_weights(synth_data, tmp_path, how):
     for key in ("model", "ema"):
         for name in a[key]:
             torch.testing.assert_close(a[key][name], b[key][name], rtol=0, atol=0)
+
+
+def test_a_huge_learning_rate_is_a_clear_error_not_a_tensorboard_traceback(synth_data, tmp_path):
+    params = tiny_params(train={"initial_lr": 1e30, "max_steps": 20, "log_every": 1,
+                                "summary_every": 1, "checkpoint_every": 1000})
+    with pytest.raises(TrainingError, match=r"(the loss became (nan|inf)|holds values up "
+                                            r"to \S+) at step \d+.*diverged"):
+        train(params, synth_data, paths(tmp_path), progress=False)
+    assert not paths(tmp_path).model.exists()
+
+
+def test_a_torn_last_curve_row_is_cut_on_resume(synth_data, tmp_path):
+    """kill -9 during DVCLive's write leaves half a row; the resumed run must not glue its
+    next row to it."""
+    params = tiny_params(train={"max_steps": 20, "checkpoint_every": 10, "log_every": 5})
+    train(params, synth_data, paths(tmp_path / "a"), progress=False)
+    b = paths(tmp_path / "b")
+    train(params, synth_data, b, progress=False)
+    (b.checkpoints / "ckpt-00000020.pt").unlink()
+    b.model.unlink()
+    loss = b.live_dir / "plots" / "metrics" / "train" / "loss.tsv"
+    rows = loss.read_text().splitlines(keepends=True)
+    loss.write_text("".join(rows[:3]) + rows[3][:7])  # steps 5, 10, then a torn 15
+    train(params, synth_data, b, progress=False)
+    assert_same_outputs(paths(tmp_path / "a"), b)

@@ -56,7 +56,38 @@ def load_model_file(path: Path, device="cpu") -> dict:
     if not isinstance(model, dict) or not {"head", "output", "lrn"} <= set(model):
         raise PipelineError(f"{path}: its params lack the model section (head, output, lrn); "
                             f"{REMAKE}.")
+    problem = _field_problem(obj, model)
+    if problem:
+        raise PipelineError(f"{path}: {problem}; the file is damaged or was edited: {REMAKE}.")
     return obj
+
+
+def _field_problem(obj: dict, model: dict) -> str | None:
+    """What is wrong with the fields of a model file, in words (None: nothing)."""
+    from .params import ParamsError, params_from_dict
+
+    try:
+        params_from_dict({"model": model})
+    except ParamsError as exc:
+        return f"its params: {exc}"
+    k = obj["num_classes"]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        return f"num_classes: expected an integer >= 2, found {k!r}"
+    classes = obj["classes"]
+    if not (isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes)
+            and len(classes) == k):
+        return f"classes: expected {k} class names (num_classes), found {classes!r:.80}"
+    if isinstance(obj["step"], bool) or not isinstance(obj["step"], int):
+        return f"step: expected an integer, found {obj['step']!r:.40}"
+    for key, what in (("model", "raw"), ("ema", "averaged")):
+        state = obj[key]
+        if not (isinstance(state, dict) and state
+                and all(isinstance(v, torch.Tensor) for v in state.values())):
+            return f"{key}: expected the {what} weights (a mapping of tensors), found {state!r:.60}"
+        bad = [n for n, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        if bad:
+            return f"its {what} weights ({key}) hold NaN or infinite values ({', '.join(bad[:3])})"
+    return None
 
 
 def load_trained(path: Path, device="cpu", averaged: bool = True) -> tuple[CifarNet, dict]:

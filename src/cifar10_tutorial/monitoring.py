@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .errors import PipelineError
+from .errors import PipelineError, TrainingError
 from .files import write_text_atomic
 from .inference import predict_logits
 from .model import CifarNet
@@ -165,11 +165,11 @@ class Summaries:
         for tag, value in scalars.items():
             w.add_scalar(tag, value, step)
         for name, p in self.model.named_parameters():
-            w.add_histogram(f"weights/{name}", p.detach().float().cpu(), step)
+            _histogram(w, f"weights/{name}", p.detach(), step)
             if p.grad is not None:
-                w.add_histogram(f"gradients/{name}", p.grad.detach().float().cpu(), step)
+                _histogram(w, f"gradients/{name}", p.grad.detach(), step)
         for name, act in self.activations.items():
-            w.add_histogram(f"activations/{name}", act.float().cpu(), step)
+            _histogram(w, f"activations/{name}", act, step)
             w.add_scalar(f"sparsity/{name}", (act == 0).float().mean().item(), step)
         self.activations = {}
         shown = images[:10].detach().float().cpu()
@@ -180,6 +180,18 @@ class Summaries:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _histogram(writer, tag: str, values: torch.Tensor, step: int) -> None:
+    """A TensorBoard histogram; values it cannot bin (infinite, NaN, or so large that the
+    bins overflow: a diverged run) are a clear error, not a TensorBoard traceback."""
+    values = values.float().cpu()
+    try:
+        writer.add_histogram(tag, values, step)
+    except ValueError:
+        top = values.abs().max().item() if values.numel() else float("nan")
+        raise TrainingError(f"{tag} holds values up to {top:.3g} at step {step}: training "
+                            f"diverged. Lower train.initial_lr or check the input data.") from None
 
 
 def open_live(folder: Path, resume: bool):
@@ -203,12 +215,20 @@ def open_live(folder: Path, resume: bool):
 
 def truncate_plots(live_dir: Path, step: int) -> None:
     """Drop the DVCLive plot rows logged after ``step`` (a run killed after its last
-    checkpoint logged them; the resumed run logs those steps again)."""
+    checkpoint logged them; the resumed run logs those steps again), and a torn last row
+    (``kill -9`` during a write), which the next row would otherwise be glued to."""
     for tsv in sorted((live_dir / "plots").rglob("*.tsv")):
         lines = tsv.read_text().splitlines(keepends=True)
         if not lines:
             continue
-        col = lines[0].rstrip("\n").split("\t").index("step")
-        kept = [lines[0]] + [ln for ln in lines[1:] if int(ln.split("\t")[col]) <= step]
+        header = lines[0].rstrip("\n").split("\t")
+        col = header.index("step")
+
+        def whole(ln: str) -> bool:
+            cells = ln.rstrip("\n").split("\t")
+            return ln.endswith("\n") and len(cells) == len(header) and cells[col].isdigit()
+
+        kept = [lines[0]] + [ln for ln in lines[1:]
+                             if whole(ln) and int(ln.split("\t")[col]) <= step]
         if len(kept) < len(lines):
             write_text_atomic(tsv, "".join(kept))

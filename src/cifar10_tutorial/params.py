@@ -9,6 +9,7 @@ message that names the key and the valid ones, instead of being ignored.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -123,6 +124,9 @@ class TrainParams(Section):
                               f"{self.moving_average_decay}")
         if self.max_epochs is not None and self.max_epochs <= 0:
             raise ParamsError(f"train.max_epochs: expected > 0 or null, found {self.max_epochs}")
+        if not 0 <= self.seed < 2**63:
+            raise ParamsError(f"train.seed: expected an integer from 0 to 2**63 - 1, found "
+                              f"{self.seed}")
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,23 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def _yaml_hint(value: Any) -> str:
+    """YAML 1.1 reads ``1e6`` (no dot, no sign in the exponent) as a string: say how to write it."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+        mantissa, _, exponent = value.strip().lower().partition("e")
+        if not exponent or not math.isfinite(number):
+            return ""
+        mantissa += "" if "." in mantissa else ".0"
+        exponent = exponent if exponent[0] in "+-" else "+" + exponent
+        return (f" (YAML reads {value} as text: write {mantissa}e{exponent}, with a dot and "
+                f"a signed exponent)")
+    return ""
+
+
 def _convert(value: Any, tp: Any, key: str) -> Any:
     """Return ``value`` checked against the annotation ``tp`` (recursing into dataclasses)."""
     origin = typing.get_origin(tp)
@@ -361,11 +382,13 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ParamsError(f"{key}: expected an integer, found {value!r}")
+            raise ParamsError(f"{key}: expected an integer, found {value!r}{_yaml_hint(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ParamsError(f"{key}: expected a number, found {value!r}")
+            raise ParamsError(f"{key}: expected a number, found {value!r}{_yaml_hint(value)}")
+        if not math.isfinite(value):
+            raise ParamsError(f"{key}: expected a finite number, found {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
