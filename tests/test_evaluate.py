@@ -208,3 +208,31 @@ def test_more_devices_than_gpus_is_a_clear_error_before_anything_starts(monkeypa
     tr = tiny_params(train={"num_devices": 4, "device": "auto"}).train
     with pytest.raises(PipelineError, match=r"train.num_devices is 4 but 2 GPU\(s\) are visible"):
         relaunch_on_devices(tr, "stages/train.py", [])  # raises before it would exec torchrun
+
+
+def test_cuda_devices_without_a_gpu_fail_once_before_torchrun(monkeypatch):
+    """num_devices: 2 with device: cuda on a machine without a GPU: one error, not one per
+    process and restart followed by a torchrun traceback."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.devices import relaunch_on_devices
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    tr = tiny_params(train={"num_devices": 2, "device": "cuda"}).train
+    with pytest.raises(PipelineError, match="train.device is cuda but no CUDA device is available"):
+        relaunch_on_devices(tr, "stages/train.py", [])
+
+
+def test_watch_mode_passes_over_a_damaged_newest_checkpoint(synth_data, trained, tmp_path,
+                                                           caplog):
+    import shutil
+
+    caplog.set_level("INFO")
+    ckpts = tmp_path / "checkpoints"
+    shutil.copytree(trained.checkpoints, ckpts)
+    newest = sorted(ckpts.glob("ckpt-*.pt"))[-1]
+    newest.write_bytes(newest.read_bytes()[:3000])
+    results = watch(synth_data, ckpts, tmp_path / "tb", interval_secs=0.1, batch_size=100,
+                    device_name="cpu", max_evals=1)
+    assert [r["step"] for r in results] == [30]
+    assert f"{newest} is damaged or truncated: passing over it" in caplog.text

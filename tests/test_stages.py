@@ -230,3 +230,22 @@ def test_repro_f_twice_and_a_changed_archive_without_md5(tmp_path):
     assert "resuming" not in proc.stderr
     assert load_prepared(project / "data/prepared").meta["counts"]["train"] == 100
     assert _untimed(project / "reports/train/metrics.json")["step"] == 8
+
+
+@pytest.mark.parametrize("code, words", [(28, "No space left on device; free disk space"),
+                                          (30, "Read-only file system; the file system is "
+                                               "read-only")])
+def test_a_full_disk_or_read_only_folder_is_one_line(tmp_path, code, words):
+    import errno
+    import os
+    import sys
+
+    assert code in (errno.ENOSPC, errno.EROFS)
+    script = ("from cifar10_tutorial.cli import run_stage\n"
+              "def main():\n"
+              f"    raise OSError({code}, __import__('os').strerror({code}), 'data/train/model.pt.tmp')\n"
+              "run_stage(main)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env={**os.environ})
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: data/train/model.pt.tmp: {words}"), proc.stderr

@@ -63,7 +63,10 @@ def pick_device(name: str, local_rank: int = 0, key: str = "train.device") -> to
 
 
 def check_devices(tr) -> None:
-    """Fail before anything starts when ``train.num_devices`` asks for more GPUs than exist."""
+    """Fail before anything starts when ``train.num_devices`` asks for more GPUs than exist
+    (or for any GPU where there is none): before torchrun, whose restarts would repeat it."""
+    if tr.device == "cuda":
+        pick_device("cuda")
     if tr.num_devices > 1 and tr.device != "cpu" and torch.cuda.is_available():
         have = torch.cuda.device_count()
         if tr.num_devices > have:

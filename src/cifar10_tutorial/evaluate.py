@@ -118,6 +118,25 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     return metrics
 
 
+def _newest_readable(ckpts: list[Path], evaluated: set, damaged: set, device) -> Optional[dict]:
+    """The newest checkpoint not yet evaluated that loads (marked evaluated); a damaged one
+    is said once and passed over for the one before it; None when there is nothing new."""
+    for path in reversed(ckpts):
+        if path in evaluated:
+            return None
+        try:
+            ckpt = load_checkpoint(path, device)
+        except PipelineError:
+            if path.exists() and path not in damaged:  # not deleted while we read it
+                damaged.add(path)
+                log.info("%s is damaged or truncated: passing over it for the checkpoint "
+                         "before it", path)
+            continue
+        evaluated.add(path)
+        return ckpt
+    return None
+
+
 def watch(data: Prepared, checkpoints: Path, tensorboard: Path, interval_secs: float,
           batch_size: int = 1000, device_name: str = "auto",
           max_evals: Optional[int] = None) -> list[dict]:
@@ -128,28 +147,24 @@ def watch(data: Prepared, checkpoints: Path, tensorboard: Path, interval_secs: f
     images = torch.from_numpy(data.test_images).to(device)
     labels = torch.from_numpy(data.test_labels).to(device)
     writer = SummaryWriter(str(tensorboard / "eval"))
-    seen, results = None, []
+    results = []
+    evaluated, damaged = set(), set()
     try:
         while max_evals is None or len(results) < max_evals:
             ckpts = list_checkpoints(checkpoints)
-            if ckpts and ckpts[-1] != seen:
-                seen = ckpts[-1]
-                try:
-                    ckpt = load_checkpoint(seen, device)
-                except PipelineError:  # deleted or replaced while we read it: next round
-                    ckpt = None
-                if ckpt is not None:
-                    r = evaluate_checkpoint(ckpt, images, labels, batch_size, device)
-                    step = int(ckpt["step"])
-                    for key in ("precision_at_1", "precision_at_1_raw", "loss", "loss_raw"):
-                        writer.add_scalar(f"eval/{key}", r[key], step)
-                    writer.flush()
-                    log.info("%s: step %d, precision @ 1 = %.3f (raw weights %.3f)",
-                             datetime.now().strftime("%Y-%m-%d %H:%M:%S"), step,
-                             r["precision_at_1"], r["precision_at_1_raw"])
-                    results.append({"step": step, "precision_at_1": r["precision_at_1"],
-                                    "precision_at_1_raw": r["precision_at_1_raw"]})
-                    continue
+            ckpt = _newest_readable(ckpts, evaluated, damaged, device)
+            if ckpt is not None:
+                r = evaluate_checkpoint(ckpt, images, labels, batch_size, device)
+                step = int(ckpt["step"])
+                for key in ("precision_at_1", "precision_at_1_raw", "loss", "loss_raw"):
+                    writer.add_scalar(f"eval/{key}", r[key], step)
+                writer.flush()
+                log.info("%s: step %d, precision @ 1 = %.3f (raw weights %.3f)",
+                         datetime.now().strftime("%Y-%m-%d %H:%M:%S"), step,
+                         r["precision_at_1"], r["precision_at_1_raw"])
+                results.append({"step": step, "precision_at_1": r["precision_at_1"],
+                                "precision_at_1_raw": r["precision_at_1_raw"]})
+                continue
             elif not ckpts:
                 log.info("no checkpoint in %s yet; waiting", checkpoints)
             if max_evals is not None and len(results) >= max_evals:
