@@ -1,5 +1,6 @@
 """The prepared GPU run, end to end in its CPU dry mode (the GPU figures need a GPU)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -9,12 +10,23 @@ from conftest import tiny_params, write_train_project
 
 
 def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
+    """As on the GPU machine this project may be lent, which has neither dvc nor dvclive:
+    here they are made unimportable in the script and every process it starts."""
     params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
     proj = write_train_project(tmp_path / "proj", synth_data, params)
     out = tmp_path / "gpu"
+    block = tmp_path / "no-dvc"
+    block.mkdir()
+    (block / "sitecustomize.py").write_text(
+        "import sys\nfor name in ('dvc', 'dvclive', 'scmrepo'):\n    sys.modules[name] = None\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(block), os.environ.get("PYTHONPATH")]))}
+    check = subprocess.run([sys.executable, "-c", "import dvclive"], env=env, capture_output=True)
+    assert check.returncode != 0  # the block works
     proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
                            "cpu", "--data", "data/prepared", "--params", "params.yaml", "--out",
-                           str(out)], cwd=proj, capture_output=True, text=True, timeout=900)
+                           str(out)], cwd=proj, capture_output=True, text=True, timeout=900,
+                          env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((out / "cpu-dry.json").read_text())
     assert r["dry"] and r["device"] == "cpu"

@@ -452,3 +452,24 @@ def test_a_torn_last_curve_row_is_cut_on_resume(synth_data, tmp_path):
     loss.write_text("".join(rows[:3]) + rows[3][:7])  # steps 5, 10, then a torn 15
     train(params, synth_data, b, progress=False)
     assert_same_outputs(paths(tmp_path / "a"), b)
+
+
+def test_without_dvclive_the_same_curves_and_metrics_are_written(synth_data, tmp_path,
+                                                                 monkeypatch):
+    """The GPU machine has no dvclive: the run writes DVCLive's files itself, byte for byte
+    the same apart from the timings."""
+    params = tiny_params(train={"max_steps": 12, "log_every": 2, "checkpoint_every": 5},
+                         eval={"every_steps": 4, "targets": [0.1]})
+    train(params, synth_data, paths(tmp_path / "with"), progress=False)
+    monkeypatch.setitem(sys.modules, "dvclive", None)  # `import dvclive` raises ImportError
+    train(params, synth_data, paths(tmp_path / "without"), progress=False)
+    a, b = paths(tmp_path / "with").live_dir, paths(tmp_path / "without").live_dir
+    files = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
+    timed = ("examples_per_sec.tsv", "metrics.json", "provenance.json")
+    for rel in files:
+        if not rel.endswith(timed):
+            assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+    assert_same_outputs(paths(tmp_path / "with"), paths(tmp_path / "without"))
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (a, b))
+    assert list(ma) == list(mb)

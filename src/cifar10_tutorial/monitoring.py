@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -194,10 +195,52 @@ def _histogram(writer, tag: str, values: torch.Tensor, step: int) -> None:
                             f"diverged. Lower train.initial_lr or check the input data.") from None
 
 
+class PlainLive:
+    """DVCLive's files written without DVCLive, for a machine that lacks it (the GPU machine
+    this project may be lent has no dvc and no dvclive): the same ``plots/metrics/<name>.tsv``
+    rows (``step``, then the value) and ``metrics.json`` (the summary with ``step``), and
+    nothing else. Only the part of DVCLive's interface the Monitor uses; tests check that
+    both write the same files."""
+
+    def __init__(self, folder: Path):
+        self.dir, self.step, self.summary = Path(folder), 0, {}
+
+    def log_metric(self, name: str, val: float) -> None:
+        if not math.isfinite(val):
+            val = str(val)  # as DVCLive writes nan and inf
+        path = self.dir / "plots" / "metrics" / f"{name}.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        with open(path, "a", encoding="utf-8", newline="") as f:
+            f.write((f"step\t{name.split('/')[-1]}{os.linesep}" if new else "")
+                    + f"{self.step}\t{val}{os.linesep}")
+        node = self.summary
+        *parents, leaf = name.split("/")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = val
+
+    def next_step(self) -> None:
+        self._dump()
+        self.step += 1
+
+    def end(self) -> None:
+        self._dump()
+
+    def _dump(self) -> None:
+        self.summary["step"] = self.step
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "metrics.json").write_text(json.dumps(self.summary, indent=4) + "\n")
+
+
 def open_live(folder: Path, resume: bool):
-    """DVCLive logging to ``folder`` (metrics.json, plots/, params.yaml), no dvc.yaml of its own."""
-    from dvclive import Live
-    from scmrepo.exceptions import SCMError
+    """DVCLive logging to ``folder`` (metrics.json, plots/), no dvc.yaml of its own; where
+    dvclive is not installed, the same files through :class:`PlainLive`."""
+    try:
+        from dvclive import Live
+        from scmrepo.exceptions import SCMError
+    except ImportError:
+        return PlainLive(folder)
 
     if resume:  # a kill during DVCLive's (non-atomic) write leaves a truncated metrics.json
         summary = folder / "metrics.json"
