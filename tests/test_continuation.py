@@ -45,8 +45,9 @@ def test_a_deadline_that_is_neither_is_one_clear_error(text):
 
 
 def test_the_stage_fixes_a_relative_deadline_once_for_every_process(monkeypatch):
-    monkeypatch.delenv(continuation.STOP_AT_ENV, raising=False)
-    monkeypatch.delenv(continuation.MIRROR_ENV, raising=False)
+    for name in (continuation.STOP_AT_ENV, continuation.MIRROR_ENV):  # unset after the test
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     cont = from_stage("2h", "s3://bucket/runs/", "tutorial_100k")
     assert cont.mirror == "s3://bucket/runs/tutorial_100k"
     assert os.environ[continuation.STOP_AT_ENV] == f"@{cont.deadline:.3f}"
@@ -223,3 +224,10 @@ def test_mirror_on_an_fsspec_url(tmp_path, synth_data):
               continuation=Continuation(mirror=url))
     assert m["step"] == 12
     shutil.rmtree(tmp_path / "a")
+
+
+def test_a_mirror_url_whose_file_system_is_not_installed_is_one_clear_error():
+    with pytest.raises(PipelineError, match=r"nosuchfs://bucket/runs/train: the checkpoint "
+                                            r"mirror \(--mirror or CIFAR10_CHECKPOINT_MIRROR\) "
+                                            r"cannot be opened"):
+        Mirror("nosuchfs://bucket/runs/train")

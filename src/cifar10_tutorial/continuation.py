@@ -134,7 +134,11 @@ class Mirror:
         import fsspec
 
         self.url = url
-        self.fs, self.root = fsspec.core.url_to_fs(url)
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(url)
+        except (ImportError, ValueError) as exc:  # s3:// without s3fs, an unknown protocol
+            raise PipelineError(f"{url}: the checkpoint mirror (--mirror or {MIRROR_ENV}) "
+                                f"cannot be opened: {exc}") from None
 
     def _p(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
