@@ -43,6 +43,7 @@ def test_report_needs_results(tmp_path):
         make_report(tmp_path / "none", tmp_path / "out")
 
 
+@pytest.mark.e2e
 def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     project = tiny_project(
         tmp_path, dict(train_per_batch=100, test=100, seed=4), ablation={"max_steps": 12},

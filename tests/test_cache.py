@@ -190,6 +190,7 @@ def uncovered_params(stages, reads) -> list[str]:
     return problems
 
 
+@pytest.mark.e2e
 def test_every_stage_declares_the_params_it_reads(recorded_run):
     _, stages, reads = recorded_run
     names = {st["name"] for st in stages}
@@ -228,6 +229,7 @@ def overdeclared_params(stages, reads) -> list[str]:
     return problems
 
 
+@pytest.mark.e2e
 def test_no_stage_declares_a_param_it_never_reads(recorded_run):
     _, stages, reads = recorded_run
     assert overdeclared_params(stages, reads) == []
@@ -238,6 +240,7 @@ def test_no_stage_declares_a_param_it_never_reads(recorded_run):
         "stage reports/dvc.yaml:ablation@softmax declares eval.interval_secs, never read"]
 
 
+@pytest.mark.e2e
 def test_the_params_check_names_an_undeclared_key(recorded_run):
     """dvc.yaml as on 2df7c32 for preprocess (data.dataset, url, md5): data.label is named."""
     _, stages, reads = recorded_run
@@ -248,6 +251,7 @@ def test_the_params_check_names_an_undeclared_key(recorded_run):
     assert "stage preprocess reads data.svhn_extra, not in its params" in problems
 
 
+@pytest.mark.e2e
 def test_both_pipelines_are_up_to_date_after_the_run(recorded_run):
     project, _, _ = recorded_run
     out = dvc(project, "status").stdout

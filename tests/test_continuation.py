@@ -156,12 +156,13 @@ def test_a_local_checkpoint_comes_before_the_mirror(synth_data, tmp_path, caplog
     assert "resuming from" in caplog.text and "fetched" not in caplog.text
 
 
+@pytest.mark.e2e
 def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tmp_path):
     """The command line of a preemptible machine: --stop-at, --mirror; then the same command
     in another clone continues from the mirror to the end of one uninterrupted run."""
     reference = paths(tmp_path / "ref")
     params = to_dict(tiny_params(input={"shuffle": "queue"},
-                                 train={"max_steps": 400, "checkpoint_every": 50,
+                                 train={"max_steps": 200, "checkpoint_every": 50,
                                         "log_every": 10, "summary_every": 1000}))
     train(tiny_params(**{k: params[k] for k in ("input", "train")}), synth_data, reference,
           progress=False)
@@ -169,13 +170,13 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop(continuation.STOP_AT_ENV, None)
     first = write_train_project(tmp_path / "one", synth_data, params)
-    paused = subprocess.run([sys.executable, "stages/train.py", "--stop-at", "2s", "--mirror",
+    paused = subprocess.run([sys.executable, "stages/train.py", "--stop-at", "1s", "--mirror",
                              str(mirror)], cwd=first, capture_output=True, text=True,
                             timeout=300, env=env)
     assert paused.returncode == PAUSED_EXIT, paused.stderr
     step = int(json.loads((mirror / "train" / "mirror.json").read_text())["step"])
-    assert 0 < step < 400, "the deadline should pause a 400-step run part-way"
-    assert f"paused at step {step} of 400; run the same command to continue" in paused.stdout
+    assert 0 < step < 200, "the deadline should pause a 200-step run part-way"
+    assert f"paused at step {step} of 200; run the same command to continue" in paused.stdout
     assert not (first / "data/train/model.pt").exists()
     assert not (first / "reports/train/metrics.json").exists()
     # another machine: a fresh copy of the project, the mirror given by the environment
@@ -191,7 +192,7 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
             torch.testing.assert_close(a[key][name], b[key][name], rtol=0, atol=0)
     assert not (mirror / "train" / "checkpoint.pt").exists()  # the run ended: cleared
     made = json.loads((second / "reports/train/provenance.json").read_text())
-    assert [(s["from_step"], s["to_step"]) for s in made["segments"]] == [(0, step), (step, 400)]
+    assert [(s["from_step"], s["to_step"]) for s in made["segments"]] == [(0, step), (step, 200)]
 
 
 def test_a_checkpoint_of_a_run_under_way_before_segments_were_recorded_resumes(

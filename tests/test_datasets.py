@@ -139,6 +139,7 @@ def test_svhn_download_checks(tmp_path):
     assert not (tmp_path / "raw" / "x.mat").exists()
 
 
+@pytest.mark.e2e
 def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     import yaml
     from conftest import commit, dvc, tiny_project

@@ -6,6 +6,7 @@ import sys
 import time
 
 import psutil
+import pytest
 import torch
 
 from cifar10_tutorial.params import to_dict
@@ -44,6 +45,7 @@ def assert_same_weights(a_path, b_path, atol):
             torch.testing.assert_close(a[key][name], b[key][name], rtol=1e-4, atol=atol)
 
 
+@pytest.mark.e2e
 def test_two_processes_at_64_equal_one_at_128(synth_data, tmp_path):
     """The proof that gradient averaging is right: same data, draws and update.
 
@@ -71,6 +73,7 @@ def test_two_processes_at_64_equal_one_at_128(synth_data, tmp_path):
     assert len(lines) == 30 // 5 and "per device;" in lines[0]
 
 
+@pytest.mark.e2e
 def test_queue_input_on_two_processes_and_a_killed_rank_resumes(synth_data, tmp_path):
     proj = project(tmp_path, synth_data, input={"shuffle": "queue"},
                    train={"batch_size": 16, "num_devices": 2, "max_steps": 60, "log_every": 1,
@@ -85,6 +88,7 @@ def test_queue_input_on_two_processes_and_a_killed_rank_resumes(synth_data, tmp_
     assert ck["step"] == 60 and len(ck["input"]) == 2 and ck["world_size"] == 2
 
 
+@pytest.mark.e2e
 def test_a_rank_that_keeps_crashing_fails_the_job_promptly(synth_data, tmp_path):
     proj = project(tmp_path, synth_data, input={"shuffle": "permutation"},
                    train={"batch_size": 16, "num_devices": 2, "max_steps": 100000, "log_every": 1,
@@ -99,6 +103,7 @@ def test_a_rank_that_keeps_crashing_fails_the_job_promptly(synth_data, tmp_path)
     assert not (proj / "data/train/model.pt").exists()
 
 
+@pytest.mark.e2e
 def test_two_single_process_nodes_through_c10d_rendezvous(synth_data, tmp_path):
     proj = project(tmp_path, synth_data, input={"shuffle": "permutation"},
                    train={"batch_size": 16, "num_devices": 2, "max_steps": 10,
@@ -121,6 +126,7 @@ def test_two_single_process_nodes_through_c10d_rendezvous(synth_data, tmp_path):
     assert made["world_size"] == 2 and metrics["step"] == 10
 
 
+@pytest.mark.e2e
 def test_world_size_must_match_num_devices(synth_data, tmp_path):
     proj = project(tmp_path, synth_data, train={"num_devices": 3, "max_steps": 5})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

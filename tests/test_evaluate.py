@@ -149,6 +149,7 @@ def _bad_model_files(trained, tmp_path) -> dict:
 @pytest.mark.parametrize("kind", ["bare state dict", "a tensor", "shapes that disagree",
                                   "truncated", "foreign pickle", "num_classes ten", "ema a list",
                                   "head bogus", "two class names", "nan averages"])
+@pytest.mark.e2e
 def test_evaluate_and_predict_explain_a_bad_model_file(synth_data, trained, tmp_path, kind,
                                                       prepared_copy):
     path = _bad_model_files(trained, tmp_path)[kind]

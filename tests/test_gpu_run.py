@@ -4,11 +4,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from cifar10_tutorial.gpu_run import LOSS_RTOL
 from cifar10_tutorial.params import to_dict
 from conftest import tiny_params, write_train_project
 
 
+@pytest.mark.e2e
 def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
     """As on the GPU machine this project may be lent, which has neither dvc nor dvclive:
     here they are made unimportable in the script and every process it starts."""

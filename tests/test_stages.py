@@ -55,6 +55,7 @@ def test_bad_archive_fails_the_stage_cleanly(archive, tmp_path, bad, expected):
     assert not (project / "data/raw/cifar-10-binary.tar.gz").exists()
 
 
+@pytest.mark.e2e
 def test_dvc_repro_caches_and_reruns_on_url_change(archive, tmp_path):
     project = copy_project(tmp_path / "p")
     init_repo(project)
@@ -86,6 +87,7 @@ def dev_archive(tmp_path_factory):
     return path, md5
 
 
+@pytest.mark.e2e
 @pytest.mark.real_data
 def test_real_dev_archive_through_dvc(dev_archive, tmp_path):
     path, md5 = dev_archive
@@ -105,6 +107,7 @@ def test_real_dev_archive_through_dvc(dev_archive, tmp_path):
     assert "Data and pipelines are up to date" in dvc(project, "repro", "preprocess").stdout
 
 
+@pytest.mark.e2e
 def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     project = tiny_project(
         tmp_path, dict(train_per_batch=100, test=100, seed=2),
@@ -155,6 +158,7 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     assert "unknown key train.batchsize" in bad.stdout + bad.stderr
 
 
+@pytest.mark.e2e
 def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
     """dvc push to a local-folder remote; a fresh clone pulls, and dvc repro recomputes nothing."""
     project = tiny_project(
@@ -198,6 +202,7 @@ def _untimed(path: Path) -> dict:
     return strip(yaml.safe_load(path.read_text()))
 
 
+@pytest.mark.e2e
 def test_repro_f_twice_and_a_changed_archive_without_md5(tmp_path):
     """Two `dvc repro -f` give the same metrics (timings aside); with data.md5: null, a
     different archive at the same path, picked up by `dvc repro -f download`, trains from

@@ -134,6 +134,7 @@ def test_speed_options_train_the_same_network(option):
         assert any(not torch.equal(got[k], ref[k]) for k in ref)
 
 
+@pytest.mark.e2e
 def test_compiled_step_matches_the_eager_step():
     """train.compile: true (about 20 s to compile on 2 CPU cores) computes the same step."""
     torch.manual_seed(0)
@@ -396,6 +397,7 @@ def _write_project(tmp_path, synth_data, max_steps, checkpoint_every):
     return write_train_project(tmp_path / "proj", synth_data, params)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_killed_training_resumes_to_the_same_weights(synth_data, tmp_path, how):
     reference = tmp_path / "ref"
