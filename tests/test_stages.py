@@ -254,3 +254,25 @@ def test_a_full_disk_or_read_only_folder_is_one_line(tmp_path, code, words):
                           timeout=60, env={**os.environ})
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"error: data/train/model.pt.tmp: {words}"), proc.stderr
+
+
+@pytest.mark.e2e
+def test_exp_apply_before_a_first_commit_keeps_logs_and_checkpoints(tmp_path):
+    """`dvc exp apply` stashes untracked files with `git stash -u`, which deletes ignored
+    files inside an untracked folder: data/train/ was one (only DVC's .gitignore in it)
+    until the repository tracked that .gitignore itself."""
+    project = tiny_project(tmp_path, dict(train_per_batch=20, test=20, seed=1),
+                           train=dict(max_steps=4, batch_size=16, log_every=2,
+                                      checkpoint_every=2, summary_every=2, device="cpu"),
+                           input={"min_fraction_of_examples_in_queue": 0.1},
+                           eval={"every_steps": 0})
+    dvc(project, "repro")  # no commit after it: dvc.lock and the outputs are untracked
+    dvc(project, "exp", "run", "-S", "train.batch_size=8", "-n", "first")
+    dvc(project, "exp", "run", "-S", "train.batch_size=4", "-n", "second")
+    train = project / "data" / "train"
+    before = sorted(p.relative_to(train).as_posix() for p in train.rglob("*"))
+    assert len(list((train / "tensorboard").iterdir())) == 3 and (train / "checkpoints").is_dir()
+    dvc(project, "exp", "apply", "first")
+    after = sorted(p.relative_to(train).as_posix() for p in train.rglob("*"))
+    assert after == before
+    assert "batch_size: 8" in (project / "params.yaml").read_text()
