@@ -225,3 +225,17 @@ def test_queue_fill_time_to_first_batch_is_weighed_against_the_seeds(tmp_path):
                    "## Exercise 3")
     assert "takes 1.25 s (**not distinguishable from seed noise**: 3 seeds of the baseline " \
            "spread over 0.20 s in time to the first batch)" in text
+
+
+def test_speeds_timed_on_other_machines_are_not_compared(tmp_path):
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.10, "no_lrn": 0.005})
+    variant = json.loads((root / "local_head" / "variant.json").read_text())
+    variant["device"] = "Another CPU, 1 threads"
+    (root / "local_head" / "variant.json").write_text(json.dumps(variant))
+    text = make_report(root, tmp_path / "out", OVERRIDES).read_text()
+    assert ("0.50x the training speed (**not comparable**: the runs were timed on 2 different "
+            "machines, Another CPU, a CPU; speeds compare only within one)") in section(
+                text, "## Exercise 2")
+    assert "1.02x (**not distinguishable from seed noise**" in section(
+        text, "## Without local response normalization")

@@ -204,6 +204,11 @@ class Mirror:
                 self.fs.rm(self._p(name))
         if self.fs.isdir(self._p(CURVES)):
             self.fs.rm(self._p(CURVES), recursive=True)
+        try:  # the run's own folder, once empty (object stores have no folders to remove)
+            if self.fs.isdir(self.root) and not self.fs.ls(self.root):
+                self.fs.rmdir(self.root)
+        except (OSError, NotImplementedError):
+            pass
 
 
 def _put_atomic(fs, local: str, remote: str) -> None:

@@ -144,7 +144,7 @@ def _exercise2_local_head(r: Results) -> list[str]:
                  f"{'better' if d > 0 else 'worse'} than the fully connected one "
                  f"{r.noise(d, 'precision_at_1')}, with {h.num_params / base.num_params:.2f}x "
                  f"the parameters and {speed:.2f}x the training speed "
-                 f"{_speed_noise(r, speed)}. {ref('local_head')}."), ""]
+                 f"{_speed_noise(r, speed, h)}. {ref('local_head')}."), ""]
 
 
 def _exercise3_queue_fill(r: Results) -> list[str]:
@@ -250,7 +250,7 @@ def _exercise5_devices(r: Results) -> list[str]:
           "training examples/sec", grid_axis="y")
     return md + [markdown_table(t), "", "![devices](plots/devices_throughput.png)", "",
                  r.answer(f"2 x 64 runs at {speed:.2f}x the speed of 1 x 128 "
-                 f"{_speed_noise(r, speed)} and reaches {pct(m.precision_at_1)} against "
+                 f"{_speed_noise(r, speed, m)} and reaches {pct(m.precision_at_1)} against "
                  f"{pct(base.precision_at_1)} "
                  f"{r.noise(100 * (m.precision_at_1 - base.precision_at_1), 'precision_at_1')} "
                  f"(same global batch, same schedule; each process runs its own shuffle queue "
@@ -313,12 +313,23 @@ def _no_lrn(r: Results) -> list[str]:
     return ["## Without local response normalization", "", markdown_table(t), "",
             r.answer(f"dropping norm1 and norm2 moves precision @ 1 by {d:+.1f} points "
                      f"{r.noise(d, 'precision_at_1')} and changes the training speed by "
-                     f"{speed:.2f}x {_speed_noise(r, speed)}."), ""]
+                     f"{speed:.2f}x {_speed_noise(r, speed, n)}."), ""]
 
 
-def _speed_noise(r: Results, ratio: float) -> str:
+def _speed_noise(r: Results, ratio: float, variant=None) -> str:
     """A speed ratio against the baseline, weighed against the seeds' spread of speed (the
-    seeds do identical work: their spread is the timing noise of this machine)."""
+    seeds do identical work: their spread is the timing noise of this machine). A variant
+    timed on another machine than the baseline and its seeds is not compared at all."""
+    rows = [row for _, row in r.seeds.iterrows()] if r.seeds is not None else [r.base]
+    machines = {_machine(v.device) for v in [*rows, variant] if v is not None}
+    if len(machines) > 1:
+        return (f"(**not comparable**: the runs were timed on {len(machines)} different "
+                f"machines, {', '.join(sorted(machines))}; speeds compare only within one)")
     base = r.base.examples_per_sec if r.base is not None else 1.0
     return r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base, unit="%",
                    fmt=".0f", of=" in examples/sec")
+
+
+def _machine(device: str) -> str:
+    """The CPU model or GPU of a variant's device description ('AMD EPYC, 1 threads')."""
+    return str(device).split(",")[0]

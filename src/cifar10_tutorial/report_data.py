@@ -231,6 +231,11 @@ def provenance_section(r: Results) -> list[str]:
                   for p in found.values()}
         if len(values) > 1:
             notes.append(f"The variants were made by {len(values)} different {what}.")
+    machines = sorted({str(p.get("device")).split(",")[0] for p in found.values()})
+    if len(machines) > 1:
+        notes.append(f"They ran on {len(machines)} different machines ({', '.join(machines)}): "
+                     f"speeds are compared only within one machine, and the same training "
+                     f"rounds differently on another machine's kernels.")
     if r.exercises["steps"].nunique() > 1:
         notes.append(f"The exercise variants ran at {r.exercises['steps'].nunique()} different "
                      f"budgets (steps); compare them with care.")
