@@ -232,3 +232,24 @@ def test_a_mirror_url_whose_file_system_is_not_installed_is_one_clear_error():
                                             r"mirror \(--mirror or CIFAR10_CHECKPOINT_MIRROR\) "
                                             r"cannot be opened"):
         Mirror("nosuchfs://bucket/runs/train")
+
+
+def test_the_runs_under_way_in_the_repository_still_resume_at_this_commit():
+    """runs/<variant>/checkpoint.pt, the project's own runs in progress, are resumed only by
+    code whose resume signature for that variant is the one they were made with: a change
+    to the signature (params read, their layout) must not strand them."""
+    import torch
+
+    from cifar10_tutorial.checkpoints import run_signature
+    from cifar10_tutorial.params import load_params, variant_params
+    from conftest import ROOT
+
+    found = sorted((ROOT / "runs").glob("*/checkpoint.pt"))
+    if not found:
+        pytest.skip("no run in progress in runs/")
+    params = load_params(ROOT / "params.yaml")
+    for path in found:
+        sig = load_checkpoint(path)["signature"]
+        now = run_signature(variant_params(params, path.parent.name), sig["data"],
+                            torch.device(sig["device"]), sig["world_size"])
+        assert now == sig, f"{path}: this code would not resume it"
