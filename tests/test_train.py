@@ -475,3 +475,18 @@ def test_without_dvclive_the_same_curves_and_metrics_are_written(synth_data, tmp
     assert_same_outputs(paths(tmp_path / "with"), paths(tmp_path / "without"))
     ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (a, b))
     assert list(ma) == list(mb)
+
+
+def test_bf16_on_a_cpu_without_bf16_units_says_it_will_be_slow(synth_data, tmp_path,
+                                                               monkeypatch, caplog):
+    from cifar10_tutorial import provenance
+
+    caplog.set_level("WARNING")
+    params = tiny_params(train={"max_steps": 2, "precision": "bf16"})
+    monkeypatch.setattr(provenance, "cpu_flags", lambda: {"avx2", "fma"})
+    train(params, synth_data, paths(tmp_path / "a"), progress=False)
+    assert "has no bf16 units (AVX512_BF16 or AMX): bf16 is emulated" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(provenance, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
+    train(params, synth_data, paths(tmp_path / "b"), progress=False)
+    assert "bf16 units" not in caplog.text

@@ -52,10 +52,22 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
     checkpoints, logs, DVCLive and TensorBoard.
     """
     d, device = init_distributed(params.train)
+    if params.train.precision == "bf16" and device.type == "cpu" and d.main:
+        _warn_without_bf16_units()
     try:
         return _train(params, data, paths, progress, d, device, continuation)
     finally:
         shut_down(d)
+
+
+def _warn_without_bf16_units() -> None:
+    """bf16 on a CPU without bf16 units (AVX512_BF16, AMX) runs emulated, many times slower
+    than fp32: say so once instead of running slowly in silence."""
+    flags = provenance.cpu_flags()
+    if flags is not None and not flags & {"avx512_bf16", "amx_bf16"}:
+        log.warning("train.precision is bf16 but this CPU (%s) has no bf16 units (AVX512_BF16 "
+                    "or AMX): bf16 is emulated here and runs many times slower than fp32; "
+                    "set train.precision=fp32", provenance.cpu_model())
 
 
 class _Stop:
