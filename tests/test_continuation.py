@@ -185,7 +185,7 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
                           text=True, timeout=300,
                           env={**env, continuation.MIRROR_ENV: str(mirror)})
     assert done.returncode == 0, done.stderr
-    assert "fetched" in done.stderr and f"resuming from" in done.stderr
+    assert "fetched" in done.stderr and "resuming from" in done.stderr
     a, b = load_checkpoint(reference.model), load_checkpoint(second / "data/train/model.pt")
     for key in ("model", "ema"):
         for name in a[key]:

@@ -1,0 +1,127 @@
+"""Checking params values against the annotations of the sections in :mod:`.params`:
+every key against the dataclass fields, every value against its field's type, with an
+error that names the key (and, for what YAML reads oddly, how to write it)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Literal, Union
+
+from .errors import PipelineError
+
+
+class ParamsError(PipelineError):
+    """params.yaml has an unknown key, a missing key or a value of the wrong type."""
+
+
+def type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else type_name(a)
+                           for a in typing.get_args(tp))
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    if origin in (list, tuple):
+        return f"a list of {type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _yaml_hint(value: Any) -> str:
+    """YAML 1.1 reads ``1e6`` (no dot, no sign in the exponent) as a string: say how to write it."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return ""
+        mantissa, _, exponent = value.strip().lower().partition("e")
+        if not exponent or not math.isfinite(number):
+            return ""
+        mantissa += "" if "." in mantissa else ".0"
+        exponent = exponent if exponent[0] in "+-" else "+" + exponent
+        return (f" (YAML reads {value} as text: write {mantissa}e{exponent}, with a dot and "
+                f"a signed exponent)")
+    return ""
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    """Return ``value`` checked against the annotation ``tp`` (recursing into dataclasses)."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ParamsError(f"{key}: expected a mapping, found {value!r}")
+        return build(tp, value, key)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, key)
+            except ParamsError as exc:
+                errors.append(exc)
+        raise ParamsError(f"{key}: expected {type_name(tp)}, found {value!r}")
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ParamsError(f"{key}: expected one of {type_name(tp)}, found {value!r}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ParamsError(f"{key}: expected {type_name(tp)}, found {value!r}")
+        (item_tp, *_) = typing.get_args(tp)
+        items = [_convert(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ParamsError(f"{key}: expected a mapping, found {value!r}")
+        _, val_tp = typing.get_args(tp)
+        return {k: _convert(v, val_tp, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ParamsError(f"{key}: expected true or false, found {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParamsError(f"{key}: expected an integer, found {value!r}{_yaml_hint(value)}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ParamsError(f"{key}: expected a number, found {value!r}{_yaml_hint(value)}")
+        if not math.isfinite(value):
+            raise ParamsError(f"{key}: expected a finite number, found {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ParamsError(f"{key}: expected a string, found {value!r}")
+        return value
+    raise TypeError(f"param_types.py cannot check the type {tp!r} of {key}")  # a bug here, not user input
+
+
+def build(cls: type, mapping: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(mapping) - set(fields), key=str)
+    if unknown:
+        where = f"'{prefix}'" if prefix else "the top level"
+        names = ", ".join(f"{prefix}.{u}" if prefix else str(u) for u in unknown)
+        raise ParamsError(
+            f"unknown key {names} in params; valid keys in {where}: {', '.join(fields)}")
+    kwargs = {}
+    for name in fields:
+        key = f"{prefix}.{name}" if prefix else name
+        if name in mapping:
+            kwargs[name] = _convert(mapping[name], hints[name], key)
+        elif (fields[name].default is dataclasses.MISSING
+              and fields[name].default_factory is dataclasses.MISSING):
+            raise ParamsError(f"missing key {key} in params")
+    return cls(**kwargs)
