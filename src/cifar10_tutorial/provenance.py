@@ -39,25 +39,25 @@ def code_version(root: Path = Path(".")) -> dict:
             "dirty": bool(changes.strip()) if changes is not None else None}
 
 
-def cpu_model() -> str:
+def _cpuinfo(field: str) -> Optional[str]:
+    """The value of ``field`` in Linux's /proc/cpuinfo (its first processor), or None."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> Optional[set]:
     """The CPU's feature flags (Linux's /proc/cpuinfo), or None where they cannot be read."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
+    flags = _cpuinfo("flags")
+    return set(flags.split()) if flags is not None else None
 
 
 def device_description(device: torch.device) -> str:
