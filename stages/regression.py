@@ -36,7 +36,7 @@ def main() -> None:
     except RegressionError as exc:
         text = failed = str(exc)
     if reg.baseline:
-        text += "\n\n" + metrics_diff_md(reg.baseline)
+        text += "\n\n" + metrics_diff_md(reg.baseline, files)
     print(text)
     write_text_atomic(args.out, text + "\n")  # e.g. for a pull-request comment
     if failed:

@@ -150,5 +150,12 @@ def test_ci_run_fails_with_the_table_on_a_deliberate_regression(tmp_path):
     assert "CI configuration(s) failed: broken" in proc.stderr
     table = (project / "regression-broken.md").read_text()
     assert "REGRESSION in eval.precision_at_1" in table
+    # then the main metrics' diff, not every exercise variant's, against a commit named
+    # for what it is (in the runner's scratch copy: the snapshot of this project's HEAD)
+    head = subprocess.run(["git", "rev-parse", "--short=8", "HEAD"], cwd=project,
+                          capture_output=True, text=True).stdout.strip()
+    assert f'("CI scratch copy of {head}"), the commit that last changed' in table, table
+    diff = table.split("the commit that last changed", 1)[1]
+    assert "| reports/eval/metrics.json " in diff and "reports/ablations" not in diff, diff
     made = {f.relative_to(project).as_posix() for f in (project / "data").rglob("*") if f.is_file()}
     assert made == {"data/.gitignore", "data/train/.gitignore"}  # it ran in a scratch copy

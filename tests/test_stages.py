@@ -1,5 +1,6 @@
 """The stages as users run them: entry points, `dvc repro`, `dvc exp run`, a remote."""
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import torch
 import yaml
 
 from cifar10_tutorial.prepare import load_prepared
-from conftest import DVC, SHARED, commit, copy_project, dvc, init_repo, run_stage, set_params, tiny_project
+from conftest import DVC, ROOT, SHARED, commit, copy_project, dvc, init_repo, run_stage, set_params, tiny_project
 
 def test_entry_points_on_a_synthetic_archive(archive, tmp_path):
     project = copy_project(tmp_path / "p")
@@ -121,6 +122,9 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     metrics = yaml.safe_load((project / "reports/eval/metrics.json").read_text())
     assert 0 <= metrics["precision_at_1"] <= 1 and metrics["num_examples"] == 100
     assert "Data and pipelines are up to date" in dvc(project, "repro").stdout
+    plain = dvc(project, "metrics", "show")  # no exercise run yet: that is no warning
+    assert "failed to load" not in plain.stdout + plain.stderr, plain.stdout + plain.stderr
+    assert "reports/ablations" not in plain.stdout
     shown = dvc(project, "metrics", "show", "--json").stdout
     assert "precision_at_1_raw" in shown and "num_params" in shown
     assert "provenance" not in shown and "data_hash" not in shown  # apart from the metrics
@@ -152,6 +156,12 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     columns = header.split(",")
     assert "train.batch_size" in columns and "data.dataset" not in columns, columns
     assert "held_out.precision_at_1" in columns and "schedule" not in columns, columns
+    # the README's form that fits a terminal: the changed param beside four metrics
+    line = next(x for x in (ROOT / "README.md").read_text().splitlines()
+                if x.startswith("dvc exp show --only-changed --drop"))
+    header = dvc(project, *shlex.split(line)[1:], "--csv").stdout.splitlines()[0]
+    assert header.split(",") == ["Experiment", "rev", "typ", "epochs", "loss_avg", "precision_at_1",
+                                 "precision_at_1_raw", "train.batch_size"], header
     bad = subprocess.run([DVC, "exp", "run", "-S", "+train.batchsize=64"], cwd=project,
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0

@@ -387,6 +387,11 @@ def test_metrics_hold_numbers_only_each_once(synth_data, tmp_path):
             "held_out.precision_at_1_raw", "time_to_target.0.1.step"} <= set(flat)
     made = json.loads((live / "provenance.json").read_text())
     assert made["schedule"] == "tutorial" and made["device_type"] == "cpu"
+    # no target reached: no empty time_to_target dict (DVC warns about a dict it cannot read)
+    train(tiny_params(train={"max_steps": 10}, eval={"every_steps": 5, "targets": [1.0]}),
+          synth_data, paths(tmp_path / "none"), progress=False)
+    metrics = json.loads((paths(tmp_path / "none").live_dir / "metrics.json").read_text())
+    assert "time_to_target" not in metrics and "held_out" in metrics
     assert made["world_size"] == 1 and made["global_batch_size"] == 32 and made["steps"] == 10
 
 

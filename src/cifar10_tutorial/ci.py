@@ -54,8 +54,13 @@ def copy_worktree(root: Path, dest: Path) -> None:
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    head = subprocess.run(["git", "rev-parse", "--short=8", "HEAD"], cwd=root,
+                          capture_output=True, text=True).stdout.strip() or "no commit"
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
+                           text=True).stdout.strip()
+    subject = (f"CI scratch copy of {head}" + (" with uncommitted changes" if dirty else ""))
     git = ["git", "-c", "user.name=ci", "-c", "user.email=ci@localhost"]
-    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "CI regression run"]):
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", subject]):
         subprocess.run(git + cmd, cwd=dest, check=True, capture_output=True)
 
 
@@ -105,8 +110,9 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
         try:
             md5 = build_archive(config, root, scratch / "archive.tar.gz")
         except FileNotFoundError as missing:
-            print(f"CI configuration {name}: skipped, {missing} is not here (it needs ../shared "
-                  f"beside the repository)")
+            print(f"CI configuration {name}: SKIPPED, nothing gated by it: {missing} is not "
+                  f"here (it needs ../shared beside the repository; on GitHub it never is, "
+                  f"see docs/ci.md)")
             return 0
         overrides = {**(config.get("params") or {}),
                      "data.url": str(scratch / "archive.tar.gz"), "data.md5": md5}

@@ -91,20 +91,27 @@ def markdown_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def metrics_diff_md(baseline: Path) -> str:
-    """``dvc metrics diff --md`` against the commit that last changed the baseline file,
-    where git history allows (a note saying why not otherwise)."""
+def metrics_diff_md(baseline: Path, files: dict[str, Path]) -> str:
+    """``dvc metrics diff --md`` of the gate's own metrics files (the train and eval
+    stages', not every exercise variant's) against the commit that last changed the
+    baseline file, where git history allows (a note saying why not otherwise). The commit
+    is named with its subject: in the CI runner's scratch copy it is the snapshot commit,
+    whose subject names the commit it copied."""
     try:
-        rev = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(baseline)],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        rev, subject = subprocess.run(
+            ["git", "log", "-1", "--format=%H%x00%s", "--", str(baseline)],
+            capture_output=True, text=True, check=True).stdout.strip().partition("\0")[::2]
     except (OSError, subprocess.CalledProcessError):
         return "(`dvc metrics diff`: no git history here)"
     if not rev:
         return f"(`dvc metrics diff`: {baseline} is not committed yet)"
-    proc = subprocess.run(["dvc", "metrics", "diff", "--md", rev], capture_output=True, text=True)
+    targets = [str(p) for p in files.values()]
+    proc = subprocess.run(["dvc", "metrics", "diff", "--md", "--targets", *targets, "--", rev],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         return f"(`dvc metrics diff --md {rev[:8]}` failed: {proc.stderr.strip()[:200]})"
-    return (f"`dvc metrics diff --md {rev[:8]}` (the commit that last changed {baseline}):\n\n"
+    return (f"`dvc metrics diff --md --targets {' '.join(targets)} -- {rev[:8]}` against "
+            f"{rev[:8]} (\"{subject}\"), the commit that last changed {baseline}:\n\n"
             + (proc.stdout.strip() or "(no metrics committed at that revision to compare with)"))
 
 

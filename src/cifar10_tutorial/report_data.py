@@ -29,6 +29,8 @@ def load_variants(root: Path) -> pd.DataFrame:
         train = dict(m["train"])
         train["steps"], train["final_loss_avg"] = train.pop("step"), train.pop("loss_avg")
         train.pop("loss"), train.pop("held_out", None)
+        if "train_seconds" in train:  # held-out points: a run that reached no target has none
+            train.setdefault("time_to_target", {})
         ev = {("eval_examples_per_sec" if k == "examples_per_sec" else k): v
               for k, v in m["eval"].items()}
         rows.append({**json.loads(described.read_text()), **train, **ev})
@@ -184,7 +186,9 @@ def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: 
     """Sort the variants by what they are, from their params overrides; ``not_run``: the
     variants of ``overrides`` that have no results."""
     own = [n for n in df.index if {"max_steps", "max_epochs"} & set(overrides.get(n, {}).get("train", {}))]
-    timed = df.loc[[n for n in own if isinstance(df.loc[n].get("time_to_target"), dict)]]
+    # timed: evaluated on the held-out split while training (a run that reached no target
+    # has no time_to_target at all; older metrics files hold an empty dict)
+    timed = df.loc[[n for n in own if pd.notna(df.loc[n].get("train_seconds", float("nan")))]]
     seeds = [n for n in df.index if n == "baseline" or overrides.get(n) and
              overrides[n] == {"train": {"seed": overrides[n].get("train", {}).get("seed")}}]
     return Results(df, df.drop(index=own), timed, root, out / "tables", out / "plots",

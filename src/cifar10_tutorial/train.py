@@ -297,8 +297,9 @@ def _metrics(run: _Run, model, held_out: Optional[HeldOut], eval_before: float,
     if held_out is not None and held_out.every:
         metrics.update({"held_out_eval_seconds": held_out.seconds,
                         "train_seconds": total_time - held_out.seconds,
-                        "time_to_target": held_out.reached,
                         "held_out": {k: held_out.last[k]
                                      for k in ("precision_at_1", "precision_at_1_raw")
                                      if k in held_out.last}})
+        if held_out.reached:  # an empty {} is no number: DVC warns about it, so leave it out
+            metrics["time_to_target"] = held_out.reached
     return metrics
