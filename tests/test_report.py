@@ -110,6 +110,18 @@ def test_a_short_budget_gets_a_banner_and_no_answers(tmp_path):
     assert "better than" not in text and "not distinguishable" not in text
     # the tables still show what was measured
     assert "| local_head | 80.0% |" in text
+    # a trial of the 100K-step run: measured, not compared with the reference, its seconds
+    # in seconds (not "0 min"); a run that reached no target has no time_to_target at all
+    write_variant(tmp_path / "a", "tutorial_100k", 0.30, 20, curve_every=10)
+    m = json.loads((tmp_path / "a/tutorial_100k/metrics.json").read_text())
+    del m["train"]["time_to_target"]
+    (tmp_path / "a/tutorial_100k/metrics.json").write_text(json.dumps(m))
+    overrides = {**OVERRIDES, "tutorial_100k": {"train": {"max_steps": 100000}}}
+    text = make_report(tmp_path / "a", tmp_path / "out", overrides).read_text()
+    rep = section(text, "## The tutorial at its own budget")
+    assert "after 20 steps" in rep and "too short to compare with the reference" in rep, rep
+    assert "points from the reference" not in rep and " 0 min" not in text
+    assert "Wall time 66 s (6 s of training" in rep
 
 
 def test_without_seed_runs_no_effect_is_called_real(tmp_path):
@@ -233,9 +245,14 @@ def test_speeds_timed_on_other_machines_are_not_compared(tmp_path):
     variant = json.loads((root / "local_head" / "variant.json").read_text())
     variant["device"] = "Another CPU, 1 threads"
     (root / "local_head" / "variant.json").write_text(json.dumps(variant))
+    made = json.loads((root / "local_head" / "train" / "provenance.json").read_text())
+    made["device"] = variant["device"]
+    (root / "local_head" / "train" / "provenance.json").write_text(json.dumps(made))
     text = make_report(root, tmp_path / "out", OVERRIDES).read_text()
     assert ("0.50x the training speed (**not comparable**: the runs were timed on 2 different "
             "machines, Another CPU, a CPU; speeds compare only within one)") in section(
                 text, "## Exercise 2")
     assert "1.02x (**not distinguishable from seed noise**" in section(
         text, "## Without local response normalization")
+    # results written before the singular existed
+    assert "| Another CPU, 1 thread |" in text and "1 threads" not in text

@@ -136,7 +136,7 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     content = load_prepared(project / "data/prepared").content_hash
     for p in made.values():
         assert p["commit"] == head and p["data_hash"] == content and p["steps"] == 12
-        assert p["torch"] == torch.__version__ and "threads" in p["device"]
+        assert p["torch"] == torch.__version__ and "thread" in p["device"]
     assert made["train"]["params_hash"] == made["eval"]["params_hash"]
     assert made["train"]["epochs"] == 12 * 32 / 500 and made["train"]["wall_time_s"] > 0
     commit(project, "first run")
@@ -151,6 +151,8 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     assert "reports/eval/metrics.json" in diff and "reports/train/metrics.json" in diff
     plots = dvc(project, "plots", "show", "--json").stdout
     assert "reports/eval/predictions.csv" in plots and "loss_avg" in plots
+    lr = json.loads(plots)["data"]["Learning rate"][0]["content"]  # a staircase from 0
+    assert lr["encoding"]["y"]["scale"] == {"zero": True} and lr["mark"]["interpolate"] == "step-after"
     # what the README shows: the params and metrics that differ, not every column
     header = dvc(project, "exp", "show", "--only-changed", "--csv").stdout.splitlines()[0]
     columns = header.split(",")

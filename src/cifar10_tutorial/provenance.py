@@ -63,7 +63,8 @@ def cpu_flags() -> Optional[set]:
 def device_description(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{cpu_model()}, {torch.get_num_threads()} threads"
+    n = torch.get_num_threads()
+    return f"{cpu_model()}, {n} thread{'' if n == 1 else 's'}"
 
 
 def params_hash(params: dict) -> str:

@@ -4,6 +4,7 @@ report's first section, which says how the results were made."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -33,7 +34,7 @@ def load_variants(root: Path) -> pd.DataFrame:
             train.setdefault("time_to_target", {})
         ev = {("eval_examples_per_sec" if k == "examples_per_sec" else k): v
               for k, v in m["eval"].items()}
-        rows.append({**json.loads(described.read_text()), **train, **ev})
+        rows.append(_device_read({**json.loads(described.read_text()), **train, **ev}))
     if not rows:
         raise PipelineError(f"{root}: no ablation results (*/metrics.json); run the ablation "
                             f"stages first (`dvc repro reports/dvc.yaml:report`).")
@@ -43,7 +44,14 @@ def load_variants(root: Path) -> pd.DataFrame:
 def load_provenance(root: Path, name: str) -> Optional[dict]:
     """A variant's provenance.json (written by its training run), or None (older results)."""
     path = Path(root) / name / "train" / "provenance.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return _device_read(json.loads(path.read_text())) if path.is_file() else None
+
+
+def _device_read(record: dict) -> dict:
+    """Results written before the device text had a singular say "1 threads"."""
+    if isinstance(record.get("device"), str):
+        record["device"] = re.sub(r"\b1 threads\b", "1 thread", record["device"])
+    return record
 
 
 def load_curve(root: Path, name: str, metric: str = "loss_avg",
