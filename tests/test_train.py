@@ -495,3 +495,34 @@ def test_bf16_on_a_cpu_without_bf16_units_says_it_will_be_slow(synth_data, tmp_p
     monkeypatch.setattr(provenance, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
     train(params, synth_data, paths(tmp_path / "b"), progress=False)
     assert "bf16 units" not in caplog.text
+
+
+def _refuse_writes(folder):
+    """Make ``folder`` refuse new files the way a user's would: chmod for a user; root
+    passes chmod, so there an immutable folder (chattr +i), or a skip where that fails."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return lambda: folder.chmod(0o755)
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("root here, and chattr +i does not work on this file system")
+    return lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_a_rerun_into_an_unwritable_folder_removes_nothing(synth_data, tmp_path):
+    """A finished run trained again (same params) first removes its checkpoints and metrics;
+    where it could not write model.pt back it must stop before that, in one line."""
+    from cifar10_tutorial.errors import PipelineError
+
+    params = tiny_params(train={"max_steps": 4, "checkpoint_every": 2})
+    train(params, synth_data, paths(tmp_path), progress=False)
+    out = paths(tmp_path).out_dir
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    assert "train/model.pt" in before and "live/metrics.json" in before, before
+    restore = _refuse_writes(out)
+    try:
+        with pytest.raises(PipelineError, match=rf"{out}: cannot write there .*nothing was "
+                                                r"changed or removed"):
+            train(params, synth_data, paths(tmp_path), progress=False)
+    finally:
+        restore()
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before

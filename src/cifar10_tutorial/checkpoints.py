@@ -21,7 +21,7 @@ import torch
 
 from .devices import Dist, barrier
 from .errors import TrainingError
-from .files import torch_save_atomic
+from .files import ensure_writable, torch_save_atomic
 from .param_reads import OPERATIONAL
 from .params import Params, to_dict
 
@@ -113,7 +113,9 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
     then goes through the same checks: a damaged one, or one of other data or params, is
     not resumed, and the run says so."""
     pulled = None
-    if d.main:
+    if d.main:  # first: a run that cannot write its outputs must not remove the old ones
+        ensure_writable(paths.out_dir, paths.checkpoints, paths.tensorboard, paths.live_dir,
+                        paths.live_dir / "plots")
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         for tmp in paths.checkpoints.glob("*.tmp"):
             tmp.unlink()

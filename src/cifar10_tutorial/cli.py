@@ -127,4 +127,6 @@ _WRITE_HINTS = {
     errno.EDQUOT: "free space within your quota (or point the stage's output elsewhere) and rerun",
     errno.EROFS: "the file system is read-only: point the stage's output at a writable folder",
     errno.EACCES: "make the folder writable (chmod u+w) or point the stage's output elsewhere",
+    errno.EPERM: "the folder refuses writes (immutable? chattr -i) or point the stage's output "
+                 "elsewhere",
 }

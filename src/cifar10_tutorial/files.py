@@ -54,3 +54,32 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
         raise PipelineError(f"{folder}: holds {shown}, which the {stage} stage did not make and "
                             f"would delete; give {option} a folder of its own (as in dvc.yaml), "
                             f"or move those elsewhere first. Nothing was changed.")
+
+
+def ensure_writable(*folders: Path) -> None:
+    """Stop before a run removes or replaces anything when it could not write its outputs
+    back: each folder (or, where it does not exist yet, the nearest folder above it that
+    does) must take a new file. Probed with a real file, not ``os.access``, which root
+    passes and which knows nothing of read-only mounts or immutable folders."""
+    import errno
+    import tempfile
+
+    from .errors import PipelineError
+
+    hints = {errno.EROFS: "the file system is read-only: point the output at a writable folder",
+             errno.ENOSPC: "free disk space there (or point the output elsewhere)"}
+    for folder in folders:
+        folder = Path(folder)
+        probe = folder
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        try:
+            fd, name = tempfile.mkstemp(prefix=".write-probe-", dir=probe)
+            os.close(fd)
+            os.unlink(name)
+        except OSError as exc:
+            hint = hints.get(exc.errno, "make it writable (chmod u+w) or point the output "
+                                        "elsewhere")
+            raise PipelineError(f"{probe}: cannot write there ({exc.strerror}), and the run "
+                                f"writes {folder}; nothing was changed or removed. {hint[0].upper()}"
+                                f"{hint[1:]}, then rerun.") from None
