@@ -1,14 +1,28 @@
 """The prepared GPU run, end to end in its CPU dry mode (the GPU figures need a GPU)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from cifar10_tutorial.gpu_run import LOSS_RTOL
 from cifar10_tutorial.params import to_dict
 from conftest import tiny_params, write_train_project
+
+
+def _without_dvc(tmp_path, *also: str) -> dict:
+    """An environment whose processes cannot import dvc or dvclive (as on the GPU machine),
+    nor the modules ``also`` names."""
+    block = tmp_path / "no-dvc"
+    block.mkdir(exist_ok=True)
+    names = ("dvc", "dvclive", "scmrepo", *also)
+    (block / "sitecustomize.py").write_text(
+        f"import sys\nfor name in {names!r}:\n    sys.modules[name] = None\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(block), os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.mark.e2e
@@ -18,12 +32,7 @@ def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
     params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
     proj = write_train_project(tmp_path / "proj", synth_data, params)
     out = tmp_path / "gpu"
-    block = tmp_path / "no-dvc"
-    block.mkdir()
-    (block / "sitecustomize.py").write_text(
-        "import sys\nfor name in ('dvc', 'dvclive', 'scmrepo'):\n    sys.modules[name] = None\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(block), os.environ.get("PYTHONPATH")]))}
+    env = _without_dvc(tmp_path)
     check = subprocess.run([sys.executable, "-c", "import dvclive"], env=env, capture_output=True)
     assert check.returncode != 0  # the block works
     proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
@@ -63,3 +72,121 @@ def test_gpu_run_without_a_gpu_says_so(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--data",
                            str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "no CUDA device here" in proc.stderr and "--dry" in proc.stderr
+
+
+def test_a_budget_shrinks_every_part_and_never_grows_one():
+    from cifar10_tutorial.gpu_plan import DRY, Sizes, fit
+
+    full = Sizes()
+    roomy = fit(full, 10 ** 6, 500.0, 128, 312.5)
+    assert roomy == full  # time for everything: the full sizes
+    quick = fit(full, 300, 500.0, 128, 312.5)  # a fast device, five minutes
+    assert quick.tutorial_seconds == pytest.approx(48) and quick.parallel_steps < full.parallel_steps
+    assert quick.compiled_batches == 1 and quick.short_steps == full.short_steps
+    tight = fit(full, 300, 50.0, 128, 312.5)  # a slower one: every part shrinks
+    assert tight.short_steps == 900 and tight.fast_epochs == 11 and tight.parallel_steps == 150
+    assert 1 <= len(tight.batches) < len(full.batches) and tight.compiled_batches == 0
+    assert tight.check_steps == full.check_steps and tight.windows == full.windows
+    slow_eval = fit(full, 300, 50.0, 128, 312.5, eval_seconds=5.0)  # evaluations cost time too
+    assert slow_eval.fast_epochs == 6 and slow_eval.short_steps == 750
+    assert slow_eval.tutorial_seconds < tight.tutorial_seconds
+    slow = fit(full, 300, 5.0, 128, 312.5)  # a slow device: the smallest of each part
+    assert slow.batches == (128,) and slow.compiled_batches == 0 and slow.fast_epochs == 1
+    assert fit(DRY, 10 ** 6, 500.0, 32, 31.25) == DRY
+
+
+def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path):
+    params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
+    proj = write_train_project(tmp_path / "proj", synth_data, params)
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+                           "cpu", "--data", "data/prepared", "--budget-s", "0.01", "--out",
+                           str(tmp_path / "gpu")], cwd=proj, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "gpu" / "cpu-dry.json").read_text())
+    assert r["finished"] and r["budget_s"] == 0.01
+    assert r["skipped"] == ["correctness", "throughput", "fast", "tutorial", "side_by_side"]
+    assert "skipped (out of budget): correctness, throughput" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+                          "cpu", "--budget-s", "0"], cwd=proj, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 1 and "--budget-s 0: give a number of seconds above 0" in bad.stderr
+
+
+TOOL = Path(__file__).resolve().parents[2] / "shared" / "tools" / "make_dev_archive.py"
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not TOOL.is_file(), reason="needs ../shared/tools/make_dev_archive.py")
+def test_gpu_run_from_the_zip_in_a_budget_writes_each_part_as_it_finishes(synth_data, tmp_path):
+    """The GPU machine's command (docs/benchmark.md): the dev split built from a JPEG zip with
+    make_dev_archive.py beside it, the run fitted to a budget, no dvc or dvclive; the JSON
+    is there after the first part, before the run ends."""
+    import io
+    import time
+    import zipfile
+
+    from PIL import Image
+
+    carry = tmp_path / "proj" / ".carry"
+    carry.mkdir(parents=True)
+    shutil.copy2(TOOL, carry / TOOL.name)
+    classes = synth_data.classes
+    with zipfile.ZipFile(carry / "cifar10-train-jpeg.zip", "w") as z:
+        for i, (img, label) in enumerate(zip(synth_data.train_images, synth_data.train_labels)):
+            buf = io.BytesIO()
+            hwc = img if img.shape[-1] == 3 else img.transpose(1, 2, 0)
+            Image.fromarray(hwc).save(buf, format="JPEG", quality=95)
+            z.writestr(f"train/{classes[label]}/{i:04d}.jpg", buf.getvalue())
+    params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
+    proj = write_train_project(tmp_path / "proj", synth_data, params)
+    out = tmp_path / "gpu" / "cpu-dry.json"
+    proc = subprocess.Popen([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+                             "cpu", "--zip", ".carry/cifar10-train-jpeg.zip", "--split", "800,200",
+                             "--budget-s", "600", "--out", str(out.parent)], cwd=proj,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_without_dvc(tmp_path, "torchvision"))  # none there either
+    first = None
+    while proc.poll() is None and first is None:
+        if out.is_file():
+            first = json.loads(out.read_text())
+        time.sleep(0.2)
+    stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert first is not None and not first["finished"] and "correctness" in first
+    assert "side_by_side" not in first  # written after the first part, before the last
+    r = json.loads(out.read_text())
+    assert r["finished"] and r["budget_s"] == 600 and "skipped" not in r
+    built = r["data"]["built"]
+    assert built["train"] == 800 and built["test"] == 200 and r["data"]["train"] == 800
+    assert len(built["archive_md5"]) == 32 and built["zip"] == "cifar10-train-jpeg.zip"
+    assert r["planned_at_steps_per_sec"] > 0 and r["total_seconds"] > built["build_seconds"]
+    assert f"(archive md5 {built['archive_md5']})" in stdout and "side by side:" in stdout
+    typical = r["throughput"][0]["typical_dataloader"]  # torchvision's pipeline: not there
+    assert typical == {"error": "not measured (no torchvision here)"}
+
+
+OLD_PYTHON = os.environ.get("CIFAR10_OLD_TORCH_PYTHON")
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not OLD_PYTHON, reason="set CIFAR10_OLD_TORCH_PYTHON to a Python with an "
+                                           "older torch (docs/benchmark.md)")
+def test_gpu_run_on_an_older_torch_from_the_checkout(synth_data, tmp_path):
+    """The GPU machine's way: another Python with an older torch, the package not installed
+    (PYTHONPATH=src), no dvc, dvclive or torchvision."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
+    proj = write_train_project(tmp_path / "proj", synth_data, params)
+    env = _without_dvc(tmp_path, "torchvision")
+    env["PYTHONPATH"] = os.pathsep.join([str(src), env["PYTHONPATH"]])
+    proc = subprocess.run([OLD_PYTHON, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+                           "cpu", "--data", "data/prepared", "--budget-s", "600", "--out",
+                           str(tmp_path / "gpu")], cwd=proj, capture_output=True, text=True,
+                          timeout=900, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "gpu" / "cpu-dry.json").read_text())
+    import torch
+
+    assert r["finished"] and r["torch"] != torch.__version__, r["torch"]
+    assert r["correctness"]["losses"]["ok"] and r["side_by_side"]["together"]["processes"] == 2

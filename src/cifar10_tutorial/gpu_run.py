@@ -1,9 +1,15 @@
 """The prepared GPU run: one command that checks and measures the project on a GPU.
 
     python -m cifar10_tutorial.gpu_run --data data/prepared            # on a GPU, ~9 minutes
+    python -m cifar10_tutorial.gpu_run --zip .carry/cifar10-train-jpeg.zip --budget-s 300
     python -m cifar10_tutorial.gpu_run --data data/prepared --dry --device cpu   # the tests
 
-It writes ``reports/gpu/<gpu name>.json`` and prints a table of four parts:
+``--zip`` builds the dev split on the spot (:mod:`gpu_plan`); ``--budget-s`` fits the whole
+run, data included, in that many seconds: the sizes are shrunk to each part's share of the
+time left, planned at the train step's rate measured first, and a part that would start
+after the budget is out is skipped. It writes ``reports/gpu/<gpu name>.json`` (``--out``)
+after each part, so a run cut short leaves the parts it finished, and prints a table of
+four parts:
 
 1. correctness: the first 50 steps' losses on the device against the CPU from the same
    seed and the same batches (TF32 off; tolerance ``LOSS_RTOL``), host syncs per step on
@@ -34,6 +40,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -46,33 +53,12 @@ from .prepare import Prepared, load_prepared
 from .report_data import held_out_curve
 from .checkpoints import TrainPaths
 from .devices import pick_device
+from .gpu_plan import DRY, TARGETS, Budget, Sizes, build_dev_data, fit
+from .gpu_table import format_table
 from .inputs import make_batches
 from .train import train
 
 LOSS_RTOL = 1e-3  # largest relative difference of a step's loss, device against CPU
-TARGETS = [0.80, 0.84, 0.86]
-
-
-@dataclasses.dataclass(frozen=True)
-class Sizes:
-    """How much of each part to run (the full GPU run, or ``--dry``)."""
-
-    check_steps: int = 50
-    short_steps: int = 2000
-    batches: tuple = (128, 256, 512, 1024)
-    windows: int = 5
-    window_steps: int = 50
-    fast_epochs: float = 40
-    tutorial_steps: int = 100_000
-    tutorial_seconds: float = 150.0
-    eval_every: int = 5000
-    parallel: int = 4
-    parallel_steps: int = 3000
-
-
-DRY = Sizes(check_steps=6, short_steps=20, batches=(32, 64), windows=2, window_steps=3,
-            fast_epochs=2, tutorial_steps=40, tutorial_seconds=30.0, eval_every=20, parallel=2,
-            parallel_steps=10)
 
 
 def _with(params: Params, **sections) -> Params:
@@ -154,7 +140,7 @@ def throughput(params: Params, data: Prepared, device: torch.device, sizes: Size
     sync, rows = _sync(device), []
     images = torch.from_numpy(data.train_images).to(device)
     labels = torch.from_numpy(data.train_labels).to(device)
-    for batch in sizes.batches:
+    for i, batch in enumerate(sizes.batches):
         p = _with(params, train={"batch_size": batch})
         row = {"batch_size": batch}
         _, step, batches, _ = with_input(p, data, images, labels, device)
@@ -165,16 +151,26 @@ def throughput(params: Params, data: Prepared, device: torch.device, sizes: Size
             batches.close()
         _, fixed = project_step(p, data, device)
         row["eager_fixed_batch"] = _best(lambda: fixed(x, y), batch, sizes, sync)
-        if device.type == "cuda":
+        if device.type == "cuda" and i < sizes.compiled_batches:
             row["compiled_fixed_batch"] = _compiled(p, data, device, x, y, sizes, sync)
         if batch == sizes.batches[0]:
-            typ, close = typical_step(p, data, device, workers=4 if device.type == "cuda" else 0)
-            try:
-                row["typical_dataloader"] = _best(typ, batch, sizes, sync)
-            finally:
-                close()
+            row["typical_dataloader"] = _typical(p, data, device, sizes, sync)
         rows.append(row)
     return rows
+
+
+def _typical(params: Params, data: Prepared, device, sizes: Sizes, sync) -> dict:
+    """The torchvision DataLoader pipeline, where torchvision is installed (the GPU machine
+    this project may be lent has none: the comparison is then left out, and says why)."""
+    try:
+        typ, close = typical_step(params, data, device,
+                                  workers=4 if device.type == "cuda" else 0)
+    except ImportError as exc:
+        return {"error": f"not measured (no {(exc.name or 'torchvision').split('.')[0]} here)"}
+    try:
+        return _best(typ, params.train.batch_size, sizes, sync)
+    finally:
+        close()
 
 
 def _best(step, batch: int, sizes: Sizes, sync) -> dict:
@@ -213,7 +209,7 @@ def fast_schedule(params: Params, data: Prepared, sizes: Sizes, root: Path) -> d
     t = time.perf_counter()
     m = train(p, data, TrainPaths(root / "fast", root / "fast-live"), progress=False)
     return {"epochs": sizes.fast_epochs, "steps": m["step"], "seconds": time.perf_counter() - t,
-            "train_seconds": m["train_seconds"], "reached": m["time_to_target"],
+            "train_seconds": m["train_seconds"], "reached": m.get("time_to_target", {}),
             "final_precision_at_1": m["held_out"]["precision_at_1"],
             "final_precision_at_1_raw": m["held_out"]["precision_at_1_raw"],
             "curve": _curve(root / "fast-live")}
@@ -229,7 +225,7 @@ def tutorial_schedule(params: Params, data: Prepared, sizes: Sizes, steps_per_se
     m = train(p, data, TrainPaths(root / "tutorial", root / "tutorial-live"), progress=False)
     return {"steps": m["step"], "of_steps": sizes.tutorial_steps,
             "seconds": time.perf_counter() - t, "train_seconds": m["train_seconds"],
-            "examples_per_sec": m["examples_per_sec"], "reached": m["time_to_target"],
+            "examples_per_sec": m["examples_per_sec"], "reached": m.get("time_to_target", {}),
             "curve": _curve(root / "tutorial-live")}
 
 
@@ -240,6 +236,10 @@ def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: 
                  root: Path) -> dict:
     """``n`` train stages at once on one device, against one alone: total examples/sec."""
     stages = Path(__file__).resolve().parents[2] / "stages"
+    # the copies have no src/ beside their stages: they import this package, installed or
+    # not (on the GPU machine it runs from the checkout, with PYTHONPATH=src)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+        str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
 
     def project(i: int) -> Path:
         proj = root / f"exp{i}"
@@ -255,7 +255,7 @@ def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: 
         t = time.perf_counter()
         procs = [subprocess.Popen([sys.executable, "stages/train.py", "--data", "prepared",
                                   "--out", "run", "--live", "live"], cwd=p, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True) for p in projects]
+                                  stderr=subprocess.PIPE, text=True, env=env) for p in projects]
         errs = [proc.communicate()[1] for proc in procs]
         wall = time.perf_counter() - t
         for proc, err in zip(procs, errs):
@@ -284,88 +284,98 @@ def gpu_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
+def quick_rate(params: Params, data: Prepared, device: torch.device) -> float:
+    """Steps/sec of the train step with its input pipeline at the params' batch, in a few
+    seconds: what a budget is planned with."""
+    images = torch.from_numpy(data.train_images).to(device)
+    labels = torch.from_numpy(data.train_labels).to(device)
+    _, step, batches, _ = with_input(params, data, images, labels, device)
+    try:
+        for _ in range(5):
+            step()
+        return window(step, 1, 20, _sync(device))  # a "batch" of 1: steps, not examples
+    finally:
+        batches.close()
+
+
 def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry: bool,
-        out_dir: Path) -> dict:
+        out_dir: Path, budget: Optional[Budget] = None, made: Optional[dict] = None) -> dict:
+    """Every part in turn, the JSON rewritten after each (a run cut short leaves the parts it
+    finished); with a ``budget``, the sizes fitted to the time left and a part that would
+    start after it is out skipped."""
+    budget = budget or Budget(None, time.perf_counter())
     sizes = DRY if dry else Sizes()
     device = pick_device(device_name)
     params = _with(params, train={"device": device.type})
     data = load_prepared(data_dir)
     result = {"device": gpu_name(device), "torch": torch.__version__, "dry": dry,
-              "sizes": dataclasses.asdict(sizes), "params": to_dict(params.train),
+              "budget_s": budget.seconds, "finished": False, "params": to_dict(params.train),
               "data": {"dir": str(data_dir), "content_hash": data.content_hash,
-                       "train": len(data.train_labels), "test": len(data.test_labels)}}
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gpu_run-") as tmp:
-        root = Path(tmp)
-        result["correctness"] = {
-            "losses": losses_against_cpu(params, data, device, sizes.check_steps),
-            "host_syncs_per_step": host_syncs_per_step(params, data, device, sizes.check_steps),
-            "short_run": short_run(params, data, sizes.short_steps, root)}
-        result["throughput"] = throughput(params, data, device, sizes)
-        base = next(r for r in result["throughput"] if r["batch_size"] == params.train.batch_size) \
-            if any(r["batch_size"] == params.train.batch_size for r in result["throughput"]) \
-            else result["throughput"][0]
-        steps_per_sec = base["eager_input_pipeline"]["examples_per_sec"] / base["batch_size"]
-        result["fast"] = fast_schedule(params, data, sizes, root)
-        result["tutorial"] = tutorial_schedule(params, data, sizes, steps_per_sec, root)
-        result["side_by_side"] = side_by_side(params_file, data_dir, device.type, sizes.parallel,
-                                              sizes.parallel_steps, root)
-    result["total_seconds"] = time.perf_counter() - t0
+                       "train": len(data.train_labels), "test": len(data.test_labels),
+                       **({"built": made} if made else {})}}
     slug = re.sub(r"[^A-Za-z0-9]+", "-", result["device"]).strip("-").lower()
     out = out_dir / f"{slug}{'-dry' if dry else ''}.json"
-    write_text_atomic(out, json.dumps(result, indent=2) + "\n")
     result["written"] = str(out)
+
+    def save() -> None:
+        result["total_seconds"] = time.perf_counter() - budget.t0
+        write_text_atomic(out, json.dumps(result, indent=2) + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="gpu_run-") as tmp:
+        root = Path(tmp)
+        if budget.seconds is not None and budget.left() > 0:
+            rate = quick_rate(params, data, device)
+            batch = params.train.batch_size  # an evaluation pass runs ~2x the train step's
+            sizes = fit(sizes, budget.left(), rate, batch, len(data.train_labels) / batch,
+                        eval_seconds=len(data.test_labels) / (batch * rate))
+            result["planned_at_steps_per_sec"] = rate
+        result["sizes"] = dataclasses.asdict(sizes)
+        parts = {
+            "correctness": lambda: {
+                "losses": losses_against_cpu(params, data, device, sizes.check_steps),
+                "host_syncs_per_step": host_syncs_per_step(params, data, device,
+                                                           sizes.check_steps),
+                "short_run": short_run(params, data, sizes.short_steps, root)},
+            "throughput": lambda: throughput(params, data, device, sizes),
+            "fast": lambda: fast_schedule(params, data, sizes, root),
+            "tutorial": lambda: tutorial_schedule(params, data, sizes,
+                                                  _steps_per_sec(result, params), root),
+            "side_by_side": lambda: side_by_side(params_file, data_dir, device.type,
+                                                 sizes.parallel, sizes.parallel_steps, root)}
+        for name, part in parts.items():
+            if budget.left() <= 0:
+                result.setdefault("skipped", []).append(name)
+                continue
+            t = time.perf_counter()
+            result[name] = part()
+            result.setdefault("part_seconds", {})[name] = time.perf_counter() - t
+            save()
+    result["finished"] = True
+    save()
     return result
 
 
-def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def format_table(r: dict) -> str:
-    c = r["correctness"]
-    lo, sr = c["losses"], c["short_run"]
-    syncs = c["host_syncs_per_step"]
-    lines = [f"# {r['device']} (torch {r['torch']}{', dry run' if r['dry'] else ''})", "",
-             "| check | result |", "|---|---|",
-             f"| first {lo['steps']} losses vs CPU | max relative difference {lo['max_rel_diff']:.2e} "
-             f"(tolerance {lo['tolerance']:g}): {'ok' if lo['ok'] else 'FAILED'} |",
-             f"| host syncs per step (GPU path) | {'n/a (CPU)' if syncs is None else f'{syncs:.2f}'} |",
-             f"| held-out precision @ 1 after {sr['steps']:,} steps | {_pct(sr['precision_at_1'])} "
-             f"averaged, {_pct(sr['precision_at_1_raw'])} raw |", "",
-             "| batch | eager, input pipeline | eager, fixed batch | compiled (CUDA graphs) | "
-             "typical DataLoader |", "|---|---|---|---|---|"]
-    for row in r["throughput"]:
-        cells = []
-        for key in ("eager_input_pipeline", "eager_fixed_batch", "compiled_fixed_batch",
-                    "typical_dataloader"):
-            v = row.get(key)
-            cells.append("-" if v is None else v.get("error", "")[:40] if "error" in v
-                         else f"{v['examples_per_sec']:,.0f}/s ({v['ms_per_step']:.2f} ms)")
-        lines.append(f"| {row['batch_size']} | " + " | ".join(cells) + " |")
-    f, t, s = r["fast"], r["tutorial"], r["side_by_side"]
-
-    def reached(d, target):
-        hit = d["reached"].get(f"{target:g}")
-        return "not reached" if not hit else f"step {hit['step']:,} ({hit['train_seconds']:.0f} s)"
-    lines += ["", "| schedule | steps | seconds | " + " | ".join(f"{x:.0%}" for x in TARGETS)
-              + " | final (averaged) |", "|---|---|---|" + "---|" * len(TARGETS) + "---|",
-              f"| fast, {f['epochs']:g} epochs | {f['steps']:,} | {f['train_seconds']:.0f} | "
-              + " | ".join(reached(f, x) for x in TARGETS) + f" | {_pct(f['final_precision_at_1'])} |",
-              f"| tutorial, {t['steps']:,} of {t['of_steps']:,} steps | {t['steps']:,} | "
-              f"{t['train_seconds']:.0f} | " + " | ".join(reached(t, x) for x in TARGETS)
-              + f" | {_pct(t['curve'][-1]['precision_at_1'] if t['curve'] else None)} |", "",
-              f"side by side: {s['together']['processes']} train stages at once "
-              f"{s['together']['examples_per_sec_total']:,.0f} examples/sec in all, one alone "
-              f"{s['alone']['examples_per_sec_total']:,.0f} ({s['speedup']:.2f}x)",
-              f"total {r['total_seconds']:.0f} s; wrote {r.get('written', '')}"]
-    return "\n".join(lines)
+def _steps_per_sec(result: dict, params: Params) -> float:
+    """The eager step with its input pipeline at the params' batch (or the first measured)."""
+    rows = result.get("throughput") or []
+    base = next((r for r in rows if r["batch_size"] == params.train.batch_size),
+                rows[0] if rows else None)
+    if base is None:
+        return result["planned_at_steps_per_sec"]
+    return base["eager_input_pipeline"]["examples_per_sec"] / base["batch_size"]
 
 
 def main(argv=None) -> None:
+    t0 = time.perf_counter()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, help="prepared data (default: the preprocess stage's "
                     "output in dvc.yaml)")
+    ap.add_argument("--zip", type=Path, help="build the dev split here from this JPEG zip "
+                    "(../shared/data/cifar10-train-jpeg.zip, with make_dev_archive.py beside it)")
+    ap.add_argument("--split", default="40000,10000", help="with --zip: training,held-out "
+                    "images (default 40000,10000, the project's dev split)")
+    ap.add_argument("--budget-s", type=float, help="fit the whole run, data included, in this "
+                    "many seconds (default: the full sizes, ~9 minutes on one GPU)")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --dry)")
     ap.add_argument("--dry", action="store_true", help="tiny sizes: checks the script end to end")
@@ -374,8 +384,19 @@ def main(argv=None) -> None:
     if a.device == "cuda" and not torch.cuda.is_available():
         raise PipelineError("no CUDA device here: run this on a GPU machine, or check the script "
                             "with --dry --device cpu")
-    data = a.data or stage_output("preprocess")
-    r = run(load_params(a.params), a.params, data, a.device, a.dry, a.out)
+    if a.budget_s is not None and not a.budget_s > 0:
+        raise PipelineError(f"--budget-s {a.budget_s:g}: give a number of seconds above 0")
+    budget = Budget(a.budget_s, t0)
+    with tempfile.TemporaryDirectory(prefix="gpu_run-data-") as tmp:
+        made = None
+        if a.zip is not None:
+            train_n, test_n = (int(x) for x in a.split.split(","))
+            data, made = build_dev_data(a.zip, Path(tmp), train_n, test_n)
+            print(f"built the dev split from {a.zip} in {made['build_seconds']:.0f} s "
+                  f"(archive md5 {made['archive_md5']})", flush=True)
+        else:
+            data = a.data or stage_output("preprocess")
+        r = run(load_params(a.params), a.params, data, a.device, a.dry, a.out, budget, made)
     print(format_table(r))
 
 

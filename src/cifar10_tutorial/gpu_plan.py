@@ -1,0 +1,131 @@
+"""How much the prepared GPU run measures, and the data it measures on.
+
+The GPU machine this project may be lent gives one command at most 10 minutes, all tries
+together about 15, its start included, and has no network: so the run can be fitted to a
+time budget (``--budget-s``), data included, and can build the dev split on the spot from
+the JPEG zip carried along with the checkout (``--zip``), with the same tool that made it
+here (``make_dev_archive.py``, copied beside the zip).
+"""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from .datasets import get_dataset
+from .errors import PipelineError
+from .prepare import prepare
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """How much of each part to run (the full GPU run, ``--dry``, or fitted to a budget)."""
+
+    check_steps: int = 50
+    short_steps: int = 2000
+    batches: tuple = (128, 256, 512, 1024)
+    windows: int = 5
+    window_steps: int = 50
+    compiled_batches: int = 4  # how many of ``batches`` are also timed compiled (GPU only)
+    fast_epochs: float = 40
+    tutorial_steps: int = 100_000
+    tutorial_seconds: float = 150.0
+    eval_every: int = 5000
+    parallel: int = 4
+    parallel_steps: int = 3000
+
+
+DRY = Sizes(check_steps=6, short_steps=20, batches=(32, 64), windows=2, window_steps=3,
+            compiled_batches=2, fast_epochs=2, tutorial_steps=40, tutorial_seconds=30.0, eval_every=20, parallel=2,
+            parallel_steps=10)
+
+TARGETS = [0.80, 0.84, 0.86]  # held-out precisions timed by the schedule parts
+
+# each part's share of the time left once the data is there
+SHARES = {"correctness": 0.10, "throughput": 0.25, "fast": 0.30, "tutorial": 0.20,
+          "side_by_side": 0.15}
+COMPILE_SECONDS = 45.0  # what one torch.compile(mode="reduce-overhead") takes, about
+START_SECONDS = 15.0  # a train stage's process start (python, torch, CUDA), about
+
+
+def fit(sizes: Sizes, seconds: float, steps_per_sec: float, batch: int,
+        steps_per_epoch: float, eval_seconds: float = 0.0) -> Sizes:
+    """``sizes`` shrunk so that each part takes about its share of ``seconds`` when the train
+    step runs ``steps_per_sec`` at batch ``batch`` and one held-out evaluation (averaged and
+    raw weights) takes ``eval_seconds`` (both measured or estimated first); never grown. A
+    larger batch is assumed to cost its size in time (pessimistic on a GPU: it fits less)."""
+    sps, ev = steps_per_sec, eval_seconds
+
+    def share(part: str) -> float:
+        return SHARES[part] * seconds
+
+    per_batch = lambda b: 2 * (3 + sizes.windows * sizes.window_steps) * b / batch / sps  # noqa: E731
+    batches, spent = [], 0.0
+    for b in sizes.batches:  # eager with the input pipeline and on a fixed batch
+        if batches and spent + per_batch(b) > share("throughput"):
+            break
+        batches.append(b)
+        spent += per_batch(b)
+    left = max(0.0, share("throughput") - spent)
+    n = sizes.parallel  # side by side: one alone, then n at once, each ending with an evaluation
+    return dataclasses.replace(
+        sizes,
+        short_steps=int(min(sizes.short_steps,
+                            max(100, 0.6 * sps * (share("correctness") - ev)))),
+        batches=tuple(batches),
+        compiled_batches=int(min(sizes.compiled_batches, len(batches), left // COMPILE_SECONDS)),
+        fast_epochs=float(min(sizes.fast_epochs, max(1, int(
+            0.8 * share("fast") / (steps_per_epoch / sps + ev))))),
+        tutorial_seconds=min(sizes.tutorial_seconds,
+                             0.8 * share("tutorial") / (1 + sps * ev / sizes.eval_every)),
+        parallel_steps=int(min(sizes.parallel_steps, max(50, sps * (
+            share("side_by_side") - 2 * START_SECONDS - (1 + n) * ev) / (1 + n)))))
+
+
+class Budget:
+    """The time a run may take, counted from ``t0`` (the command's start); None: no limit."""
+
+    def __init__(self, seconds: Optional[float], t0: float):
+        self.seconds, self.t0 = seconds, t0
+
+    def left(self) -> float:
+        if self.seconds is None:
+            return float("inf")
+        return self.seconds - (time.perf_counter() - self.t0)
+
+
+TOOL = "make_dev_archive.py"
+
+
+def build_dev_data(zip_path: Path, work: Path, train: int = 40_000, test: int = 10_000,
+                   tool: Optional[Path] = None) -> tuple[Path, dict]:
+    """The dev split (``train`` training and ``test`` held-out images of the JPEG zip, in the
+    official binary layout) made by ``make_dev_archive.py`` (beside the zip, or in
+    ../shared/tools) and prepared as the preprocess stage prepares it; its folder and how it
+    was made. The same zip and sizes give the same archive md5 on any machine."""
+    zip_path = Path(zip_path)
+    if not zip_path.is_file():
+        raise PipelineError(f"{zip_path}: no such file; copy ../shared/data/cifar10-train-jpeg.zip "
+                            f"there first (docs/benchmark.md, 'The prepared GPU run')")
+    found = [p for p in ([tool] if tool else [zip_path.with_name(TOOL), Path("../shared/tools") / TOOL])
+             if p is not None and Path(p).is_file()]
+    if not found:
+        raise PipelineError(f"{TOOL}: not beside {zip_path} nor in ../shared/tools; copy "
+                            f"../shared/tools/{TOOL} beside the zip (docs/benchmark.md)")
+    t = time.perf_counter()
+    spec = get_dataset("cifar10")
+    archive = Path(work) / spec.archive_name  # its name is in meta.json: the data hash
+    proc = subprocess.run([sys.executable, str(found[0]), str(archive), "--zip", str(zip_path),
+                           "--train", str(train), "--test", str(test)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PipelineError(f"{found[0]} failed on {zip_path}: {proc.stderr.strip()[-500:]}")
+    md5 = proc.stdout.strip().splitlines()[-1].split()[-1]
+    made = Path(work) / "prepared"
+    prepare(archive, made, spec)
+    archive.unlink()
+    return made, {"zip": zip_path.name, "archive_md5": md5, "train": train, "test": test,
+                  "build_seconds": time.perf_counter() - t}

@@ -1,0 +1,79 @@
+"""The prepared GPU run's figures (its JSON, see :mod:`gpu_run`) as the Markdown table it
+prints: only the parts the run has, so a run cut short by its budget still reads."""
+from __future__ import annotations
+
+from .gpu_plan import TARGETS
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def format_table(r: dict) -> str:
+    """The run's figures as Markdown; the parts it has (a run cut short has fewer)."""
+    lines = [f"# {r['device']} (torch {r['torch']}{', dry run' if r['dry'] else ''}"
+             + (f", budget {r['budget_s']:.0f} s" if r.get("budget_s") else "") + ")", ""]
+    built = r["data"].get("built")
+    if built:
+        lines += [f"data: {built['train']:,} + {built['test']:,} images of {built['zip']} "
+                  f"(archive md5 {built['archive_md5']}, content {r['data']['content_hash']}) "
+                  f"built in {built['build_seconds']:.0f} s", ""]
+    if "correctness" in r:
+        lines += _correctness_lines(r["correctness"])
+    if "throughput" in r:
+        lines += ["| batch | eager, input pipeline | eager, fixed batch | compiled (CUDA graphs) | "
+                  "typical DataLoader |", "|---|---|---|---|---|"]
+        for row in r["throughput"]:
+            cells = []
+            for key in ("eager_input_pipeline", "eager_fixed_batch", "compiled_fixed_batch",
+                        "typical_dataloader"):
+                v = row.get(key)
+                cells.append("-" if v is None else v.get("error", "")[:40] if "error" in v
+                             else f"{v['examples_per_sec']:,.0f}/s ({v['ms_per_step']:.2f} ms)")
+            lines.append(f"| {row['batch_size']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += _schedule_lines(r)
+    if "side_by_side" in r:
+        s = r["side_by_side"]
+        lines.append(f"side by side: {s['together']['processes']} train stages at once "
+                     f"{s['together']['examples_per_sec_total']:,.0f} examples/sec in all, one "
+                     f"alone {s['alone']['examples_per_sec_total']:,.0f} ({s['speedup']:.2f}x)")
+    if r.get("skipped"):
+        lines.append(f"skipped (out of budget): {', '.join(r['skipped'])}")
+    lines.append(f"total {r['total_seconds']:.0f} s"
+                 + ("" if r.get("finished") else " (unfinished)") + f"; wrote {r['written']}")
+    return "\n".join(lines)
+
+
+def _correctness_lines(c: dict) -> list[str]:
+    lo, sr, syncs = c["losses"], c["short_run"], c["host_syncs_per_step"]
+    return ["| check | result |", "|---|---|",
+            f"| first {lo['steps']} losses vs CPU | max relative difference "
+            f"{lo['max_rel_diff']:.2e} (tolerance {lo['tolerance']:g}): "
+            f"{'ok' if lo['ok'] else 'FAILED'} |",
+            f"| host syncs per step (GPU path) | "
+            f"{'n/a (CPU)' if syncs is None else f'{syncs:.2f}'} |",
+            f"| held-out precision @ 1 after {sr['steps']:,} steps | "
+            f"{_pct(sr['precision_at_1'])} averaged, {_pct(sr['precision_at_1_raw'])} raw |", ""]
+
+
+def _schedule_lines(r: dict) -> list[str]:
+    if "fast" not in r and "tutorial" not in r:
+        return []
+
+    def reached(d, target):
+        hit = d["reached"].get(f"{target:g}")
+        return "not reached" if not hit else f"step {hit['step']:,} ({hit['train_seconds']:.0f} s)"
+    lines = ["| schedule | steps | seconds | " + " | ".join(f"{x:.0%}" for x in TARGETS)
+             + " | final (averaged) |", "|---|---|---|" + "---|" * len(TARGETS) + "---|"]
+    if "fast" in r:
+        f = r["fast"]
+        lines.append(f"| fast, {f['epochs']:g} epoch{'' if f['epochs'] == 1 else 's'} | {f['steps']:,} | {f['train_seconds']:.0f} | "
+                     + " | ".join(reached(f, x) for x in TARGETS)
+                     + f" | {_pct(f['final_precision_at_1'])} |")
+    if "tutorial" in r:
+        t = r["tutorial"]
+        lines.append(f"| tutorial, {t['steps']:,} of {t['of_steps']:,} steps | {t['steps']:,} | "
+                     f"{t['train_seconds']:.0f} | " + " | ".join(reached(t, x) for x in TARGETS)
+                     + f" | {_pct(t['curve'][-1]['precision_at_1'] if t['curve'] else None)} |")
+    return lines + [""]
