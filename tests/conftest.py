@@ -137,3 +137,49 @@ def write_train_project(proj: Path, data, params: dict) -> Path:
         (prep / "meta.json").write_text(json.dumps(data.meta))
     (proj / "params.yaml").write_text(yaml.safe_dump(params))
     return proj
+
+
+@pytest.fixture(scope="session")
+def exercise_run(tmp_path_factory):
+    """Both pipelines of a tiny project, run once by `dvc repro` (the exercise pipeline
+    first, then the main one) with every stage's params reads recorded: shared by the
+    exercise pipeline's test (tests/test_ablation.py, which then changes the project) and
+    the coverage test (tests/test_cache.py). Every variant but two of the same shape as
+    others runs, and SVHN as a data-set variant. A dict: tmp, project, log (the reads, one
+    JSON line per process), out (the exercise pipeline's `dvc repro` output), names (its
+    variants)."""
+    import os
+
+    from cifar10_tutorial.param_reads import READS_ENV
+    from cifar10_tutorial.synthetic import make_svhn_files
+
+    tmp = tmp_path_factory.mktemp("exercises")
+    make_svhn_files(tmp / "svhn", train=60, test=30, seed=9)
+    project = tiny_project(
+        tmp, dict(train_per_batch=100, test=100, seed=4), ablation={"max_steps": 12},
+        # the main pipeline's run (the variants: ablation.max_steps)
+        train=dict(log_every=2, checkpoint_every=2, summary_every=2, device="cpu", max_steps=6),
+        input={"num_threads": 1}, eval={"batch_size": 50})
+    set_params(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
+                                                     "eval": {"every_steps": 3}},
+               schedule_tutorial={"train": {"max_epochs": 2}, "eval": {"every_steps": 3}},
+               tutorial_100k={"train": {"max_steps": 14}, "eval": {"every_steps": 7}},
+               schedule_fast_50={"train": {"schedule": "fast", "max_epochs": 3},
+                                 "eval": {"every_steps": 3}})
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    for name in ("schedule_fast_80", "baseline_seed1"):  # one of each shape is enough here
+        del raw["ablations"][name]
+    raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn", "url": str(tmp / "svhn"),
+                                                  "md5": None}}}
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    commit(project, "tiny ablations")
+    log = tmp / "reads.jsonl"
+    env = {**os.environ, READS_ENV: str(log)}
+    outs = []
+    for target in (["reports/dvc.yaml:report"], []):
+        proc = subprocess.run([DVC, "repro", *target], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        outs.append(proc.stdout)
+    return {"tmp": tmp, "project": project, "log": log, "out": outs[0],
+            "names": list(raw["ablations"]), "dataset_names": list(raw["dataset_ablations"])}

@@ -4,12 +4,11 @@ import subprocess
 
 import pandas as pd
 import pytest
-import yaml
 
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import ParamsError, load_params, params_from_dict, variant_params
 from cifar10_tutorial.report import make_report
-from conftest import ROOT, commit, dvc, set_params, tiny_project
+from conftest import ROOT, commit, dvc, set_params
 
 
 def test_variants_override_the_baseline_and_share_the_budget():
@@ -44,34 +43,20 @@ def test_report_needs_results(tmp_path):
 
 
 @pytest.mark.e2e
-def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
-    project = tiny_project(
-        tmp_path, dict(train_per_batch=100, test=100, seed=4), ablation={"max_steps": 12},
-        # the main pipeline's run (the variants: ablation.max_steps)
-        train=dict(log_every=4, checkpoint_every=100, summary_every=100, device="cpu", max_steps=6),
-        input={"num_threads": 1}, eval={"batch_size": 50})
-    set_params(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
-                                                     "eval": {"every_steps": 3}},
-                schedule_tutorial={"train": {"max_epochs": 2}, "eval": {"every_steps": 3}},
-                tutorial_100k={"train": {"max_steps": 14}, "eval": {"every_steps": 7}},
-                schedule_fast_50={"train": {"schedule": "fast", "max_epochs": 3},
-                                  "eval": {"every_steps": 3}})
-    raw = yaml.safe_load((project / "params.yaml").read_text())
-    for name in ("schedule_fast_80", "baseline_seed1"):  # one of each is enough here
-        del raw["ablations"][name]
-    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    commit(project, "tiny ablations")
-    out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
-    names = list(yaml.safe_load((project / "params.yaml").read_text())["ablations"])
+def test_tiny_ablation_set_and_report_through_dvc(exercise_run, tmp_path):
+    """The exercise pipeline of conftest's exercise_run (every variant, SVHN as a data-set
+    variant, 12 steps each), then a changed variant, a remote and a clone."""
+    project, out, names = exercise_run["project"], exercise_run["out"], exercise_run["names"]
     for name in names:
         assert f"Running stage 'reports/dvc.yaml:ablation@{name}'" in out
+    assert "Running stage 'reports/dvc.yaml:dataset_ablation@svhn'" in out
     assert "Running stage 'train'" not in out  # the ablations do not need the main run
     rep = project / "reports"
     text = (rep / "report.md").read_text()
     for heading in ("## Exercise 1", "## Exercise 2", "## Exercise 3", "## Exercise 4",
                     "## Exercise 5", "## Exercise 6", "## Without local response normalization"):
         assert heading in text
-    assert "*Not run here:* no results for the data-set variants (none is defined)" in text
+    assert "svhn" in text.split("## Exercise 6", 1)[1].split("\n## ", 1)[0]
     for table in ("summary", "exercise1_softmax", "exercise2_local_head", "exercise3_queue_fill",
                   "exercise4_averaging", "exercise5_devices", "no_lrn"):
         assert (rep / "tables" / f"{table}.csv").is_file(), table
@@ -88,7 +73,7 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     assert m["tutorial_100k"]["step"] == 14
     # the schedule pair: 2 epochs of 500 images at 128 = 8 steps, held-out curves every 3 steps
     assert m["schedule_fast"]["step"] == m["schedule_tutorial"]["step"] == 8
-    assert v["schedule_fast"]["schedule"] == "fast" and "time_to_target" in m["schedule_fast"]
+    assert v["schedule_fast"]["schedule"] == "fast" and "train_seconds" in m["schedule_fast"]
     assert v["baseline_seed2"]["seed"] == 2 and m["baseline_seed2"]["loss"] != m["baseline"]["loss"]
     assert "## Time to accuracy" in text and "## The tutorial at its own budget" in text
     # 12 steps: a banner, and no answers
@@ -138,7 +123,9 @@ def test_tiny_ablation_set_and_report_through_dvc(tmp_path):
     commit(project, "both pipelines ran, data and models in the remote")
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
-    (tmp_path / "cifar-10-binary.tar.gz").unlink()  # everything comes from the remote (and git), nothing from the source
+    # everything comes from the remote (and git), nothing from the source (SVHN's stays:
+    # the coverage test, which shares this run, still reads it)
+    (exercise_run["tmp"] / "cifar-10-binary.tar.gz").unlink()
     pulled = dvc(clone, "pull")
     assert "WARNING" not in pulled.stdout + pulled.stderr
     for target in ([], ["reports/dvc.yaml"]):

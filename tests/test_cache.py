@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from cifar10_tutorial.param_reads import READS_ENV
-from cifar10_tutorial.synthetic import make_cifar10_archive, make_svhn_files
+from cifar10_tutorial.synthetic import make_cifar10_archive
 from cifar10_tutorial.cli import stage_command
-from conftest import DVC, ROOT, commit, copy_project, dvc, init_repo, set_params, tiny_project
+from conftest import ROOT, copy_project, dvc, init_repo, set_params
 
 PACKAGE = "cifar10_tutorial"
 
@@ -137,35 +137,16 @@ def test_the_import_check_names_a_missing_module(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def recorded_run(tmp_path_factory):
+def recorded_run(exercise_run, tmp_path_factory):
     """Both pipelines run by `dvc repro` on tiny data, every stage with its params reads
-    recorded; returns (project, stages, reads per command)."""
-    tmp = tmp_path_factory.mktemp("cache")
-    make_svhn_files(tmp / "svhn", train=60, test=30, seed=9)
-    project = tiny_project(
-        tmp, dict(train_per_batch=20, test=40, seed=8), ablation={"max_steps": 2},
-        train=dict(max_steps=4, batch_size=16, log_every=2, checkpoint_every=2, summary_every=2,
-                   device="cpu"),
-        input={"min_fraction_of_examples_in_queue": 0.1})
-    raw = yaml.safe_load((project / "params.yaml").read_text())
-    for name in ("baseline_seed1", "schedule_fast_80"):  # the same stage shape as others
-        del raw["ablations"][name]
-    for overrides in raw["ablations"].values():  # variants of their own budget: tiny ones
-        own = overrides.get("train", {})
-        own.update({k: v for k, v in (("max_epochs", 1), ("max_steps", 3)) if k in own})
-    raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn", "url": str(tmp / "svhn"),
-                                                  "md5": None}}}
-    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    commit(project, "tiny")
-    log = tmp / "reads.jsonl"
+    recorded (conftest's exercise_run, shared with the exercise pipeline's test), and the
+    data stages once more on SVHN; returns (project, stages, reads per command)."""
+    tmp, project, log = tmp_path_factory.mktemp("cache"), exercise_run["project"], exercise_run["log"]
     env = {**os.environ, READS_ENV: str(log)}
-    for target in ([], ["reports/dvc.yaml"]):
-        proc = subprocess.run([DVC, "repro", *target], cwd=project, env=env, capture_output=True,
-                              text=True, timeout=900)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
     # the data stages once more on SVHN (a branch of their code the run above did not take)
+    raw = yaml.safe_load((project / "params.yaml").read_text())
     other = copy_project(tmp / "svhn-main")
-    raw["data"] = {"dataset": "svhn", "url": str(tmp / "svhn"), "md5": None}
+    raw["data"] = {"dataset": "svhn", "url": str(exercise_run["tmp"] / "svhn"), "md5": None}
     (other / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     for script in ("download", "preprocess"):
         cmd = [f"stages/{script}.py", *stage_command(f"{script}.py", other / "dvc.yaml")]
