@@ -38,7 +38,8 @@ def main() -> None:
         ap.error("give --data without --dataset, and --partial with it")
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, args.name)
-    relaunch_on_devices(variant_params(params, args.name).train, __file__, sys.argv[1:])
+    variant = variant_params(params, args.name)
+    relaunch_on_devices(variant.train, variant.run, __file__, sys.argv[1:])
     data = (prepare_variant_data(params, args.name, args.work, args.partial) if args.dataset
             else load_prepared(args.data))
     run_variant(params, args.name, data, VariantPaths(args.work, args.out), continuation=cont)

@@ -28,7 +28,7 @@ def main() -> None:
     args = parse_stage_args(ap, __file__)
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, "train")
-    relaunch_on_devices(params.train, __file__, sys.argv[1:])
+    relaunch_on_devices(params.train, params.run, __file__, sys.argv[1:])
     train(params, load_prepared(args.data), TrainPaths(args.out, args.live), continuation=cont)
     run_ended(cont)
 

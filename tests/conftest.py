@@ -109,8 +109,8 @@ def tiny_params(**sections):
     """Params for quick runs: small batches and steps; ``train={...}`` etc. override."""
     from cifar10_tutorial.params import params_from_dict
 
-    raw = {"train": {"batch_size": 32, "max_steps": 20, "log_every": 5, "checkpoint_every": 10,
-                     "summary_every": 10, "device": "cpu"},
+    raw = {"train": {"batch_size": 32, "max_steps": 20, "log_every": 5, "device": "cpu"},
+           "run": {"checkpoint_every": 10, "summary_every": 10},
            "input": {"min_fraction_of_examples_in_queue": 0.1, "num_threads": 1}}
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
@@ -158,7 +158,7 @@ def exercise_run(tmp_path_factory):
     project = tiny_project(
         tmp, dict(train_per_batch=100, test=100, seed=4), ablation={"max_steps": 12},
         # the main pipeline's run (the variants: ablation.max_steps)
-        train=dict(log_every=2, checkpoint_every=2, summary_every=2, device="cpu", max_steps=6),
+        train=dict(log_every=2, device="cpu", max_steps=6), run=dict(checkpoint_every=2, summary_every=2),
         input={"num_threads": 1}, eval={"batch_size": 50})
     set_params(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
                                                      "eval": {"every_steps": 3}},

@@ -82,7 +82,7 @@ def pause_after(n: int, mirror) -> Continuation:
 def test_paused_runs_continued_from_the_mirror_in_fresh_folders_equal_one_run(
         synth_data, tmp_path, shuffle):
     params = tiny_params(input={"shuffle": shuffle},
-                         train={"max_steps": 30, "checkpoint_every": 8}, eval={"every_steps": 5})
+                         train={"max_steps": 30}, run={"checkpoint_every": 8}, eval={"every_steps": 5})
     train(params, synth_data, paths(tmp_path / "whole"), progress=False)
     mirror = tmp_path / "mirror" / "train"
     # segment 1 pauses at step 11 (between checkpoints: it writes one at the pause)
@@ -146,7 +146,7 @@ def test_a_mirror_of_other_params_or_a_damaged_one_starts_afresh_and_says_so(
 def test_a_local_checkpoint_comes_before_the_mirror(synth_data, tmp_path, caplog):
     caplog.set_level("INFO")
     mirror = tmp_path / "mirror"
-    params = tiny_params(train={"max_steps": 20, "checkpoint_every": 5})
+    params = tiny_params(train={"max_steps": 20}, run={"checkpoint_every": 5})
     with pytest.raises(SystemExit):
         train(params, synth_data, paths(tmp_path / "a"), progress=False,
               continuation=pause_after(12, mirror))
@@ -162,8 +162,8 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
     in another clone continues from the mirror to the end of one uninterrupted run."""
     reference = paths(tmp_path / "ref")
     params = to_dict(tiny_params(input={"shuffle": "queue"},
-                                 train={"max_steps": 200, "checkpoint_every": 50,
-                                        "log_every": 10, "summary_every": 1000}))
+                                 train={"max_steps": 200,
+                                        "log_every": 10}, run={"checkpoint_every": 50, "summary_every": 1000}))
     train(tiny_params(**{k: params[k] for k in ("input", "train")}), synth_data, reference,
           progress=False)
     mirror = tmp_path / "durable"
@@ -198,7 +198,7 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
 def test_a_checkpoint_of_a_run_under_way_before_segments_were_recorded_resumes(
         synth_data, tmp_path):
     """Runs started before this change carry on; their first segment says what is unknown."""
-    params = tiny_params(train={"max_steps": 20, "checkpoint_every": 10})
+    params = tiny_params(train={"max_steps": 20}, run={"checkpoint_every": 10})
     p = paths(tmp_path)
     train(params, synth_data, p, progress=False)
     (p.checkpoints / "ckpt-00000020.pt").unlink()
@@ -215,7 +215,7 @@ def test_a_checkpoint_of_a_run_under_way_before_segments_were_recorded_resumes(
 
 def test_mirror_on_an_fsspec_url(tmp_path, synth_data):
     """Not only folders: any fsspec file system (here its in-memory one)."""
-    params = tiny_params(train={"max_steps": 12, "checkpoint_every": 4})
+    params = tiny_params(train={"max_steps": 12}, run={"checkpoint_every": 4})
     url = f"memory://runs-{os.getpid()}/train"
     with pytest.raises(SystemExit):
         train(params, synth_data, paths(tmp_path / "a"), progress=False,

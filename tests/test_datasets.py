@@ -147,8 +147,7 @@ def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     make_svhn_files(tmp_path / "svhn", train=200, test=60, seed=6)
     project = tiny_project(
         tmp_path, dict(train_per_batch=40, test=40, seed=5), ablation={"max_steps": 6},
-        train=dict(max_steps=6, batch_size=16, log_every=3, checkpoint_every=100,
-                   summary_every=100, device="cpu"),
+        train=dict(max_steps=6, batch_size=16, log_every=3, device="cpu"), run=dict(checkpoint_every=100, summary_every=100),
         input=dict(num_threads=1, min_fraction_of_examples_in_queue=0.1))
     raw = yaml.safe_load((project / "params.yaml").read_text())
     raw["ablations"] = {"baseline": {}}

@@ -53,12 +53,13 @@ def test_two_processes_at_64_equal_one_at_128(synth_data, tmp_path):
     unstable run amplifies it, so the rate is kept low enough for 30 steps to stay
     within 2e-4 (after 2 steps the weights agree to 1e-8; at lr 0.1 a loss spike
     grows the gap to about 4e-3 by step 30)."""
-    steps = dict(max_steps=30, checkpoint_every=100, summary_every=100, initial_lr=0.02)
+    steps = dict(max_steps=30, initial_lr=0.02)
+    rare = {"checkpoint_every": 100, "summary_every": 100}
     one = TrainPaths(tmp_path / "one" / "train", tmp_path / "one" / "live")
-    m1 = train(tiny_params(input={"shuffle": "permutation"}, train={"batch_size": 64, **steps}),
-               synth_data, one, progress=False)
+    m1 = train(tiny_params(input={"shuffle": "permutation"}, train={"batch_size": 64, **steps},
+                           run=rare), synth_data, one, progress=False)
     proj = project(tmp_path, synth_data, input={"shuffle": "permutation"},
-                   train={"batch_size": 32, "num_devices": 2, **steps})
+                   train={"batch_size": 32, "num_devices": 2, **steps}, run=rare)
     proc = run(proj)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "torch.distributed.run --standalone --nproc_per_node=2" in proc.stderr
@@ -76,8 +77,7 @@ def test_two_processes_at_64_equal_one_at_128(synth_data, tmp_path):
 @pytest.mark.e2e
 def test_queue_input_on_two_processes_and_a_killed_rank_resumes(synth_data, tmp_path):
     proj = project(tmp_path, synth_data, input={"shuffle": "queue"},
-                   train={"batch_size": 16, "num_devices": 2, "max_steps": 60, "log_every": 1,
-                          "checkpoint_every": 10, "summary_every": 1000, "max_restarts": 1})
+                   train={"batch_size": 16, "num_devices": 2, "max_steps": 60, "log_every": 1}, run={"checkpoint_every": 10, "summary_every": 1000, "max_restarts": 1})
     proc, workers = start_until(proj, ": step 25,")
     assert len(workers) == 2
     workers[-1].kill()  # one rank dies; torchrun restarts the job, which resumes
@@ -91,9 +91,7 @@ def test_queue_input_on_two_processes_and_a_killed_rank_resumes(synth_data, tmp_
 @pytest.mark.e2e
 def test_a_rank_that_keeps_crashing_fails_the_job_promptly(synth_data, tmp_path):
     proj = project(tmp_path, synth_data, input={"shuffle": "permutation"},
-                   train={"batch_size": 16, "num_devices": 2, "max_steps": 100000, "log_every": 1,
-                          "checkpoint_every": 1000, "summary_every": 100000, "max_restarts": 0,
-                          "collective_timeout_s": 30})
+                   train={"batch_size": 16, "num_devices": 2, "max_steps": 100000, "log_every": 1}, run={"checkpoint_every": 1000, "summary_every": 100000, "max_restarts": 0, "collective_timeout_s": 30})
     proc, workers = start_until(proj, ": step 5,")
     t = time.monotonic()
     workers[-1].kill()
@@ -106,8 +104,7 @@ def test_a_rank_that_keeps_crashing_fails_the_job_promptly(synth_data, tmp_path)
 @pytest.mark.e2e
 def test_two_single_process_nodes_through_c10d_rendezvous(synth_data, tmp_path):
     proj = project(tmp_path, synth_data, input={"shuffle": "permutation"},
-                   train={"batch_size": 16, "num_devices": 2, "max_steps": 10,
-                          "checkpoint_every": 100, "summary_every": 100})
+                   train={"batch_size": 16, "num_devices": 2, "max_steps": 10}, run={"checkpoint_every": 100, "summary_every": 100})
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

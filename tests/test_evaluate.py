@@ -17,8 +17,7 @@ from conftest import tiny_params
 def trained(synth_data, tmp_path_factory):
     root = tmp_path_factory.mktemp("trained")
     paths = TrainPaths(root / "train", root / "live")
-    train(tiny_params(train={"max_steps": 60, "batch_size": 64, "initial_lr": 0.05,
-                             "checkpoint_every": 30}), synth_data, paths, progress=False)
+    train(tiny_params(train={"max_steps": 60, "batch_size": 64, "initial_lr": 0.05}, run={"checkpoint_every": 30}), synth_data, paths, progress=False)
     return paths
 
 
@@ -206,9 +205,9 @@ def test_more_devices_than_gpus_is_a_clear_error_before_anything_starts(monkeypa
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    tr = tiny_params(train={"num_devices": 4, "device": "auto"}).train
+    p = tiny_params(train={"num_devices": 4, "device": "auto"})
     with pytest.raises(PipelineError, match=r"train.num_devices is 4 but 2 GPU\(s\) are visible"):
-        relaunch_on_devices(tr, "stages/train.py", [])  # raises before it would exec torchrun
+        relaunch_on_devices(p.train, p.run, "stages/train.py", [])  # raises before torchrun
 
 
 def test_cuda_devices_without_a_gpu_fail_once_before_torchrun(monkeypatch):
@@ -219,9 +218,9 @@ def test_cuda_devices_without_a_gpu_fail_once_before_torchrun(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    tr = tiny_params(train={"num_devices": 2, "device": "cuda"}).train
+    p = tiny_params(train={"num_devices": 2, "device": "cuda"})
     with pytest.raises(PipelineError, match="train.device is cuda but no CUDA device is available"):
-        relaunch_on_devices(tr, "stages/train.py", [])
+        relaunch_on_devices(p.train, p.run, "stages/train.py", [])
 
 
 def test_watch_mode_passes_over_a_damaged_newest_checkpoint(synth_data, trained, tmp_path,

@@ -135,7 +135,7 @@ def test_ci_run_fails_with_the_table_on_a_deliberate_regression(tmp_path):
         "report: false\n"
         "params:\n"
         "  train.max_steps: 8\n  train.batch_size: 32\n  train.initial_lr: 1.0e-7\n"
-        "  train.log_every: 4\n  train.checkpoint_every: 8\n  train.device: cpu\n"
+        "  train.log_every: 4\n  run.checkpoint_every: 8\n  train.device: cpu\n"
         "  input.min_fraction_of_examples_in_queue: 0.1\n"
         "  regression.baseline: reports/baseline/broken.json\n")
     (project / "reports/baseline/broken.json").write_text(json.dumps(

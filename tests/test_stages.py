@@ -112,8 +112,8 @@ def test_real_dev_archive_through_dvc(dev_archive, tmp_path):
 def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     project = tiny_project(
         tmp_path, dict(train_per_batch=100, test=100, seed=2),
-        train=dict(max_steps=12, batch_size=32, log_every=4, checkpoint_every=6, summary_every=6,
-                   device="cpu"),
+        train=dict(max_steps=12, batch_size=32, log_every=4,
+                   device="cpu"), run=dict(checkpoint_every=6, summary_every=6),
         input=dict(min_fraction_of_examples_in_queue=0.1, num_threads=1))
     out = dvc(project, "repro").stdout  # the main pipeline; the exercises are reports/dvc.yaml
     for stage in ("download", "preprocess", "train", "eval"):
@@ -175,8 +175,8 @@ def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
     """dvc push to a local-folder remote; a fresh clone pulls, and dvc repro recomputes nothing."""
     project = tiny_project(
         tmp_path, dict(train_per_batch=40, test=50, seed=5),
-        train=dict(max_steps=6, batch_size=16, log_every=3, checkpoint_every=3, summary_every=6,
-                   device="cpu"),
+        train=dict(max_steps=6, batch_size=16, log_every=3,
+                   device="cpu"), run=dict(checkpoint_every=3, summary_every=6),
         input={"min_fraction_of_examples_in_queue": 0.1})
     dvc(project, "repro")
     dvc(project, "remote", "add", "-d", "shared", str(tmp_path / "remote"))
@@ -223,8 +223,8 @@ def test_repro_f_twice_and_a_changed_archive_without_md5(tmp_path):
 
     project = tiny_project(
         tmp_path, dict(train_per_batch=40, test=50, seed=5), md5=False,
-        train=dict(max_steps=8, batch_size=16, log_every=2, checkpoint_every=4, summary_every=4,
-                   device="cpu"),
+        train=dict(max_steps=8, batch_size=16, log_every=2,
+                   device="cpu"), run=dict(checkpoint_every=4, summary_every=4),
         input={"min_fraction_of_examples_in_queue": 0.5})
     archive = tmp_path / "cifar-10-binary.tar.gz"  # the project's data.url
     dvc(project, "repro")
@@ -274,8 +274,7 @@ def test_exp_apply_before_a_first_commit_keeps_logs_and_checkpoints(tmp_path):
     files inside an untracked folder: data/train/ was one (only DVC's .gitignore in it)
     until the repository tracked that .gitignore itself."""
     project = tiny_project(tmp_path, dict(train_per_batch=20, test=20, seed=1),
-                           train=dict(max_steps=4, batch_size=16, log_every=2,
-                                      checkpoint_every=2, summary_every=2, device="cpu"),
+                           train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"), run=dict(checkpoint_every=2, summary_every=2),
                            input={"min_fraction_of_examples_in_queue": 0.1},
                            eval={"every_steps": 0})
     dvc(project, "repro")  # no commit after it: dvc.lock and the outputs are untracked

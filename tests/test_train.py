@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from cifar10_tutorial.evaluate import evaluate
 from cifar10_tutorial.model import CifarNet
-from cifar10_tutorial.params import params_from_dict, to_dict
+from cifar10_tutorial.params import ParamsError, params_from_dict, to_dict
 from cifar10_tutorial.checkpoints import TrainPaths, load_checkpoint
 from cifar10_tutorial.errors import TrainingError
 from cifar10_tutorial.rules import (WeightAverage, averaging_decay, ema_decay, learning_rate,
@@ -201,8 +201,7 @@ def test_reference_log_lines(synth_data, tmp_path, capsys):
 
 
 def test_nan_loss_aborts_with_a_clear_message(synth_data, tmp_path):
-    params = tiny_params(train={"initial_lr": 1e6, "max_steps": 50, "log_every": 1,
-                                "checkpoint_every": 1000})
+    params = tiny_params(train={"initial_lr": 1e6, "max_steps": 50, "log_every": 1}, run={"checkpoint_every": 1000})
     with pytest.raises(TrainingError, match=r"the loss became (nan|inf) at step \d+ .*diverged"):
         train(params, synth_data, paths(tmp_path), progress=False)
     assert not paths(tmp_path).model.exists()
@@ -240,7 +239,7 @@ def assert_same_outputs(a: TrainPaths, b: TrainPaths) -> None:
 
 @pytest.mark.parametrize("shuffle", ["permutation", "queue"])
 def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
-    full = tiny_params(input={"shuffle": shuffle}, train={"max_steps": 20, "checkpoint_every": 8},
+    full = tiny_params(input={"shuffle": shuffle}, train={"max_steps": 20}, run={"checkpoint_every": 8},
                        eval={"every_steps": 5})
     train(full, synth_data, paths(tmp_path / "a"), progress=False)
     # the same run killed after step 16's checkpoint, having logged up to step 20: resumed
@@ -254,19 +253,28 @@ def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
     assert len(list(paths(tmp_path / "b").tensorboard.iterdir())) == 1  # resumed in its folder
 
 
-def test_the_operational_keys_do_not_change_a_result(synth_data, tmp_path):
-    """param_reads.OPERATIONAL: declared to no stage, left out of the resume signature."""
-    from cifar10_tutorial.param_reads import OPERATIONAL
+def test_the_run_section_does_not_change_a_result(synth_data, tmp_path):
+    """params.yaml `run:` (param_reads.OPERATIONAL_SECTION): declared to no stage, left out
+    of the resume signature and model.pt."""
+    from cifar10_tutorial.checkpoints import run_params
+    from cifar10_tutorial.param_reads import OPERATIONAL_SECTION
 
-    assert OPERATIONAL == {"train.checkpoint_every", "train.summary_every", "train.max_restarts",
-                           "train.collective_timeout_s"}
+    assert OPERATIONAL_SECTION == "run"
     base = {"max_steps": 12, "log_every": 2}
-    train(tiny_params(train={**base, "checkpoint_every": 3, "summary_every": 2, "max_restarts": 0,
-                             "collective_timeout_s": 10}, eval={"every_steps": 4}),
-          synth_data, paths(tmp_path / "a"), progress=False)
-    train(tiny_params(train={**base, "checkpoint_every": 1000, "summary_every": 1000},
-                      eval={"every_steps": 4}), synth_data, paths(tmp_path / "b"), progress=False)
+    quick = tiny_params(train=base, eval={"every_steps": 4},
+                        run={"checkpoint_every": 3, "summary_every": 2, "max_restarts": 0,
+                             "collective_timeout_s": 10})
+    slow = tiny_params(train=base, run={"checkpoint_every": 1000, "summary_every": 1000},
+                       eval={"every_steps": 4})
+    assert "run" not in run_params(quick) and run_params(quick) == run_params(slow)
+    train(quick, synth_data, paths(tmp_path / "a"), progress=False)
+    train(slow, synth_data, paths(tmp_path / "b"), progress=False)
     assert_same_outputs(paths(tmp_path / "a"), paths(tmp_path / "b"))
+
+
+def test_an_old_params_file_is_told_where_the_run_keys_went():
+    with pytest.raises(ParamsError, match=r"train.checkpoint_every is now run.checkpoint_every"):
+        params_from_dict({"train": {"checkpoint_every": 5}})
 
 
 def test_a_finished_run_run_again_gives_the_same_outputs(synth_data, tmp_path, caplog):
@@ -331,7 +339,7 @@ def test_corrupt_checkpoint_is_a_clear_error(synth_data, tmp_path):
 def test_tensorboard_summaries_and_dvclive(synth_data, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    train(tiny_params(train={"max_steps": 12, "summary_every": 5, "log_every": 4}), synth_data,
+    train(tiny_params(train={"max_steps": 12, "log_every": 4}, run={"summary_every": 5}), synth_data,
           paths(tmp_path), progress=False)
     runs = sorted(paths(tmp_path).tensorboard.iterdir())  # one folder per run
     assert len(runs) == 1 and runs[0].name.startswith("run-")
@@ -360,7 +368,7 @@ def test_tensorboard_summaries_and_dvclive(synth_data, tmp_path):
     assert len(held_out) == 2 and held_out[1].split("\t")[0] == "12"
     # a second run (another experiment, say) gets a folder of its own beside the first
     time.sleep(1.1)
-    train(tiny_params(train={"max_steps": 6, "summary_every": 5}), synth_data, paths(tmp_path),
+    train(tiny_params(train={"max_steps": 6}, run={"summary_every": 5}), synth_data, paths(tmp_path),
           progress=False)
     assert len(list(paths(tmp_path).tensorboard.iterdir())) == 2
 
@@ -397,8 +405,8 @@ def test_metrics_hold_numbers_only_each_once(synth_data, tmp_path):
 
 def _write_project(tmp_path, synth_data, max_steps, checkpoint_every):
     params = to_dict(tiny_params(input={"shuffle": "queue"},
-                                 train={"max_steps": max_steps, "checkpoint_every": checkpoint_every,
-                                        "log_every": 1, "summary_every": 1000}))
+                                 train={"max_steps": max_steps,
+                                        "log_every": 1}, run={"checkpoint_every": checkpoint_every, "summary_every": 1000}))
     return write_train_project(tmp_path / "proj", synth_data, params)
 
 
@@ -406,7 +414,7 @@ def _write_project(tmp_path, synth_data, max_steps, checkpoint_every):
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_killed_training_resumes_to_the_same_weights(synth_data, tmp_path, how):
     reference = tmp_path / "ref"
-    train(tiny_params(input={"shuffle": "queue"}, train={"max_steps": 60, "checkpoint_every": 5}),
+    train(tiny_params(input={"shuffle": "queue"}, train={"max_steps": 60}, run={"checkpoint_every": 5}),
           synth_data, paths(reference), progress=False)
     proj = _write_project(tmp_path, synth_data, 60, 5)
     cmd = [sys.executable, "stages/train.py"]
@@ -437,8 +445,7 @@ def test_killed_training_resumes_to_the_same_weights(synth_data, tmp_path, how):
 
 
 def test_a_huge_learning_rate_is_a_clear_error_not_a_tensorboard_traceback(synth_data, tmp_path):
-    params = tiny_params(train={"initial_lr": 1e30, "max_steps": 20, "log_every": 1,
-                                "summary_every": 1, "checkpoint_every": 1000})
+    params = tiny_params(train={"initial_lr": 1e30, "max_steps": 20, "log_every": 1}, run={"checkpoint_every": 1000, "summary_every": 1})
     with pytest.raises(TrainingError, match=r"(the loss became (nan|inf)|holds values up "
                                             r"to \S+) at step \d+.*diverged"):
         train(params, synth_data, paths(tmp_path), progress=False)
@@ -448,7 +455,7 @@ def test_a_huge_learning_rate_is_a_clear_error_not_a_tensorboard_traceback(synth
 def test_a_torn_last_curve_row_is_cut_on_resume(synth_data, tmp_path):
     """kill -9 during DVCLive's write leaves half a row; the resumed run must not glue its
     next row to it."""
-    params = tiny_params(train={"max_steps": 20, "checkpoint_every": 10, "log_every": 5})
+    params = tiny_params(train={"max_steps": 20, "log_every": 5}, run={"checkpoint_every": 10})
     train(params, synth_data, paths(tmp_path / "a"), progress=False)
     b = paths(tmp_path / "b")
     train(params, synth_data, b, progress=False)
@@ -465,7 +472,7 @@ def test_without_dvclive_the_same_curves_and_metrics_are_written(synth_data, tmp
                                                                  monkeypatch):
     """The GPU machine has no dvclive: the run writes DVCLive's files itself, byte for byte
     the same apart from the timings."""
-    params = tiny_params(train={"max_steps": 12, "log_every": 2, "checkpoint_every": 5},
+    params = tiny_params(train={"max_steps": 12, "log_every": 2}, run={"checkpoint_every": 5},
                          eval={"every_steps": 4, "targets": [0.1]})
     train(params, synth_data, paths(tmp_path / "with"), progress=False)
     monkeypatch.setitem(sys.modules, "dvclive", None)  # `import dvclive` raises ImportError
@@ -513,7 +520,7 @@ def test_a_rerun_into_an_unwritable_folder_removes_nothing(synth_data, tmp_path)
     where it could not write model.pt back it must stop before that, in one line."""
     from cifar10_tutorial.errors import PipelineError
 
-    params = tiny_params(train={"max_steps": 4, "checkpoint_every": 2})
+    params = tiny_params(train={"max_steps": 4}, run={"checkpoint_every": 2})
     train(params, synth_data, paths(tmp_path), progress=False)
     out = paths(tmp_path).out_dir
     before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))

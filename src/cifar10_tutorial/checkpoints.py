@@ -22,15 +22,15 @@ import torch
 from .devices import Dist, barrier
 from .errors import TrainingError
 from .files import ensure_writable, torch_save_atomic
-from .param_reads import OPERATIONAL
 from .params import Params, to_dict
 
 log = logging.getLogger(__name__)
 
 # Keys the train stage reads that cannot change its DVC outputs (model.pt, metrics, plots):
-# they are left out of the resume signature. Every other key it reads is in it. The
-# operational keys, and train.device (the signature has the kind of device instead).
-NOT_RUN_DEFINING = {"train": {k.split(".", 1)[1] for k in OPERATIONAL} | {"device"}}
+# they are left out of the resume signature. Every other key it reads is in it. Only
+# train.device (the signature has the kind of device instead): the run section, which
+# cannot change them either, is not in run_params at all.
+NOT_RUN_DEFINING = {"train": {"device"}}
 KEEP_CHECKPOINTS = 2
 
 
@@ -81,11 +81,10 @@ def save_checkpoint(state: dict, folder: Path) -> Path:
 def run_params(params: Params) -> dict:
     """The params the train stage reads, as plain data: stored in checkpoints and model.pt
     (keys the stage does not declare in dvc.yaml must not reach its outputs: the
-    operational ones are left out)."""
+    run section's are left out)."""
     ev = params.eval
-    train = {k: v for k, v in to_dict(params.train).items() if f"train.{k}" not in OPERATIONAL}
     return {"model": to_dict(params.model), "input": to_dict(params.input),
-            "train": train, "fast": to_dict(params.fast),
+            "train": to_dict(params.train), "fast": to_dict(params.fast),
             "eval": {"batch_size": ev.batch_size, "every_steps": ev.every_steps,
                      "targets": list(ev.targets)}}
 

@@ -83,21 +83,23 @@ def torchrun_command(num_devices: int, max_restarts: int, script: str, args: lis
             f"--nproc_per_node={num_devices}", f"--max-restarts={max_restarts}", script, *args]
 
 
-def relaunch_on_devices(tr, script: str, argv: list[str]) -> None:
+def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
     """With ``train.num_devices`` > 1, outside torchrun: replace this process by torchrun
-    running ``script`` as one process per device (it then returns in each of them)."""
+    running ``script`` as one process per device (it then returns in each of them), which
+    restarts a failed job ``run.max_restarts`` times."""
     if tr.num_devices <= 1 or launched_by_torchrun():
         return
     check_devices(tr)
-    cmd = torchrun_command(tr.num_devices, tr.max_restarts, script, argv)
+    cmd = torchrun_command(tr.num_devices, run.max_restarts, script, argv)
     print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
     flush_reads()
     sys.stdout.flush()
     os.execv(cmd[0], cmd)
 
 
-def init_distributed(tr) -> tuple[Dist, torch.device]:
-    """Join the torchrun job if there is one: NCCL on GPUs, gloo on CPU."""
+def init_distributed(tr, run) -> tuple[Dist, torch.device]:
+    """Join the torchrun job if there is one: NCCL on GPUs, gloo on CPU; a rank silent for
+    ``run.collective_timeout_s`` fails the job."""
     d = this_process()
     if not d.active:
         return d, pick_device(tr.device)
@@ -116,7 +118,7 @@ def init_distributed(tr) -> tuple[Dist, torch.device]:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     # The store outlives a torchrun restart; without a fresh prefix per attempt, the
     # restarted ranks can read the dead ranks' addresses and fail to connect.
-    timeout = timedelta(seconds=tr.collective_timeout_s)
+    timeout = timedelta(seconds=run.collective_timeout_s)
     store, _, _ = next(dist.rendezvous("env://", timeout=timeout))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo",

@@ -124,8 +124,8 @@ def host_syncs_per_step(params: Params, data: Prepared, device: torch.device, st
 
 def short_run(params: Params, data: Prepared, steps: int, root: Path) -> dict:
     """Train ``steps`` steps with the train stage's own code; held-out precision at the end."""
-    p = _with(params, train={"max_steps": steps, "checkpoint_every": steps, "log_every": max(1, steps // 10)},
-              eval={"every_steps": steps})
+    p = _with(params, train={"max_steps": steps, "log_every": max(1, steps // 10)},
+              run={"checkpoint_every": steps}, eval={"every_steps": steps})
     m = train(p, data, TrainPaths(root / "short", root / "short-live"), progress=False)
     return {"steps": steps, "precision_at_1": m["held_out"]["precision_at_1"],
             "precision_at_1_raw": m["held_out"]["precision_at_1_raw"],
@@ -204,7 +204,7 @@ def _curve(live: Path) -> list[dict]:
 def fast_schedule(params: Params, data: Prepared, sizes: Sizes, root: Path) -> dict:
     steps_per_epoch = len(data.train_labels) / params.train.batch_size
     p = _with(params, train={"schedule": "fast", "max_epochs": sizes.fast_epochs,
-                             "checkpoint_every": 10 ** 9, "log_every": 100},
+                             "log_every": 100}, run={"checkpoint_every": 10 ** 9},
               eval={"every_steps": max(1, round(steps_per_epoch)), "targets": TARGETS})
     t = time.perf_counter()
     m = train(p, data, TrainPaths(root / "fast", root / "fast-live"), progress=False)
@@ -219,7 +219,8 @@ def tutorial_schedule(params: Params, data: Prepared, sizes: Sizes, steps_per_se
                       root: Path) -> dict:
     steps = int(min(sizes.tutorial_steps, steps_per_sec * sizes.tutorial_seconds))
     steps = max(sizes.eval_every, steps - steps % sizes.eval_every)
-    p = _with(params, train={"max_steps": steps, "checkpoint_every": 10 ** 9, "log_every": 1000},
+    p = _with(params, train={"max_steps": steps, "log_every": 1000},
+              run={"checkpoint_every": 10 ** 9},
               eval={"every_steps": sizes.eval_every, "targets": TARGETS})
     t = time.perf_counter()
     m = train(p, data, TrainPaths(root / "tutorial", root / "tutorial-live"), progress=False)
@@ -247,7 +248,8 @@ def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: 
         os.symlink(data_dir.resolve(), proj / "prepared")
         raw = yaml_load(params_file)
         raw.setdefault("train", {}).update(max_steps=steps, seed=i, device=device,
-                                           checkpoint_every=10 ** 9, log_every=max(1, steps // 5))
+                                           log_every=max(1, steps // 5))
+        raw.setdefault("run", {}).update(checkpoint_every=10 ** 9)
         (proj / "params.yaml").write_text(json.dumps(raw))  # JSON is YAML
         return proj
 

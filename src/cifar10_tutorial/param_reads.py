@@ -16,12 +16,15 @@ import sys
 from typing import ClassVar, Optional
 
 READS_ENV = "CIFAR10_TUTORIAL_PARAM_READS"
-# Keys that change how a run is carried out, never what it computes (a run checkpointed
-# every 10 steps or every 1,000 ends the same; tests/test_train.py checks it): no stage
-# declares them to DVC, so changing one reruns nothing, their reads are not recorded, and
-# they are not in the resume signature.
-OPERATIONAL = frozenset({"train.checkpoint_every", "train.summary_every", "train.max_restarts",
-                         "train.collective_timeout_s"})
+# The section of the keys that change how a run is carried out, never what it computes (a
+# run checkpointed every 10 steps or every 1,000 ends the same; tests/test_train.py checks
+# it): no stage declares it to DVC, so changing one reruns nothing, their reads are not
+# recorded, and they are not in the resume signature.
+OPERATIONAL_SECTION = "run"
+
+
+def operational(key: str) -> bool:
+    return key.split(".", 1)[0] == OPERATIONAL_SECTION
 _reads: Optional[set] = set() if os.environ.get(READS_ENV) else None
 
 
@@ -38,7 +41,7 @@ def not_recording():
 
 def record_read(key: str) -> None:
     """Record a read of params key ``key`` (for reads that bypass the sections' fields)."""
-    if _reads is not None and key not in OPERATIONAL:
+    if _reads is not None and not operational(key):
         _reads.add(key)
 
 
@@ -69,6 +72,6 @@ class Section:
                 and name in type(self).__dataclass_fields__ and not isinstance(value, Section)):
             origin = object.__getattribute__(self, "__dict__").get("_origin", {})
             key = origin.get(name, f"{self._SECTION}.{name}" if self._SECTION else name)
-            if key is not None and key not in OPERATIONAL:
+            if key is not None and not operational(key):
                 _reads.add(key)
         return value

@@ -94,10 +94,6 @@ class TrainParams(Section):
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     log_every: int = 10
-    checkpoint_every: int = 1000
-    summary_every: int = 100
-    max_restarts: int = 3  # torchrun restarts of a failed multi-process job (then resume)
-    collective_timeout_s: float = 300.0  # a rank that stops answering fails the job after this
     schedule: Literal["tutorial", "fast"] = "tutorial"  # fast: the `fast:` section (issue 8)
     max_epochs: Optional[float] = None  # set: the run length in epochs, instead of max_steps
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast of the forward pass (GPUs)
@@ -105,11 +101,9 @@ class TrainParams(Section):
     compile: bool = False  # torch.compile the forward pass (measured slower on CPU)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "num_devices", "max_steps", "log_every", "checkpoint_every", "summary_every"):
+        for name in ("batch_size", "num_devices", "max_steps", "log_every"):
             if getattr(self, name) < 1:
                 raise ParamsError(f"train.{name}: expected >= 1, found {getattr(self, name)}")
-        if self.max_restarts < 0 or self.collective_timeout_s <= 0:
-            raise ParamsError("train.max_restarts must be >= 0 and train.collective_timeout_s > 0")
         if self.initial_lr <= 0 or self.epochs_per_decay <= 0:
             raise ParamsError("train.initial_lr and train.epochs_per_decay must be > 0")
         if not 0.0 <= self.moving_average_decay < 1.0:
@@ -120,6 +114,32 @@ class TrainParams(Section):
         if not 0 <= self.seed < 2**63:
             raise ParamsError(f"train.seed: expected an integer from 0 to 2**63 - 1, found "
                               f"{self.seed}")
+
+
+@dataclass(frozen=True)
+class RunParams(Section):
+    """How a run is carried out, never what it computes (a run checkpointed every 10 steps
+    or every 1,000 ends the same: tests/test_train.py checks it). No stage declares this
+    section to DVC, so changing a key reruns nothing; none is in a checkpoint's resume
+    signature or in model.pt, and their reads are not recorded (param_reads)."""
+
+    _SECTION: ClassVar[str] = "run"
+
+    checkpoint_every: int = 1000  # steps between checkpoints (and the last step)
+    summary_every: int = 100  # steps between TensorBoard summaries
+    max_restarts: int = 3  # torchrun restarts of a failed multi-process job (then resume)
+    collective_timeout_s: float = 300.0  # a rank that stops answering fails the job after this
+
+    def __post_init__(self) -> None:
+        for name in ("checkpoint_every", "summary_every"):
+            if getattr(self, name) < 1:
+                raise ParamsError(f"run.{name}: expected >= 1, found {getattr(self, name)}")
+        if self.max_restarts < 0 or self.collective_timeout_s <= 0:
+            raise ParamsError("run.max_restarts must be >= 0 and run.collective_timeout_s > 0")
+
+
+# the keys that were train.* until the run section held them: a one-line hint for old files
+MOVED_TO_RUN = ("checkpoint_every", "summary_every", "max_restarts", "collective_timeout_s")
 
 
 @dataclass(frozen=True)
@@ -214,6 +234,7 @@ class Params(Section):
     model: ModelParams = field(default_factory=ModelParams)
     input: InputParams = field(default_factory=InputParams)
     train: TrainParams = field(default_factory=TrainParams)
+    run: RunParams = field(default_factory=RunParams)
     fast: FastParams = field(default_factory=FastParams)
     eval: EvalParams = field(default_factory=EvalParams)
     ablation: AblationParams = field(default_factory=AblationParams)
@@ -305,6 +326,15 @@ def params_from_dict(raw: Optional[dict]) -> Params:
         raw = {}
     if not isinstance(raw, dict):
         raise ParamsError(f"expected a mapping at the top level of params, found {raw!r}")
+    for where, section in [("", raw), *((f"{g}.{n}.", v) for g in ("ablations", "dataset_ablations")
+                                          for n, v in (raw.get(g) or {}).items())]:
+        moved = [k for k in MOVED_TO_RUN if isinstance(section, dict)
+                 and isinstance(section.get("train"), dict) and k in section["train"]]
+        if moved:
+            raise ParamsError(f"{where}train.{moved[0]} is now {where}run.{moved[0]}: the run "
+                              f"section holds the keys that change how a run is carried out, "
+                              f"not its result (no stage's hash covers them); move "
+                              f"{', '.join(moved)} there")
     with not_recording():  # validation reads every key: not a use of them
         return _build(Params, raw, "")
 

@@ -51,7 +51,7 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
     same synchronous update. Only rank 0 keeps the averaged weights and writes
     checkpoints, logs, DVCLive and TensorBoard.
     """
-    d, device = init_distributed(params.train)
+    d, device = init_distributed(params.train, params.run)
     if params.train.precision == "bf16" and device.type == "cpu" and d.main:
         _warn_without_bf16_units()
     try:
@@ -157,7 +157,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 x, y = batches.get(run.step)
                 if run.first_batch_s is None:
                     run.first_batch_s = time.perf_counter() - run.t0
-                summary_step = ((run.step + 1) % tr.summary_every == 0 or run.step == 0
+                summary_step = ((run.step + 1) % params.run.summary_every == 0 or run.step == 0
                                 or run.step + 1 == max_steps)  # the first and last too
                 summarize = d.main and summary_step
                 if summarize:
@@ -181,10 +181,10 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 if held_out is not None and held_out.due(run.step, max_steps):
                     held_out.run(run.step, model, ema, num_train / global_batch, run.seconds(),
                                  monitor)
-                if run.step % tr.checkpoint_every == 0 or run.step == max_steps:
+                if run.step % params.run.checkpoint_every == 0 or run.step == max_steps:
                     save()
                 if stop_now:
-                    _stop(stop, run, save, tr.checkpoint_every, max_steps, monitor, paths)
+                    _stop(stop, run, save, params.run.checkpoint_every, max_steps, monitor, paths)
     finally:
         monitor.close()
         batches.close()
