@@ -140,6 +140,9 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     assert made["train"]["params_hash"] == made["eval"]["params_hash"]
     assert made["train"]["epochs"] == 12 * 32 / 500 and made["train"]["wall_time_s"] > 0
     commit(project, "first run")
+    set_params(project, "run", checkpoint_every=5, summary_every=3)  # how, not what: no rerun
+    assert "Data and pipelines are up to date" in dvc(project, "repro").stdout
+    commit(project, "checkpoints more often")
     proc = dvc(project, "exp", "run", "-S", "train.batch_size=64")
     out = proc.stdout
     assert "Running stage 'train'" in out and "Running stage 'download'" not in out
