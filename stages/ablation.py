@@ -21,7 +21,7 @@ from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
 from cifar10_tutorial.continuation import from_stage
 from cifar10_tutorial.devices import relaunch_on_devices
 from cifar10_tutorial.params import load_params, variant_params
-from cifar10_tutorial.prepare import load_prepared
+from cifar10_tutorial.prepared import load_prepared
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from cifar10_tutorial.benchmark import format_table, run_benchmark
 from cifar10_tutorial.cli import run_stage, stage_output, stage_parser
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.prepare import load_prepared
+from cifar10_tutorial.prepared import load_prepared
 
 
 def main() -> None:

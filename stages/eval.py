@@ -11,7 +11,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.evaluate import evaluate, watch
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.prepare import load_prepared
+from cifar10_tutorial.prepared import load_prepared
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ from cifar10_tutorial.cli import add_continuation, add_paths, parse_stage_args, 
 from cifar10_tutorial.continuation import from_stage, run_ended
 from cifar10_tutorial.devices import relaunch_on_devices
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.prepare import load_prepared
+from cifar10_tutorial.prepared import load_prepared
 from cifar10_tutorial.train import train
 
 

@@ -97,7 +97,8 @@ def run_stage(project: Path, stage: str, *args: str) -> subprocess.CompletedProc
 def synth_data(tmp_path_factory):
     """Prepared tensors of a learnable synthetic set: 1000 train, 200 test images."""
     from cifar10_tutorial.datasets import CIFAR10
-    from cifar10_tutorial.prepare import load_prepared, prepare
+    from cifar10_tutorial.prepare import prepare
+    from cifar10_tutorial.prepared import load_prepared
 
     root = tmp_path_factory.mktemp("synth")
     make_cifar10_archive(root / "a.tar.gz", train_per_batch=200, test=200, seed=3)

@@ -123,6 +123,15 @@ def test_no_stage_lists_a_module_its_script_does_not_import():
     assert extra == []
 
 
+def test_training_and_evaluation_do_not_depend_on_fetching_or_parsing_the_data():
+    """They read the prepared tensors (prepared.py): editing the downloader or the record
+    parser must not rerun them (they once depended on download.py through prepare.py)."""
+    for script in ("train", "eval"):
+        closure = import_closure(ROOT, ROOT / "stages" / f"{script}.py")
+        assert "src/cifar10_tutorial/prepared.py" in closure
+        assert not {f"src/cifar10_tutorial/{m}.py" for m in ("download", "prepare", "datasets")} & closure
+
+
 def test_the_import_check_names_a_missing_module(tmp_path):
     project = copy_project(tmp_path / "p")
     init_repo(project)

@@ -7,7 +7,8 @@ import torch
 from cifar10_tutorial.datasets import CIFAR100, SVHN, get_dataset, sources
 from cifar10_tutorial.download import DownloadError, DownloadOptions, check_mat, fetch
 from cifar10_tutorial.params import params_from_dict
-from cifar10_tutorial.prepare import PrepareError, load_prepared, prepare, prepare_dataset, prepare_svhn
+from cifar10_tutorial.prepare import prepare, prepare_dataset, prepare_svhn
+from cifar10_tutorial.prepared import PrepareError, load_prepared
 from cifar10_tutorial.synthetic import make_cifar100_archive, make_svhn_files, write_tar_gz
 from cifar10_tutorial.inputs import make_batches
 

@@ -157,7 +157,7 @@ def test_evaluate_and_predict_explain_a_bad_model_file(synth_data, trained, tmp_
     Image.fromarray(synth_data.test_images[0].transpose(1, 2, 0)).save(img)
     for cmd in (["-c", "import sys; from cifar10_tutorial.cli import run_stage; "
                        "from cifar10_tutorial.evaluate import evaluate; "
-                       "from cifar10_tutorial.prepare import load_prepared; "
+                       "from cifar10_tutorial.prepared import load_prepared; "
                        f"run_stage(lambda: evaluate(load_prepared({str(tmp_path / 'prep')!r}), "
                        f"__import__('pathlib').Path({str(path)!r}), "
                        f"__import__('pathlib').Path({str(tmp_path / 'ev')!r}), 100, 'cpu'))"],

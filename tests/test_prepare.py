@@ -8,7 +8,8 @@ import pytest
 
 from cifar10_tutorial.datasets import CIFAR10
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.prepare import PrepareError, load_prepared, prepare
+from cifar10_tutorial.prepare import prepare
+from cifar10_tutorial.prepared import PrepareError, load_prepared
 from cifar10_tutorial.synthetic import CLASSES, make_cifar10_archive, write_tar_gz
 
 FOLDER = "cifar-10-batches-bin/"

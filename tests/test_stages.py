@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from cifar10_tutorial.prepare import load_prepared
+from cifar10_tutorial.prepared import load_prepared
 from conftest import DVC, ROOT, SHARED, commit, copy_project, dvc, init_repo, run_stage, set_params, tiny_project
 
 def test_entry_points_on_a_synthetic_archive(archive, tmp_path):

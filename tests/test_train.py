@@ -311,7 +311,7 @@ def test_another_run_length_starts_afresh(synth_data, tmp_path, caplog):
 def test_checkpoints_of_other_data_are_not_resumed(synth_data, tmp_path, caplog):
     """Another archive (data.md5: null) with fewer images: trained from scratch, no crash
     about the shuffle queue's capacity."""
-    from cifar10_tutorial.prepare import Prepared
+    from cifar10_tutorial.prepared import Prepared
 
     caplog.set_level("INFO")
     params = tiny_params(train={"max_steps": 20})

@@ -15,7 +15,7 @@ from .devices import this_process
 from .evaluate import evaluate
 from .files import write_text_atomic
 from .params import Params, variant_params
-from .prepare import Prepared
+from .prepared import Prepared
 from .train import train
 
 
@@ -50,7 +50,8 @@ def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -
     """Download and preprocess the data set of a data-set variant into ``work``/raw and
     ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
     from .download import fetch_dataset
-    from .prepare import load_prepared, prepare_dataset
+    from .prepare import prepare_dataset
+    from .prepared import load_prepared
 
     data = variant_params(params, name).data
     if this_process().main:

@@ -50,7 +50,7 @@ from .inference import predict_logits
 from .inputs import make_batches
 from .model import build_model
 from .params import Params
-from .prepare import Prepared
+from .prepared import Prepared
 from .roofline import fraction, roofline
 from .rules import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
 

@@ -19,7 +19,7 @@ from .devices import pick_device
 from .errors import PipelineError
 from .files import save_figure_atomic, write_text_atomic
 from .inference import REMAKE, load_model_file, model_from_state, predict_logits, score
-from .prepare import Prepared
+from .prepared import Prepared
 
 log = logging.getLogger(__name__)
 

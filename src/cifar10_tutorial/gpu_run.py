@@ -49,7 +49,7 @@ from .cli import run_stage, stage_output
 from .errors import PipelineError
 from .files import write_text_atomic
 from .params import Params, load_params, to_dict
-from .prepare import Prepared, load_prepared
+from .prepared import Prepared, load_prepared
 from .report_data import held_out_curve
 from .checkpoints import TrainPaths
 from .devices import pick_device

@@ -30,7 +30,7 @@ from .distortions import (CROP, Draws, apply_distortions, cpu_generator, derive_
 
 if TYPE_CHECKING:
     from .params import Params
-    from .prepare import Prepared
+    from .prepared import Prepared
 
 # --------------------------------------------------------------------------- example order
 

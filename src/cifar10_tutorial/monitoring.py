@@ -22,7 +22,7 @@ from .files import write_text_atomic
 from .inference import predict_logits
 from .model import CifarNet
 from .params import Params
-from .prepare import Prepared
+from .prepared import Prepared
 from .rules import WeightAverage, training_model
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from .model import macs_per_image, num_params
 from .monitoring import HeldOut, Monitor, Summaries
 from . import provenance
 from .params import Params
-from .prepare import Prepared
+from .prepared import Prepared
 from .rules import (WeightAverage, averaging_decay, learning_rate, make_optimizer, make_step,
                     total_steps, training_model)
 
