@@ -178,3 +178,52 @@ def test_readme_and_docs_quote_no_hand_typed_measurements():
              for m in MEASURED.finditer(doc.read_text())]
     assert typed == []
     assert MEASURED.search("reaches 80.2% at 1,672.2 examples/sec, 0.077 s per batch, 3.33x")
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _headings(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # not the code blocks' '#'
+    return re.findall(r"^#+ (.+?)\s*$", text, flags=re.M)
+
+
+def dangling_pointers(root: Path) -> list[str]:
+    """Links to a section (`file.md#anchor`) whose heading does not exist, and citations of
+    a section by name (`docs/training.md, "Checkpoints and resume"`, `README, "CI"`) in the
+    docs, the code and the configuration, where that file has no such heading."""
+    docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    texts = [*docs, root / "params.yaml", root / "dvc.yaml", root / "reports/dvc.yaml",
+             root / ".ci/run", *sorted((root / ".github").rglob("*.yml")),
+             *sorted((root / "src").rglob("*.py")), *sorted((root / "stages").glob("*.py"))]
+    problems = []
+    for doc in docs:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
+            path = (doc.parent / target) if target else doc
+            if path.suffix == ".md" and path.is_file() and anchor not in map(_slug, _headings(path)):
+                problems.append(f"{doc.relative_to(root)}: no section #{anchor} in {target or doc.name}")
+    cite = re.compile(r"(README|docs/[\w-]+\.md|README\.md)[,:]? ['\"]([^'\"]+)['\"]")
+    for f in texts:
+        if not f.is_file():
+            continue
+        for name, section in cite.findall(f.read_text()):
+            path = root / ("README.md" if name.startswith("README") else name)
+            if section.lower() not in (h.lower() for h in _headings(path)):
+                problems.append(f"{f.relative_to(root)}: cites section {section!r} of {name}, "
+                                f"which has none")
+    return problems
+
+
+def test_links_and_cited_sections_exist(tmp_path):
+    assert dangling_pointers(ROOT) == []
+    # and the check is real: the pointers this project once had are found
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("# Project\n\n## Run\n\nSee [CI](docs/ci.md#the-gate).\n")
+    (tmp_path / "docs" / "ci.md").write_text("# CI\n\n## The regression gate\n")
+    (tmp_path / "params.yaml").write_text('fast:  # tuned (README: "Time to accuracy")\n')
+    assert dangling_pointers(tmp_path) == [
+        "README.md: no section #the-gate in docs/ci.md",
+        "params.yaml: cites section 'Time to accuracy' of README, which has none"]

@@ -131,7 +131,7 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
             return rc
         rc = _run(["dvc", "repro"], project, env)  # download .. eval, then the gate
         table = project / stage_output("regression", ".md", project / "dvc.yaml")
-        if table.is_file():  # for a pull-request comment (README, "CI")
+        if table.is_file():  # for a pull-request comment (docs/ci.md)
             shutil.copy2(table, root / f"regression-{name}.md")
         if rc == 0 and config.get("report"):
             rc = _run(["dvc", "repro", "reports/dvc.yaml:report"], project, env)

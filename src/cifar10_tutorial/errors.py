@@ -1,4 +1,5 @@
-"""The one exception type the stages turn into a clear message and a non-zero exit."""
+"""The exceptions the stages turn into a clear message and a non-zero exit: PipelineError,
+and TrainingError, the kind raised once training has started."""
 
 
 class PipelineError(Exception):

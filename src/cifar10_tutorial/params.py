@@ -94,7 +94,7 @@ class TrainParams(Section):
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     log_every: int = 10
-    schedule: Literal["tutorial", "fast"] = "tutorial"  # fast: the `fast:` section (issue 8)
+    schedule: Literal["tutorial", "fast"] = "tutorial"  # fast: the `fast:` section (docs/training.md)
     max_epochs: Optional[float] = None  # set: the run length in epochs, instead of max_steps
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast of the forward pass (GPUs)
     channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)

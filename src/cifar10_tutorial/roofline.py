@@ -74,8 +74,8 @@ def pipeline_names(r: dict) -> dict:
 
 
 def roofline_markdown(r: dict, source: str) -> str:
-    """The roofline table of a benchmark result, as the README shows it (a test checks that
-    the README's copy matches ``source``, the committed JSON)."""
+    """The roofline table of a benchmark result, as docs/results.md shows it (generated from
+    ``source``, the committed JSON)."""
     roof, med = r["roofline"], r["median_examples_per_sec"]
     names = pipeline_names(r)
     peak, split = roof["peak_gflops"], roof["time_breakdown"]
