@@ -12,7 +12,10 @@ from conftest import ROOT
 
 PACKAGE = ROOT / "src" / "cifar10_tutorial"
 MAX_MODULE_LINES = 410
-MAX_FUNCTION_LINES = 90
+MAX_FUNCTION_LINES = 60  # a function read on one screen
+# The one exception: the training loop, kept whole so that one batch can be followed from
+# the prepared tensors to the logged loss in one place (the nanoGPT way), within this.
+LOOP = ("train.py", "_train", 95)
 
 
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
@@ -64,7 +67,8 @@ def test_modules_and_functions_are_of_readable_length():
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
-                if n > MAX_FUNCTION_LINES:
+                limit = LOOP[2] if (f.name, node.name) == LOOP[:2] else MAX_FUNCTION_LINES
+                if n > limit:
                     long_functions.append(f"{f.name}:{node.lineno} {node.name}: {n} lines")
     assert long_modules == [] and long_functions == []
 
