@@ -1,6 +1,6 @@
 """DVC stage `report`: the ablation variants' results (--ablations, reports/ablations) ->
 --out (reports): report.md, tables/*.csv and plots/*.png; it links --search (the fast
-schedule's search notes)."""
+schedule's search notes) and reads --equivalence (which commits train alike)."""
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
@@ -13,11 +13,13 @@ def main() -> None:
     ap = stage_parser(__doc__)
     ap.add_argument("--ablations", type=Path, required=True, help="every variant's results")
     ap.add_argument("--search", type=Path, required=True, help="the fast schedule's search notes")
+    ap.add_argument("--equivalence", type=Path, required=True,
+                    help="the record of commits checked to train bit-identically")
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
     params = load_params(args.params)
     path = make_report(args.ablations, args.out, dict(params.ablations),
-                       list(params.dataset_ablations), args.search)
+                       list(params.dataset_ablations), args.search, args.equivalence)
     print(f"wrote {path}")
 
 

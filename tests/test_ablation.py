@@ -162,3 +162,32 @@ def test_the_report_says_when_results_were_not_made_in_one_piece(tmp_path):
     assert "2 different commits of the code" in text and "2 different budgets" in text
     assert "| a | 1111111111 | abababababab | 100 | cpu |" in text and "not recorded" in text
 
+
+
+def test_commits_checked_to_train_alike_count_as_one_piece(tmp_path):
+    from cifar10_tutorial.report_data import Results, provenance_section
+
+    root = tmp_path / "ablations"
+    for name, sha, cpu in (("a", "1" * 40, "Xeon"), ("b", "2" * 40, "EPYC")):
+        (root / name / "train").mkdir(parents=True)
+        (root / name / "train" / "provenance.json").write_text(json.dumps(
+            {"commit": sha, "dirty": False, "data_hash": "ab" * 8, "device": f"{cpu}, 1 thread"}))
+    df = pd.DataFrame({"steps": [100, 100]}, index=["a", "b"])
+    record = tmp_path / "code_equivalence.json"
+
+    def section(checks):
+        record.write_text(json.dumps(checks))
+        return "\n".join(provenance_section(Results(df, df, df.iloc[:0], root, tmp_path, tmp_path),
+                                            record))
+
+    text = section([])
+    assert "**Not made in one piece.** The variants were made by 2 different commits of the " \
+           "code, not checked to train alike" in text
+    text = section([{"commits": ["1" * 40, "2" * 40], "identical": False}])
+    assert "**Not made in one piece.**" in text
+    text = section([{"commits": ["1" * 40, "2" * 40], "identical": True}])
+    assert "Not made in one piece" not in text
+    assert "All variants were made by 2 commits of the code whose training was checked " \
+           "bit-identical" in text
+    # machines are said (speeds compare within one), but do not split the piece
+    assert "They ran on 2 different machines (EPYC, Xeon)" in text

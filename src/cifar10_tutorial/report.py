@@ -22,11 +22,12 @@ from .report_schedules import reproduction, time_to_accuracy
 
 def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None,
                 dataset_variants: Optional[list[str]] = None,
-                search: Optional[Path] = None) -> Path:
+                search: Optional[Path] = None, equivalence: Optional[Path] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
     results under ``ablations_root`` (data-set variants' results are there too);
     ``variants``: params.yaml's ``ablations`` (name -> overrides), which sorts them into
-    exercises, seeds and runs of their own budget."""
+    exercises, seeds and runs of their own budget; ``equivalence``: the record of commits
+    checked to train bit-identically (:mod:`.equivalence`)."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
     not_run = []
     if variants is not None:
@@ -39,7 +40,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     r = make_results(df, variants or {}, ablations_root, out, not_run)
     r.tables.mkdir(parents=True, exist_ok=True)
     r.plots.mkdir(parents=True, exist_ok=True)
-    md = (_intro(r) + provenance_section(r) + reproduction(r) + _summary(r)
+    md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
           + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
           + _exercise4_averaging(r) + _exercise5_devices(r)
           + _exercise6_dataset(r, every, dataset_variants or []) + _no_lrn(r)

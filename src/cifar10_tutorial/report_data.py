@@ -213,8 +213,10 @@ def banner(r: Results) -> list[str]:
             f"Raise `ablation.max_steps` and rerun `dvc repro reports/dvc.yaml`.", ""]
 
 
-def provenance_section(r: Results) -> list[str]:
-    """Which code, data and budget made each variant; in words when they differ."""
+def provenance_section(r: Results, equivalence: Optional[Path] = None) -> list[str]:
+    """Which code, data and budget made each variant; in words when they differ. Variants
+    made at different commits count as made by one training code when ``equivalence`` (the
+    record of :mod:`.equivalence`) joins those commits by bit-identical checks."""
     rows, found = [], {}
     for name in r.df.index:
         p = load_provenance(r.root, name)
@@ -238,19 +240,42 @@ def provenance_section(r: Results) -> list[str]:
         notes.append(f"{len(r.df) - len(found)} of {len(r.df)} variants have no provenance "
                      f"record (made by an older version of the code): which code made them "
                      f"is unknown.")
-    for key, what in (("commit", "commits of the code"), ("data_hash", "prepared data sets")):
-        values = {(p.get(key), p.get("dirty")) if key == "commit" else p.get(key)
-                  for p in found.values()}
-        if len(values) > 1:
-            notes.append(f"The variants were made by {len(values)} different {what}.")
-    machines = sorted({str(p.get("device")).split(",")[0] for p in found.values()})
-    if len(machines) > 1:
-        notes.append(f"They ran on {len(machines)} different machines ({', '.join(machines)}): "
-                     f"speeds are compared only within one machine, and the same training "
-                     f"rounds differently on another machine's kernels.")
+    code = _code_note(found, equivalence)
+    if code and not code.startswith("made by"):
+        notes.append(code)
+    data = {p.get("data_hash") for p in found.values()}
+    if len(data) > 1:
+        notes.append(f"The variants were made by {len(data)} different prepared data sets.")
     if r.exercises["steps"].nunique() > 1:
         notes.append(f"The exercise variants ran at {r.exercises['steps'].nunique()} different "
                      f"budgets (steps); compare them with care.")
-    return md + ([" ".join(["**Not made in one piece.**", *notes]), ""] if notes else
-                 ["All variants were made by one commit, on the same data; the exercises "
-                  "at one budget.", ""])
+    machines = sorted({str(p.get("device")).split(",")[0] for p in found.values()})
+    where = (f" They ran on {len(machines)} different machines ({', '.join(machines)}): "
+             f"speeds are compared only within one machine, and the same training rounds "
+             f"differently on another machine's kernels." if len(machines) > 1 else "")
+    if notes:
+        return md + [" ".join(["**Not made in one piece.**", *notes]) + where, ""]
+    return md + [f"All variants were {code or 'made by one commit'}, on the same data; the "
+                 f"exercises at one budget.{where}", ""]
+
+
+def _code_note(found: dict, equivalence: Optional[Path]) -> str:
+    """'' for one clean commit; 'made by ...' when several commits train bit-identically by
+    the record; otherwise why the code is not one (a note for the report's header)."""
+    from .equivalence import load_record, same_training
+
+    commits = {p.get("commit") for p in found.values()}
+    dirty = any(p.get("dirty") for p in found.values())
+    if len(commits) <= 1 and not dirty:
+        return ""
+    n = len({(p.get("commit"), p.get("dirty")) for p in found.values()})
+    if dirty or None in commits:
+        return f"The variants were made by {n} different commits of the code (some with " \
+               f"uncommitted changes, or outside git)."
+    record = load_record(equivalence) if equivalence is not None else []
+    if same_training(commits, record):
+        return (f"made by {n} commits of the code whose training was checked bit-identical "
+                f"(the fixed-seed pair of the CI's real configuration gives the same weights "
+                f"and averages at each; `{equivalence}`)")
+    return (f"The variants were made by {n} different commits of the code, not checked to "
+            f"train alike (`python -m cifar10_tutorial.equivalence OLD NEW` checks two).")

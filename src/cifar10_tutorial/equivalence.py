@@ -1,0 +1,163 @@
+"""Do two commits train bit-identically? Results made at different commits count as one
+piece only if the training math did not change between them: this runs the CI's fixed-seed
+real configuration (``python -m cifar10_tutorial.ci real --keep``: the whole pipeline on
+the dev data, one thread) at each commit, in git worktrees of its own, compares the raw and
+averaged weights of the two ``model.pt`` tensor by tensor, and records the outcome.
+
+    python -m cifar10_tutorial.equivalence 6fd7dee f958593 [--record reports/code_equivalence.json]
+
+The record (a JSON list, one entry per check, newest last) holds both full commits, a
+digest of each model's tensors, their held-out precision, the machine and torch of each
+run, whether they are identical, and the date. The report (``make_report(..., equivalence=...)``) reads it:
+variants made at commits joined by identical checks count as made by one training code.
+Exit status 1 when the two differ (the record says so too). Needs ../shared beside the
+repository (the dev archive's tool), and about 5 minutes per commit on one CPU thread.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+from .cli import run_stage, stage_output
+from .errors import PipelineError
+from .files import write_text_atomic
+
+RECORD = Path("reports/code_equivalence.json")
+CHECK = "python -m cifar10_tutorial.ci real --keep"
+
+
+def tensor_digest(model_file: Path) -> str:
+    """sha256 over the raw (``model``) and averaged (``ema``) tensors of a model.pt, in key
+    order: equal for the same weights whatever else the file records."""
+    import torch
+
+    obj = torch.load(model_file, map_location="cpu", weights_only=True)
+    h = hashlib.sha256()
+    for part in ("model", "ema"):
+        for key in sorted(obj[part]):
+            t = obj[part][key].contiguous()
+            h.update(f"{part}.{key}:{t.dtype}:{tuple(t.shape)}".encode())
+            h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def _git(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PipelineError(f"git {' '.join(args)}: {proc.stderr.strip()[:300]}")
+    return proc.stdout.strip()
+
+
+def run_at(root: Path, commit: str, scratch: Path) -> dict:
+    """The CI's real configuration at ``commit`` (a worktree in ``scratch``, ../shared linked
+    beside it): its model's tensor digest and held-out precision."""
+    tree = scratch / commit[:12]
+    _git(root, "worktree", "add", "-q", "--detach", str(tree), commit)
+    try:
+        if not (scratch / "shared").exists():
+            (scratch / "shared").symlink_to((root.parent / "shared").resolve())
+        env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1",
+               "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+        proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "real", "--keep"],
+                              cwd=tree, env=env, capture_output=True, text=True)
+        kept = re.search(r"passed in \d+ s \(scratch kept: (.+)\)", proc.stdout)
+        if proc.returncode != 0 or not kept:
+            raise PipelineError(f"{CHECK} failed at {commit[:10]} (exit {proc.returncode}): "
+                                f"{(proc.stdout + proc.stderr).strip()[-400:]}")
+        project = Path(kept.group(1))
+        try:  # that commit's pipeline, as its own dvc.yaml names the files
+            dvc_yaml = project / "dvc.yaml"
+            metrics = json.loads((project / stage_output("eval", "metrics.json", dvc_yaml))
+                                 .read_text())
+            made = json.loads((project / stage_output("train", "provenance.json", dvc_yaml))
+                              .read_text())
+            return {"digest": tensor_digest(project / stage_output("train", "model.pt", dvc_yaml)),
+                    "device": made.get("device"), "torch": made.get("torch"),
+                    "precision_at_1": metrics["precision_at_1"],
+                    "precision_at_1_raw": metrics["precision_at_1_raw"]}
+        finally:
+            shutil.rmtree(project.parent, ignore_errors=True)
+    finally:
+        _git(root, "worktree", "remove", "--force", str(tree))
+
+
+def check(root: Path, old: str, new: str) -> dict:
+    commits = [_git(root, "rev-parse", "--verify", f"{c}^{{commit}}") for c in (old, new)]
+    scratch = Path(tempfile.mkdtemp(prefix="equivalence-"))
+    try:
+        runs = [run_at(root, c, scratch) for c in commits]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"commits": commits, "check": CHECK,
+            "identical": runs[0]["digest"] == runs[1]["digest"], "runs": runs,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def load_record(path: Path) -> list[dict]:
+    """The checks recorded in ``path`` ([] when there is none)."""
+    if not path.is_file():
+        return []
+    try:
+        rec = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PipelineError(f"{path}: not valid JSON ({exc}); restore it from git "
+                            f"(`git checkout {path}`)") from None
+    if not isinstance(rec, list) or not all(isinstance(r, dict) and len(r.get("commits", [])) == 2
+                                            and isinstance(r.get("identical"), bool) for r in rec):
+        raise PipelineError(f"{path}: expected a list of checks, each with two commits and "
+                            f"identical: true | false; restore it from git (`git checkout {path}`)")
+    return rec
+
+
+def same_training(commits: set, record: list[dict]) -> bool:
+    """Whether ``commits`` are all joined by identical checks (a prefix of a full commit,
+    as provenance may shorten, names it)."""
+    def full(c):
+        return next((k for r in record for k in r["commits"] if k.startswith(c)), c)
+
+    groups = {full(c): {full(c)} for c in commits}
+    for r in record:
+        if r["identical"]:
+            a, b = r["commits"]
+            ga, gb = groups.setdefault(a, {a}), groups.setdefault(b, {b})
+            if ga is not gb:
+                ga |= gb
+                for c in gb:
+                    groups[c] = ga
+    return len({id(groups[full(c)]) for c in commits}) <= 1
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("old", help="a commit (the earlier)")
+    ap.add_argument("new", help="a commit (the later)")
+    ap.add_argument("--record", type=Path, default=RECORD,
+                    help=f"the JSON list the outcome is added to (default: {RECORD})")
+    args = ap.parse_args(argv)
+    root = Path(_git(Path("."), "rev-parse", "--show-toplevel"))
+    rec = load_record(args.record)
+    outcome = check(root, args.old, args.new)
+    write_text_atomic(args.record, json.dumps(rec + [outcome], indent=2) + "\n")
+    a, b = (c[:10] for c in outcome["commits"])
+    if not outcome["identical"]:
+        raise PipelineError(f"{a} and {b} train differently (the fixed-seed pair's weights "
+                            f"differ; recorded in {args.record}): results made at the two do "
+                            f"not count as one piece")
+    print(f"{a} and {b} train bit-identically: the fixed-seed pair's raw and averaged weights "
+          f"are equal tensor for tensor (recorded in {args.record})")
+
+
+if __name__ == "__main__":
+    run_stage(main)

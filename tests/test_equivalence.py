@@ -1,0 +1,50 @@
+"""Commits that train bit-identically (cifar10_tutorial.equivalence): the digest of a model's
+tensors, the record of checks, and which commits it joins."""
+import json
+
+import pytest
+import torch
+
+from cifar10_tutorial.equivalence import load_record, same_training, tensor_digest
+from cifar10_tutorial.errors import PipelineError
+
+
+def _model_file(path, weight=1.0, step=10, extra=None):
+    obj = {"model": {"w": torch.full((3, 2), weight), "b": torch.zeros(2)},
+           "ema": {"w": torch.full((3, 2), weight / 2)}, "step": step,
+           "params": {"train": extra or {}}}
+    torch.save(obj, path)
+    return path
+
+
+def test_the_digest_covers_weights_and_averages_and_nothing_else(tmp_path):
+    a = tensor_digest(_model_file(tmp_path / "a.pt"))
+    # the same tensors in a file that records other params and step: the same digest
+    assert tensor_digest(_model_file(tmp_path / "b.pt", step=11, extra={"run_key": 5})) == a
+    assert tensor_digest(_model_file(tmp_path / "c.pt", weight=1.0 + 1e-7)) != a
+    obj = torch.load(tmp_path / "a.pt", weights_only=True)
+    obj["ema"]["w"][0, 0] += 1e-3  # the averages alone differ
+    torch.save(obj, tmp_path / "d.pt")
+    assert tensor_digest(tmp_path / "d.pt") != a
+
+
+def test_commits_joined_by_identical_checks_count_as_one_training():
+    rec = [{"commits": ["aaaa1111", "bbbb2222"], "identical": True},
+           {"commits": ["bbbb2222", "cccc3333"], "identical": True},
+           {"commits": ["cccc3333", "dddd4444"], "identical": False}]
+    assert same_training({"aaaa1111"}, rec)
+    assert same_training({"aaaa", "cccc3333"}, rec)  # through b; a prefix names a commit
+    assert not same_training({"aaaa1111", "dddd4444"}, rec)  # that check found a difference
+    assert not same_training({"aaaa1111", "eeee5555"}, rec)  # never checked
+    assert not same_training({"aaaa1111", "bbbb2222"}, [])
+
+
+def test_a_damaged_record_is_one_clear_line(tmp_path):
+    assert load_record(tmp_path / "none.json") == []
+    bad = tmp_path / "r.json"
+    bad.write_text("{")
+    with pytest.raises(PipelineError, match=r"r.json: not valid JSON .*git checkout"):
+        load_record(bad)
+    bad.write_text(json.dumps([{"commits": ["a"], "identical": "yes"}]))
+    with pytest.raises(PipelineError, match=r"expected a list of checks, each with two commits"):
+        load_record(bad)
