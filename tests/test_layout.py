@@ -168,6 +168,23 @@ def test_the_results_page_without_schedule_results(tmp_path):
     assert "| fast | 25 |" in text and "time_to_accuracy.png" not in text
 
 
+def test_the_results_page_lists_published_weights_from_their_records(tmp_path):
+    from cifar10_tutorial.results_page import _published
+
+    (tmp_path / "dvc.yaml").write_text(
+        "artifacts:\n  w:\n    path: models/w/model.pt\n    type: model\n"
+        "  mine:\n    path: data/train/model.pt\n    type: model\n")
+    assert _published(tmp_path) == []  # declared, not committed: no section
+    (tmp_path / "models/w").mkdir(parents=True)
+    (tmp_path / "models/w/metrics.json").write_text(
+        '{"eval": {"precision_at_1": 0.82451, "precision_at_1_raw": 0.7931}}')
+    (tmp_path / "models/w/provenance.json").write_text(
+        '{"steps": 100000, "segments": [{}, {}, {}]}')
+    text = "\n".join(_published(tmp_path))
+    assert "| `w` ([card](../models/w/README.md)) | 100,000 | 82.45% | 79.31% | 3 |" in text
+    assert "mine" not in text
+
+
 # a measured figure as the docs would quote one: a precision with decimals, a speed, a
 # time or a ratio with decimals
 MEASURED = re.compile(r"\d+\.\d+ ?%|\d[\d,.]* examples/sec|\d+\.\d+ ?(?:s|h|ms|min)\b|\d+\.\d+x\b")

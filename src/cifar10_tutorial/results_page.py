@@ -91,6 +91,31 @@ def _time_to_accuracy(root: Path, rep: Path) -> list[str]:
     return md
 
 
+def _published(root: Path) -> list[str]:
+    """The published weights (dvc.yaml's artifacts that are committed files), from the
+    metrics and provenance beside each."""
+    import yaml
+
+    arts = (yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("artifacts") or {}
+    rows = []
+    for name, art in arts.items():
+        folder = Path(art["path"]).parent
+        if not (root / folder / "metrics.json").is_file():
+            continue
+        e = json.loads((root / folder / "metrics.json").read_text())["eval"]
+        p = json.loads((root / folder / "provenance.json").read_text())
+        rows.append(f"| `{name}` ([card](../{folder}/README.md)) | {p['steps']:,} | "
+                    f"{100 * e['precision_at_1']:.2f}% | {100 * e['precision_at_1_raw']:.2f}% | "
+                    f"{len(p.get('segments', []))} |")
+    if not rows:
+        return []
+    return ["## Published weights", "",
+            "Held-out precision @ 1 of the committed models (dvc.yaml `artifacts:`), from the "
+            "`metrics.json` and `provenance.json` beside each:", "",
+            "| artifact | steps | averaged | raw | segments |", "|---|---|---|---|---|",
+            *rows, ""]
+
+
 def report_folder(root: Path) -> Path:
     """The report stage's output folder, from its command in reports/dvc.yaml."""
     args = stage_command("report.py", root / "reports" / "dvc.yaml")
@@ -122,6 +147,7 @@ def render(root: Path = Path(".")) -> str:
         _csv_table(root / summary),
         "",
         *_reproduction(root, rep),
+        *_published(root),
         *_time_to_accuracy(root, rep),
         "## Throughput",
         "",
