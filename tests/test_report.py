@@ -157,6 +157,20 @@ def test_reproduction_and_time_to_its_accuracy(tmp_path):
     assert "![reproduction](plots/reproduction.png)" in rep
     assert (out / "plots" / "reproduction.png").read_bytes()[:4] == b"\x89PNG"
     assert "load average as it finished was 2.0" in rep
+    assert "segments" not in rep  # one uninterrupted run: no segment table
+    # paused and continued: a row per segment, from its provenance
+    made = root / "tutorial_100k" / "train" / "provenance.json"
+    p = json.loads(made.read_text())
+    p["segments"] = [{"from_step": 0, "to_step": 24_140, "wall_time_s": 6673.6,
+                      "device": "AMD EPYC, 1 thread", "commit": "f" * 40,
+                      "ended_utc": "2026-12-01T16:22:00Z"},
+                     {"from_step": 24_140, "to_step": 100_000, "wall_time_s": None,
+                      "device": None, "commit": None}]
+    made.write_text(json.dumps(p))
+    rep = section(make_report(root, out, overrides).read_text(), "## The tutorial at its own budget")
+    assert "It ran in 2 segments" in rep
+    assert "| 0-24,140 | 6,674 s | AMD EPYC, 1 thread | ffffffffff | 2026-12-01T16:22:00Z |" in rep
+    assert "| 24,140-100,000 | unknown | unknown | unknown |  |" in rep
     # the exercises' budget and tables leave out the runs of their own budget
     assert "trained for **10,000 steps**" in text
     assert "tutorial_100k" not in section(text, "## Exercise 4")

@@ -138,8 +138,8 @@ def _curve(results: Path) -> list[str]:
 def _made(train: dict) -> str:
     n = len(train.get("segments", []))
     how = ("in one segment" if n <= 1 else
-           f"in {n} segments, each pausing at a deadline and the next continuing from the "
-           f"checkpoint it committed (docs/continuing.md)")
+           f"in {n} segments, each continuing from the checkpoint the one before it wrote "
+           f"when it stopped (docs/continuing.md)")
     return (f"Trained {how}: {train['wall_time_s']:,.0f} s of wall time in all, torch "
             f"{train.get('torch')}:")
 

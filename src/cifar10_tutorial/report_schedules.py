@@ -66,7 +66,25 @@ def reproduction(r: Results) -> list[str]:
                  f"Wall time {_hours(rep.wall_time_s)} ({_hours(rep.train_seconds)} of training, "
                  f"the rest held-out evaluations) on `{rep.device}`, "
                  f"{rep.examples_per_sec:,.0f} examples/sec; "
-                 f"{_shared(r)}", ""]
+                 f"{_shared(r)}", "", *_segments(r)]
+
+
+def _segments(r: Results) -> list[str]:
+    """How the run was made when it paused and continued: one row per segment."""
+    segs = (load_provenance(r.root, REPRODUCTION) or {}).get("segments") or []
+    if len(segs) < 2:
+        return []
+    t = pd.DataFrame({
+        "steps": [f"{s['from_step']:,}-{s['to_step']:,}" for s in segs],
+        "wall time": [f"{s['wall_time_s']:,.0f} s" if s.get("wall_time_s") is not None
+                      else "unknown" for s in segs],
+        "machine": [s.get("device") or "unknown" for s in segs],
+        "commit": [(s.get("commit") or "unknown")[:10] for s in segs],
+        "ended (UTC)": [s.get("ended_utc") or "" for s in segs]})
+    t.to_csv(r.tables / "reproduction_segments.csv", index=False)
+    return [f"It ran in {len(segs)} segments, each continuing from the checkpoint the one "
+            f"before it wrote when it stopped (docs/continuing.md):", "",
+            markdown_table(t), ""]
 
 
 def _shared(r: Results) -> str:
