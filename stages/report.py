@@ -15,11 +15,15 @@ def main() -> None:
     ap.add_argument("--search", type=Path, required=True, help="the fast schedule's search notes")
     ap.add_argument("--equivalence", type=Path, required=True,
                     help="the record of commits checked to train bit-identically")
+    ap.add_argument("--devices-timing", type=Path, default=None,
+                    help="exercise 5's timing of both set-ups on one idle machine "
+                         "(python -m cifar10_tutorial.devices_timing)")
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
     params = load_params(args.params)
     path = make_report(args.ablations, args.out, dict(params.ablations),
-                       list(params.dataset_ablations), args.search, args.equivalence)
+                       list(params.dataset_ablations), args.search, args.equivalence,
+                       args.devices_timing)
     print(f"wrote {path}")
 
 

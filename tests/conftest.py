@@ -118,6 +118,20 @@ def tiny_params(**sections):
     return params_from_dict(raw)
 
 
+def write_prepared(data, folder: Path) -> Path:
+    """``data`` (a Prepared) as the preprocess stage writes it, in ``folder``."""
+    import json
+
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    for split in ("train", "test"):
+        np.save(folder / f"{split}_images.npy", getattr(data, f"{split}_images"))
+        np.save(folder / f"{split}_labels.npy", getattr(data, f"{split}_labels"))
+    (folder / "meta.json").write_text(json.dumps(data.meta))
+    return folder
+
+
 def write_train_project(proj: Path, data, params: dict) -> Path:
     """A folder where stages/train.py runs on ``data`` (a Prepared) with ``params``."""
     import json
@@ -131,11 +145,7 @@ def write_train_project(proj: Path, data, params: dict) -> Path:
     shutil.copy2(ROOT / "dvc.yaml", proj / "dvc.yaml")  # the stages' paths
     prep = proj / "data" / "prepared"
     if not prep.exists():
-        prep.mkdir(parents=True)
-        for split in ("train", "test"):
-            np.save(prep / f"{split}_images.npy", getattr(data, f"{split}_images"))
-            np.save(prep / f"{split}_labels.npy", getattr(data, f"{split}_labels"))
-        (prep / "meta.json").write_text(json.dumps(data.meta))
+        write_prepared(data, prep)
     (proj / "params.yaml").write_text(yaml.safe_dump(params))
     return proj
 

@@ -12,7 +12,7 @@ import torch
 from cifar10_tutorial.params import to_dict
 from cifar10_tutorial.checkpoints import TrainPaths, load_checkpoint
 from cifar10_tutorial.train import train
-from conftest import tiny_params, write_train_project
+from conftest import tiny_params, write_prepared, write_train_project
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -131,3 +131,32 @@ def test_world_size_must_match_num_devices(synth_data, tmp_path):
     proc = subprocess.run(cmd, cwd=proj, capture_output=True, text=True, timeout=300, env=ENV)
     assert proc.returncode != 0
     assert "torchrun started 2 processes but train.num_devices is 3" in proc.stdout + proc.stderr
+
+
+@pytest.mark.e2e
+def test_devices_timing_runs_both_setups_on_the_same_cores(synth_data, tmp_path):
+    """Exercise 5's speed file: the real train stage at 1 x 128 and at 2 x 64 (torchrun),
+    its logged examples/sec and the reference's sec/batch (step time / devices)."""
+    import json
+
+    import yaml
+
+    from cifar10_tutorial.params import to_dict
+
+    prep = write_prepared(synth_data, tmp_path / "prepared")
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(to_dict(tiny_params())))
+    out = tmp_path / "timing.json"
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.devices_timing", "--params",
+                           str(params), "--data", str(prep), "--out", str(out), "--steps", "20",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(out.read_text())
+    one, two = r["setups"]["1 x 128"], r["setups"]["2 x 64"]
+    assert (one["world_size"], two["world_size"]) == (1, 2)
+    assert [x["global_batch_size"] for x in (*one["runs"], *two["runs"])] == [128, 128]
+    run = two["runs"][0]
+    assert run["sec_per_batch"] == pytest.approx(128 / run["examples_per_sec"] / 2)
+    assert r["speed_2x64_vs_1x128"] == pytest.approx(
+        two["examples_per_sec_median"] / one["examples_per_sec_median"])
+    assert "2 x 64 runs at" in proc.stdout and r["steps"] == 20 and r["cores"] >= 1

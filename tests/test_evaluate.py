@@ -10,7 +10,7 @@ from cifar10_tutorial.evaluate import evaluate, watch
 from cifar10_tutorial.predict import predict
 from cifar10_tutorial.checkpoints import TrainPaths
 from cifar10_tutorial.train import train
-from conftest import tiny_params
+from conftest import tiny_params, write_prepared
 
 
 @pytest.fixture(scope="module")
@@ -173,12 +173,7 @@ def test_evaluate_and_predict_explain_a_bad_model_file(synth_data, trained, tmp_
 @pytest.fixture
 def prepared_copy(synth_data, tmp_path):
     """synth_data written under tmp_path/prep for the subprocess checks."""
-    prep = tmp_path / "prep"
-    prep.mkdir()
-    for split in ("train", "test"):
-        np.save(prep / f"{split}_images.npy", getattr(synth_data, f"{split}_images"))
-        np.save(prep / f"{split}_labels.npy", getattr(synth_data, f"{split}_labels"))
-    (prep / "meta.json").write_text(json.dumps(synth_data.meta))
+    prep = write_prepared(synth_data, tmp_path / "prep")
 
 
 def test_predict_top_is_validated_and_a_decompression_bomb_is_one_line(trained, tmp_path):

@@ -89,7 +89,8 @@ def test_effects_are_weighed_against_the_seed_spread(tmp_path):
     assert "1.02x (**not distinguishable from seed noise**" in no_lrn
     assert "the baseline also under 2 more seeds" in text
     devices = section(text, "## Exercise 5")
-    assert "2 x 64 runs at 0.75x the speed of 1 x 128 (beyond" in devices
+    assert "in the variants' own runs 2 x 64 trains at 0.75x the speed of 1 x 128 (beyond" \
+        in devices
     assert "On this CPU machine the two processes share the same cores" in devices
     # sec/batch as cifar10_multi_gpu_train.py prints it: step time / devices (128 / 300 / 2);
     # the reference's 2 x K20m at 0.13-0.20 s/batch is 128 / (sec/batch) examples/sec
@@ -270,3 +271,34 @@ def test_speeds_timed_on_other_machines_are_not_compared(tmp_path):
         text, "## Without local response normalization")
     # results written before the singular existed
     assert "| Another CPU, 1 thread |" in text and "1 threads" not in text
+
+
+def test_exercise5_takes_its_speed_from_the_timing_of_both_setups_alone(tmp_path):
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    timing = tmp_path / "devices_timing.json"
+
+    def setup(eps, spread, world):
+        return {"examples_per_sec_median": eps, "examples_per_sec_spread": spread,
+                "sec_per_batch_median": 128 / eps / world, "world_size": world}
+
+    timing.write_text(json.dumps({
+        "steps": 400, "repeats": 3, "machine": "AMD EPYC", "cores": 2,
+        "setups": {"1 x 128": setup(1000.0, 30.0, 1), "2 x 64": setup(900.0, 40.0, 2)},
+        "speed_2x64_vs_1x128": 0.9}))
+    out = tmp_path / "out"
+    text = section(make_report(tmp_path / "a", out, OVERRIDES, devices_timing=timing).read_text(),
+                   "## Exercise 5")
+    assert ("timed alone on AMD EPYC (2 cores, medians of 3 runs of 400 steps each, "
+            f"`{timing}`), 2 x 64 trains at 0.90x the speed of 1 x 128, beyond the 40 "
+            "examples/sec spread of the runs of one set-up") in text
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| ")}
+    assert rows["2 x 64, timed alone (AMD EPYC, 2 cores)"][:3] == ["900", "450", "0.071"]
+    assert rows["1 x 128, timed alone (AMD EPYC, 2 cores)"][:3] == ["1,000", "1,000", "0.128"]
+    # a gap inside the spread of one set-up's runs is noise
+    timing.write_text(json.dumps({**json.loads(timing.read_text()), "setups": {
+        "1 x 128": setup(1000.0, 30.0, 1), "2 x 64": setup(980.0, 40.0, 2)},
+        "speed_2x64_vs_1x128": 0.98}))
+    text = section(make_report(tmp_path / "a", out, OVERRIDES, devices_timing=timing).read_text(),
+                   "## Exercise 5")
+    assert "0.98x the speed of 1 x 128, **not distinguishable from timing noise**" in text

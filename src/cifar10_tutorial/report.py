@@ -7,6 +7,7 @@ come from one table, :data:`.reference.REFERENCE`, which the report prints at it
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -22,12 +23,14 @@ from .report_schedules import reproduction, time_to_accuracy
 
 def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None,
                 dataset_variants: Optional[list[str]] = None,
-                search: Optional[Path] = None, equivalence: Optional[Path] = None) -> Path:
+                search: Optional[Path] = None, equivalence: Optional[Path] = None,
+                devices_timing: Optional[Path] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
     results under ``ablations_root`` (data-set variants' results are there too);
     ``variants``: params.yaml's ``ablations`` (name -> overrides), which sorts them into
     exercises, seeds and runs of their own budget; ``equivalence``: the record of commits
-    checked to train bit-identically (:mod:`.equivalence`)."""
+    checked to train bit-identically (:mod:`.equivalence`); ``devices_timing``: exercise 5's
+    timing of both set-ups on one idle machine (:mod:`.devices_timing`)."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
     not_run = []
     if variants is not None:
@@ -42,7 +45,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     r.plots.mkdir(parents=True, exist_ok=True)
     md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
           + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
-          + _exercise4_averaging(r) + _exercise5_devices(r)
+          + _exercise4_averaging(r) + _exercise5_devices(r, devices_timing)
           + _exercise6_dataset(r, every, dataset_variants or []) + _no_lrn(r)
           + time_to_accuracy(r, search) + reference_markdown())
     report = out / "report.md"
@@ -225,7 +228,7 @@ def _exercise4_averaging(r: Results) -> list[str]:
             f"reference's 100K-step runs."), ""]
 
 
-def _exercise5_devices(r: Results) -> list[str]:
+def _exercise5_devices(r: Results, timing: Optional[Path] = None) -> list[str]:
     md = ["## Exercise 5: 2 devices x batch 64 against 1 device x batch 128", "",
           "*Question:* at the same global batch, is splitting it over two devices faster, and "
           f"does it learn the same? The reference (batch 128 per GPU): {ref('devices')}.", ""]
@@ -241,31 +244,63 @@ def _exercise5_devices(r: Results) -> list[str]:
                       "sec/batch": [f"{v.global_batch_size / v.examples_per_sec / v.world_size:.3f}"
                                     for v in runs],
                       "precision @ 1": [pct(v.precision_at_1) for v in runs]})
+    timed = None
+    if timing is not None and timing.is_file():
+        timed = {**json.loads(timing.read_text()), "path": str(timing)}
+    for name, st in (timed or {}).get("setups", {}).items():
+        eps = st["examples_per_sec_median"]
+        t.loc[len(t)] = [f"{name}, timed alone ({timed['machine']}, {timed['cores']} cores)",
+                         f"{eps:,.0f}", f"{eps / st['world_size']:,.0f}",
+                         f"{st['sec_per_batch_median']:.3f}", ""]
     for row in ref("devices_rows"):
         t.loc[len(t)] = row
     t.to_csv(r.tables / "exercise5_devices.csv", index=False)
-    speed = m.examples_per_sec / base.examples_per_sec
     cpu = m.get("device_type") == "cpu"
-
-    def draw(ax):  # each bar names its own machine: the two runs may not share one
-        ax.bar([f"1 x 128\n{base.device}", f"2 x 64\n{m.device}"],
-               [base.examples_per_sec, m.examples_per_sec], color=["C0", "C1"])
-        ax.tick_params(axis="x", labelsize=8)
-    plot(r.plots / "devices_throughput.png", (6, 4), draw, "Training throughput", None,
-         "training examples/sec", grid_axis="y")
+    _devices_plot(r, base, m, timed)
+    learns = (f"2 x 64 reaches {pct(m.precision_at_1)} against {pct(base.precision_at_1)} "
+              f"{r.noise(100 * (m.precision_at_1 - base.precision_at_1), 'precision_at_1')} "
+              f"(same global batch, same schedule; each process runs its own shuffle queue "
+              f"over half the records). ")
     return md + [markdown_table(t), "", "![devices](plots/devices_throughput.png)", "",
-                 r.answer(f"2 x 64 runs at {speed:.2f}x the speed of 1 x 128 "
-                 f"{_speed_noise(r, speed, m)} and reaches {pct(m.precision_at_1)} against "
-                 f"{pct(base.precision_at_1)} "
-                 f"{r.noise(100 * (m.precision_at_1 - base.precision_at_1), 'precision_at_1')} "
-                 f"(same global batch, same schedule; each process runs its own shuffle queue "
-                 f"over half the records). ")
+                 r.answer(_devices_speed(r, base, m, timed) + learns)
                  + ("On this CPU machine the two processes share the same cores: there is no "
                     "extra arithmetic to gain, only a gradient all-reduce per step to pay, so "
                     "the difference in speed comes from how well each setup keeps the cores "
                     "busy; on two GPUs each process has a device of its own."
                     if cpu and not r.withheld else ""),
                  ""]
+
+
+def _devices_speed(r: Results, base, m, timed: Optional[dict]) -> str:
+    """The speed half of exercise 5's answer: from the timing file (both set-ups on the same
+    cores, the machine idle) when there is one, else from the two variants' own runs."""
+    if timed is None:
+        speed = m.examples_per_sec / base.examples_per_sec
+        return (f"in the variants' own runs 2 x 64 trains at {speed:.2f}x the speed of 1 x 128 "
+                f"{_speed_noise(r, speed, m)}; ")
+    one, two = (timed["setups"][n] for n in ("1 x 128", "2 x 64"))
+    gap = two["examples_per_sec_median"] - one["examples_per_sec_median"]
+    band = max(one["examples_per_sec_spread"], two["examples_per_sec_spread"])
+    n = timed["repeats"]
+    weigh = (f"**not distinguishable from timing noise** (the runs of one set-up spread over "
+             f"{band:,.0f} examples/sec)" if abs(gap) <= band else
+             f"beyond the {band:,.0f} examples/sec spread of the runs of one set-up")
+    return (f"timed alone on {timed['machine']} ({timed['cores']} cores, medians of {n} runs of "
+            f"{timed['steps']:,} steps each, `{timed['path']}`), 2 x 64 trains at "
+            f"{timed['speed_2x64_vs_1x128']:.2f}x the speed of 1 x 128, {weigh}; ")
+
+
+def _devices_plot(r: Results, base, m, timed: Optional[dict]) -> None:
+    def draw(ax):  # each bar names its own machine: the runs may not share one
+        names = [f"1 x 128\n{base.device}", f"2 x 64\n{m.device}"]
+        values = [base.examples_per_sec, m.examples_per_sec]
+        for name, st in (timed or {}).get("setups", {}).items():
+            names.append(f"{name}, timed alone\n{timed['machine']}, {timed['cores']} cores")
+            values.append(st["examples_per_sec_median"])
+        ax.bar(names, values, color=["C0", "C1", "C0", "C1"][:len(values)])
+        ax.tick_params(axis="x", labelsize=7)
+    plot(r.plots / "devices_throughput.png", (8 if timed else 6, 4), draw,
+         "Training throughput", None, "training examples/sec", grid_axis="y")
 
 
 def _exercise6_dataset(r: Results, every: pd.DataFrame, dataset_variants: list[str]) -> list[str]:
