@@ -10,7 +10,6 @@ run) find the pipeline's files from the stages' outputs there.
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import shlex
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import PipelineError
+from .files import WRITE_HINTS
 
 DVC_YAML = Path("dvc.yaml")
 
@@ -113,20 +113,9 @@ def run_stage(main: Callable[[], None]) -> None:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except OSError as exc:
-        hint = _WRITE_HINTS.get(exc.errno)
+        hint = WRITE_HINTS.get(exc.errno)
         if hint is None:
             raise
         where = exc.filename or "an output file"
-        print(f"error: {where}: {exc.strerror}; {hint}", file=sys.stderr)
+        print(f"error: {where}: {exc.strerror}; {hint}, then rerun", file=sys.stderr)
         sys.exit(1)
-
-
-# errors of writing outputs that the user fixes outside the project: one line each
-_WRITE_HINTS = {
-    errno.ENOSPC: "free disk space there (or point the stage's output elsewhere) and rerun",
-    errno.EDQUOT: "free space within your quota (or point the stage's output elsewhere) and rerun",
-    errno.EROFS: "the file system is read-only: point the stage's output at a writable folder",
-    errno.EACCES: "make the folder writable (chmod u+w) or point the stage's output elsewhere",
-    errno.EPERM: "the folder refuses writes (immutable? chattr -i) or point the stage's output "
-                 "elsewhere",
-}

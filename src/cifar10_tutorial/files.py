@@ -2,6 +2,7 @@
 temporary file beside the target, then renames it into place."""
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -56,18 +57,27 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
                             f"or move those elsewhere first. Nothing was changed.")
 
 
+# errors of writing outputs that the user fixes outside the project (what to do, one
+# phrase each): the stages' one-line errors (cli.run_stage) and ensure_writable
+WRITE_HINTS = {
+    errno.ENOSPC: "free disk space there (or point the stage's output elsewhere)",
+    errno.EDQUOT: "free space within your quota (or point the stage's output elsewhere)",
+    errno.EROFS: "the file system is read-only: point the stage's output at a writable folder",
+    errno.EACCES: "make the folder writable (chmod u+w) or point the stage's output elsewhere",
+    errno.EPERM: "the folder refuses writes (immutable? chattr -i) or point the stage's output "
+                 "elsewhere",
+}
+
+
 def ensure_writable(*folders: Path) -> None:
     """Stop before a run removes or replaces anything when it could not write its outputs
     back: each folder (or, where it does not exist yet, the nearest folder above it that
     does) must take a new file. Probed with a real file, not ``os.access``, which root
     passes and which knows nothing of read-only mounts or immutable folders."""
-    import errno
     import tempfile
 
     from .errors import PipelineError
 
-    hints = {errno.EROFS: "the file system is read-only: point the output at a writable folder",
-             errno.ENOSPC: "free disk space there (or point the output elsewhere)"}
     for folder in folders:
         folder = Path(folder)
         probe = folder
@@ -78,8 +88,7 @@ def ensure_writable(*folders: Path) -> None:
             os.close(fd)
             os.unlink(name)
         except OSError as exc:
-            hint = hints.get(exc.errno, "make it writable (chmod u+w) or point the output "
-                                        "elsewhere")
+            hint = WRITE_HINTS.get(exc.errno, WRITE_HINTS[errno.EACCES])
             raise PipelineError(f"{probe}: cannot write there ({exc.strerror}), and the run "
                                 f"writes {folder}; nothing was changed or removed. {hint[0].upper()}"
                                 f"{hint[1:]}, then rerun.") from None
