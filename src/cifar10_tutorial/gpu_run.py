@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -71,6 +72,21 @@ def _sync(device: torch.device):
     return (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
 
 
+@contextmanager
+def input_step(params: Params, data: Prepared, device: torch.device, images=None, labels=None):
+    """The train step with its real input pipeline on ``device`` (the training set moved
+    there once, or ``images``/``labels`` already there): yields (step, batches), closes the
+    pipeline after."""
+    if images is None:
+        images = torch.from_numpy(data.train_images).to(device)
+        labels = torch.from_numpy(data.train_labels).to(device)
+    _, step, batches, _ = with_input(params, data, images, labels, device)
+    try:
+        yield step, batches
+    finally:
+        batches.close()
+
+
 # --------------------------------------------------------------------------- 1. correctness
 
 
@@ -101,10 +117,7 @@ def host_syncs_per_step(params: Params, data: Prepared, device: torch.device, st
     on a CPU, where nothing waits for a device."""
     if device.type != "cuda":
         return None
-    images = torch.from_numpy(data.train_images).to(device)
-    labels = torch.from_numpy(data.train_labels).to(device)
-    _, step, batches, _ = with_input(params, data, images, labels, device)
-    try:
+    with input_step(params, data, device) as (step, _):
         for _ in range(3):
             step()
         torch.cuda.synchronize()
@@ -117,8 +130,6 @@ def host_syncs_per_step(params: Params, data: Prepared, device: torch.device, st
             finally:
                 torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize()
-    finally:
-        batches.close()
     return sum("synchroniz" in str(w.message) for w in caught) / steps
 
 
@@ -143,12 +154,9 @@ def throughput(params: Params, data: Prepared, device: torch.device, sizes: Size
     for i, batch in enumerate(sizes.batches):
         p = _with(params, train={"batch_size": batch})
         row = {"batch_size": batch}
-        _, step, batches, _ = with_input(p, data, images, labels, device)
-        try:
+        with input_step(p, data, device, images, labels) as (step, batches):
             row["eager_input_pipeline"] = _best(step, batch, sizes, sync)
             x, y = batches.get(10 ** 6)
-        finally:
-            batches.close()
         _, fixed = project_step(p, data, device)
         row["eager_fixed_batch"] = _best(lambda: fixed(x, y), batch, sizes, sync)
         if device.type == "cuda" and i < sizes.compiled_batches:
@@ -289,15 +297,10 @@ def gpu_name(device: torch.device) -> str:
 def quick_rate(params: Params, data: Prepared, device: torch.device) -> float:
     """Steps/sec of the train step with its input pipeline at the params' batch, in a few
     seconds: what a budget is planned with."""
-    images = torch.from_numpy(data.train_images).to(device)
-    labels = torch.from_numpy(data.train_labels).to(device)
-    _, step, batches, _ = with_input(params, data, images, labels, device)
-    try:
+    with input_step(params, data, device) as (step, _):
         for _ in range(5):
             step()
         return window(step, 1, 20, _sync(device))  # a "batch" of 1: steps, not examples
-    finally:
-        batches.close()
 
 
 def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry: bool,
