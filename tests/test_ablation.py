@@ -190,4 +190,4 @@ def test_commits_checked_to_train_alike_count_as_one_piece(tmp_path):
     assert "All variants were made by 2 commits of the code whose training was checked " \
            "bit-identical" in text
     # machines are said (speeds compare within one), but do not split the piece
-    assert "They ran on 2 different machines (EPYC, Xeon)" in text
+    assert "The variants ran on 2 different machines (EPYC, Xeon)" in text

@@ -177,8 +177,17 @@ def test_reproduction_and_time_to_its_accuracy(tmp_path):
     assert "tutorial_100k" not in section(text, "## Exercise 4")
     tta = section(text, "## Time to accuracy")
     assert "The bar: `tutorial_100k`'s final 85.0% (averaged weights) after 320 epochs" in tta
-    assert "`schedule_fast` reaches 86.0% in 25 epochs: **12.8x fewer epochs**" in tta
+    assert "`schedule_fast` reaches 86.0% in 25 epochs, +1.0 points from the bar " \
+           "(**not distinguishable from seed noise**: 3 seeds of the baseline spread over " \
+           "2.0 points): **12.8x fewer epochs** and" in tta
+    assert "on the same machine" in tta
     assert "+8.0 points (beyond the 2.0-points spread" in tta  # fast against tutorial, 25 epochs
+    # a shorter `fast` run that ends just below the bar is named, weighed against the seeds
+    write_variant(root, "schedule_fast_10", 0.84, 3_125, schedule="fast", curve_every=782)
+    overrides["schedule_fast_10"] = {"train": {"schedule": "fast", "max_epochs": 10}}
+    tta = section(make_report(root, out, overrides).read_text(), "## Time to accuracy")
+    assert "The next shorter, `schedule_fast_10` (10 epochs), ends -1.0 points from the bar " \
+           "(**not distinguishable from seed noise**" in tta
 
 
 def test_no_blank_plots(tmp_path):

@@ -49,8 +49,9 @@ def load_provenance(root: Path, name: str) -> Optional[dict]:
 
 def _device_read(record: dict) -> dict:
     """Results written before the device text had a singular say "1 threads"."""
-    if isinstance(record.get("device"), str):
-        record["device"] = re.sub(r"\b1 threads\b", "1 thread", record["device"])
+    for rec in [record, *(record.get("segments") or [])]:
+        if isinstance(rec.get("device"), str):
+            rec["device"] = re.sub(r"\b1 threads\b", "1 thread", rec["device"])
     return record
 
 
@@ -233,9 +234,11 @@ def provenance_section(r: Results, equivalence: Optional[Path] = None) -> list[s
     if r.not_run:
         names = ", ".join(f"`{n}`" for n in r.not_run)
         total = len(r.df) + len(r.not_run)
+        one = len(r.not_run) == 1
         notes.append(f"{len(r.not_run)} of the {total} variants of params.yaml `ablations:` "
-                     f"have no results (not run): {names}. Their sections say so; run them "
-                     f"with `dvc repro reports/dvc.yaml`.")
+                     f"{'has' if one else 'have'} no results (not run): {names}. "
+                     f"{'Its section says' if one else 'Their sections say'} so; run "
+                     f"{'it' if one else 'them'} with `dvc repro reports/dvc.yaml`.")
     if len(found) < len(r.df):
         notes.append(f"{len(r.df) - len(found)} of {len(r.df)} variants have no provenance "
                      f"record (made by an older version of the code): which code made them "
@@ -250,7 +253,7 @@ def provenance_section(r: Results, equivalence: Optional[Path] = None) -> list[s
         notes.append(f"The exercise variants ran at {r.exercises['steps'].nunique()} different "
                      f"budgets (steps); compare them with care.")
     machines = sorted({str(p.get("device")).split(",")[0] for p in found.values()})
-    where = (f" They ran on {len(machines)} different machines ({', '.join(machines)}): "
+    where = (f" The variants ran on {len(machines)} different machines ({', '.join(machines)}): "
              f"speeds are compared only within one machine, and the same training rounds "
              f"differently on another machine's kernels." if len(machines) > 1 else "")
     if notes:

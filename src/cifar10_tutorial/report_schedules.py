@@ -202,11 +202,23 @@ def _speedup(r: Results, fast: pd.DataFrame, rep) -> list[str]:
                               f"{pct(best.precision_at_1)} after {best.epochs:.0f} epochs. "
                               f"Try a longer `fast` run (`train.max_epochs`)."), ""]
     f = ok.iloc[0]  # sorted by epochs: the shortest that reaches the bar
-    return md + [r.answer(f"`{f.name}` reaches {pct(f.precision_at_1)} in {f.epochs:.0f} "
-                          f"epochs: **{rep.epochs / f.epochs:.1f}x fewer epochs** and "
-                          f"{rep.train_seconds / f.train_seconds:.1f}x less training time "
-                          f"({_hours(f.train_seconds)}) than the tutorial's schedule, one run "
-                          f"each, on the same machine."), ""]
+    margin = 100 * (f.precision_at_1 - bar)
+    machines = {str(v.device).split(",")[0] for v in (f, rep)}
+    timing = (f"{rep.train_seconds / f.train_seconds:.1f}x less training time "
+              f"({_hours(f.train_seconds)}) than the tutorial's schedule, one run each, on the "
+              f"same machine" if len(machines) == 1 else
+              f"{_hours(f.train_seconds)} of training (against {_hours(rep.train_seconds)}; "
+              f"**not comparable**: timed on {', '.join(sorted(machines))})")
+    text = (f"`{f.name}` reaches {pct(f.precision_at_1)} in {f.epochs:.0f} epochs, "
+            f"{margin:+.1f} points from the bar {r.noise(margin, 'precision_at_1')}: "
+            f"**{rep.epochs / f.epochs:.1f}x fewer epochs** and {timing}.")
+    shorter = fast[fast["epochs"] < f.epochs]
+    if len(shorter):
+        s = shorter.iloc[-1]
+        d = 100 * (s.precision_at_1 - bar)
+        text += (f" The next shorter, `{s.name}` ({s.epochs:.0f} epochs), ends {d:+.1f} points "
+                 f"from the bar {r.noise(d, 'precision_at_1')}.")
+    return md + [r.answer(text), ""]
 
 
 def _hours(seconds: float) -> str:
