@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -110,8 +111,9 @@ def _segments(train: dict) -> list[str]:
     for s in train.get("segments", []):
         commit = (s.get("commit") or "outside git")[:7] + (" (dirty)" if s.get("dirty") else "")
         wall = f"{s['wall_time_s']:,.0f} s" if s.get("wall_time_s") is not None else "unknown"
-        rows.append(f"| {s['from_step']:,} | {s['to_step']:,} | {wall} | "
-                    f"{s.get('device') or 'unknown'} | {commit} |")
+        # records made before the device text had a singular say "1 threads"
+        device = re.sub(r"\b1 threads\b", "1 thread", s.get("device") or "unknown")
+        rows.append(f"| {s['from_step']:,} | {s['to_step']:,} | {wall} | {device} | {commit} |")
     return rows
 
 
