@@ -45,6 +45,7 @@ def finished(tmp_path_factory):
     return project
 
 
+@pytest.mark.e2e
 def test_publish_a_finished_variant_and_use_it_from_elsewhere(finished, tmp_path):
     project = finished
     results = project / "reports" / "ablations" / "tutorial_100k"
@@ -78,6 +79,7 @@ def test_publish_a_finished_variant_and_use_it_from_elsewhere(finished, tmp_path
     assert again["precision_at_1"] == metrics["eval"]["precision_at_1"]
 
 
+@pytest.mark.e2e
 def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, monkeypatch):
     project = finished
     monkeypatch.chdir(project)
