@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -119,21 +120,17 @@ def _segments(train: dict) -> list[str]:
 
 def _curve(results: Path) -> list[str]:
     """The held-out precision at each evaluation while training, from the DVCLive TSVs."""
-    held = results / "train" / "plots" / "metrics" / "held_out"
+    from .report_data import held_out_curve
 
-    def read(name: str) -> dict:
-        path = held / f"{name}.tsv"
-        if not path.is_file():
-            return {}
-        rows = [r.split("\t") for r in path.read_text().splitlines()[1:] if r.strip()]
-        return {int(step): float(value) for step, value in rows}
-
-    avg, raw = read("precision_at_1"), read("precision_at_1_raw")
-    if not avg:
+    c = held_out_curve(results / "train")
+    if c is None:
         return []
+    if "precision_at_1_raw" not in c:
+        c["precision_at_1_raw"] = math.nan
     rows = ["| step | averaged | raw |", "|---|---|---|"]
-    rows += [f"| {s:,} | {_pct(avg[s])} | {_pct(raw[s]) if s in raw else ''} |"
-             for s in sorted(avg)]
+    rows += [f"| {int(r.step):,} | {_pct(r.precision_at_1)} | "
+             f"{'' if math.isnan(r.precision_at_1_raw) else _pct(r.precision_at_1_raw)} |"
+             for r in c.sort_values("step").itertuples()]
     return ["Held-out precision @ 1 while it trained (from its DVCLive curves):", "", *rows, ""]
 
 
