@@ -11,6 +11,7 @@ import torch
 
 from cifar10_tutorial.params import to_dict
 from cifar10_tutorial.checkpoints import TrainPaths, load_checkpoint
+from cifar10_tutorial.continuation import PAUSED_EXIT, STOP_AT_ENV
 from cifar10_tutorial.train import train
 from conftest import tiny_params, write_prepared, write_train_project
 
@@ -34,7 +35,8 @@ def start_until(proj, marker):
         if marker in line:
             break
     workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
-               if "stages/train.py" in " ".join(c.cmdline())]
+               if "stages/train.py" in " ".join(c.cmdline())
+               and "torch.distributed.run" not in c.cmdline()]  # not torchrun itself
     return proc, workers
 
 
@@ -99,6 +101,33 @@ def test_a_rank_that_keeps_crashing_fails_the_job_promptly(synth_data, tmp_path)
     assert proc.returncode != 0
     assert time.monotonic() - t < 60, "the job must not hang on the dead rank"
     assert not (proj / "data/train/model.pt").exists()
+
+
+@pytest.mark.e2e
+def test_two_processes_pause_at_the_deadline_once_and_continue(synth_data, tmp_path):
+    """A pause under torchrun is not a failure: torchrun must not restart the job (each
+    restart would resume and pause again), and the stage exits 75 with one line; the same
+    command then finishes the run in a second segment."""
+    proj = project(tmp_path, synth_data, input={"shuffle": "permutation"},
+                   train={"batch_size": 16, "num_devices": 2, "max_steps": 200, "log_every": 10},
+                   run={"checkpoint_every": 50, "summary_every": 1000, "max_restarts": 3})
+    env = {k: v for k, v in ENV.items() if k != STOP_AT_ENV}
+    paused = subprocess.run([sys.executable, "stages/train.py", "--stop-at", "2s"], cwd=proj,
+                            capture_output=True, text=True, timeout=300, env=env)
+    out = paused.stdout + paused.stderr
+    assert paused.returncode == PAUSED_EXIT, out[-3000:]
+    assert out.count("paused at step ") == 1 and "run the same command to continue" in out
+    assert "resuming from" not in out, "torchrun restarted the paused job"
+    assert "Traceback" not in out and "ChildFailedError" not in out
+    assert not (proj / "data/train/model.pt").exists()
+    step = int(out.split("paused at step ")[1].split()[0])
+    assert 0 < step < 200
+    done = run(proj)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"at step {step}" in done.stderr  # resumed from the pause's checkpoint
+    import json
+    made = json.loads((proj / "reports/train/provenance.json").read_text())
+    assert [(s["from_step"], s["to_step"]) for s in made["segments"]] == [(0, step), (step, 200)]
 
 
 @pytest.mark.e2e

@@ -10,6 +10,10 @@ reaches ``dvc repro`` and every process of a torchrun job:
   ``3600``) or a moment (``18:20``, ``2026-12-01T18:20``, UTC unless it names its zone).
   At the deadline the run writes a checkpoint, says ``paused at step N of M; run the same
   command to continue`` and exits with :data:`PAUSED_EXIT`, writing no final outputs.
+  Under torchrun, whose agent restarts a job any of whose processes exits non-zero, the
+  processes end with 0 and rank 0 leaves a mark in the file ``CIFAR10_PAUSE_MARK`` names;
+  the stage's launcher (:func:`.devices.relaunch_on_devices`) turns it into
+  :data:`PAUSED_EXIT`.
 - ``--mirror`` / ``CIFAR10_CHECKPOINT_MIRROR``: an fsspec URL (a folder, ``s3://...``,
   ``gs://...``). Each run keeps its newest checkpoint and its curves so far in a folder of
   its own below it (``<mirror>/train``, ``<mirror>/<variant>``), replaced at each
@@ -36,6 +40,25 @@ log = logging.getLogger(__name__)
 STOP_AT_ENV = "CIFAR10_STOP_AT"
 MIRROR_ENV = "CIFAR10_CHECKPOINT_MIRROR"
 PAUSED_EXIT = 75  # EX_TEMPFAIL: try again later; distinct from failures (1) and signals (128+N)
+PAUSE_MARK_ENV = "CIFAR10_PAUSE_MARK"
+
+def exit_paused(main: bool, under_torchrun: bool) -> None:
+    """End a process paused at its deadline: with :data:`PAUSED_EXIT` alone, with 0 under
+    torchrun (where any other status is a failure its agent restarts the job for, each
+    restart resuming only to pause again), rank 0 first marking the pause in the file
+    ``CIFAR10_PAUSE_MARK`` names for the launcher that waits on torchrun."""
+    if not under_torchrun:
+        raise SystemExit(PAUSED_EXIT)
+    mark = os.environ.get(PAUSE_MARK_ENV)
+    if main and mark:
+        Path(mark).write_text("paused\n")
+    raise SystemExit(0)
+
+
+def was_paused(mark: Path) -> bool:
+    """Whether the torchrun job given ``mark`` as its CIFAR10_PAUSE_MARK paused."""
+    return mark.is_file() and mark.read_text().strip() == "paused"
+
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 

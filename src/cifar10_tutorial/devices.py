@@ -84,17 +84,41 @@ def torchrun_command(num_devices: int, max_restarts: int, script: str, args: lis
 
 
 def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
-    """With ``train.num_devices`` > 1, outside torchrun: replace this process by torchrun
-    running ``script`` as one process per device (it then returns in each of them), which
-    restarts a failed job ``run.max_restarts`` times."""
+    """With ``train.num_devices`` > 1, outside torchrun: run ``script`` under torchrun as one
+    process per device (this function then returns in each of them; torchrun restarts a
+    failed job ``run.max_restarts`` times), wait for it here, and exit with its status, or
+    with :data:`.continuation.PAUSED_EXIT` when the job paused at its deadline (its processes
+    end with 0 then, so that torchrun does not take the pause for a failure).
+
+    SIGTERM and SIGHUP sent to this process are passed on to torchrun, which passes them
+    to its processes (they checkpoint and stop); Ctrl-C reaches them all from the terminal."""
     if tr.num_devices <= 1 or launched_by_torchrun():
         return
+    import signal
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from .continuation import PAUSE_MARK_ENV, PAUSED_EXIT, was_paused
+
     check_devices(tr)
     cmd = torchrun_command(tr.num_devices, run.max_restarts, script, argv)
     print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
     flush_reads()
     sys.stdout.flush()
-    os.execv(cmd[0], cmd)
+    with tempfile.TemporaryDirectory(prefix="cifar10-launch-") as tmp:
+        mark = Path(tmp) / "paused"
+        job = subprocess.Popen(cmd, env={**os.environ, PAUSE_MARK_ENV: str(mark)})
+
+        def pass_on(signum, _frame):
+            job.send_signal(signum)
+
+        signal.signal(signal.SIGTERM, pass_on)
+        signal.signal(signal.SIGHUP, pass_on)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        status = job.wait()
+        paused = status == 0 and was_paused(mark)
+    raise SystemExit(PAUSED_EXIT if paused else (status if status >= 0 else 128 - status))
 
 
 def init_distributed(tr, run) -> tuple[Dist, torch.device]:

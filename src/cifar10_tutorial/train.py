@@ -20,8 +20,9 @@ from typing import Optional
 import torch
 
 from .checkpoints import TrainPaths, resume_point, restore, run_params, run_signature, save_checkpoint
-from .continuation import NONE, PAUSED_EXIT, Continuation, Mirror, Segments
-from .devices import Dist, agree, gather_on_main, init_distributed, replicate, shut_down
+from .continuation import NONE, Continuation, Mirror, Segments, exit_paused
+from .devices import (Dist, agree, gather_on_main, init_distributed, launched_by_torchrun,
+                      replicate, shut_down)
 from .errors import TrainingError
 from .files import torch_save_atomic
 from .inputs import make_batches
@@ -258,7 +259,7 @@ def _stop(stop: _Stop, run: _Run, save, checkpoint_every: int, max_steps: int,
         raise SystemExit(128 + stop.requested)
     if monitor.main:
         monitor.say(f"paused at step {run.step} of {max_steps}; run the same command to continue")
-    raise SystemExit(PAUSED_EXIT)
+    exit_paused(monitor.main, launched_by_torchrun())
 
 
 def _checkpoint(run: _Run, model, optimizer, ema, inputs: list, signature: dict,
