@@ -13,7 +13,7 @@ reaches ``dvc repro`` and every process of a torchrun job:
   Under torchrun, whose agent restarts a job any of whose processes exits non-zero, the
   processes end with 0 and rank 0 leaves a mark in the file ``CIFAR10_PAUSE_MARK`` names;
   the stage's launcher (:func:`.devices.relaunch_on_devices`) turns it into
-  :data:`PAUSED_EXIT`.
+  :data:`PAUSED_EXIT` (:func:`.devices.exit_paused`).
 - ``--mirror`` / ``CIFAR10_CHECKPOINT_MIRROR``: an fsspec URL (a folder, ``s3://...``,
   ``gs://...``). Each run keeps its newest checkpoint and its curves so far in a folder of
   its own below it (``<mirror>/train``, ``<mirror>/<variant>``), replaced at each
@@ -33,32 +33,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
 
+from .devices import PAUSED_EXIT, launched_by_torchrun, this_process
 from .errors import PipelineError
 
 log = logging.getLogger(__name__)
 
 STOP_AT_ENV = "CIFAR10_STOP_AT"
 MIRROR_ENV = "CIFAR10_CHECKPOINT_MIRROR"
-PAUSED_EXIT = 75  # EX_TEMPFAIL: try again later; distinct from failures (1) and signals (128+N)
-PAUSE_MARK_ENV = "CIFAR10_PAUSE_MARK"
-
-def exit_paused(main: bool, under_torchrun: bool) -> None:
-    """End a process paused at its deadline: with :data:`PAUSED_EXIT` alone, with 0 under
-    torchrun (where any other status is a failure its agent restarts the job for, each
-    restart resuming only to pause again), rank 0 first marking the pause in the file
-    ``CIFAR10_PAUSE_MARK`` names for the launcher that waits on torchrun."""
-    if not under_torchrun:
-        raise SystemExit(PAUSED_EXIT)
-    mark = os.environ.get(PAUSE_MARK_ENV)
-    if main and mark:
-        Path(mark).write_text("paused\n")
-    raise SystemExit(0)
-
-
-def was_paused(mark: Path) -> bool:
-    """Whether the torchrun job given ``mark`` as its CIFAR10_PAUSE_MARK paused."""
-    return mark.is_file() and mark.read_text().strip() == "paused"
-
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
 
@@ -120,8 +101,6 @@ def from_stage(stop_at: Optional[str], mirror: Optional[str], run_name: str) -> 
     """The stage's continuation settings: its options, else the environment. A relative
     deadline is fixed here, once, and exported as ``@<time>``: the processes a torchrun
     relaunch starts (and restarts) keep the same deadline."""
-    from .devices import launched_by_torchrun
-
     text = os.environ.get(STOP_AT_ENV) if launched_by_torchrun() else (
         stop_at or os.environ.get(STOP_AT_ENV))
     deadline = parse_deadline(text) if text else None
@@ -135,8 +114,6 @@ def from_stage(stop_at: Optional[str], mirror: Optional[str], run_name: str) -> 
 
 def run_ended(cont: Continuation) -> None:
     """The run's final outputs are written: remove what it kept in the mirror (rank 0)."""
-    from .devices import this_process
-
     if cont.mirror and this_process().main:
         Mirror(cont.mirror).clear()
 

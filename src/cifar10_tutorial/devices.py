@@ -18,6 +18,9 @@ import torch
 from .errors import PipelineError
 from .param_reads import flush_reads
 
+PAUSED_EXIT = 75  # EX_TEMPFAIL: try again later; distinct from failures (1) and signals (128+N)
+PAUSE_MARK_ENV = "CIFAR10_PAUSE_MARK"
+
 
 @dataclass(frozen=True)
 class Dist:
@@ -87,7 +90,7 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
     """With ``train.num_devices`` > 1, outside torchrun: run ``script`` under torchrun as one
     process per device (this function then returns in each of them; torchrun restarts a
     failed job ``run.max_restarts`` times), wait for it here, and exit with its status, or
-    with :data:`.continuation.PAUSED_EXIT` when the job paused at its deadline (its processes
+    with :data:`PAUSED_EXIT` when the job paused at its deadline (its processes
     end with 0 then, so that torchrun does not take the pause for a failure).
 
     SIGTERM and SIGHUP sent to this process are passed on to torchrun, which passes them
@@ -98,8 +101,6 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
     import subprocess
     import tempfile
     from pathlib import Path
-
-    from .continuation import PAUSE_MARK_ENV, PAUSED_EXIT, was_paused
 
     check_devices(tr)
     cmd = torchrun_command(tr.num_devices, run.max_restarts, script, argv)
@@ -119,6 +120,25 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
         status = job.wait()
         paused = status == 0 and was_paused(mark)
     raise SystemExit(PAUSED_EXIT if paused else (status if status >= 0 else 128 - status))
+
+
+def exit_paused(main: bool) -> None:
+    """End a process paused at its deadline: with :data:`PAUSED_EXIT` alone, with 0 under
+    torchrun (where any other status is a failure its agent restarts the job for, each
+    restart resuming only to pause again), rank 0 first marking the pause in the file
+    ``CIFAR10_PAUSE_MARK`` names for the stage that waits on torchrun."""
+    if not launched_by_torchrun():
+        raise SystemExit(PAUSED_EXIT)
+    mark = os.environ.get(PAUSE_MARK_ENV)
+    if main and mark:
+        with open(mark, "w") as f:
+            f.write("paused\n")
+    raise SystemExit(0)
+
+
+def was_paused(mark) -> bool:
+    """Whether the torchrun job given ``mark`` as its CIFAR10_PAUSE_MARK paused."""
+    return os.path.isfile(mark) and open(mark).read().strip() == "paused"
 
 
 def init_distributed(tr, run) -> tuple[Dist, torch.device]:

@@ -20,9 +20,9 @@ from typing import Optional
 import torch
 
 from .checkpoints import TrainPaths, resume_point, restore, run_params, run_signature, save_checkpoint
-from .continuation import NONE, Continuation, Mirror, Segments, exit_paused
-from .devices import (Dist, agree, gather_on_main, init_distributed, launched_by_torchrun,
-                      replicate, shut_down)
+from .continuation import NONE, Continuation, Mirror, Segments
+from .devices import (Dist, agree, exit_paused, gather_on_main, init_distributed, replicate,
+                      shut_down)
 from .errors import TrainingError
 from .files import torch_save_atomic
 from .inputs import make_batches
@@ -43,7 +43,7 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
     the mirror's when there is none here).
 
     ``continuation``: a deadline at which the run checkpoints and exits with
-    :data:`.continuation.PAUSED_EXIT`, and the mirror its newest checkpoint is copied to
+    :data:`.devices.PAUSED_EXIT`, and the mirror its newest checkpoint is copied to
     (:mod:`.continuation`). Neither changes what the run computes.
 
     Run alone, or as one of ``train.num_devices`` processes under torchrun: then
@@ -259,7 +259,7 @@ def _stop(stop: _Stop, run: _Run, save, checkpoint_every: int, max_steps: int,
         raise SystemExit(128 + stop.requested)
     if monitor.main:
         monitor.say(f"paused at step {run.step} of {max_steps}; run the same command to continue")
-    exit_paused(monitor.main, launched_by_torchrun())
+    exit_paused(monitor.main)
 
 
 def _checkpoint(run: _Run, model, optimizer, ema, inputs: list, signature: dict,
