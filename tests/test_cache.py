@@ -69,15 +69,20 @@ def import_closure(root: Path, script: Path) -> set[str]:
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:  # relative: inside the package
+                if node.level:  # relative: inside the package, from the module's own folder
                     assert in_package, f"{path}: relative import outside the package"
-                    mod = ".".join([PACKAGE, *([node.module] if node.module else [])])
+                    here = path.parent.relative_to(root / "src").parts
+                    base = here[:len(here) - (node.level - 1)]
+                    mod = ".".join([*base, *([node.module] if node.module else [])])
                 else:
                     mod = node.module
                 names = [mod] + [f"{mod}.{a.name}" for a in node.names]
             for name in names:
-                if name.split(".")[0] == PACKAGE:
-                    found = [_module_file(root, name), root / "src" / PACKAGE / "__init__.py"]
+                if name.split(".")[0] == PACKAGE:  # the module and every package above it
+                    parts = name.split(".")
+                    found = [_module_file(root, name)] + [
+                        root / "src" / Path(*parts[:i]) / "__init__.py" for i in range(1, len(parts))
+                        if (root / "src" / Path(*parts[:i]) / "__init__.py").is_file()]
                 elif (root / "stages" / f"{name}.py").is_file():
                     found = [root / "stages" / f"{name}.py"]
                 else:

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from cifar10_tutorial.distortions import (CONTRAST_RANGE, Draws, apply_distortions, cpu_generator,
-                                          draw_distortions, eval_images, per_image_standardization)
+                                          draw_distortions)
+from cifar10_tutorial.inference import eval_images, per_image_standardization
 from cifar10_tutorial.inputs import ExampleOrder, PermutationBatches, ShuffleQueue
 
 

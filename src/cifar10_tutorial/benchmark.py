@@ -51,7 +51,8 @@ from .inputs import make_batches
 from .model import build_model
 from .params import Params
 from .prepared import Prepared
-from .roofline import fraction, roofline
+from .roofline import roofline
+from .roofline_table import fraction
 from .rules import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
 
 

@@ -1,5 +1,5 @@
 """The tutorial's image distortions (cifar10_input.py's distorted_inputs), vectorised
-over the batch, and the evaluation crop.
+over the batch (the evaluation crop, which training shares, is in :mod:`.inference`).
 
 All work is batched tensor arithmetic on uint8 images already on the training device
 (no per-image Python, no PIL). The random draws are made on the CPU from generators
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-CROP = 24
+from .inference import CROP
+
 MAX_BRIGHTNESS_DELTA = 63.0
 CONTRAST_RANGE = (0.2, 1.8)
 
@@ -69,14 +70,6 @@ def draw_distortions(n: int, gen: torch.Generator, size: int = 32, crop: int = C
     return Draws(oy, ox, flips, delta, factor)
 
 
-def per_image_standardization(x: torch.Tensor) -> torch.Tensor:
-    """TF's per_image_standardization: (x - mean) / max(std, 1/sqrt(num_values)), per image."""
-    n = x[0].numel()
-    mean = x.mean(dim=(1, 2, 3), keepdim=True)
-    std = x.std(dim=(1, 2, 3), keepdim=True, correction=0)
-    return (x - mean) / std.clamp_min(1.0 / math.sqrt(n))
-
-
 def random_crops(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch.Tensor:
     """uint8 N x C x H x W -> uint8 N x C x crop x crop at the drawn offsets, flipped
     left-right where drawn (a strided view of every window, one gather, no host sync)."""
@@ -113,10 +106,3 @@ def apply_distortions(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch
     inv = 1.0 / std.clamp_min(1.0 / math.sqrt(c * k))
     scale, shift = (f * inv).float(), (((1 - f) * m_c - m) * inv).float()
     return torch.addcmul(shift[..., None], x.float(), scale[..., None])
-
-
-def eval_images(images: torch.Tensor, crop: int = CROP) -> torch.Tensor:
-    """uint8 N x C x H x W -> the central crop, standardized (the eval input)."""
-    h, w = images.shape[-2:]
-    top, left = (h - crop) // 2, (w - crop) // 2
-    return per_image_standardization(images[:, :, top:top + crop, left:left + crop].float())

@@ -18,7 +18,7 @@ from .checkpoints import list_checkpoints, load_checkpoint, run_defining
 from .devices import pick_device
 from .errors import PipelineError
 from .files import save_figure_atomic, write_text_atomic
-from .inference import REMAKE, load_model_file, model_from_state, predict_logits, score
+from .inference import REMAKE, load_model_file, model_from_state, precision_at_1
 from .prepared import Prepared
 
 log = logging.getLogger(__name__)
@@ -27,24 +27,14 @@ log = logging.getLogger(__name__)
 def evaluate_checkpoint(ckpt: dict, images: torch.Tensor, labels: torch.Tensor,
                         batch_size: int, device, flip_tta: bool = False,
                         source: str = "the checkpoint") -> dict:
-    """Both ways: averaged weights and raw weights; with ``flip_tta`` also the precision of
-    the mean of the probabilities of each image and its mirror image (``*_flip``)."""
-    out = {}
-    for suffix, key in (("", "ema"), ("_raw", "model")):
+    """:func:`.inference.precision_at_1` of a checkpoint or model.pt, averaged weights and
+    raw weights (each checked against the network its params describe)."""
+    def model(key: str):
         state = {**ckpt["model"], **ckpt[key]}  # averages replace the averaged entries
-        model = model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device, source)
-        t = time.perf_counter()
-        logits = predict_logits(model, images, batch_size)
-        p, loss, pred = score(logits, labels)
-        out[f"precision_at_1{suffix}"] = p
-        out[f"loss{suffix}"] = loss
-        out[f"predictions{suffix}"] = pred.cpu()
-        out[f"seconds{suffix}"] = time.perf_counter() - t
-        if flip_tta:
-            mirrored = predict_logits(model, images.flip(-1), batch_size)
-            probs = (logits.softmax(dim=1) + mirrored.softmax(dim=1)) / 2
-            out[f"precision_at_1{suffix}_flip"] = (probs.argmax(dim=1) == labels).float().mean().item()
-    return out
+        return model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device, source)
+
+    return precision_at_1(((suffix, model(key)) for suffix, key in (("", "ema"), ("_raw", "model"))),
+                          images, labels, batch_size, flip_tta)
 
 
 def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, k: int) -> np.ndarray:

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from .errors import PipelineError, TrainingError
 from .files import write_text_atomic
-from .inference import predict_logits
+from .inference import precision_at_1
 from .model import CifarNet
 from .params import Params
 from .prepared import Prepared
@@ -109,12 +109,15 @@ class HeldOut:
             elapsed: float, monitor: Monitor) -> dict:
         t = time.perf_counter()
         train_seconds = elapsed - self.seconds
-        out = {"step": step, "epoch": step / steps_per_epoch}
-        for key, state in (("precision_at_1", ema.averaged_model_state(model)),
-                           ("precision_at_1_raw", model.state_dict())):
+        def loaded(state: dict) -> CifarNet:
             self.model.load_state_dict(state)
-            logits = predict_logits(self.model, self.images, self.batch)
-            out[key] = (logits.argmax(dim=1) == self.labels).float().mean().item()
+            return self.model
+
+        weights = (("", ema.averaged_model_state(model)), ("_raw", model.state_dict()))
+        r = precision_at_1(((suffix, loaded(state)) for suffix, state in weights),
+                           self.images, self.labels, self.batch)
+        out = {"step": step, "epoch": step / steps_per_epoch,
+               "precision_at_1": r["precision_at_1"], "precision_at_1_raw": r["precision_at_1_raw"]}
         self.seconds += time.perf_counter() - t
         monitor.say(f"step {step} (epoch {out['epoch']:.1f}, {train_seconds:.0f} s of training): "
                     f"held-out precision @ 1 = {out['precision_at_1']:.4f} averaged, "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cli import stage_command
 from .files import write_text_atomic
-from .roofline import pipeline_names, roofline_markdown
+from .roofline_table import pipeline_names, roofline_markdown
 
 PAGE = Path("docs/results.md")
 

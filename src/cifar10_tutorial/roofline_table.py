@@ -1,0 +1,41 @@
+"""The roofline table of a benchmark result (reports/benchmark-roofline.json), in words:
+how docs/results.md and the benchmark's printout name the pipelines and their share of
+the machine's peak. The measurements themselves are made by :mod:`.roofline`."""
+from __future__ import annotations
+
+
+def fraction(roof: dict, pipe: dict) -> str:
+    """A pipeline's share of its precision's peak; n/a for bf16 where the CPU has no bf16
+    arithmetic (its bf16 matmul then runs below the fp32 one: no roofline to speak of)."""
+    peak = roof["peak_gflops"]
+    if pipe["precision"] == "bf16" and peak["bf16"] < peak["fp32"]:
+        return "n/a"
+    return f"{100 * pipe['fraction_of_peak']:.1f}%"
+
+
+def pipeline_names(r: dict) -> dict:
+    """The pipelines of a benchmark result, as the Markdown tables name them."""
+    return {"project": f"project, real input pipeline ({r['precision']})",
+            "fixed_batch": "project, fixed batch", "project_bf16": "project, bf16 autocast",
+            "typical": "typical PIL + DataLoader", "tensorflow": "TensorFlow (Keras + tf.data)",
+            "eval": "evaluation (images/sec)"}
+
+
+def roofline_markdown(r: dict, source: str) -> str:
+    """The roofline table of a benchmark result, as docs/results.md shows it (generated from
+    ``source``, the committed JSON)."""
+    roof, med = r["roofline"], r["median_examples_per_sec"]
+    names = pipeline_names(r)
+    peak, split = roof["peak_gflops"], roof["time_breakdown"]
+    lines = [f"From `{source}` ({r['cpu_capability']}, {r['threads']} threads, medians of "
+             f"{r['windows']} windows of {r['steps_per_window']} steps): `torch.mm` peak "
+             f"{peak['fp32']:.1f} GFLOP/s in fp32, {peak['bf16']:.1f} in bf16.", "",
+             "| pipeline | examples/sec | GFLOP/s | of the peak |", "|---|---|---|---|"]
+    for k, v in med.items():
+        pipe = roof["pipelines"][k]
+        lines.append(f"| {names[k]} | {v:,.0f} | {pipe['gflops']:.1f} | {fraction(roof, pipe)} |")
+    lines += ["", f"Time of a fixed-batch step in convolutions and matrix products: "
+              f"{100 * split['gemm_share']:.0f}%; the largest other ops: "
+              + ", ".join(f"`{o['op']}` {100 * o['share']:.0f}%" for o in split["top_other_ops"][:4])
+              + "."]
+    return "\n".join(lines)
