@@ -16,12 +16,12 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 from pathlib import Path
 
-from cifar10_tutorial.ablation import VariantPaths, prepare_variant_data, run_variant
+from cifar10_tutorial.exercises.ablation import VariantPaths, prepare_variant_data, run_variant
 from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
-from cifar10_tutorial.continuation import from_stage
-from cifar10_tutorial.devices import relaunch_on_devices
+from cifar10_tutorial.training.continuation import from_stage
+from cifar10_tutorial.training.devices import relaunch_on_devices
 from cifar10_tutorial.params import load_params, variant_params
-from cifar10_tutorial.prepared import load_prepared
+from cifar10_tutorial.data.prepared import load_prepared
 
 
 def main() -> None:

@@ -12,10 +12,10 @@ TensorFlow is not a dependency of this project: give --tf-python a Python that h
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
-from cifar10_tutorial.benchmark import format_table, run_benchmark
+from cifar10_tutorial.speed.benchmark import format_table, run_benchmark
 from cifar10_tutorial.cli import run_stage, stage_output, stage_parser
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.prepared import load_prepared
+from cifar10_tutorial.data.prepared import load_prepared
 
 
 def main() -> None:

@@ -3,7 +3,7 @@ verified against data.md5; a partial file waits in --partial (data/.downloads) t
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
-from cifar10_tutorial.download import DownloadOptions, fetch_dataset
+from cifar10_tutorial.data.download import DownloadOptions, fetch_dataset
 from cifar10_tutorial.params import load_params
 
 

@@ -9,9 +9,9 @@ model) every eval.interval_secs while training runs, logging to TensorBoard
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
-from cifar10_tutorial.evaluate import evaluate, watch
+from cifar10_tutorial.evaluation.evaluate import evaluate, watch
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.prepared import load_prepared
+from cifar10_tutorial.data.prepared import load_prepared
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cifar10_tutorial.cli import run_stage, stage_parser
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.report import make_report
+from cifar10_tutorial.exercises.report import make_report
 
 
 def main() -> None:
@@ -17,7 +17,7 @@ def main() -> None:
                     help="the record of commits checked to train bit-identically")
     ap.add_argument("--devices-timing", type=Path, default=None,
                     help="exercise 5's timing of both set-ups on one idle machine "
-                         "(python -m cifar10_tutorial.devices_timing)")
+                         "(python -m cifar10_tutorial.exercises.devices_timing)")
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
     params = load_params(args.params)

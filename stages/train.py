@@ -11,13 +11,13 @@ With train.num_devices > 1 it runs itself under torchrun, one process per device
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 
-from cifar10_tutorial.checkpoints import TrainPaths
+from cifar10_tutorial.training.checkpoints import TrainPaths
 from cifar10_tutorial.cli import add_continuation, add_paths, parse_stage_args, run_stage, stage_parser
-from cifar10_tutorial.continuation import from_stage, run_ended
-from cifar10_tutorial.devices import relaunch_on_devices
+from cifar10_tutorial.training.continuation import from_stage, run_ended
+from cifar10_tutorial.training.devices import relaunch_on_devices
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.prepared import load_prepared
-from cifar10_tutorial.train import train
+from cifar10_tutorial.data.prepared import load_prepared
+from cifar10_tutorial.training.train import train
 
 
 def main() -> None:

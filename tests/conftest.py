@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cifar10_tutorial.synthetic import make_cifar10_archive
+from cifar10_tutorial.data.synthetic import make_cifar10_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -97,9 +97,9 @@ def run_stage(project: Path, stage: str, *args: str) -> subprocess.CompletedProc
 @pytest.fixture(scope="session")
 def synth_data(tmp_path_factory):
     """Prepared tensors of a learnable synthetic set: 1000 train, 200 test images."""
-    from cifar10_tutorial.datasets import CIFAR10
-    from cifar10_tutorial.prepare import prepare
-    from cifar10_tutorial.prepared import load_prepared
+    from cifar10_tutorial.data.datasets import CIFAR10
+    from cifar10_tutorial.data.prepare import prepare
+    from cifar10_tutorial.data.prepared import load_prepared
 
     root = tmp_path_factory.mktemp("synth")
     make_cifar10_archive(root / "a.tar.gz", train_per_batch=200, test=200, seed=3)
@@ -163,7 +163,7 @@ def exercise_run(tmp_path_factory):
     import os
 
     from cifar10_tutorial.param_reads import READS_ENV
-    from cifar10_tutorial.synthetic import make_svhn_files
+    from cifar10_tutorial.data.synthetic import make_svhn_files
 
     tmp = tmp_path_factory.mktemp("exercises")
     make_svhn_files(tmp / "svhn", train=60, test=30, seed=9)

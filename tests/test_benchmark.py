@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from cifar10_tutorial.benchmark import format_table, run_benchmark
+from cifar10_tutorial.speed.benchmark import format_table, run_benchmark
 from conftest import tiny_params
 
 
@@ -46,7 +46,7 @@ def test_matmul_peak_counts_2n3_operations(monkeypatch):
     """2 n^3 operations per product over the median time (a clock that ticks 0.5 s a call)."""
     import itertools
 
-    from cifar10_tutorial import roofline
+    from cifar10_tutorial.speed import roofline
 
     ticks = itertools.count(0, 0.25)
     monkeypatch.setattr(roofline.time, "perf_counter", lambda: next(ticks))

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from cifar10_tutorial.param_reads import READS_ENV
-from cifar10_tutorial.synthetic import make_cifar10_archive
+from cifar10_tutorial.data.synthetic import make_cifar10_archive
 from cifar10_tutorial.cli import stage_command
 from conftest import ROOT, copy_project, dvc, init_repo, set_params
 
@@ -125,7 +125,22 @@ def test_no_stage_lists_a_module_its_script_does_not_import():
         imported = import_closure(ROOT, ROOT / st["cmd"][0])
         extra += [f"stage {st['name']}: {d} is in its deps but not imported"
                   for d in st["deps"] if d.endswith(".py") and d not in imported]
+        extra += [f"stage {st['name']}: {d}/{f.relative_to(ROOT / d)} is in its deps (in the "
+                  f"folder) but not imported"
+                  for d in st["deps"] if d.startswith("src/") and (ROOT / d).is_dir()
+                  for f in sorted((ROOT / d).rglob("*.py"))
+                  if str(f.relative_to(ROOT)) not in imported]
     assert extra == []
+
+
+def test_a_code_folder_dep_hashes_the_code_only():
+    """A stage may depend on a whole package folder when it imports every module in it; the
+    bytecode Python writes there must not change the folder's hash."""
+    ignored = (ROOT / ".dvcignore").read_text().split()
+    assert "__pycache__/" in ignored and "*.pyc" in ignored
+    folders = {d for st in dvc_stages(ROOT) for d in st["deps"]
+               if d.startswith("src/") and (ROOT / d).is_dir()}
+    assert "src/cifar10_tutorial/training" in folders
 
 
 def test_training_and_evaluation_do_not_depend_on_fetching_or_parsing_the_data():
@@ -133,8 +148,8 @@ def test_training_and_evaluation_do_not_depend_on_fetching_or_parsing_the_data()
     parser must not rerun them (they once depended on download.py through prepare.py)."""
     for script in ("train", "eval"):
         closure = import_closure(ROOT, ROOT / "stages" / f"{script}.py")
-        assert "src/cifar10_tutorial/prepared.py" in closure
-        assert not {f"src/cifar10_tutorial/{m}.py" for m in ("download", "prepare", "datasets")} & closure
+        assert "src/cifar10_tutorial/data/prepared.py" in closure
+        assert not {f"src/cifar10_tutorial/data/{m}.py" for m in ("download", "prepare", "datasets")} & closure
 
 
 def test_the_import_check_names_a_missing_module(tmp_path):
@@ -263,16 +278,16 @@ def test_a_stage_runs_the_code_of_its_own_tree(tmp_path):
     md5 = make_cifar10_archive(archive, train_per_batch=5, test=5, seed=1)["md5"]
     clone = copy_project(tmp_path / "clone")
     set_params(clone, "data", url=str(archive), md5=md5)
-    (clone / "src/cifar10_tutorial/download.py").write_text("raise RuntimeError('broken clone')\n")
+    (clone / "src/cifar10_tutorial/data/download.py").write_text("raise RuntimeError('broken clone')\n")
     proc = subprocess.run([sys.executable, "stages/download.py"], cwd=clone, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode != 0 and "broken clone" in proc.stderr
     healthy = copy_project(tmp_path / "healthy")
     set_params(healthy, "data", url=str(archive), md5=md5)
     marker = "\nprint('running', __file__)\n"
-    with open(healthy / "src/cifar10_tutorial/download.py", "a") as f:
+    with open(healthy / "src/cifar10_tutorial/data/download.py", "a") as f:
         f.write(marker)
     proc = subprocess.run([sys.executable, "stages/download.py"], cwd=healthy,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert f"running {healthy / 'src/cifar10_tutorial/download.py'}" in proc.stdout
+    assert f"running {healthy / 'src/cifar10_tutorial/data/download.py'}" in proc.stdout

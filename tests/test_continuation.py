@@ -11,13 +11,13 @@ from datetime import datetime, timezone
 import pytest
 import torch
 
-from cifar10_tutorial import continuation
-from cifar10_tutorial.checkpoints import TrainPaths, load_checkpoint
-from cifar10_tutorial.continuation import (PAUSED_EXIT, Continuation, Mirror, from_stage,
+from cifar10_tutorial.training import continuation
+from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
+from cifar10_tutorial.training.continuation import (PAUSED_EXIT, Continuation, Mirror, from_stage,
                                            parse_deadline, run_ended)
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import to_dict
-from cifar10_tutorial.train import train
+from cifar10_tutorial.training.train import train
 from conftest import tiny_params, write_train_project
 from test_train import assert_same_outputs
 
@@ -240,7 +240,7 @@ def test_the_runs_under_way_in_the_repository_still_resume_at_this_commit():
     to the signature (params read, their layout) must not strand them."""
     import torch
 
-    from cifar10_tutorial.checkpoints import run_signature
+    from cifar10_tutorial.training.checkpoints import run_signature
     from cifar10_tutorial.params import load_params, variant_params
     from conftest import ROOT
 

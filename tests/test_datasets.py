@@ -4,13 +4,13 @@ import pytest
 import scipy.io
 import torch
 
-from cifar10_tutorial.datasets import CIFAR100, SVHN, get_dataset, sources
-from cifar10_tutorial.download import DownloadError, DownloadOptions, check_mat, fetch
+from cifar10_tutorial.data.datasets import CIFAR100, SVHN, get_dataset, sources
+from cifar10_tutorial.data.download import DownloadError, DownloadOptions, check_mat, fetch
 from cifar10_tutorial.params import params_from_dict
-from cifar10_tutorial.prepare import prepare, prepare_dataset, prepare_svhn
-from cifar10_tutorial.prepared import PrepareError, load_prepared
-from cifar10_tutorial.synthetic import make_cifar100_archive, make_svhn_files, write_tar_gz
-from cifar10_tutorial.inputs import make_batches
+from cifar10_tutorial.data.prepare import prepare, prepare_dataset, prepare_svhn
+from cifar10_tutorial.data.prepared import PrepareError, load_prepared
+from cifar10_tutorial.data.synthetic import make_cifar100_archive, make_svhn_files, write_tar_gz
+from cifar10_tutorial.training.inputs import make_batches
 
 FAST = DownloadOptions(timeout=5, retries=1, backoff=0.01, progress=False)
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from cifar10_tutorial.download import DownloadError, DownloadOptions, fetch
+from cifar10_tutorial.data.download import DownloadError, DownloadOptions, fetch
 
 FAST = DownloadOptions(timeout=5, retries=3, backoff=0.01, progress=False)
 
@@ -267,8 +267,8 @@ def test_a_truncated_archive_is_refused_even_without_an_md5(archive, tmp_path):
 def test_every_record_file_is_checked(tmp_path):
     from functools import partial
 
-    from cifar10_tutorial.datasets import CIFAR10
-    from cifar10_tutorial.download import check_gzip_tar
+    from cifar10_tutorial.data.datasets import CIFAR10
+    from cifar10_tutorial.data.download import check_gzip_tar
 
     rec = CIFAR10.record_bytes
     good = {f"{CIFAR10.folder}/{n}": bytes(rec * 2) for fs in CIFAR10.splits.values() for n in fs}
@@ -290,7 +290,7 @@ def test_null_md5_prints_the_md5_and_how_to_pin_it(archive, tmp_path, caplog):
 
 
 def test_fetch_dataset_records_what_it_fetched_and_removes_other_files(archive, tmp_path):
-    from cifar10_tutorial.download import fetch_dataset
+    from cifar10_tutorial.data.download import fetch_dataset
     from cifar10_tutorial.params import DataParams
 
     raw = tmp_path / "raw"
@@ -394,7 +394,7 @@ def test_the_stage_refuses_a_folder_of_files_it_did_not_make(archive, tmp_path):
 
 
 def test_another_data_sets_files_go_only_once_the_new_ones_are_in(tmp_path):
-    from cifar10_tutorial.download import fetch_dataset
+    from cifar10_tutorial.data.download import fetch_dataset
     from cifar10_tutorial.params import DataParams
 
     raw = tmp_path / "raw"

@@ -1,11 +1,11 @@
-"""Commits that train bit-identically (cifar10_tutorial.equivalence): the digest of a model's
+"""Commits that train bit-identically (cifar10_tutorial.exercises.equivalence): the digest of a model's
 tensors, the record of checks, and which commits it joins."""
 import json
 
 import pytest
 import torch
 
-from cifar10_tutorial.equivalence import load_record, same_training, tensor_digest
+from cifar10_tutorial.exercises.equivalence import load_record, same_training, tensor_digest
 from cifar10_tutorial.errors import PipelineError
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from cifar10_tutorial.evaluate import evaluate, watch
-from cifar10_tutorial.predict import predict
-from cifar10_tutorial.checkpoints import TrainPaths
-from cifar10_tutorial.train import train
+from cifar10_tutorial.evaluation.evaluate import evaluate, watch
+from cifar10_tutorial.evaluation.predict import predict
+from cifar10_tutorial.training.checkpoints import TrainPaths
+from cifar10_tutorial.training.train import train
 from conftest import tiny_params, write_prepared
 
 
@@ -84,12 +84,12 @@ def test_predict_on_image_files_of_any_size(synth_data, trained, tmp_path):
     assert all(0 < sum(p for _, p in r) <= 1 + 1e-6 for r in ranked)
     assert all(r[0][1] >= r[1][1] >= r[2][1] for r in ranked)
     assert sum(r[0][0] == t for r, t in zip(ranked, truth)) >= 5
-    cli = subprocess.run([sys.executable, "-m", "cifar10_tutorial.predict", str(files[0]),
+    cli = subprocess.run([sys.executable, "-m", "cifar10_tutorial.evaluation.predict", str(files[0]),
                           "--model", str(trained.model), "--top", "2"],
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.startswith(f"{files[0]}: {ranked[0][0][0]} ")
-    bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.predict", str(tmp_path / "x.png"),
+    bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.evaluation.predict", str(tmp_path / "x.png"),
                           "--model", str(trained.model)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "x.png: no such file" in bad.stderr
 
@@ -156,12 +156,12 @@ def test_evaluate_and_predict_explain_a_bad_model_file(synth_data, trained, tmp_
     from PIL import Image
     Image.fromarray(synth_data.test_images[0].transpose(1, 2, 0)).save(img)
     for cmd in (["-c", "import sys; from cifar10_tutorial.cli import run_stage; "
-                       "from cifar10_tutorial.evaluate import evaluate; "
-                       "from cifar10_tutorial.prepared import load_prepared; "
+                       "from cifar10_tutorial.evaluation.evaluate import evaluate; "
+                       "from cifar10_tutorial.data.prepared import load_prepared; "
                        f"run_stage(lambda: evaluate(load_prepared({str(tmp_path / 'prep')!r}), "
                        f"__import__('pathlib').Path({str(path)!r}), "
                        f"__import__('pathlib').Path({str(tmp_path / 'ev')!r}), 100, 'cpu'))"],
-                ["-m", "cifar10_tutorial.predict", str(img), "--model", str(path)]):
+                ["-m", "cifar10_tutorial.evaluation.predict", str(img), "--model", str(path)]):
         proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, timeout=120)
         err = proc.stderr
         assert proc.returncode == 1, err
@@ -181,13 +181,13 @@ def test_predict_top_is_validated_and_a_decompression_bomb_is_one_line(trained, 
     img = tmp_path / "img.png"
     Image.new("RGB", (8, 8)).save(img)
     for top in ("0", "-2", "x"):
-        proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.predict", str(img),
+        proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.evaluation.predict", str(img),
                                "--model", str(trained.model), "--top", top],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and "expected a whole number >= 1" in proc.stderr
     bomb = tmp_path / "bomb.png"
     Image.new("1", (20000, 20000)).save(bomb)  # 400 Mpixels, a few kB on disk
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.predict", str(bomb),
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.evaluation.predict", str(bomb),
                            "--model", str(trained.model)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
@@ -196,7 +196,7 @@ def test_predict_top_is_validated_and_a_decompression_bomb_is_one_line(trained, 
 
 def test_more_devices_than_gpus_is_a_clear_error_before_anything_starts(monkeypatch):
     from cifar10_tutorial.errors import PipelineError
-    from cifar10_tutorial.devices import relaunch_on_devices
+    from cifar10_tutorial.training.devices import relaunch_on_devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -209,7 +209,7 @@ def test_cuda_devices_without_a_gpu_fail_once_before_torchrun(monkeypatch):
     """num_devices: 2 with device: cuda on a machine without a GPU: one error, not one per
     process and restart followed by a torchrun traceback."""
     from cifar10_tutorial.errors import PipelineError
-    from cifar10_tutorial.devices import relaunch_on_devices
+    from cifar10_tutorial.training.devices import relaunch_on_devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cifar10_tutorial.gpu_run import LOSS_RTOL
+from cifar10_tutorial.speed.gpu_run import LOSS_RTOL
 from cifar10_tutorial.params import to_dict
 from conftest import tiny_params, write_train_project
 
@@ -35,7 +35,7 @@ def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
     env = _without_dvc(tmp_path)
     check = subprocess.run([sys.executable, "-c", "import dvclive"], env=env, capture_output=True)
     assert check.returncode != 0  # the block works
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
                            "cpu", "--data", "data/prepared", "--params", "params.yaml", "--out",
                            str(out)], cwd=proj, capture_output=True, text=True, timeout=900,
                           env=env)
@@ -69,13 +69,13 @@ def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
 
 
 def test_gpu_run_without_a_gpu_says_so(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--data",
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--data",
                            str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "no CUDA device here" in proc.stderr and "--dry" in proc.stderr
 
 
 def test_a_budget_shrinks_every_part_and_never_grows_one():
-    from cifar10_tutorial.gpu_plan import DRY, Sizes, fit
+    from cifar10_tutorial.speed.gpu_plan import DRY, Sizes, fit
 
     full = Sizes()
     roomy = fit(full, 10 ** 6, 500.0, 128, 312.5)
@@ -98,7 +98,7 @@ def test_a_budget_shrinks_every_part_and_never_grows_one():
 def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path):
     params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
     proj = write_train_project(tmp_path / "proj", synth_data, params)
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
                            "cpu", "--data", "data/prepared", "--budget-s", "0.01", "--out",
                            str(tmp_path / "gpu")], cwd=proj, capture_output=True, text=True,
                           timeout=300)
@@ -107,7 +107,7 @@ def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path)
     assert r["finished"] and r["budget_s"] == 0.01
     assert r["skipped"] == ["correctness", "throughput", "fast", "tutorial", "side_by_side"]
     assert "skipped (out of budget): correctness, throughput" in proc.stdout
-    bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+    bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
                           "cpu", "--budget-s", "0"], cwd=proj, capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 1 and "--budget-s 0: give a number of seconds above 0" in bad.stderr
@@ -141,7 +141,7 @@ def test_gpu_run_from_the_zip_in_a_budget_writes_each_part_as_it_finishes(synth_
     params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
     proj = write_train_project(tmp_path / "proj", synth_data, params)
     out = tmp_path / "gpu" / "cpu-dry.json"
-    proc = subprocess.Popen([sys.executable, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+    proc = subprocess.Popen([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
                              "cpu", "--zip", ".carry/cifar10-train-jpeg.zip", "--split", "800,200",
                              "--budget-s", "600", "--out", str(out.parent)], cwd=proj,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -180,7 +180,7 @@ def test_gpu_run_on_an_older_torch_from_the_checkout(synth_data, tmp_path):
     proj = write_train_project(tmp_path / "proj", synth_data, params)
     env = _without_dvc(tmp_path, "torchvision")
     env["PYTHONPATH"] = os.pathsep.join([str(src), env["PYTHONPATH"]])
-    proc = subprocess.run([OLD_PYTHON, "-m", "cifar10_tutorial.gpu_run", "--dry", "--device",
+    proc = subprocess.run([OLD_PYTHON, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
                            "cpu", "--data", "data/prepared", "--budget-s", "600", "--out",
                            str(tmp_path / "gpu")], cwd=proj, capture_output=True, text=True,
                           timeout=900, env=env)

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from cifar10_tutorial.distortions import (CONTRAST_RANGE, Draws, apply_distortions, cpu_generator,
+from cifar10_tutorial.training.distortions import (CONTRAST_RANGE, Draws, apply_distortions, cpu_generator,
                                           draw_distortions)
 from cifar10_tutorial.inference import eval_images, per_image_standardization
-from cifar10_tutorial.inputs import ExampleOrder, PermutationBatches, ShuffleQueue
+from cifar10_tutorial.training.inputs import ExampleOrder, PermutationBatches, ShuffleQueue
 
 
 def reference_distort(img: np.ndarray, oy, ox, flip, delta, factor) -> np.ndarray:
@@ -176,7 +176,7 @@ def test_shuffle_queue_with_no_minimum_gives_less_mixed_batches():
 
 
 def test_shuffle_queue_surfaces_worker_errors(monkeypatch):
-    import cifar10_tutorial.inputs as inputs
+    import cifar10_tutorial.training.inputs as inputs
 
     def broken(*args, **kwargs):
         raise MemoryError("no room for the chunk")

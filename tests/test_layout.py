@@ -18,17 +18,67 @@ MAX_FUNCTION_LINES = 60  # a function read on one screen
 LOOP = ("train.py", "_train", 95)
 
 
+def module_name(f: Path, package: Path) -> str:
+    """``training.train`` for src/cifar10_tutorial/training/train.py; a folder's
+    __init__.py is the folder's name."""
+    parts = f.relative_to(package).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """module -> the package's modules it imports (relative imports, lazy ones too)."""
+    """module -> the package's modules it imports (relative imports, lazy ones too), by
+    dotted name below the package (``ci``, ``training.train``)."""
+    files = {module_name(f, package): f for f in sorted(package.rglob("*.py"))}
     graph = {}
-    for f in sorted(package.glob("*.py")):
+    for name, f in files.items():
+        here = name.split(".") if f.name == "__init__.py" else name.split(".")[:-1]
         deps = set()
         for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                deps.update([node.module.split(".")[0]] if node.module else
-                            [a.name for a in node.names])
-        graph[f.stem] = deps - {f.stem}
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = here[:len(here) - (node.level - 1)]
+                target = ".".join(base + (node.module.split(".") if node.module else []))
+                for alias in node.names:  # a module of a folder, or a name in a module
+                    sub = f"{target}.{alias.name}" if target else alias.name
+                    deps.add(sub if sub in files else target)
+        graph[name] = deps - {name, ""}
     return graph
+
+
+# The package's folders in the order of the pipeline; the modules at the top of the package
+# are the shared ground below them all. A module imports the ground, its own folder and the
+# folders before its own, never one after it.
+FOLDERS = ("data", "training", "evaluation", "exercises", "speed")
+# ci.py, the CI gates' driver, is at the top of the package (as `python -m cifar10_tutorial.ci`,
+# the command the code-equivalence check runs at old commits too) and builds the synthetic
+# archive of the synthetic gate: the one module of the ground that imports a folder.
+GROUND_IMPORTS_A_FOLDER = {("ci", "data.synthetic")}
+
+
+def layer(module: str) -> int:
+    top = module.split(".")[0]
+    return FOLDERS.index(top) + 1 if top in FOLDERS else 0
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} imports {b}" for a, deps in graph.items() for b in deps
+                  if layer(b) > layer(a) and (a, b) not in GROUND_IMPORTS_A_FOLDER)
+
+
+def test_no_folder_imports_one_after_it_in_the_pipeline():
+    graph = import_graph()
+    assert {m.split(".")[0] for m in graph if "." in m} == set(FOLDERS)
+    assert upward_imports(graph) == []
+
+
+def test_the_layer_check_finds_an_upward_import(tmp_path):
+    for folder, text in (("training", "from ..evaluation.evaluate import x\n"),
+                         ("evaluation", "from ..training import train\n")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+        (tmp_path / folder / ("train.py" if folder == "training" else "evaluate.py")).write_text(text)
+    graph = import_graph(tmp_path)
+    assert graph["evaluation.evaluate"] == {"training.train"}
+    assert upward_imports(graph) == ["training.train imports evaluation.evaluate"]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -60,7 +110,7 @@ def test_the_cycle_finder_finds_one(tmp_path):
 
 def test_modules_and_functions_are_of_readable_length():
     long_modules, long_functions = [], []
-    for f in sorted(PACKAGE.glob("*.py")):
+    for f in sorted(PACKAGE.rglob("*.py")):
         text = f.read_text()
         if len(text.splitlines()) > MAX_MODULE_LINES:
             long_modules.append(f"{f.name}: {len(text.splitlines())} lines")
@@ -107,7 +157,7 @@ def test_paths_live_in_dvc_yaml_only():
     assert {"data/raw", "data/prepared", "data/train/model.pt", "reports/eval",
             "reports/ablations"} <= paths
     found = []
-    for f in sorted([*PACKAGE.glob("*.py"), *(ROOT / "stages").glob("*.py")]):
+    for f in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "stages").glob("*.py")]):
         for s in code_strings(f):
             found += [f"{f.relative_to(ROOT)}: {p!r} in {s[:60]!r}" for p in paths
                       if re.search(rf"(^|[^\w/.]){re.escape(p)}($|[^\w])", s)]
@@ -141,23 +191,23 @@ def test_docs_point_only_at_files_of_the_repository():
                 broken.append(f"{doc.relative_to(ROOT)} -> {target}")
     assert broken == []
     texts = [*DOCS, ROOT / "params.yaml", ROOT / "dvc.yaml", ROOT / "reports/dvc.yaml",
-             *PACKAGE.glob("*.py"), *(ROOT / "stages").glob("*.py"), *(ROOT / "tests").glob("*.py")]
+             *PACKAGE.rglob("*.py"), *(ROOT / "stages").glob("*.py"), *(ROOT / "tests").glob("*.py")]
     citing = [str(p.relative_to(ROOT)) for p in texts
               if p.name != "test_layout.py" and "SPEC" + ".md" in p.read_text()]
     assert citing == []
 
 
 def test_the_results_page_is_generated_from_the_committed_reports():
-    from cifar10_tutorial.results_page import render
+    from cifar10_tutorial.exercises.results_page import render
 
     assert (ROOT / "docs/results.md").read_text() == render(ROOT), \
-        "docs/results.md is stale: run `python -m cifar10_tutorial.results_page`"
+        "docs/results.md is stale: run `python -m cifar10_tutorial.exercises.results_page`"
 
 
 def test_the_results_page_without_schedule_results(tmp_path):
     """A partial report (the schedule variants not run yet) has no time-to-accuracy table:
     the page says so instead of failing; with the table it quotes it and its plot."""
-    from cifar10_tutorial.results_page import _time_to_accuracy
+    from cifar10_tutorial.exercises.results_page import _time_to_accuracy
 
     rep = Path("reports")
     text = "\n".join(_time_to_accuracy(tmp_path, rep))
@@ -169,7 +219,7 @@ def test_the_results_page_without_schedule_results(tmp_path):
 
 
 def test_the_results_page_lists_published_weights_from_their_records(tmp_path):
-    from cifar10_tutorial.results_page import _published
+    from cifar10_tutorial.exercises.results_page import _published
 
     (tmp_path / "dvc.yaml").write_text(
         "artifacts:\n  w:\n    path: models/w/model.pt\n    type: model\n"

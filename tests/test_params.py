@@ -9,7 +9,7 @@ def test_project_params_file_is_valid():
     params = load_params(ROOT / "params.yaml")
     assert params.data.dataset == "cifar10"
     assert params.data.url == "official" and params.data.md5 == "official"
-    from cifar10_tutorial.datasets import sources
+    from cifar10_tutorial.data.datasets import sources
     assert sources(params.data) == [("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
                                      "c32a1d4ab5d03f1284b67883e8d87530", "cifar-10-binary.tar.gz")]
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cifar10_tutorial.datasets import CIFAR10
+from cifar10_tutorial.data.datasets import CIFAR10
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.prepare import prepare
-from cifar10_tutorial.prepared import PrepareError, load_prepared
-from cifar10_tutorial.synthetic import CLASSES, make_cifar10_archive, write_tar_gz
+from cifar10_tutorial.data.prepare import prepare
+from cifar10_tutorial.data.prepared import PrepareError, load_prepared
+from cifar10_tutorial.data.synthetic import CLASSES, make_cifar10_archive, write_tar_gz
 
 FOLDER = "cifar-10-batches-bin/"
 
@@ -183,10 +183,10 @@ def test_load_prepared_errors(archive, tmp_path):
 def test_preprocess_refuses_an_out_folder_of_other_files(tmp_path):
     """`python stages/preprocess.py --out data` once replaced all of data/ (raw archive,
     model, checkpoints) with the prepared files."""
-    from cifar10_tutorial.datasets import CIFAR10
+    from cifar10_tutorial.data.datasets import CIFAR10
     from cifar10_tutorial.errors import PipelineError
-    from cifar10_tutorial.prepare import prepare
-    from cifar10_tutorial.synthetic import make_cifar10_archive
+    from cifar10_tutorial.data.prepare import prepare
+    from cifar10_tutorial.data.synthetic import make_cifar10_archive
 
     data = tmp_path / "data"
     archive = data / "raw" / "cifar-10-binary.tar.gz"

@@ -1,5 +1,5 @@
 """Published weights: a finished variant's model beside its records and a card that states
-its precision (cifar10_tutorial.publish), usable by predict and eval from anywhere; and the
+its precision (cifar10_tutorial.exercises.publish), usable by predict and eval from anywhere; and the
 project's own published weights, when committed, checked against their card."""
 import hashlib
 import json
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.publish import publish
+from cifar10_tutorial.exercises.publish import publish
 from conftest import DVC, ROOT, SHARED, run_stage, set_params, tiny_project
 
 PUBLISHED = "tutorial_100k"  # the variant whose weights the project publishes
@@ -50,7 +50,7 @@ def test_publish_a_finished_variant_and_use_it_from_elsewhere(finished, tmp_path
     project = finished
     results = project / "reports" / "ablations" / "tutorial_100k"
     out = tmp_path / "published"
-    proc = _run(project, "-m", "cifar10_tutorial.publish", "tutorial_100k",
+    proc = _run(project, "-m", "cifar10_tutorial.exercises.publish", "tutorial_100k",
                 "--model", "data/ablations/tutorial_100k/model.pt", "--results", str(results),
                 "--out", str(out), "--check-data", "data/prepared")
     assert proc.returncode == 0, proc.stderr
@@ -69,7 +69,7 @@ def test_publish_a_finished_variant_and_use_it_from_elsewhere(finished, tmp_path
     from PIL import Image
 
     Image.fromarray(np.full((40, 50, 3), 90, np.uint8)).save(elsewhere / "x.png")
-    proc = _run(elsewhere, "-m", "cifar10_tutorial.predict", "x.png", "--model",
+    proc = _run(elsewhere, "-m", "cifar10_tutorial.evaluation.predict", "x.png", "--model",
                 str(out / "model.pt"), "--top", "2")
     assert proc.returncode == 0 and proc.stdout.startswith("x.png: "), proc.stderr
     proc = _run(project, "stages/eval.py", "--model", str(out / "model.pt"),
@@ -153,7 +153,7 @@ def test_the_published_weights_are_what_their_card_says(tmp_path):
                     images.append(tmp_path / f"{parts[1]}-{parts[2]}")
                     images[-1].write_bytes(z.read(name))
                     labels.append(parts[1])
-    proc = _run(clone, "-m", "cifar10_tutorial.predict", *map(str, images), "--model",
+    proc = _run(clone, "-m", "cifar10_tutorial.evaluation.predict", *map(str, images), "--model",
                 f"models/{PUBLISHED}/model.pt", "--top", "1")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

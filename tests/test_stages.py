@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from cifar10_tutorial.prepared import load_prepared
+from cifar10_tutorial.data.prepared import load_prepared
 from conftest import DVC, ROOT, SHARED, commit, copy_project, dvc, init_repo, run_stage, set_params, tiny_project
 
 def test_entry_points_on_a_synthetic_archive(archive, tmp_path):
@@ -222,7 +222,7 @@ def test_repro_f_twice_and_a_changed_archive_without_md5(tmp_path):
     """Two `dvc repro -f` give the same metrics (timings aside); with data.md5: null, a
     different archive at the same path, picked up by `dvc repro -f download`, trains from
     scratch even where an unfinished checkpoint of the old data is left."""
-    from cifar10_tutorial.synthetic import make_cifar10_archive
+    from cifar10_tutorial.data.synthetic import make_cifar10_archive
 
     project = tiny_project(
         tmp_path, dict(train_per_batch=40, test=50, seed=5), md5=False,

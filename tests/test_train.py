@@ -9,15 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cifar10_tutorial.evaluate import evaluate
+from cifar10_tutorial.evaluation.evaluate import evaluate
 from cifar10_tutorial.model import CifarNet
 from cifar10_tutorial.params import ParamsError, params_from_dict, to_dict
-from cifar10_tutorial.checkpoints import TrainPaths, load_checkpoint
+from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
 from cifar10_tutorial.errors import TrainingError
-from cifar10_tutorial.rules import (WeightAverage, averaging_decay, ema_decay, learning_rate,
+from cifar10_tutorial.training.rules import (WeightAverage, averaging_decay, ema_decay, learning_rate,
                                     loss_terms, make_optimizer, make_step, total_steps,
                                     training_model)
-from cifar10_tutorial.train import train
+from cifar10_tutorial.training.train import train
 from conftest import tiny_params, write_train_project
 
 
@@ -256,7 +256,7 @@ def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
 def test_the_run_section_does_not_change_a_result(synth_data, tmp_path):
     """params.yaml `run:` (param_reads.OPERATIONAL_SECTION): declared to no stage, left out
     of the resume signature and model.pt."""
-    from cifar10_tutorial.checkpoints import run_params
+    from cifar10_tutorial.training.checkpoints import run_params
     from cifar10_tutorial.param_reads import OPERATIONAL_SECTION
 
     assert OPERATIONAL_SECTION == "run"
@@ -311,7 +311,7 @@ def test_another_run_length_starts_afresh(synth_data, tmp_path, caplog):
 def test_checkpoints_of_other_data_are_not_resumed(synth_data, tmp_path, caplog):
     """Another archive (data.md5: null) with fewer images: trained from scratch, no crash
     about the shuffle queue's capacity."""
-    from cifar10_tutorial.prepared import Prepared
+    from cifar10_tutorial.data.prepared import Prepared
 
     caplog.set_level("INFO")
     params = tiny_params(train={"max_steps": 20})

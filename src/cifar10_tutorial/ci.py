@@ -68,7 +68,7 @@ def build_archive(config: dict, root: Path, out: Path) -> str:
     """Write the configuration's archive to ``out``; return its md5."""
     args = config.get("archive_args") or {}
     if config["archive"] == "synthetic":
-        from .synthetic import make_cifar10_archive
+        from .data.synthetic import make_cifar10_archive
         return make_cifar10_archive(out, **args)["md5"]
     tool = (root / DEV_ARCHIVE_TOOL).resolve()
     if not tool.is_file():

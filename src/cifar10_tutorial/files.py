@@ -6,6 +6,11 @@ import errno
 import os
 from pathlib import Path
 
+# Where the code lives in a checkout: the folder that holds the package (what a subprocess
+# needs on PYTHONPATH) and the stage scripts beside it.
+SRC_DIR = Path(__file__).resolve().parents[1]
+STAGES_DIR = SRC_DIR.parent / "stages"
+
 
 def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
     path = Path(path)

@@ -42,18 +42,18 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from .devices import pick_device
-from .distortions import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
-from .errors import PipelineError
-from .files import write_text_atomic
-from .inference import predict_logits
-from .inputs import make_batches
-from .model import build_model
-from .params import Params
-from .prepared import Prepared
+from ..training.devices import pick_device
+from ..training.distortions import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
+from ..errors import PipelineError
+from ..files import SRC_DIR, write_text_atomic
+from ..inference import predict_logits
+from ..training.inputs import make_batches
+from ..model import build_model
+from ..params import Params
+from ..data.prepared import Prepared
 from .roofline import roofline
-from .roofline_table import fraction
-from .rules import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
+from ..exercises.roofline_table import fraction
+from ..training.rules import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
 
 
 def window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[], None]) -> float:
@@ -114,10 +114,10 @@ def with_input(params: Params, data: Prepared, images, labels, device):
 def tensorflow_figures(tf_python: str, data_dir: Path, batch: int, warmup: int, windows: int,
                        steps: int) -> dict:
     """Run :mod:`.tf_baseline` in ``tf_python`` (a Python with TensorFlow); its JSON."""
-    src = str(Path(__file__).resolve().parents[1])
+    src = str(SRC_DIR)
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "TF_CPP_MIN_LOG_LEVEL": "2"}
-    cmd = [tf_python, "-m", "cifar10_tutorial.tf_baseline", "--data", str(data_dir),
+    cmd = [tf_python, "-m", "cifar10_tutorial.speed.tf_baseline", "--data", str(data_dir),
            "--batch-size", str(batch), "--warmup", str(warmup), "--windows", str(windows),
            "--steps", str(steps)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -33,8 +33,8 @@ from typing import Callable, Optional
 
 from tqdm import tqdm
 
-from .errors import PipelineError
-from .files import refuse_foreign
+from ..errors import PipelineError
+from ..files import refuse_foreign
 
 log = logging.getLogger(__name__)
 

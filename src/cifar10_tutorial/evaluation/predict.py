@@ -1,6 +1,6 @@
 """Classify image files with the trained model.
 
-    python -m cifar10_tutorial.predict cat.jpg truck.png [--model PATH/model.pt] [--top 3]
+    python -m cifar10_tutorial.evaluation.predict cat.jpg truck.png [--model PATH/model.pt] [--top 3]
 
 Any size, PNG or JPEG: each image is resized to 32x32 (as CIFAR images are),
 then given the evaluation input (central 24x24 crop, per-image
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .cli import run_stage, stage_output
-from .errors import PipelineError
-from .inference import load_trained, predict_logits
+from ..cli import run_stage, stage_output
+from ..errors import PipelineError
+from ..inference import load_trained, predict_logits
 
 
 def load_image(path: Path, size: int = 32) -> np.ndarray:

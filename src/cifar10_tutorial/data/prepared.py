@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import PipelineError
+from ..errors import PipelineError
 
 META_NAME = "meta.json"
 PREPARED_NAMES = {f"{split}_{kind}.npy" for split in ("train", "test")

@@ -29,8 +29,8 @@ from .distortions import (CROP, Draws, apply_distortions, cpu_generator, derive_
                           draw_distortions, to_device)
 
 if TYPE_CHECKING:
-    from .params import Params
-    from .prepared import Prepared
+    from ..params import Params
+    from ..data.prepared import Prepared
 
 # --------------------------------------------------------------------------- example order
 

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .datasets import get_dataset
-from .errors import PipelineError
-from .prepare import prepare
+from ..data.datasets import get_dataset
+from ..errors import PipelineError
+from ..data.prepare import prepare
 
 
 @dataclasses.dataclass(frozen=True)

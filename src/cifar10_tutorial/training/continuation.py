@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from .devices import PAUSED_EXIT, launched_by_torchrun, this_process
-from .errors import PipelineError
+from ..errors import PipelineError
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ class Segments:
 
     @classmethod
     def start(cls, ckpt: Optional[dict], step: int, device, world: int) -> "Segments":
-        from . import provenance
+        from .. import provenance
 
         done = []
         if ckpt is not None:

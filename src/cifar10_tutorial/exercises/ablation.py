@@ -9,14 +9,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoints import TrainPaths
-from .continuation import NONE, Continuation, run_ended
-from .devices import this_process
-from .evaluate import evaluate
-from .files import write_text_atomic
-from .params import Params, variant_params
-from .prepared import Prepared
-from .train import train
+from ..training.checkpoints import TrainPaths
+from ..training.continuation import NONE, Continuation, run_ended
+from ..training.devices import this_process
+from ..evaluation.evaluate import evaluate
+from ..files import write_text_atomic
+from ..params import Params, variant_params
+from ..data.prepared import Prepared
+from ..training.train import train
 
 
 
@@ -49,9 +49,9 @@ class VariantPaths:
 def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -> Prepared:
     """Download and preprocess the data set of a data-set variant into ``work``/raw and
     ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
-    from .download import fetch_dataset
-    from .prepare import prepare_dataset
-    from .prepared import load_prepared
+    from ..data.download import fetch_dataset
+    from ..data.prepare import prepare_dataset
+    from ..data.prepared import load_prepared
 
     data = variant_params(params, name).data
     if this_process().main:

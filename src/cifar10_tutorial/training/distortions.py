@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .inference import CROP
+from ..inference import CROP
 
 MAX_BRIGHTNESS_DELTA = 63.0
 CONTRAST_RANGE = (0.2, 1.8)

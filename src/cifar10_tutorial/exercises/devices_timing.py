@@ -2,7 +2,7 @@
 stage at 1 process x batch 128 (all cores as its threads) against 2 processes x batch 64
 (torchrun; the cores shared among them), a few short runs of each, alternating.
 
-    python -m cifar10_tutorial.devices_timing --data PREPARED --out reports/devices_timing.json
+    python -m cifar10_tutorial.exercises.devices_timing --data PREPARED --out reports/devices_timing.json
         [--steps 400] [--repeats 3] [--params params.yaml]
 
 The exercise variants (`baseline`, `devices_2x64`) answer whether the two set-ups learn
@@ -27,9 +27,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from .cli import run_stage
-from .errors import PipelineError
-from .files import write_text_atomic
+from ..cli import run_stage
+from ..errors import PipelineError
+from ..files import SRC_DIR, STAGES_DIR, write_text_atomic
 
 SETUPS = {"1 x 128": {"num_devices": 1, "batch_size": 128},
           "2 x 64": {"num_devices": 2, "batch_size": 64}}
@@ -39,7 +39,7 @@ def _project(root: Path, params_file: Path, data_dir: Path, setup: dict, steps: 
     import yaml
 
     proj = Path(tempfile.mkdtemp(prefix="timing-", dir=root))
-    stages = Path(__file__).resolve().parents[2] / "stages"
+    stages = STAGES_DIR
     shutil.copytree(stages, proj / "stages", ignore=shutil.ignore_patterns("__pycache__"))
     os.symlink(data_dir.resolve(), proj / "prepared")
     raw = yaml.safe_load(params_file.read_text()) or {}
@@ -55,7 +55,7 @@ def one_run(root: Path, params_file: Path, data_dir: Path, name: str, steps: int
     """The train stage once in the set-up ``name``: its logged examples/sec and sec/batch."""
     proj = _project(root, params_file, data_dir, SETUPS[name], steps)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR),
                                                       os.environ.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, "stages/train.py", "--data", "prepared", "--out",
                            "run", "--live", "live"], cwd=proj, env=env, capture_output=True,
@@ -85,7 +85,7 @@ def measure(params_file: Path, data_dir: Path, steps: int, repeats: int) -> dict
                       flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    from .provenance import code_version, cpu_model
+    from ..provenance import code_version, cpu_model
 
     out = {"steps": steps, "repeats": repeats, "machine": cpu_model(),
            "cores": os.cpu_count(), "load": list(os.getloadavg()),

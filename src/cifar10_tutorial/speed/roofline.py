@@ -13,8 +13,8 @@ import time
 
 import torch
 
-from .model import build_model, macs_per_image, train_flops_per_image
-from .params import Params
+from ..model import build_model, macs_per_image, train_flops_per_image
+from ..params import Params
 
 
 def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 7) -> float:

@@ -11,8 +11,8 @@ from typing import Callable, Optional
 
 import pandas as pd
 
-from .errors import PipelineError
-from .files import save_figure_atomic
+from ..errors import PipelineError
+from ..files import save_figure_atomic
 
 
 def load_variants(root: Path) -> pd.DataFrame:
@@ -281,4 +281,4 @@ def _code_note(found: dict, equivalence: Optional[Path]) -> str:
                 f"(the fixed-seed pair of the CI's real configuration gives the same weights "
                 f"and averages at each; `{equivalence}`)")
     return (f"The variants were made by {n} different commits of the code, not checked to "
-            f"train alike (`python -m cifar10_tutorial.equivalence OLD NEW` checks two).")
+            f"train alike (`python -m cifar10_tutorial.exercises.equivalence OLD NEW` checks two).")

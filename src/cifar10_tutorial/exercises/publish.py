@@ -2,7 +2,7 @@
 beside its params, provenance and metrics, and a model card (README.md) that states its
 held-out precision, every figure read from those files.
 
-    python -m cifar10_tutorial.publish tutorial_100k \\
+    python -m cifar10_tutorial.exercises.publish tutorial_100k \\
         --model data/ablations/tutorial_100k/model.pt \\
         --results reports/ablations/tutorial_100k --out models/tutorial_100k \\
         [--check-data data/prepared]
@@ -13,7 +13,7 @@ name the same data. With --check-data the model is evaluated again on that prepa
 and must give the precision its metrics state, to the last digit.
 
 A fresh clone then uses the weights before training anything:
-``python -m cifar10_tutorial.predict cat.jpg --model models/tutorial_100k/model.pt``.
+``python -m cifar10_tutorial.evaluation.predict cat.jpg --model models/tutorial_100k/model.pt``.
 """
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from .cli import run_stage
-from .errors import PipelineError
-from .files import ensure_writable, refuse_foreign, write_text_atomic
-from .inference import load_model_file
+from ..cli import run_stage
+from ..errors import PipelineError
+from ..files import ensure_writable, refuse_foreign, write_text_atomic
+from ..inference import load_model_file
 
 CARD = "README.md"
 FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", CARD)
-USE = ("the same command that wrote it: `python -m cifar10_tutorial.publish NAME --model ... "
+USE = ("the same command that wrote it: `python -m cifar10_tutorial.exercises.publish NAME --model ... "
        "--results ... --out ...` after the variant has finished (`dvc repro reports/dvc.yaml`)")
 
 
@@ -85,8 +85,8 @@ def check_precision(model: Path, data_dir: Path, ev: dict, metrics: dict) -> Non
     """Evaluate ``model`` again on ``data_dir``: it must give the stated precision."""
     import torch
 
-    from .evaluate import evaluate_checkpoint
-    from .prepared import load_prepared
+    from ..evaluation.evaluate import evaluate_checkpoint
+    from ..data.prepared import load_prepared
 
     data = load_prepared(data_dir)
     if data.content_hash != ev.get("data_hash"):
@@ -166,7 +166,7 @@ def model_card(name: str, out: Path, results: Path, ckpt: dict, rec: dict) -> st
             else "")
     return "\n".join([
         f"# Published weights: `{name}`", "",
-        f"<!-- written by `python -m cifar10_tutorial.publish {name}` from the files beside it "
+        f"<!-- written by `python -m cifar10_tutorial.exercises.publish {name}` from the files beside it "
         f"and {results}; do not edit by hand -->", "",
         f"The tutorial's CNN trained by this project's `{name}` exercise variant for "
         f"**{int(ckpt['step']):,} steps** (batch {tr['batch_size']}, {t.get('epochs', 0):.1f} "
@@ -189,7 +189,7 @@ def model_card(name: str, out: Path, results: Path, ckpt: dict, rec: dict) -> st
         "- `provenance.json`: the training's record (commit, machine, data hash, segments).",
         "- `metrics.json`: its training and held-out metrics.", "",
         "## Use it", "", "```bash",
-        f"python -m cifar10_tutorial.predict cat.jpg --model {out}/model.pt --top 3",
+        f"python -m cifar10_tutorial.evaluation.predict cat.jpg --model {out}/model.pt --top 3",
         f"python stages/eval.py --model {out}/model.pt --out {out.name}-eval",
         "```", "",
         "`predict` needs nothing else; `eval` the prepared data (`dvc repro preprocess`). Both "

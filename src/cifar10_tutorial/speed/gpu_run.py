@@ -1,8 +1,8 @@
 """The prepared GPU run: one command that checks and measures the project on a GPU.
 
-    python -m cifar10_tutorial.gpu_run --data data/prepared            # on a GPU, ~9 minutes
-    python -m cifar10_tutorial.gpu_run --zip .carry/cifar10-train-jpeg.zip --budget-s 300
-    python -m cifar10_tutorial.gpu_run --data data/prepared --dry --device cpu   # the tests
+    python -m cifar10_tutorial.speed.gpu_run --data data/prepared            # on a GPU, ~9 minutes
+    python -m cifar10_tutorial.speed.gpu_run --zip .carry/cifar10-train-jpeg.zip --budget-s 300
+    python -m cifar10_tutorial.speed.gpu_run --data data/prepared --dry --device cpu   # the tests
 
 ``--zip`` builds the dev split on the spot (:mod:`gpu_plan`); ``--budget-s`` fits the whole
 run, data included, in that many seconds: the sizes are shrunk to each part's share of the
@@ -46,18 +46,18 @@ from typing import Optional
 import torch
 
 from .benchmark import project_step, typical_step, window, with_input
-from .cli import run_stage, stage_output
-from .errors import PipelineError
-from .files import write_text_atomic
-from .params import Params, load_params, to_dict
-from .prepared import Prepared, load_prepared
-from .report_data import held_out_curve
-from .checkpoints import TrainPaths
-from .devices import pick_device
+from ..cli import run_stage, stage_output
+from ..errors import PipelineError
+from ..files import SRC_DIR, STAGES_DIR, write_text_atomic
+from ..params import Params, load_params, to_dict
+from ..data.prepared import Prepared, load_prepared
+from ..exercises.report_data import held_out_curve
+from ..training.checkpoints import TrainPaths
+from ..training.devices import pick_device
 from .gpu_plan import DRY, TARGETS, Budget, Sizes, build_dev_data, fit
 from .gpu_table import format_table
-from .inputs import make_batches
-from .train import train
+from ..training.inputs import make_batches
+from ..training.train import train
 
 LOSS_RTOL = 1e-3  # largest relative difference of a step's loss, device against CPU
 
@@ -244,11 +244,11 @@ def tutorial_schedule(params: Params, data: Prepared, sizes: Sizes, steps_per_se
 def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: int,
                  root: Path) -> dict:
     """``n`` train stages at once on one device, against one alone: total examples/sec."""
-    stages = Path(__file__).resolve().parents[2] / "stages"
+    stages = STAGES_DIR
     # the copies have no src/ beside their stages: they import this package, installed or
     # not (on the GPU machine it runs from the checkout, with PYTHONPATH=src)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))}
+        str(SRC_DIR), os.environ.get("PYTHONPATH")]))}
 
     def project(i: int) -> Path:
         proj = root / f"exp{i}"

@@ -15,8 +15,8 @@ from datetime import timedelta
 
 import torch
 
-from .errors import PipelineError
-from .param_reads import flush_reads
+from ..errors import PipelineError
+from ..param_reads import flush_reads
 
 PAUSED_EXIT = 75  # EX_TEMPFAIL: try again later; distinct from failures (1) and signals (128+N)
 PAUSE_MARK_ENV = "CIFAR10_PAUSE_MARK"

@@ -17,12 +17,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .errors import PipelineError, TrainingError
-from .files import write_text_atomic
-from .inference import precision_at_1
-from .model import CifarNet
-from .params import Params
-from .prepared import Prepared
+from ..errors import PipelineError, TrainingError
+from ..files import write_text_atomic
+from ..inference import precision_at_1
+from ..model import CifarNet
+from ..params import Params
+from ..data.prepared import Prepared
 from .rules import WeightAverage, training_model
 
 log = logging.getLogger(__name__)

@@ -13,13 +13,13 @@ from typing import Optional
 import numpy as np
 import torch
 
-from . import provenance
-from .checkpoints import list_checkpoints, load_checkpoint, run_defining
-from .devices import pick_device
-from .errors import PipelineError
-from .files import save_figure_atomic, write_text_atomic
-from .inference import REMAKE, load_model_file, model_from_state, precision_at_1
-from .prepared import Prepared
+from .. import provenance
+from ..training.checkpoints import list_checkpoints, load_checkpoint, run_defining
+from ..training.devices import pick_device
+from ..errors import PipelineError
+from ..files import save_figure_atomic, write_text_atomic
+from ..inference import REMAKE, load_model_file, model_from_state, precision_at_1
+from ..data.prepared import Prepared
 
 log = logging.getLogger(__name__)
 

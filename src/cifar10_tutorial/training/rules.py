@@ -11,8 +11,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .model import CifarNet, build_model
-from .params import Params
+from ..model import CifarNet, build_model
+from ..params import Params
 
 
 def total_steps(tr, num_train: int, global_batch: int) -> int:

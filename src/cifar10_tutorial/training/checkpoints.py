@@ -20,9 +20,9 @@ from typing import Optional
 import torch
 
 from .devices import Dist, barrier
-from .errors import TrainingError
-from .files import ensure_writable, torch_save_atomic
-from .params import Params, to_dict
+from ..errors import TrainingError
+from ..files import ensure_writable, torch_save_atomic
+from ..params import Params, to_dict
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Synthetic archives in the exact official layout, for tests and CI checks.
 
-``python -m cifar10_tutorial.synthetic OUT.tar.gz [--train-per-batch N] [--test N]``
+``python -m cifar10_tutorial.data.synthetic OUT.tar.gz [--train-per-batch N] [--test N]``
 writes a small ``cifar-10-binary.tar.gz`` look-alike and prints its md5. The
 images are learnable: each class has its own colour and stripe pattern plus
 noise, so a short training run must reach high accuracy on them.

@@ -4,7 +4,7 @@ real configuration (``python -m cifar10_tutorial.ci real --keep``: the whole pip
 the dev data, one thread) at each commit, in git worktrees of its own, compares the raw and
 averaged weights of the two ``model.pt`` tensor by tensor, and records the outcome.
 
-    python -m cifar10_tutorial.equivalence 6fd7dee f958593 [--record reports/code_equivalence.json]
+    python -m cifar10_tutorial.exercises.equivalence 6fd7dee f958593 [--record reports/code_equivalence.json]
 
 The record (a JSON list, one entry per check, newest last) holds both full commits, a
 digest of each model's tensors, their held-out precision, the machine and torch of each
@@ -28,9 +28,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from .cli import run_stage, stage_output
-from .errors import PipelineError
-from .files import write_text_atomic
+from ..cli import run_stage, stage_output
+from ..errors import PipelineError
+from ..files import write_text_atomic
 
 RECORD = Path("reports/code_equivalence.json")
 CHECK = "python -m cifar10_tutorial.ci real --keep"

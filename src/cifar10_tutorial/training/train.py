@@ -23,14 +23,14 @@ from .checkpoints import TrainPaths, resume_point, restore, run_params, run_sign
 from .continuation import NONE, Continuation, Mirror, Segments
 from .devices import (Dist, agree, exit_paused, gather_on_main, init_distributed, replicate,
                       shut_down)
-from .errors import TrainingError
-from .files import torch_save_atomic
+from ..errors import TrainingError
+from ..files import torch_save_atomic
 from .inputs import make_batches
-from .model import macs_per_image, num_params
+from ..model import macs_per_image, num_params
 from .monitoring import HeldOut, Monitor, Summaries
-from . import provenance
-from .params import Params
-from .prepared import Prepared
+from .. import provenance
+from ..params import Params
+from ..data.prepared import Prepared
 from .rules import (WeightAverage, averaging_decay, learning_rate, make_optimizer, make_step,
                     total_steps, training_model)
 

@@ -13,8 +13,8 @@ from typing import Optional
 
 import pandas as pd
 
-from .errors import PipelineError
-from .files import write_text_atomic
+from ..errors import PipelineError
+from ..files import write_text_atomic
 from .reference import ref, reference_markdown
 from .report_data import (Results, banner, load_curve, load_variants, make_results, marker,
                           markdown_table, pct, plot, provenance_section)
