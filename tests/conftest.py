@@ -135,9 +135,6 @@ def write_prepared(data, folder: Path) -> Path:
 
 def write_train_project(proj: Path, data, params: dict) -> Path:
     """A folder where stages/train.py runs on ``data`` (a Prepared) with ``params``."""
-    import json
-
-    import numpy as np
     import yaml
 
     proj.mkdir(parents=True, exist_ok=True)

@@ -10,14 +10,17 @@ run) find the pipeline's files from the stages' outputs there.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import PipelineError
-from .files import WRITE_HINTS
+from .files import SRC_DIR, STAGES_DIR, WRITE_HINTS
 
 DVC_YAML = Path("dvc.yaml")
 
@@ -119,3 +122,21 @@ def run_stage(main: Callable[[], None]) -> None:
         where = exc.filename or "an output file"
         print(f"error: {where}: {exc.strerror}; {hint}, then rerun", file=sys.stderr)
         sys.exit(1)
+
+
+def scratch_train_project(proj: Path, data_dir: Path, params: dict) -> Path:
+    """A throwaway folder where ``stages/train.py --data prepared --out run --live live``
+    runs: the stage scripts copied, ``data_dir`` (prepared data) linked as ``prepared`` and
+    ``params`` written as params.yaml. Run it with :func:`package_env`: the copy has no
+    src/ beside its stages (on the GPU machine the package runs from the checkout)."""
+    proj.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(STAGES_DIR, proj / "stages", ignore=shutil.ignore_patterns("__pycache__"))
+    os.symlink(Path(data_dir).resolve(), proj / "prepared")
+    (proj / "params.yaml").write_text(json.dumps(params))  # JSON is YAML
+    return proj
+
+
+def package_env(env: dict) -> dict:
+    """``env`` with this package's folder first on PYTHONPATH, for a stage run elsewhere."""
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC_DIR),
+                                                                env.get("PYTHONPATH")]))}

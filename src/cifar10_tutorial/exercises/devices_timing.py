@@ -27,9 +27,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from ..cli import run_stage
+from ..cli import package_env, run_stage, scratch_train_project
 from ..errors import PipelineError
-from ..files import SRC_DIR, STAGES_DIR, write_text_atomic
+from ..files import write_text_atomic
 
 SETUPS = {"1 x 128": {"num_devices": 1, "batch_size": 128},
           "2 x 64": {"num_devices": 2, "batch_size": 64}}
@@ -38,25 +38,19 @@ SETUPS = {"1 x 128": {"num_devices": 1, "batch_size": 128},
 def _project(root: Path, params_file: Path, data_dir: Path, setup: dict, steps: int) -> Path:
     import yaml
 
-    proj = Path(tempfile.mkdtemp(prefix="timing-", dir=root))
-    stages = STAGES_DIR
-    shutil.copytree(stages, proj / "stages", ignore=shutil.ignore_patterns("__pycache__"))
-    os.symlink(data_dir.resolve(), proj / "prepared")
     raw = yaml.safe_load(params_file.read_text()) or {}
     raw.setdefault("train", {}).update(max_steps=steps, seed=0, device="cpu",
                                        log_every=max(1, steps // 4), **setup)
     raw.setdefault("run", {}).update(checkpoint_every=10 ** 9, summary_every=10 ** 9)
     raw.setdefault("eval", {}).update(every_steps=0)
-    (proj / "params.yaml").write_text(json.dumps(raw))  # JSON is YAML
-    return proj
+    return scratch_train_project(Path(tempfile.mkdtemp(prefix="timing-", dir=root)), data_dir, raw)
 
 
 def one_run(root: Path, params_file: Path, data_dir: Path, name: str, steps: int) -> dict:
     """The train stage once in the set-up ``name``: its logged examples/sec and sec/batch."""
     proj = _project(root, params_file, data_dir, SETUPS[name], steps)
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC_DIR),
-                                                      os.environ.get("PYTHONPATH")]))
+    env = package_env({k: v for k, v in os.environ.items()
+                       if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     proc = subprocess.run([sys.executable, "stages/train.py", "--data", "prepared", "--out",
                            "run", "--live", "live"], cwd=proj, env=env, capture_output=True,
                           text=True)

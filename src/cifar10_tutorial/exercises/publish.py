@@ -21,7 +21,6 @@ import argparse
 import hashlib
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -30,6 +29,7 @@ from ..cli import run_stage
 from ..errors import PipelineError
 from ..files import ensure_writable, refuse_foreign, write_text_atomic
 from ..inference import load_model_file
+from .report_data import device_text, held_out_curve
 
 CARD = "README.md"
 FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", CARD)
@@ -112,16 +112,13 @@ def _segments(train: dict) -> list[str]:
     for s in train.get("segments", []):
         commit = (s.get("commit") or "outside git")[:7] + (" (dirty)" if s.get("dirty") else "")
         wall = f"{s['wall_time_s']:,.0f} s" if s.get("wall_time_s") is not None else "unknown"
-        # records made before the device text had a singular say "1 threads"
-        device = re.sub(r"\b1 threads\b", "1 thread", s.get("device") or "unknown")
+        device = device_text(s.get("device") or "unknown")
         rows.append(f"| {s['from_step']:,} | {s['to_step']:,} | {wall} | {device} | {commit} |")
     return rows
 
 
 def _curve(results: Path) -> list[str]:
     """The held-out precision at each evaluation while training, from the DVCLive TSVs."""
-    from .report_data import held_out_curve
-
     c = held_out_curve(results / "train")
     if c is None:
         return []

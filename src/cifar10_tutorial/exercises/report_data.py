@@ -47,11 +47,17 @@ def load_provenance(root: Path, name: str) -> Optional[dict]:
     return _device_read(json.loads(path.read_text())) if path.is_file() else None
 
 
+def device_text(device: str) -> str:
+    """A recorded machine as the report and the model card show it: records written before
+    the device text had a singular say "1 threads"."""
+    return re.sub(r"\b1 threads\b", "1 thread", device)
+
+
 def _device_read(record: dict) -> dict:
-    """Results written before the device text had a singular say "1 threads"."""
+    """A provenance record with its machine texts (its own and its segments') as shown."""
     for rec in [record, *(record.get("segments") or [])]:
         if isinstance(rec.get("device"), str):
-            rec["device"] = re.sub(r"\b1 threads\b", "1 thread", rec["device"])
+            rec["device"] = device_text(rec["device"])
     return record
 
 

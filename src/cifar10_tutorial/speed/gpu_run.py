@@ -33,7 +33,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,9 +45,9 @@ from typing import Optional
 import torch
 
 from .benchmark import project_step, typical_step, window, with_input
-from ..cli import run_stage, stage_output
+from ..cli import package_env, run_stage, scratch_train_project, stage_output
 from ..errors import PipelineError
-from ..files import SRC_DIR, STAGES_DIR, write_text_atomic
+from ..files import write_text_atomic
 from ..params import Params, load_params, to_dict
 from ..data.prepared import Prepared, load_prepared
 from ..exercises.report_data import held_out_curve
@@ -244,22 +243,14 @@ def tutorial_schedule(params: Params, data: Prepared, sizes: Sizes, steps_per_se
 def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: int,
                  root: Path) -> dict:
     """``n`` train stages at once on one device, against one alone: total examples/sec."""
-    stages = STAGES_DIR
-    # the copies have no src/ beside their stages: they import this package, installed or
-    # not (on the GPU machine it runs from the checkout, with PYTHONPATH=src)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-        str(SRC_DIR), os.environ.get("PYTHONPATH")]))}
+    env = package_env(dict(os.environ))
 
     def project(i: int) -> Path:
-        proj = root / f"exp{i}"
-        shutil.copytree(stages, proj / "stages", ignore=shutil.ignore_patterns("__pycache__"))
-        os.symlink(data_dir.resolve(), proj / "prepared")
         raw = yaml_load(params_file)
         raw.setdefault("train", {}).update(max_steps=steps, seed=i, device=device,
                                            log_every=max(1, steps // 5))
         raw.setdefault("run", {}).update(checkpoint_every=10 ** 9)
-        (proj / "params.yaml").write_text(json.dumps(raw))  # JSON is YAML
-        return proj
+        return scratch_train_project(root / f"exp{i}", data_dir, raw)
 
     def run(projects: list[Path]) -> dict:
         t = time.perf_counter()
