@@ -16,8 +16,8 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import write_text_atomic
 from .reference import ref, reference_markdown
-from .report_data import (Results, banner, load_curve, load_variants, make_results, marker,
-                          markdown_table, pct, plot, provenance_section)
+from .report_data import (Results, banner, device_text, load_curve, load_variants,
+                          make_results, marker, markdown_table, pct, plot, provenance_section)
 from .report_schedules import reproduction, time_to_accuracy
 
 
@@ -65,10 +65,17 @@ def _intro(r: Results) -> list[str]:
     return ["# The tutorial's exercises, measured", "", *banner(r),
             f"{budget}{seeds}. Training set: {int(df['num_train'].iloc[0]):,} images; "
             f"evaluation: {int(df['num_examples'].iloc[0]):,} held-out images, with the "
-            f"moving-average weights and with the raw weights, on `{df['device'].iloc[0]}`. "
+            f"moving-average weights and with the raw weights, "
+            f"{_machines(df)}. "
             f"The reference's figures come from 60K-100K-step runs on the official test set: "
             f"compare directions and sizes of effects, not absolute levels.",
             ""]
+
+
+def _machines(df) -> str:
+    devices = list(dict.fromkeys(df["device"]))
+    return (f"on `{devices[0]}`" if len(devices) == 1
+            else "on the machines (and threads) the next table names for each variant")
 
 
 def _summary(r: Results) -> list[str]:
@@ -291,16 +298,32 @@ def _devices_speed(r: Results, base, m, timed: Optional[dict]) -> str:
 
 
 def _devices_plot(r: Results, base, m, timed: Optional[dict]) -> None:
-    def draw(ax):  # each bar names its own machine: the runs may not share one
-        names = [f"1 x 128\n{base.device}", f"2 x 64\n{m.device}"]
-        values = [base.examples_per_sec, m.examples_per_sec]
-        for name, st in (timed or {}).get("setups", {}).items():
-            names.append(f"{name}, timed alone\n{timed['machine']}, {timed['cores']} cores")
-            values.append(st["examples_per_sec_median"])
-        ax.bar(names, values, color=["C0", "C1", "C0", "C1"][:len(values)])
-        ax.tick_params(axis="x", labelsize=7)
-    plot(r.plots / "devices_throughput.png", (8 if timed else 6, 4), draw,
-         "Training throughput", None, "training examples/sec", grid_axis="y")
+    """The speeds that may be compared: both set-ups timed alone on one machine (each bar
+    with the range of its runs); without that timing, the variants' own speeds, each bar
+    naming its machine (they may not share one)."""
+    def draw(ax):
+        if timed:
+            setups = timed["setups"]
+            names = [f"{name}\n{device_text(st['device'], st['world_size'])}"
+                     for name, st in setups.items()]
+            values = [st["examples_per_sec_median"] for st in setups.values()]
+            spans = [[v - min(st["runs"], key=_eps)["examples_per_sec"] for v, st in
+                      zip(values, setups.values())],
+                     [max(st["runs"], key=_eps)["examples_per_sec"] - v for v, st in
+                      zip(values, setups.values())]]
+            ax.bar(names, values, yerr=spans, capsize=6, color=["C0", "C1"][:len(values)])
+        else:
+            ax.bar([f"1 x 128\n{base.device}", f"2 x 64\n{m.device}"],
+                   [base.examples_per_sec, m.examples_per_sec], color=["C0", "C1"])
+        ax.tick_params(axis="x", labelsize=8)
+    title = (f"Training throughput, timed alone on {timed['machine']} ({timed['cores']} cores; "
+             f"median and range of {timed['repeats']} runs)" if timed else "Training throughput")
+    plot(r.plots / "devices_throughput.png", (7, 4), draw, title, None,
+         "training examples/sec", grid_axis="y")
+
+
+def _eps(run: dict) -> float:
+    return run["examples_per_sec"]
 
 
 def _exercise6_dataset(r: Results, every: pd.DataFrame, dataset_variants: list[str]) -> list[str]:

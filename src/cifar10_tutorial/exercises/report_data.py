@@ -47,17 +47,20 @@ def load_provenance(root: Path, name: str) -> Optional[dict]:
     return _device_read(json.loads(path.read_text())) if path.is_file() else None
 
 
-def device_text(device: str) -> str:
-    """A recorded machine as the report and the model card show it: records written before
-    the device text had a singular say "1 threads"."""
-    return re.sub(r"\b1 threads\b", "1 thread", device)
+def device_text(device: str, processes: int = 1) -> str:
+    """A recorded machine as the report and the model card show it, with the number of
+    processes of a torchrun job; records written before the device text had a singular
+    say "1 threads"."""
+    text = re.sub(r"\b1 threads\b", "1 thread", device)
+    return f"{text}, x {processes} processes" if processes > 1 else text
 
 
 def _device_read(record: dict) -> dict:
     """A provenance record with its machine texts (its own and its segments') as shown."""
+    processes = int(record.get("world_size") or 1)
     for rec in [record, *(record.get("segments") or [])]:
         if isinstance(rec.get("device"), str):
-            rec["device"] = device_text(rec["device"])
+            rec["device"] = device_text(rec["device"], processes)
     return record
 
 
