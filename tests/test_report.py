@@ -286,9 +286,12 @@ def test_exercise5_takes_its_speed_from_the_timing_of_both_setups_alone(tmp_path
     exercises(tmp_path / "a", 10_000, {"local_head": 0.0, "no_lrn": 0.0})
     timing = tmp_path / "devices_timing.json"
 
-    def setup(eps, spread, world):
+    def setup(eps, spread, world):  # as devices_timing writes it
+        runs = [{"examples_per_sec": e, "sec_per_batch": 128 / e / world, "world_size": world}
+                for e in (eps - spread / 2, eps, eps + spread / 2)]
         return {"examples_per_sec_median": eps, "examples_per_sec_spread": spread,
-                "sec_per_batch_median": 128 / eps / world, "world_size": world}
+                "sec_per_batch_median": 128 / eps / world, "world_size": world,
+                "device": f"AMD EPYC, {2 // world} threads", "runs": runs}
 
     timing.write_text(json.dumps({
         "steps": 400, "repeats": 3, "machine": "AMD EPYC", "cores": 2,
