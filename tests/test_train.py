@@ -87,6 +87,22 @@ def test_ema_rule():
     assert set(avg.shadow) == {"weight", "bias"}
 
 
+def test_checkpoints_and_model_file_hold_the_averages_in_one_format(synth_data, tmp_path):
+    """"ema" is the whole averaged model state in both: a checkpoint evaluates and resumes
+    with the same reader as model.pt."""
+    paths = TrainPaths(tmp_path / "train", tmp_path / "live")
+    train(tiny_params(train={"max_steps": 4}, run={"checkpoint_every": 2, "summary_every": 100}),
+          synth_data, paths, progress=False)
+    ck, final = load_checkpoint(paths.checkpoints / "ckpt-00000004.pt"), load_checkpoint(paths.model)
+    assert set(ck["ema"]) == set(ck["model"]) == set(final["ema"]) == set(final["model"])
+    for name in final["ema"]:
+        torch.testing.assert_close(ck["ema"][name], final["ema"][name], rtol=0, atol=0)
+    older = {k: v for k, v in ck["ema"].items() if v.is_floating_point()}  # the older form
+    avg = WeightAverage(CifarNet(), 0.9999)
+    avg.load_state_dict(older)
+    assert all(torch.equal(avg.shadow[k], ck["ema"][k]) for k in avg.shadow)
+
+
 def test_loss_and_weight_decay_on_a_known_case():
     model = CifarNet()
     with torch.no_grad():

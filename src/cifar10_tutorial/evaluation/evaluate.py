@@ -30,7 +30,9 @@ def evaluate_checkpoint(ckpt: dict, images: torch.Tensor, labels: torch.Tensor,
     """:func:`.inference.precision_at_1` of a checkpoint or model.pt, averaged weights and
     raw weights (each checked against the network its params describe)."""
     def model(key: str):
-        state = {**ckpt["model"], **ckpt[key]}  # averages replace the averaged entries
+        # "ema" is the whole averaged state; checkpoints before 2026-12-02 held the averaged
+        # entries only, which then replace those of the raw state
+        state = {**ckpt["model"], **ckpt[key]}
         return model_from_state(ckpt["params"], int(ckpt["num_classes"]), state, device, source)
 
     return precision_at_1(((suffix, model(key)) for suffix, key in (("", "ema"), ("_raw", "model"))),

@@ -64,12 +64,11 @@ class WeightAverage:
         keys = list(self.shadow)
         torch._foreach_lerp_([self.shadow[k] for k in keys], [state[k] for k in keys], 1.0 - d)
 
-    def state_dict(self) -> dict:
-        return self.shadow
-
     def load_state_dict(self, state: dict) -> None:
-        for k, v in state.items():
-            self.shadow[k].copy_(v)
+        """From a checkpoint's ``ema``: the averaged model state (:meth:`averaged_model_state`,
+        the form model.pt holds too), or the averaged entries alone (older checkpoints)."""
+        for k, v in self.shadow.items():
+            v.copy_(state[k])
 
     def averaged_model_state(self, model: torch.nn.Module) -> dict:
         """The model's state with every averaged entry replaced by its average."""

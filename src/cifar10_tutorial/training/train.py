@@ -266,7 +266,7 @@ def _checkpoint(run: _Run, model, optimizer, ema, inputs: list, signature: dict,
                 params: Params, data: Prepared, d: Dist, held_out: HeldOut,
                 summaries: Summaries, segments: Segments) -> dict:
     return {"step": run.step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "ema": ema.state_dict(), "input": inputs, "signature": signature,
+            "ema": ema.averaged_model_state(model), "input": inputs, "signature": signature,
             "params": run_params(params), "classes": data.classes,
             "num_classes": data.num_classes, "world_size": d.world,
             "loss_avg": run.loss_avg.item(), "elapsed": run.seconds(),
