@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cifar10_tutorial.speed.gpu_run import LOSS_RTOL
+from cifar10_tutorial.speed.gpu_parts import LOSS_RTOL
 from cifar10_tutorial.params import to_dict
 from conftest import tiny_params, write_train_project
 

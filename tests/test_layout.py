@@ -11,11 +11,17 @@ from cifar10_tutorial.cli import stage_command, stage_output
 from conftest import ROOT
 
 PACKAGE = ROOT / "src" / "cifar10_tutorial"
-MAX_MODULE_LINES = 410
+# A module is one concern, read in one sitting; past this, split it at its seams (the GPU
+# run's parts, the benchmark's baselines, the download's transfer, the report's exercise 5
+# were split so).
+MAX_MODULE_LINES = 350
+# The one module above it: the typed params, one dataclass per section of params.yaml and
+# the variants built from them, kept whole so that every param is found in one file.
+PARAMS = ("params.py", 375)
 MAX_FUNCTION_LINES = 60  # a function read on one screen
 # The one exception: the training loop, kept whole so that one batch can be followed from
 # the prepared tensors to the logged loss in one place (the nanoGPT way), within this.
-LOOP = ("train.py", "_train", 95)
+LOOP = ("training/train.py", "_train", 95)
 
 
 def module_name(f: Path, package: Path) -> str:
@@ -111,15 +117,16 @@ def test_the_cycle_finder_finds_one(tmp_path):
 def test_modules_and_functions_are_of_readable_length():
     long_modules, long_functions = [], []
     for f in sorted(PACKAGE.rglob("*.py")):
-        text = f.read_text()
-        if len(text.splitlines()) > MAX_MODULE_LINES:
-            long_modules.append(f"{f.name}: {len(text.splitlines())} lines")
+        text, name = f.read_text(), f.relative_to(PACKAGE).as_posix()
+        limit = PARAMS[1] if name == PARAMS[0] else MAX_MODULE_LINES
+        if len(text.splitlines()) > limit:
+            long_modules.append(f"{name}: {len(text.splitlines())} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
-                limit = LOOP[2] if (f.name, node.name) == LOOP[:2] else MAX_FUNCTION_LINES
+                limit = LOOP[2] if (name, node.name) == LOOP[:2] else MAX_FUNCTION_LINES
                 if n > limit:
-                    long_functions.append(f"{f.name}:{node.lineno} {node.name}: {n} lines")
+                    long_functions.append(f"{name}:{node.lineno} {node.name}: {n} lines")
     assert long_modules == [] and long_functions == []
 
 

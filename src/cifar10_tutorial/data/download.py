@@ -15,49 +15,21 @@ allows it (also across runs), but only a partial file of the same URL and size.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import logging
 import os
 import shutil
-import socket
 import tarfile
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from tqdm import tqdm
-
-from ..errors import PipelineError
 from ..files import refuse_foreign
+from .transfer import (CHUNK, MIRROR_HINT, DownloadError, DownloadOptions, copy_fsspec,
+                       copy_local, fetch_http, local_source, sidecar)
 
 log = logging.getLogger(__name__)
-
-CHUNK = 1 << 20
-MIRROR_HINT = ("Set data.url in params.yaml to a mirror or to a local copy "
-               "(file:///path/to/archive.tar.gz or a plain path), e.g. "
-               "`dvc exp run -S data.url=/path/to/cifar-10-binary.tar.gz`.")
-
-
-class DownloadError(PipelineError):
-    """The archive could not be fetched or failed its checks."""
-
-
-class _Transient(Exception):
-    """A failure worth retrying (dropped connection, timeout, 5xx)."""
-
-
-@dataclass(frozen=True)
-class DownloadOptions:
-    timeout: float = 60.0  # seconds without data before an attempt gives up
-    retries: int = 5  # attempts in all, for transient errors
-    backoff: float = 2.0  # first wait between attempts, doubled each time
-    progress: Optional[bool] = None  # None: a bar when stderr is a terminal
 
 
 def md5_of(path: Path) -> str:
@@ -128,169 +100,6 @@ def check_mat(path: Path, source: str) -> None:
                             f"{MIRROR_HINT}")
 
 
-# URL schemes of DVC's remote filesystems -> the extra that installs them
-DVC_EXTRAS = {"s3": "s3", "gs": "gs", "gcs": "gs", "azure": "azure", "az": "azure",
-              "abfs": "azure", "hdfs": "hdfs", "webhdfs": "webhdfs", "ssh": "ssh", "sftp": "ssh",
-              "oss": "oss", "webdav": "webdav", "webdavs": "webdav", "gdrive": "gdrive"}
-# fsspec's own filesystems that need no extra (memory:// serves tests)
-FSSPEC_BUILTIN = {"memory"}
-
-
-def _local_source(url: str) -> Optional[Path]:
-    """The local path a URL names, or None for a network URL."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme == "file":
-        return Path(urllib.request.url2pathname(parsed.path))
-    if parsed.scheme in ("http", "https") or parsed.scheme in DVC_EXTRAS \
-            or parsed.scheme in FSSPEC_BUILTIN:
-        return None
-    if parsed.scheme and len(parsed.scheme) > 1:
-        raise DownloadError(
-            f"data.url: unsupported scheme {parsed.scheme!r} in {url!r}; expected http://, "
-            f"https://, file://, a plain path, or a URL of DVC's remote filesystems "
-            f"({', '.join(sorted(DVC_EXTRAS))}://).")
-    return Path(url)
-
-
-def _copy_fsspec(url: str, part: Path, progress: Optional[bool], digest) -> None:
-    """Stream ``url`` from a DVC/fsspec filesystem (s3://, gs://, hdfs://, ssh://, memory://)."""
-    import fsspec
-
-    scheme = urllib.parse.urlparse(url).scheme
-    try:
-        fs, path = fsspec.core.url_to_fs(url)
-    except (ImportError, ValueError) as exc:
-        extra = DVC_EXTRAS.get(scheme)
-        hint = f"`pip install 'dvc[{extra}]'`" if extra else "its fsspec implementation"
-        raise DownloadError(f"data.url: reading {scheme}:// needs {hint} ({exc}).") from None
-    try:
-        with fs.open(path, "rb") as fin:
-            _stream(fin, part, fs.size(path), Path(path).name, progress, digest)
-    except FileNotFoundError:
-        raise DownloadError(f"data.url: {url} does not exist. {MIRROR_HINT}") from None
-    except OSError as exc:
-        raise DownloadError(f"could not read {url} ({type(exc).__name__}: {exc}). "
-                            f"{MIRROR_HINT}") from None
-
-
-def _bar(total: Optional[int], initial: int, name: str, progress: Optional[bool]) -> tqdm:
-    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=name, disable=None if progress is None else not progress, leave=False)
-
-
-def _stream(fin, part: Path, total: Optional[int], name: str, progress: Optional[bool],
-            digest) -> None:
-    """Copy the open file ``fin`` to ``part`` with a progress bar, hashing on the way."""
-    with open(part, "wb") as fout, _bar(total, 0, name, progress) as bar:
-        for chunk in iter(lambda: fin.read(CHUNK), b""):
-            fout.write(chunk)
-            digest.update(chunk)
-            bar.update(len(chunk))
-
-
-def _copy_local(src: Path, part: Path, progress: Optional[bool], digest) -> None:
-    if not src.is_file():
-        raise DownloadError(f"data.url: {src} does not exist or is not a file. {MIRROR_HINT}")
-    with open(src, "rb") as fin:
-        _stream(fin, part, src.stat().st_size, src.name, progress, digest)
-
-
-def _sidecar(part: Path) -> Path:
-    """Beside a partial file: the URL and total size it is a prefix of."""
-    return part.with_name(part.name + ".json")
-
-
-def _partial_of(part: Path, url: str) -> int:
-    """Bytes of ``part`` that may be resumed for ``url``: 0 unless its sidecar names ``url``."""
-    if not part.exists():
-        return 0
-    try:
-        meta = json.loads(_sidecar(part).read_text())
-    except (OSError, ValueError):
-        meta = None
-    if not meta or meta.get("url") != url:
-        log.info("discarding %s: a partial download of another source", part)
-        part.unlink()
-        _sidecar(part).unlink(missing_ok=True)
-        return 0
-    return part.stat().st_size
-
-
-def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
-    """One attempt: resume ``part`` (a prefix of the same URL and total size) from its
-    current size if the server allows ranges."""
-    have = _partial_of(part, url)
-    req = urllib.request.Request(url, headers={"User-Agent": "cifar10-tutorial-pipeline"})
-    if have:
-        req.add_header("Range", f"bytes={have}-")
-    try:
-        resp = urllib.request.urlopen(req, timeout=opts.timeout)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 416 and have:  # our partial file is no prefix the server knows: restart
-            part.unlink()
-            raise _Transient("HTTP 416 for a range request; restarting from zero") from None
-        if exc.code >= 500 or exc.code in (408, 429):
-            raise _Transient(f"HTTP {exc.code} {exc.reason}") from None
-        raise DownloadError(f"could not download {url}: HTTP {exc.code} {exc.reason}. "
-                            f"{MIRROR_HINT}") from None
-    except (urllib.error.URLError, socket.timeout, ConnectionError, http.client.HTTPException) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise _Transient(f"{type(exc).__name__}: {reason}") from None
-    with resp:
-        if resp.status == 206:
-            rng = resp.headers.get("Content-Range", "bytes 0-")
-            start = int(rng.split()[1].split("-")[0])
-            full = rng.rsplit("/", 1)[1] if "/" in rng else "*"
-            known = json.loads(_sidecar(part).read_text()).get("size")
-            if start != have or (known is not None and full != "*" and int(full) != known):
-                part.unlink()
-                _sidecar(part).unlink(missing_ok=True)
-                raise _Transient(f"server resumed at byte {start} of {full}, not {have} of "
-                                 f"{known}: the file changed; restarting")
-            mode = "ab"
-            log.info("resuming %s at byte %d", url, have)
-        else:
-            mode, have = "wb", 0
-        length = resp.headers.get("Content-Length")
-        total = have + int(length) if length is not None else None
-        if mode == "wb":
-            _sidecar(part).write_text(json.dumps({"url": url, "size": total}))
-        got = have
-        with open(part, mode) as f, _bar(total, have, Path(urllib.parse.urlparse(url).path).name,
-                                         opts.progress) as bar:
-            while True:
-                try:
-                    chunk = resp.read(CHUNK)
-                except (socket.timeout, ConnectionError, http.client.HTTPException) as exc:
-                    raise _Transient(f"connection lost after {got} bytes: "
-                                     f"{type(exc).__name__}: {exc}") from None
-                if not chunk:
-                    break
-                f.write(chunk)
-                got += len(chunk)
-                bar.update(len(chunk))
-        if total is not None and got < total:
-            raise _Transient(f"connection closed after {got} of {total} bytes")
-
-
-def _fetch_http(url: str, part: Path, opts: DownloadOptions,
-                sleep: Callable[[float], None] = time.sleep) -> None:
-    last = ""
-    for attempt in range(1, opts.retries + 1):
-        try:
-            _http_attempt(url, part, opts)
-            return
-        except _Transient as exc:
-            last = str(exc)
-            if attempt < opts.retries:
-                wait = opts.backoff * 2 ** (attempt - 1)
-                log.warning("download attempt %d/%d of %s failed (%s); retrying in %.1f s",
-                            attempt, opts.retries, url, last, wait)
-                sleep(wait)
-    raise DownloadError(f"could not download {url} after {opts.retries} attempts "
-                        f"(last error: {last}). The host may be unreachable. {MIRROR_HINT}")
-
-
 def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
           opts: DownloadOptions = DownloadOptions(),
           check: Callable[[Path, str], None] = check_gzip_tar) -> dict:
@@ -304,17 +113,17 @@ def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
         dest.unlink()  # with no md5 pinned, the source is fetched again: it may have changed
     partial_dir.mkdir(parents=True, exist_ok=True)
     part = partial_dir / (dest.name + ".part")
-    local = _local_source(url)
+    local = local_source(url)
     digest = hashlib.md5()
     if local is not None:
-        _sidecar(part).unlink(missing_ok=True)
-        _copy_local(local, part, opts.progress, digest)
+        sidecar(part).unlink(missing_ok=True)
+        copy_local(local, part, opts.progress, digest)
     elif urllib.parse.urlparse(url).scheme in ("http", "https"):
-        _fetch_http(url, part, opts)
+        fetch_http(url, part, opts)
         digest = None  # a resumed file: hashed whole below
     else:
-        _sidecar(part).unlink(missing_ok=True)
-        _copy_fsspec(url, part, opts.progress, digest)
+        sidecar(part).unlink(missing_ok=True)
+        copy_fsspec(url, part, opts.progress, digest)
     try:
         check(part, url)  # every member and record file, before the md5 is looked at
         found = digest.hexdigest() if digest is not None else md5_of(part)
@@ -330,12 +139,12 @@ def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
                 f"(or null to skip the check).")
     except DownloadError:
         part.unlink(missing_ok=True)
-        _sidecar(part).unlink(missing_ok=True)
+        sidecar(part).unlink(missing_ok=True)
         raise
     dest.parent.mkdir(parents=True, exist_ok=True)
     size = part.stat().st_size
     os.replace(part, dest)
-    _sidecar(part).unlink(missing_ok=True)
+    sidecar(part).unlink(missing_ok=True)
     log.info("downloaded %s -> %s (%.1f MB, md5 %s)", url, dest, size / 1e6, found)
     return {"name": dest.name, "url": url, "size": size, "md5": found}
 

@@ -7,7 +7,6 @@ come from one table, :data:`.reference.REFERENCE`, which the report prints at it
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -16,8 +15,9 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import write_text_atomic
 from .reference import ref, reference_markdown
-from .report_data import (Results, banner, device_text, load_curve, load_variants,
-                          make_results, marker, markdown_table, pct, plot, provenance_section)
+from .report_data import (Results, banner, load_curve, load_variants, make_results, marker,
+                          markdown_table, pct, plot, provenance_section, speed_noise)
+from .report_devices import exercise5_devices
 from .report_schedules import reproduction, time_to_accuracy
 
 
@@ -45,7 +45,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     r.plots.mkdir(parents=True, exist_ok=True)
     md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
           + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
-          + _exercise4_averaging(r) + _exercise5_devices(r, devices_timing)
+          + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)
           + _exercise6_dataset(r, every, dataset_variants or []) + _no_lrn(r)
           + time_to_accuracy(r, search) + reference_markdown())
     report = out / "report.md"
@@ -155,7 +155,7 @@ def _exercise2_local_head(r: Results) -> list[str]:
                  f"{'better' if d > 0 else 'worse'} than the fully connected one "
                  f"{r.noise(d, 'precision_at_1')}, with {h.num_params / base.num_params:.2f}x "
                  f"the parameters and {speed:.2f}x the training speed "
-                 f"{_speed_noise(r, speed, h)}. {ref('local_head')}."), ""]
+                 f"{speed_noise(r, speed, h)}. {ref('local_head')}."), ""]
 
 
 def _exercise3_queue_fill(r: Results) -> list[str]:
@@ -235,97 +235,6 @@ def _exercise4_averaging(r: Results) -> list[str]:
             f"reference's 100K-step runs."), ""]
 
 
-def _exercise5_devices(r: Results, timing: Optional[Path] = None) -> list[str]:
-    md = ["## Exercise 5: 2 devices x batch 64 against 1 device x batch 128", "",
-          "*Question:* at the same global batch, is splitting it over two devices faster, and "
-          f"does it learn the same? The reference (batch 128 per GPU): {ref('devices')}.", ""]
-    base = r.base
-    if base is None or not r.has("devices_2x64"):
-        return md + ["*Not run:* the `devices_2x64` variant has no results.", ""]
-    m = r.df.loc["devices_2x64"]
-    runs = (base, m)
-    t = pd.DataFrame({"variant": ["1 x 128 (baseline)", "2 x 64"],
-                      "train examples/sec": [f"{v.examples_per_sec:,.0f}" for v in runs],
-                      "per device": [f"{v.examples_per_sec_per_device:,.0f}" for v in runs],
-                      # as cifar10_multi_gpu_train.py prints it: step time / devices
-                      "sec/batch": [f"{v.global_batch_size / v.examples_per_sec / v.world_size:.3f}"
-                                    for v in runs],
-                      "precision @ 1": [pct(v.precision_at_1) for v in runs]})
-    timed = None
-    if timing is not None and timing.is_file():
-        timed = {**json.loads(timing.read_text()), "path": str(timing)}
-    for name, st in (timed or {}).get("setups", {}).items():
-        eps = st["examples_per_sec_median"]
-        t.loc[len(t)] = [f"{name}, timed alone ({timed['machine']}, {timed['cores']} cores)",
-                         f"{eps:,.0f}", f"{eps / st['world_size']:,.0f}",
-                         f"{st['sec_per_batch_median']:.3f}", ""]
-    for row in ref("devices_rows"):
-        t.loc[len(t)] = row
-    t.to_csv(r.tables / "exercise5_devices.csv", index=False)
-    cpu = m.get("device_type") == "cpu"
-    _devices_plot(r, base, m, timed)
-    learns = (f"2 x 64 reaches {pct(m.precision_at_1)} against {pct(base.precision_at_1)} "
-              f"{r.noise(100 * (m.precision_at_1 - base.precision_at_1), 'precision_at_1')} "
-              f"(same global batch, same schedule; each process runs its own shuffle queue "
-              f"over half the records). ")
-    return md + [markdown_table(t), "", "![devices](plots/devices_throughput.png)", "",
-                 r.answer(_devices_speed(r, base, m, timed) + learns)
-                 + ("On this CPU machine the two processes share the same cores: there is no "
-                    "extra arithmetic to gain, only a gradient all-reduce per step to pay, so "
-                    "the difference in speed comes from how well each setup keeps the cores "
-                    "busy; on two GPUs each process has a device of its own."
-                    if cpu and not r.withheld else ""),
-                 ""]
-
-
-def _devices_speed(r: Results, base, m, timed: Optional[dict]) -> str:
-    """The speed half of exercise 5's answer: from the timing file (both set-ups on the same
-    cores, the machine idle) when there is one, else from the two variants' own runs."""
-    if timed is None:
-        speed = m.examples_per_sec / base.examples_per_sec
-        return (f"in the variants' own runs 2 x 64 trains at {speed:.2f}x the speed of 1 x 128 "
-                f"{_speed_noise(r, speed, m)}; ")
-    one, two = (timed["setups"][n] for n in ("1 x 128", "2 x 64"))
-    gap = two["examples_per_sec_median"] - one["examples_per_sec_median"]
-    band = max(one["examples_per_sec_spread"], two["examples_per_sec_spread"])
-    n = timed["repeats"]
-    weigh = (f"**not distinguishable from timing noise** (the runs of one set-up spread over "
-             f"{band:,.0f} examples/sec)" if abs(gap) <= band else
-             f"beyond the {band:,.0f} examples/sec spread of the runs of one set-up")
-    return (f"timed alone on {timed['machine']} ({timed['cores']} cores, medians of {n} runs of "
-            f"{timed['steps']:,} steps each, `{timed['path']}`), 2 x 64 trains at "
-            f"{timed['speed_2x64_vs_1x128']:.2f}x the speed of 1 x 128, {weigh}; ")
-
-
-def _devices_plot(r: Results, base, m, timed: Optional[dict]) -> None:
-    """The speeds that may be compared: both set-ups timed alone on one machine (each bar
-    with the range of its runs); without that timing, the variants' own speeds, each bar
-    naming its machine (they may not share one)."""
-    def draw(ax):
-        if timed:
-            setups = timed["setups"]
-            names = [f"{name}\n{device_text(st['device'], st['world_size'])}"
-                     for name, st in setups.items()]
-            values = [st["examples_per_sec_median"] for st in setups.values()]
-            spans = [[v - min(st["runs"], key=_eps)["examples_per_sec"] for v, st in
-                      zip(values, setups.values())],
-                     [max(st["runs"], key=_eps)["examples_per_sec"] - v for v, st in
-                      zip(values, setups.values())]]
-            ax.bar(names, values, yerr=spans, capsize=6, color=["C0", "C1"][:len(values)])
-        else:
-            ax.bar([f"1 x 128\n{base.device}", f"2 x 64\n{m.device}"],
-                   [base.examples_per_sec, m.examples_per_sec], color=["C0", "C1"])
-        ax.tick_params(axis="x", labelsize=8)
-    title = (f"Training throughput, timed alone on {timed['machine']} ({timed['cores']} cores; "
-             f"median and range of {timed['repeats']} runs)" if timed else "Training throughput")
-    plot(r.plots / "devices_throughput.png", (7, 4), draw, title, None,
-         "training examples/sec", grid_axis="y")
-
-
-def _eps(run: dict) -> float:
-    return run["examples_per_sec"]
-
-
 def _exercise6_dataset(r: Results, every: pd.DataFrame, dataset_variants: list[str]) -> list[str]:
     md = ["## Exercise 6: SVHN instead of CIFAR-10", "",
           "*Question:* how does the same network do on SVHN's house-number digits? The "
@@ -376,23 +285,4 @@ def _no_lrn(r: Results) -> list[str]:
     return ["## Without local response normalization", "", markdown_table(t), "",
             r.answer(f"dropping norm1 and norm2 moves precision @ 1 by {d:+.1f} points "
                      f"{r.noise(d, 'precision_at_1')} and changes the training speed by "
-                     f"{speed:.2f}x {_speed_noise(r, speed, n)}."), ""]
-
-
-def _speed_noise(r: Results, ratio: float, variant=None) -> str:
-    """A speed ratio against the baseline, weighed against the seeds' spread of speed (the
-    seeds do identical work: their spread is the timing noise of this machine). A variant
-    timed on another machine than the baseline and its seeds is not compared at all."""
-    rows = [row for _, row in r.seeds.iterrows()] if r.seeds is not None else [r.base]
-    machines = {_machine(v.device) for v in [*rows, variant] if v is not None}
-    if len(machines) > 1:
-        return (f"(**not comparable**: the runs were timed on {len(machines)} different "
-                f"machines, {', '.join(sorted(machines))}; speeds compare only within one)")
-    base = r.base.examples_per_sec if r.base is not None else 1.0
-    return r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base, unit="%",
-                   fmt=".0f", of=" in examples/sec")
-
-
-def _machine(device: str) -> str:
-    """The CPU model or GPU of a variant's device description ('AMD EPYC, 1 threads')."""
-    return str(device).split(",")[0]
+                     f"{speed:.2f}x {speed_noise(r, speed, n)}."), ""]

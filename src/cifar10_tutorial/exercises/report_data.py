@@ -261,7 +261,7 @@ def provenance_section(r: Results, equivalence: Optional[Path] = None) -> list[s
     if r.exercises["steps"].nunique() > 1:
         notes.append(f"The exercise variants ran at {r.exercises['steps'].nunique()} different "
                      f"budgets (steps); compare them with care.")
-    machines = sorted({str(p.get("device")).split(",")[0] for p in found.values()})
+    machines = sorted({machine_of(p.get("device")) for p in found.values()})
     where = (f" The variants ran on {len(machines)} different machines ({', '.join(machines)}): "
              f"speeds are compared only within one machine, and the same training rounds "
              f"differently on another machine's kernels." if len(machines) > 1 else "")
@@ -291,3 +291,22 @@ def _code_note(found: dict, equivalence: Optional[Path]) -> str:
                 f"and averages at each; `{equivalence}`)")
     return (f"The variants were made by {n} different commits of the code, not checked to "
             f"train alike (`python -m cifar10_tutorial.exercises.equivalence OLD NEW` checks two).")
+
+
+def speed_noise(r: Results, ratio: float, variant=None) -> str:
+    """A speed ratio against the baseline, weighed against the seeds' spread of speed (the
+    seeds do identical work: their spread is the timing noise of this machine). A variant
+    timed on another machine than the baseline and its seeds is not compared at all."""
+    rows = [row for _, row in r.seeds.iterrows()] if r.seeds is not None else [r.base]
+    machines = {machine_of(v.device) for v in [*rows, variant] if v is not None}
+    if len(machines) > 1:
+        return (f"(**not comparable**: the runs were timed on {len(machines)} different "
+                f"machines, {', '.join(sorted(machines))}; speeds compare only within one)")
+    base = r.base.examples_per_sec if r.base is not None else 1.0
+    return r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base, unit="%",
+                   fmt=".0f", of=" in examples/sec")
+
+
+def machine_of(device: str) -> str:
+    """The CPU model or GPU of a variant's device description ('AMD EPYC, 1 threads')."""
+    return str(device).split(",")[0]

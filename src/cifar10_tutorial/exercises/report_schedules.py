@@ -11,7 +11,7 @@ import pandas as pd
 
 from .reference import ref
 from .report_data import (MIN_STEPS, REPRODUCTION, Results, held_out_curve, load_provenance,
-                          marker, markdown_table, pct, plot)
+                          machine_of, marker, markdown_table, pct, plot)
 
 
 def variant_curve(r: Results, name: str) -> Optional[pd.DataFrame]:
@@ -203,7 +203,7 @@ def _speedup(r: Results, fast: pd.DataFrame, rep) -> list[str]:
                               f"Try a longer `fast` run (`train.max_epochs`)."), ""]
     f = ok.iloc[0]  # sorted by epochs: the shortest that reaches the bar
     margin = 100 * (f.precision_at_1 - bar)
-    machines = {str(v.device).split(",")[0] for v in (f, rep)}
+    machines = {machine_of(v.device) for v in (f, rep)}
     timing = (f"{rep.train_seconds / f.train_seconds:.1f}x less training time "
               f"({_hours(f.train_seconds)}) than the tutorial's schedule, one run each, on the "
               f"same machine" if len(machines) == 1 else

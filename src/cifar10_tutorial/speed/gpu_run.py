@@ -11,10 +11,11 @@ after the budget is out is skipped. It writes ``reports/gpu/<gpu name>.json`` (`
 after each part, so a run cut short leaves the parts it finished, and prints a table of
 four parts:
 
-1. correctness: the first 50 steps' losses on the device against the CPU from the same
-   seed and the same batches (TF32 off; tolerance ``LOSS_RTOL``), host syncs per step on
-   the real GPU path (CUDA's sync debug mode: there must be none between log steps), and
-   held-out precision @ 1 after a short run, averaged and raw weights;
+1. correctness (:mod:`.gpu_parts`, as part 2): the first 50 steps' losses on the device
+   against the CPU from the same seed and the same batches (TF32 off; tolerance
+   :data:`.gpu_parts.LOSS_RTOL`), host syncs per step on the real GPU path (CUDA's sync
+   debug mode: there must be none between log steps), and held-out precision @ 1 after a
+   short run, averaged and raw weights;
 2. throughput of the train step at batch 128 and larger: eager, on a fixed batch and with
    the real input pipeline; the step under ``torch.compile(mode="reduce-overhead")`` (CUDA
    graphs; GPU only); the typical torchvision DataLoader pipeline on the same device (at
@@ -37,14 +38,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from .benchmark import project_step, typical_step, window, with_input
+from .benchmark import window
 from ..cli import package_env, run_stage, scratch_train_project, stage_output
 from ..errors import PipelineError
 from ..files import write_text_atomic
@@ -54,148 +53,10 @@ from ..exercises.report_data import held_out_curve
 from ..training.checkpoints import TrainPaths
 from ..training.devices import pick_device
 from .gpu_plan import DRY, TARGETS, Budget, Sizes, build_dev_data, fit
+from .gpu_parts import (host_syncs_per_step, input_step, losses_against_cpu, short_run, syncer,
+                        throughput, with_sections)
 from .gpu_table import format_table
-from ..training.inputs import make_batches
 from ..training.train import train
-
-LOSS_RTOL = 1e-3  # largest relative difference of a step's loss, device against CPU
-
-
-def _with(params: Params, **sections) -> Params:
-    """``params`` with some fields of some sections replaced."""
-    return dataclasses.replace(params, **{name: dataclasses.replace(getattr(params, name), **v)
-                                          for name, v in sections.items()})
-
-
-def _sync(device: torch.device):
-    return (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
-
-
-@contextmanager
-def input_step(params: Params, data: Prepared, device: torch.device, images=None, labels=None):
-    """The train step with its real input pipeline on ``device`` (the training set moved
-    there once, or ``images``/``labels`` already there): yields (step, batches), closes the
-    pipeline after."""
-    if images is None:
-        images = torch.from_numpy(data.train_images).to(device)
-        labels = torch.from_numpy(data.train_labels).to(device)
-    _, step, batches, _ = with_input(params, data, images, labels, device)
-    try:
-        yield step, batches
-    finally:
-        batches.close()
-
-
-# --------------------------------------------------------------------------- 1. correctness
-
-
-def losses_against_cpu(params: Params, data: Prepared, device: torch.device, steps: int) -> dict:
-    """The first ``steps`` losses on ``device`` and on the CPU: same seed, same batches."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    cpu = torch.device("cpu")
-    images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
-    batches = make_batches(params, data, images, labels)
-    _, cpu_step = project_step(params, data, cpu, with_loss=True)
-    _, dev_step = project_step(params, data, device, with_loss=True)
-    ref, got = [], []
-    try:
-        for i in range(steps):
-            x, y = batches.get(i)
-            ref.append(cpu_step(x, y).item())
-            got.append(dev_step(x.to(device), y.to(device)).item())
-    finally:
-        batches.close()
-    worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
-    return {"steps": steps, "cpu": ref, "device": got, "max_rel_diff": worst,
-            "tolerance": LOSS_RTOL, "ok": worst <= LOSS_RTOL}
-
-
-def host_syncs_per_step(params: Params, data: Prepared, device: torch.device, steps: int) -> float:
-    """Host syncs CUDA reports per step of the real GPU path (input, step, averages); None
-    on a CPU, where nothing waits for a device."""
-    if device.type != "cuda":
-        return None
-    with input_step(params, data, device) as (step, _):
-        for _ in range(3):
-            step()
-        torch.cuda.synchronize()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                for _ in range(steps):
-                    step()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-        torch.cuda.synchronize()
-    return sum("synchroniz" in str(w.message) for w in caught) / steps
-
-
-def short_run(params: Params, data: Prepared, steps: int, root: Path) -> dict:
-    """Train ``steps`` steps with the train stage's own code; held-out precision at the end."""
-    p = _with(params, train={"max_steps": steps, "log_every": max(1, steps // 10)},
-              run={"checkpoint_every": steps}, eval={"every_steps": steps})
-    m = train(p, data, TrainPaths(root / "short", root / "short-live"), progress=False)
-    return {"steps": steps, "precision_at_1": m["held_out"]["precision_at_1"],
-            "precision_at_1_raw": m["held_out"]["precision_at_1_raw"],
-            "examples_per_sec": m["examples_per_sec"]}
-
-
-# --------------------------------------------------------------------------- 2. throughput
-
-
-def throughput(params: Params, data: Prepared, device: torch.device, sizes: Sizes) -> list[dict]:
-    """Examples/sec and ms per step of the train step at each batch size, several ways."""
-    sync, rows = _sync(device), []
-    images = torch.from_numpy(data.train_images).to(device)
-    labels = torch.from_numpy(data.train_labels).to(device)
-    for i, batch in enumerate(sizes.batches):
-        p = _with(params, train={"batch_size": batch})
-        row = {"batch_size": batch}
-        with input_step(p, data, device, images, labels) as (step, batches):
-            row["eager_input_pipeline"] = _best(step, batch, sizes, sync)
-            x, y = batches.get(10 ** 6)
-        _, fixed = project_step(p, data, device)
-        row["eager_fixed_batch"] = _best(lambda: fixed(x, y), batch, sizes, sync)
-        if device.type == "cuda" and i < sizes.compiled_batches:
-            row["compiled_fixed_batch"] = _compiled(p, data, device, x, y, sizes, sync)
-        if batch == sizes.batches[0]:
-            row["typical_dataloader"] = _typical(p, data, device, sizes, sync)
-        rows.append(row)
-    return rows
-
-
-def _typical(params: Params, data: Prepared, device, sizes: Sizes, sync) -> dict:
-    """The torchvision DataLoader pipeline, where torchvision is installed (the GPU machine
-    this project may be lent has none: the comparison is then left out, and says why)."""
-    try:
-        typ, close = typical_step(params, data, device,
-                                  workers=4 if device.type == "cuda" else 0)
-    except ImportError as exc:
-        return {"error": f"not measured (no {(exc.name or 'torchvision').split('.')[0]} here)"}
-    try:
-        return _best(typ, params.train.batch_size, sizes, sync)
-    finally:
-        close()
-
-
-def _best(step, batch: int, sizes: Sizes, sync) -> dict:
-    for _ in range(3):
-        step()
-    rates = sorted(window(step, batch, sizes.window_steps, sync) for _ in range(sizes.windows))
-    eps = rates[len(rates) // 2]
-    return {"examples_per_sec": eps, "ms_per_step": 1000 * batch / eps}
-
-
-def _compiled(params: Params, data: Prepared, device, x, y, sizes: Sizes, sync) -> dict:
-    """The whole step (forward, loss, backward, update) compiled with CUDA graphs."""
-    try:
-        _, step = project_step(params, data, device, compile_mode="reduce-overhead")
-        return _best(lambda: step(x, y), len(y), sizes, sync)
-    except Exception as exc:  # report, do not stop the run: this path is what is being tried
-        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-
 
 # --------------------------------------------------------------------------- 3. time to accuracy
 
@@ -210,7 +71,7 @@ def _curve(live: Path) -> list[dict]:
 
 def fast_schedule(params: Params, data: Prepared, sizes: Sizes, root: Path) -> dict:
     steps_per_epoch = len(data.train_labels) / params.train.batch_size
-    p = _with(params, train={"schedule": "fast", "max_epochs": sizes.fast_epochs,
+    p = with_sections(params, train={"schedule": "fast", "max_epochs": sizes.fast_epochs,
                              "log_every": 100}, run={"checkpoint_every": 10 ** 9},
               eval={"every_steps": max(1, round(steps_per_epoch)), "targets": TARGETS})
     t = time.perf_counter()
@@ -226,7 +87,7 @@ def tutorial_schedule(params: Params, data: Prepared, sizes: Sizes, steps_per_se
                       root: Path) -> dict:
     steps = int(min(sizes.tutorial_steps, steps_per_sec * sizes.tutorial_seconds))
     steps = max(sizes.eval_every, steps - steps % sizes.eval_every)
-    p = _with(params, train={"max_steps": steps, "log_every": 1000},
+    p = with_sections(params, train={"max_steps": steps, "log_every": 1000},
               run={"checkpoint_every": 10 ** 9},
               eval={"every_steps": sizes.eval_every, "targets": TARGETS})
     t = time.perf_counter()
@@ -291,7 +152,7 @@ def quick_rate(params: Params, data: Prepared, device: torch.device) -> float:
     with input_step(params, data, device) as (step, _):
         for _ in range(5):
             step()
-        return window(step, 1, 20, _sync(device))  # a "batch" of 1: steps, not examples
+        return window(step, 1, 20, syncer(device))  # a "batch" of 1: steps, not examples
 
 
 def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry: bool,
@@ -302,7 +163,7 @@ def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry
     budget = budget or Budget(None, time.perf_counter())
     sizes = DRY if dry else Sizes()
     device = pick_device(device_name)
-    params = _with(params, train={"device": device.type})
+    params = with_sections(params, train={"device": device.type})
     data = load_prepared(data_dir)
     result = {"device": gpu_name(device), "torch": torch.__version__, "dry": dry,
               "budget_s": budget.seconds, "finished": False, "params": to_dict(params.train),

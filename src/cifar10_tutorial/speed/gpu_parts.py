@@ -1,0 +1,159 @@
+"""Parts 1 and 2 of the prepared GPU run (:mod:`.gpu_run`): correctness (the first steps'
+losses on the device against the CPU, host syncs per step, held-out precision after a
+short run) and throughput of the train step (eager, compiled, the typical DataLoader
+pipeline), with the helpers the later parts share."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from .baselines import typical_step
+from .benchmark import project_step, window, with_input
+from ..params import Params
+from ..data.prepared import Prepared
+from ..training.checkpoints import TrainPaths
+from ..training.inputs import make_batches
+from ..training.train import train
+from .gpu_plan import Sizes
+
+LOSS_RTOL = 1e-3  # largest relative difference of a step's loss, device against CPU
+
+
+def with_sections(params: Params, **sections) -> Params:
+    """``params`` with some fields of some sections replaced."""
+    return dataclasses.replace(params, **{name: dataclasses.replace(getattr(params, name), **v)
+                                          for name, v in sections.items()})
+
+
+def syncer(device: torch.device):
+    return (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
+
+
+@contextmanager
+def input_step(params: Params, data: Prepared, device: torch.device, images=None, labels=None):
+    """The train step with its real input pipeline on ``device`` (the training set moved
+    there once, or ``images``/``labels`` already there): yields (step, batches), closes the
+    pipeline after."""
+    if images is None:
+        images = torch.from_numpy(data.train_images).to(device)
+        labels = torch.from_numpy(data.train_labels).to(device)
+    _, step, batches, _ = with_input(params, data, images, labels, device)
+    try:
+        yield step, batches
+    finally:
+        batches.close()
+
+
+# --------------------------------------------------------------------------- 1. correctness
+
+
+def losses_against_cpu(params: Params, data: Prepared, device: torch.device, steps: int) -> dict:
+    """The first ``steps`` losses on ``device`` and on the CPU: same seed, same batches."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    cpu = torch.device("cpu")
+    images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
+    batches = make_batches(params, data, images, labels)
+    _, cpu_step = project_step(params, data, cpu, with_loss=True)
+    _, dev_step = project_step(params, data, device, with_loss=True)
+    ref, got = [], []
+    try:
+        for i in range(steps):
+            x, y = batches.get(i)
+            ref.append(cpu_step(x, y).item())
+            got.append(dev_step(x.to(device), y.to(device)).item())
+    finally:
+        batches.close()
+    worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
+    return {"steps": steps, "cpu": ref, "device": got, "max_rel_diff": worst,
+            "tolerance": LOSS_RTOL, "ok": worst <= LOSS_RTOL}
+
+
+def host_syncs_per_step(params: Params, data: Prepared, device: torch.device, steps: int) -> float:
+    """Host syncs CUDA reports per step of the real GPU path (input, step, averages); None
+    on a CPU, where nothing waits for a device."""
+    if device.type != "cuda":
+        return None
+    with input_step(params, data, device) as (step, _):
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                for _ in range(steps):
+                    step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+    return sum("synchroniz" in str(w.message) for w in caught) / steps
+
+
+def short_run(params: Params, data: Prepared, steps: int, root: Path) -> dict:
+    """Train ``steps`` steps with the train stage's own code; held-out precision at the end."""
+    p = with_sections(params, train={"max_steps": steps, "log_every": max(1, steps // 10)},
+              run={"checkpoint_every": steps}, eval={"every_steps": steps})
+    m = train(p, data, TrainPaths(root / "short", root / "short-live"), progress=False)
+    return {"steps": steps, "precision_at_1": m["held_out"]["precision_at_1"],
+            "precision_at_1_raw": m["held_out"]["precision_at_1_raw"],
+            "examples_per_sec": m["examples_per_sec"]}
+
+
+# --------------------------------------------------------------------------- 2. throughput
+
+
+def throughput(params: Params, data: Prepared, device: torch.device, sizes: Sizes) -> list[dict]:
+    """Examples/sec and ms per step of the train step at each batch size, several ways."""
+    sync, rows = syncer(device), []
+    images = torch.from_numpy(data.train_images).to(device)
+    labels = torch.from_numpy(data.train_labels).to(device)
+    for i, batch in enumerate(sizes.batches):
+        p = with_sections(params, train={"batch_size": batch})
+        row = {"batch_size": batch}
+        with input_step(p, data, device, images, labels) as (step, batches):
+            row["eager_input_pipeline"] = _best(step, batch, sizes, sync)
+            x, y = batches.get(10 ** 6)
+        _, fixed = project_step(p, data, device)
+        row["eager_fixed_batch"] = _best(lambda: fixed(x, y), batch, sizes, sync)
+        if device.type == "cuda" and i < sizes.compiled_batches:
+            row["compiled_fixed_batch"] = _compiled(p, data, device, x, y, sizes, sync)
+        if batch == sizes.batches[0]:
+            row["typical_dataloader"] = _typical(p, data, device, sizes, sync)
+        rows.append(row)
+    return rows
+
+
+def _typical(params: Params, data: Prepared, device, sizes: Sizes, sync) -> dict:
+    """The torchvision DataLoader pipeline, where torchvision is installed (the GPU machine
+    this project may be lent has none: the comparison is then left out, and says why)."""
+    try:
+        typ, close = typical_step(params, data, device,
+                                  workers=4 if device.type == "cuda" else 0)
+    except ImportError as exc:
+        return {"error": f"not measured (no {(exc.name or 'torchvision').split('.')[0]} here)"}
+    try:
+        return _best(typ, params.train.batch_size, sizes, sync)
+    finally:
+        close()
+
+
+def _best(step, batch: int, sizes: Sizes, sync) -> dict:
+    for _ in range(3):
+        step()
+    rates = sorted(window(step, batch, sizes.window_steps, sync) for _ in range(sizes.windows))
+    eps = rates[len(rates) // 2]
+    return {"examples_per_sec": eps, "ms_per_step": 1000 * batch / eps}
+
+
+def _compiled(params: Params, data: Prepared, device, x, y, sizes: Sizes, sync) -> dict:
+    """The whole step (forward, loss, backward, update) compiled with CUDA graphs."""
+    try:
+        _, step = project_step(params, data, device, compile_mode="reduce-overhead")
+        return _best(lambda: step(x, y), len(y), sizes, sync)
+    except Exception as exc:  # report, do not stop the run: this path is what is being tried
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
