@@ -85,10 +85,9 @@ def _devices_plot(r: Results, base, m, timed: Optional[dict]) -> None:
             names = [f"{name}\n{device_text(st['device'], st['world_size'])}"
                      for name, st in setups.items()]
             values = [st["examples_per_sec_median"] for st in setups.values()]
-            spans = [[v - min(st["runs"], key=_eps)["examples_per_sec"] for v, st in
-                      zip(values, setups.values())],
-                     [max(st["runs"], key=_eps)["examples_per_sec"] - v for v, st in
-                      zip(values, setups.values())]]
+            runs = [[run["examples_per_sec"] for run in st["runs"]] for st in setups.values()]
+            spans = [[v - min(e) for v, e in zip(values, runs)],
+                     [max(e) - v for v, e in zip(values, runs)]]
             ax.bar(names, values, yerr=spans, capsize=6, color=["C0", "C1"][:len(values)])
         else:
             ax.bar([f"1 x 128\n{base.device}", f"2 x 64\n{m.device}"],
@@ -98,7 +97,3 @@ def _devices_plot(r: Results, base, m, timed: Optional[dict]) -> None:
              f"median and range of {timed['repeats']} runs)" if timed else "Training throughput")
     plot(r.plots / "devices_throughput.png", (7, 4), draw, title, None,
          "training examples/sec", grid_axis="y")
-
-
-def _eps(run: dict) -> float:
-    return run["examples_per_sec"]

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import PipelineError
-from ..files import SRC_DIR
+from ..cli import package_env
 from ..model import build_model
 from ..params import Params
 from ..data.prepared import Prepared
@@ -24,9 +24,7 @@ from ..training.rules import WeightAverage
 def tensorflow_figures(tf_python: str, data_dir: Path, batch: int, warmup: int, windows: int,
                        steps: int) -> dict:
     """Run :mod:`.tf_baseline` in ``tf_python`` (a Python with TensorFlow); its JSON."""
-    src = str(SRC_DIR)
-    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**package_env(dict(os.environ)), "TF_CPP_MIN_LOG_LEVEL": "2"}
     cmd = [tf_python, "-m", "cifar10_tutorial.speed.tf_baseline", "--data", str(data_dir),
            "--batch-size", str(batch), "--warmup", str(warmup), "--windows", str(windows),
            "--steps", str(steps)]
