@@ -12,6 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 
@@ -100,7 +101,6 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
     import signal
     import subprocess
     import tempfile
-    from pathlib import Path
 
     check_devices(tr)
     cmd = torchrun_command(tr.num_devices, run.max_restarts, script, argv)
@@ -118,7 +118,7 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
         signal.signal(signal.SIGHUP, pass_on)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         status = job.wait()
-        paused = status == 0 and was_paused(mark)
+        paused = status == 0 and mark.exists()  # only a pause writes it
     raise SystemExit(PAUSED_EXIT if paused else (status if status >= 0 else 128 - status))
 
 
@@ -131,14 +131,8 @@ def exit_paused(main: bool) -> None:
         raise SystemExit(PAUSED_EXIT)
     mark = os.environ.get(PAUSE_MARK_ENV)
     if main and mark:
-        with open(mark, "w") as f:
-            f.write("paused\n")
+        Path(mark).touch()
     raise SystemExit(0)
-
-
-def was_paused(mark) -> bool:
-    """Whether the torchrun job given ``mark`` as its CIFAR10_PAUSE_MARK paused."""
-    return os.path.isfile(mark) and open(mark).read().strip() == "paused"
 
 
 def init_distributed(tr, run) -> tuple[Dist, torch.device]:
