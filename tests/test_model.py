@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cifar10_tutorial import model as model_module
 from cifar10_tutorial.model import (CifarNet, LocallyConnected2d, TFLocalResponseNorm,
                                     macs_per_image, num_params, tf_same_max_pool)
 
@@ -81,6 +82,26 @@ def test_lrn_gradient_matches_autograd_of_the_tf_formula():
     x32 = x.detach().float().contiguous(memory_format=torch.channels_last).requires_grad_()
     (got32,) = torch.autograd.grad(TFLocalResponseNorm(64)(x32), x32, g.float())
     torch.testing.assert_close(got32.double(), want, rtol=1e-4, atol=1e-6)
+
+
+def test_lrn_in_bf16_matches_the_formula_to_bf16_rounding():
+    """bf16 takes rsqrt(d sqrt(d)) for d^-0.75: the values and gradients of the float64
+    formula, to bf16's 8 bits of mantissa; float32 keeps pow, bit for bit."""
+    x = (torch.randn(4, 64, 6, 6, dtype=torch.float64) * 20).requires_grad_()
+    g = torch.randn(4, 64, 6, 6, dtype=torch.float64)
+    want = tf_lrn_reference(x)
+    (want_grad,) = torch.autograd.grad(want, x, g)
+    xb = x.detach().bfloat16().contiguous(memory_format=torch.channels_last).requires_grad_()
+    got = TFLocalResponseNorm(64)(xb)
+    assert got.dtype == torch.bfloat16
+    (got_grad,) = torch.autograd.grad(got, xb, g.bfloat16())
+    torch.testing.assert_close(got.double(), want.detach(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got_grad.double(), want_grad, rtol=5e-2, atol=5e-2)
+    d = torch.rand(1000, dtype=torch.float64) * 5 + 1
+    torch.testing.assert_close(model_module._inverse_power(d.bfloat16(), 0.75).double(),
+                               d.pow(-0.75), rtol=1e-2, atol=0)
+    d32 = d.float()
+    assert torch.equal(model_module._inverse_power(d32, 0.75), d32.pow(-0.75))
 
 
 def test_relu_after_pool1_gives_the_reference_values_and_gradients():

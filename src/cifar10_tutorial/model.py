@@ -42,6 +42,16 @@ def trunc_normal_(tensor: torch.Tensor, std: float) -> torch.Tensor:
     return nn.init.trunc_normal_(tensor, mean=0.0, std=std, a=-2 * std, b=2 * std)
 
 
+def _inverse_power(d: torch.Tensor, beta: float) -> torch.Tensor:
+    """d^-beta. In bf16 (and fp16) with the tutorial's beta 0.75 as rsqrt(d sqrt(d)): on
+    the CPU bf16 ``pow`` converts element by element and took 4x as long (2.0 ms
+    against 0.5 ms on 128x64x12x12, AMD EPYC with AVX512_BF16). float32 keeps ``pow``,
+    so the fp32 results stay bit for bit those of the committed runs."""
+    if beta == 0.75 and d.dtype in (torch.bfloat16, torch.float16):
+        return torch.rsqrt(d * d.sqrt())
+    return d.pow(-beta)
+
+
 class _BandedLRN(torch.autograd.Function):
     """TF's LRN with a hand-written backward: fewer passes over memory than
     autograd's chain of elementwise ops (tested against autograd of the formula).
@@ -53,7 +63,7 @@ class _BandedLRN(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, band, bias: float, alpha: float, beta: float):
         d = F.conv2d(x * x, band).mul_(alpha).add_(bias)
-        p = d.pow(-beta)
+        p = _inverse_power(d, beta)
         y = x * p
         ctx.save_for_backward(x, p, d, band)
         ctx.scale = -2.0 * alpha * beta
