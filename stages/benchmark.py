@@ -1,7 +1,8 @@
 """Throughput benchmark (not a stage of the pipeline): the project's train step with its real
 input pipeline (as params.yaml sets it, and under bf16 autocast), the same step on a fixed
 batch, a typical torchvision DataLoader + PIL pipeline, TensorFlow (Keras + tf.data, with
---tf-python) and evaluation, one after another; prints a table, writes reports/benchmark.json.
+--tf-python), evaluation, and torch.compile against eager, one after another; prints a table,
+writes reports/benchmark.json.
 
     python stages/benchmark.py [--windows 7 --steps 40 --warmup 10] [--tf-python PYTHON]
 
@@ -27,11 +28,13 @@ def main() -> None:
                     "output in dvc.yaml)")
     ap.add_argument("--out", type=Path, default=Path("reports/benchmark.json"))
     ap.add_argument("--tf-python", help="a Python with TensorFlow, for the TensorFlow baseline")
+    ap.add_argument("--no-compiled", action="store_true",
+                    help="skip torch.compile against eager (about 3 minutes on 2 CPU cores)")
     args = ap.parse_args()
     data = args.data or stage_output("preprocess")
     result = run_benchmark(load_params(args.params), load_prepared(data), args.warmup,
                            args.windows, args.steps, out=args.out, tf_python=args.tf_python,
-                           data_dir=data)
+                           data_dir=data, compiled=not args.no_compiled)
     print(format_table(result))
     print(f"wrote {args.out}")
 

@@ -12,13 +12,17 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     out = tmp_path / "benchmark.json"
     # a small matmul for the peak: 2048 x 2048 in bf16 takes minutes on a CPU without bf16 units
     r = run_benchmark(params, synth_data, warmup=1, windows=2, steps=2, typical_workers=0, out=out,
-                      peak_size=256)
+                      peak_size=256, compiled=False)
     saved = json.loads(out.read_text())
     for key in ("project", "fixed_batch", "project_bf16", "typical", "eval"):
         assert len(saved[key]) == (3 if key == "eval" else 2) and all(v > 0 for v in saved[key])
     med = r["median_examples_per_sec"]
     assert saved["ratios"]["project_vs_typical"] == med["project"] / med["typical"]
     assert saved["ratios"]["project_bf16_vs_typical"] == med["project_bf16"] / med["typical"]
+    assert saved["ratios"]["project_bf16_vs_fp32"] == med["project_bf16"] / med["project"]
+    # the machine by name (the CPU model and threads), as the results page shows it
+    from cifar10_tutorial.provenance import cpu_model
+    assert saved["machine"].startswith(cpu_model()) and saved["torch"] == torch.__version__
     paired = sorted(1 - p / f for p, f in zip(saved["project"], saved["fixed_batch"]))
     assert saved["ratios"]["input_pipeline_overhead"] == pytest.approx(sum(paired) / 2)
     assert "tensorflow" not in saved and "project_vs_tensorflow" not in saved["ratios"]
@@ -40,6 +44,28 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     assert 0 < split["gemm_share"] < 1 and split["top_other_ops"]
     assert sum(o["share"] for o in split["top_other_ops"]) <= 1 - split["gemm_share"] + 1e-9
     assert "in convolutions and matrix products" in table
+
+
+@pytest.mark.e2e
+def test_compiled_against_eager_times_three_setups_in_both_precisions(synth_data):
+    """Why the train stage has no compile option: the benchmark's measurement of it (about
+    a minute on 2 CPU cores: three compilations per precision)."""
+    from cifar10_tutorial.speed.compiled import compiled_against_eager
+
+    params = tiny_params(train={"batch_size": 16})
+    x, y = torch.randn(16, 3, 24, 24), torch.randint(0, 10, (16,))
+    r = compiled_against_eager(params, synth_data, torch.device("cpu"), x, y, lambda: None,
+                               warmup=1, windows=2, steps=2)
+    for precision in ("fp32", "bf16"):
+        c = r[precision]
+        assert set(c["windows"]) == {"eager", "forward_compiled", "step_compiled"}
+        med = c["median_examples_per_sec"]
+        assert c["vs_eager"]["forward_compiled"] == med["forward_compiled"] / med["eager"]
+        assert all(len(v) == 2 and min(v) > 0 for v in c["windows"].values())
+        assert c["other_ms_per_step"]["eager"] > 0 and c["compile_s"]["forward_compiled"] > 0
+    from cifar10_tutorial.speed.benchmark import _compiled_lines
+    lines = _compiled_lines({"compiled": r})
+    assert lines[1].startswith("torch.compile, bf16: forward compiled ") and "eager" in lines[1]
 
 
 def test_matmul_peak_counts_2n3_operations(monkeypatch):

@@ -314,3 +314,20 @@ def test_exercise5_takes_its_speed_from_the_timing_of_both_setups_alone(tmp_path
     text = section(make_report(tmp_path / "a", out, OVERRIDES, devices_timing=timing).read_text(),
                    "## Exercise 5")
     assert "0.98x the speed of 1 x 128, **not distinguishable from timing noise**" in text
+
+
+@pytest.mark.parametrize("precision, where", [(0.715, "**inside** the fp32 band 70.0% to 72.0%"),
+                                              (0.65, "**below** the fp32 band 70.0% to 72.0%")])
+def test_bf16_is_placed_against_the_band_of_the_fp32_seeds(tmp_path, precision, where):
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "precision_bf16", precision, 10_000, speed=800.0)
+    overrides = {**OVERRIDES, "precision_bf16": {"train": {"precision": "bf16"}}}
+    text = make_report(root, tmp_path / "out", overrides).read_text()
+    bf16 = section(text, "## bf16 autocast")
+    assert f"with the averaged weights {100 * precision:.1f}%, {where}" in bf16
+    assert "fp32 baseline: 2.00x (beyond the 10% spread in examples/sec" in bf16
+    rows = (tmp_path / "out" / "tables" / "bf16.csv").read_text().splitlines()
+    assert rows[1].startswith("baseline,fp32,70.0%") and rows[-1].startswith("precision_bf16,bf16,")
+    # without the variant, no section
+    assert "## bf16 autocast" not in make_report(root, tmp_path / "o2", OVERRIDES).read_text()

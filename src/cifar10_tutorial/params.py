@@ -98,7 +98,6 @@ class TrainParams(Section):
     max_epochs: Optional[float] = None  # set: the run length in epochs, instead of max_steps
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast of the forward pass (GPUs)
     channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
-    compile: bool = False  # torch.compile the forward pass (measured slower on CPU)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "num_devices", "max_steps", "log_every"):

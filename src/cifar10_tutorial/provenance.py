@@ -73,9 +73,12 @@ def params_hash(params: dict) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def record(data_hash: str, run_params: dict, device: torch.device, **run: object) -> dict:
-    """The provenance of a result; ``run``: steps, epochs, wall_time_s and the like."""
-    return {**code_version(), "torch": torch.__version__,
+def record(data_hash: str, run_params: dict, device: torch.device, code: Optional[dict] = None,
+           **run: object) -> dict:
+    """The provenance of a result; ``code``: the commit and dirty flag of the code that ran,
+    as read when it started (by default read now); ``run``: steps, epochs, wall_time_s and
+    the like."""
+    return {**(code or code_version()), "torch": torch.__version__,
             "device": device_description(device), "cpu_load": _load(),
             "data_hash": data_hash, "params_hash": params_hash(run_params), **run}
 

@@ -46,11 +46,14 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
           + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
           + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)
-          + _exercise6_dataset(r, every, dataset_variants or []) + _no_lrn(r)
+          + _exercise6_dataset(r, every, dataset_variants or []) + _no_lrn(r) + _bf16(r)
           + time_to_accuracy(r, search) + reference_markdown())
     report = out / "report.md"
     write_text_atomic(report, "\n".join(md))
     return report
+
+
+BF16 = "precision_bf16"  # params.yaml `ablations:`: the baseline under bf16 autocast
 
 
 def _intro(r: Results) -> list[str]:
@@ -286,3 +289,30 @@ def _no_lrn(r: Results) -> list[str]:
             r.answer(f"dropping norm1 and norm2 moves precision @ 1 by {d:+.1f} points "
                      f"{r.noise(d, 'precision_at_1')} and changes the training speed by "
                      f"{speed:.2f}x {speed_noise(r, speed, n)}."), ""]
+
+
+def _bf16(r: Results) -> list[str]:
+    """precision_bf16 against the band of the fp32 baseline's seeds (min to max)."""
+    if r.base is None or not r.has(BF16):
+        return []
+    b, seeds = r.df.loc[BF16], r.seeds
+    rows = [(name, "fp32", seeds.loc[name]) for name in seeds.index] + [(BF16, "bf16", b)]
+    t = pd.DataFrame({"variant": [n for n, _, _ in rows], "precision": [p for _, p, _ in rows],
+                      "precision @ 1 (averaged)": [pct(v.precision_at_1) for _, _, v in rows],
+                      "precision @ 1 (raw)": [pct(v.precision_at_1_raw) for _, _, v in rows],
+                      "train examples/sec": [f"{v.examples_per_sec:,.0f}" for _, _, v in rows],
+                      "machine": [v.device for _, _, v in rows]})
+    t.to_csv(r.tables / "bf16.csv", index=False)
+
+    def place(column: str) -> str:
+        lo, hi, v = seeds[column].min(), seeds[column].max(), b[column]
+        where = "**inside**" if lo <= v <= hi else ("above" if v > hi else "**below**")
+        return f"{pct(v)}, {where} the fp32 band {pct(lo)} to {pct(hi)}"
+    speed = b.examples_per_sec / r.base.examples_per_sec
+    return ["## bf16 autocast (`train.precision: bf16`)", "",
+            f"The baseline with its forward pass under bf16 autocast, against the fp32 "
+            f"baseline's {len(seeds)} seeds:", "", markdown_table(t), "",
+            r.answer(f"with the averaged weights {place('precision_at_1')}; with the raw "
+                     f"weights {place('precision_at_1_raw')}. Training speed against the "
+                     f"fp32 baseline: {speed:.2f}x {speed_noise(r, speed, b)}; the benchmark "
+                     f"times both precisions on one machine (docs/results.md)."), ""]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..cli import stage_command
 from ..files import write_text_atomic
-from .roofline_table import pipeline_names, roofline_markdown
+from .roofline_table import machine, pipeline_names, roofline_markdown
 
 PAGE = Path("docs/results.md")
 
@@ -30,21 +30,55 @@ def _throughput(path: Path, root: Path) -> str:
     med, ra = r["median_examples_per_sec"], r["ratios"]
     names = pipeline_names(r)
     tf = f", TensorFlow {r['tensorflow_version']}" if r.get("tensorflow_version") else ""
-    lines = [f"From `{path}` ({r['cpu_capability']}, {r['threads']} threads{tf}, batch "
+    lines = [f"From `{path}` ({machine(r)}{tf}, batch "
              f"{r['batch_size']}, medians of {r['windows']} windows of {r['steps_per_window']} "
              f"steps):", "", "| pipeline | examples/sec |", "|---|---|"]
     lines += [f"| {names[k]} | {v:,.0f} |" for k, v in med.items()]
     vs = [f"project / typical {ra['project_vs_typical']:.2f}x"]
-    for key, label in (("project_bf16_vs_typical", "bf16 / typical"),
+    for key, label in (("project_bf16_vs_fp32", "bf16 / fp32"),
+                       ("project_bf16_vs_typical", "bf16 / typical"),
                        ("project_vs_tensorflow", "project / TensorFlow"),
                        ("project_bf16_vs_tensorflow", "bf16 / TensorFlow")):
         if key in ra:
             vs.append(f"{label} {ra[key]:.2f}x")
-    lines += ["", "Ratios: " + ", ".join(vs) + f". The input pipeline alone: "
+    lines += ["", "Ratios: " + ", ".join(vs) + ". The train step with its real input "
+              f"pipeline: {100 * ra['input_pipeline_overhead']:.1f}% slower than on a fixed batch "
+              f"(paired windows). The input pipeline alone: "
               f"{ra['input_ms_per_batch']:.2f} ms per batch, "
               f"{100 * ra['input_share_of_fixed_step']:.1f}% of a fixed-batch step; evaluation "
               f"of 10,000 images: {ra['eval_seconds_per_10000']:.1f} s."]
     return "\n".join(lines)
+
+
+def _compiled(path: Path, root: Path) -> list[str]:
+    """torch.compile against eager, from the benchmark's ``compiled`` part."""
+    r = json.loads((root / path).read_text())
+    if "compiled" not in r:
+        return []
+    c = r["compiled"]
+    names = {"eager": "eager", "forward_compiled": "forward compiled (the removed `train.compile`)",
+             "step_compiled": "whole step compiled"}
+    lines = ["## torch.compile against eager", "",
+             f"From `{path}` ({machine(r)}, one fixed batch of {r['batch_size']}, medians of "
+             f"{r['windows']} interleaved windows of {r['steps_per_window']} steps; why the "
+             f"train stage runs eager: [departures](departures.md#no-torchcompile)):", "",
+             "| step | " + " | ".join(f"{p} examples/sec" for p in c) + " |",
+             "|---|" + "---|" * len(c)]
+    for key, label in names.items():
+        cells = []
+        for p in c.values():
+            v = p["median_examples_per_sec"][key]
+            cells.append(f"{v:,.0f}" + (f" ({p['vs_eager'][key]:.2f}x)" if key != "eager" else ""))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "Milliseconds per step outside convolutions and matrix products (profiler "
+              "self time): " + "; ".join(
+                  f"{p}: {v['other_ms_per_step']['eager']:.1f} eager, "
+                  f"{v['other_ms_per_step']['forward_compiled']:.1f} forward compiled"
+                  for p, v in c.items())
+              + ". Compiling the forward pass took " + ", ".join(
+                  f"{v['compile_s']['forward_compiled']:.0f} s ({p})" for p, v in c.items())
+              + ", warm-up steps included.", ""]
+    return lines
 
 
 def _baselines(root: Path) -> str:
@@ -91,6 +125,17 @@ def _time_to_accuracy(root: Path, rep: Path) -> list[str]:
     return md
 
 
+def _bf16(root: Path, rep: Path) -> list[str]:
+    table = rep / "tables" / "bf16.csv"
+    if not (root / table).is_file():
+        return []
+    return ["## bf16 autocast against fp32", "",
+            f"From `{table}`: the baseline trained under `train.precision: bf16` beside the "
+            "fp32 baseline's seeds (the report's answer: "
+            f"[bf16 autocast](../{rep / 'report.md'}#bf16-autocast-trainprecision-bf16)).", "",
+            _csv_table(root / table), ""]
+
+
 def _published(root: Path) -> list[str]:
     """The published weights (dvc.yaml's artifacts that are committed files), from the
     metrics and provenance beside each."""
@@ -123,7 +168,7 @@ def report_folder(root: Path) -> Path:
 
 
 def render(root: Path = Path(".")) -> str:
-    roof = "reports/benchmark-roofline.json"
+    bench = "reports/benchmark.json"
     rep = report_folder(root)
     summary = rep / "tables" / "summary.csv"
     return "\n".join([
@@ -147,16 +192,18 @@ def render(root: Path = Path(".")) -> str:
         _csv_table(root / summary),
         "",
         *_reproduction(root, rep),
+        *_bf16(root, rep),
         *_published(root),
         *_time_to_accuracy(root, rep),
         "## Throughput",
         "",
-        _throughput(Path("reports/benchmark.json"), root),
+        _throughput(Path(bench), root),
         "",
         "## The roofline",
         "",
-        roofline_markdown(json.loads((root / roof).read_text()), roof),
+        roofline_markdown(json.loads((root / bench).read_text()), bench),
         "",
+        *_compiled(Path(bench), root),
         "## CI baselines",
         "",
         "What the CI regression runs must stay near (see [CI and the gate](ci.md)):",

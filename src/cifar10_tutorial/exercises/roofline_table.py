@@ -1,4 +1,4 @@
-"""The roofline table of a benchmark result (reports/benchmark-roofline.json), in words:
+"""The roofline table of a benchmark result (reports/benchmark.json), in words:
 how docs/results.md and the benchmark's printout name the pipelines and their share of
 the machine's peak. The measurements themselves are made by :mod:`.roofline`."""
 from __future__ import annotations
@@ -11,6 +11,12 @@ def fraction(roof: dict, pipe: dict) -> str:
     if pipe["precision"] == "bf16" and peak["bf16"] < peak["fp32"]:
         return "n/a"
     return f"{100 * pipe['fraction_of_peak']:.1f}%"
+
+
+def machine(r: dict) -> str:
+    """The machine a benchmark result was measured on: CPU model (or GPU) and threads, and
+    the CPU's vector capability as torch reports it."""
+    return f"{r['machine']}, {r['cpu_capability']}, torch {r['torch']}"
 
 
 def pipeline_names(r: dict) -> dict:
@@ -27,7 +33,7 @@ def roofline_markdown(r: dict, source: str) -> str:
     roof, med = r["roofline"], r["median_examples_per_sec"]
     names = pipeline_names(r)
     peak, split = roof["peak_gflops"], roof["time_breakdown"]
-    lines = [f"From `{source}` ({r['cpu_capability']}, {r['threads']} threads, medians of "
+    lines = [f"From `{source}` ({machine(r)}, medians of "
              f"{r['windows']} windows of {r['steps_per_window']} steps): `torch.mm` peak "
              f"{peak['fp32']:.1f} GFLOP/s in fp32, {peak['bf16']:.1f} in bf16.", "",
              "| pipeline | examples/sec | GFLOP/s | of the peak |", "|---|---|---|---|"]

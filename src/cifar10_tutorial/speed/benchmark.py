@@ -35,60 +35,23 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
 from ..training.devices import pick_device
 from ..files import write_text_atomic
+from ..provenance import device_description
 from ..inference import predict_logits
 from ..training.inputs import make_batches
 from ..params import Params
 from ..data.prepared import Prepared
 from .baselines import tensorflow_figures, typical_step
+from .compiled import compiled_against_eager
 from .roofline import roofline
+from .steps import measure_windows, project_step, time_breakdown, window
 from ..exercises.roofline_table import fraction
-from ..training.rules import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
-
-
-def window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[], None]) -> float:
-    """Examples/sec of ``steps`` consecutive steps."""
-    sync()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync()
-    return batch * steps / (time.perf_counter() - t)
-
-
-def measure_windows(step: Callable[[], None], batch: int, warmup: int, windows: int, steps: int,
-             sync: Callable[[], None]) -> list[float]:
-    """Examples/sec of ``windows`` timed windows of ``steps`` steps after ``warmup`` steps."""
-    for _ in range(warmup):
-        step()
-    return [window(step, batch, steps, sync) for _ in range(windows)]
-
-
-def project_step(params: Params, data: Prepared, device: torch.device, with_loss: bool = False,
-                  compile_mode: Optional[str] = None):
-    """A fresh network, optimizer and weight averages; ``step(x, y)`` as the train loop does it
-    (returning the loss with ``with_loss``; the whole step compiled with ``compile_mode``)."""
-    tr = params.train
-    torch.manual_seed(tr.seed)
-    model = training_model(params, data.num_classes, device)
-    optimizer = make_optimizer(model, params)
-    ema = WeightAverage(model, averaging_decay(params))
-    train_step = make_step(model, model, optimizer, params, device)
-    if compile_mode is not None:
-        train_step = torch.compile(train_step, mode=compile_mode)
-    count = {"n": 0}
-
-    def step(x, y):
-        loss = train_step(x, y)[0]
-        count["n"] += 1
-        ema.update(model, count["n"])
-        return loss if with_loss else None
-    return model, step
+from ..training.rules import training_model
 
 
 def with_input(params: Params, data: Prepared, images, labels, device):
@@ -106,39 +69,13 @@ def with_input(params: Params, data: Prepared, images, labels, device):
     return model, real_step, batches, fill
 
 
-GEMM_OPS = ("conv", "mm", "linear", "matmul")  # op names that run the counted arithmetic
-
-
-def time_breakdown(params: Params, data: Prepared, device: torch.device, x, y,
-                   steps: int = 10) -> dict:
-    """Where a fixed-batch step's time goes (torch.profiler, self time per op): the share in
-    convolutions and matrix products (the counted arithmetic) and the largest other ops."""
-    from torch.profiler import ProfilerActivity, profile
-
-    _, step = project_step(params, data, device)
-    for _ in range(3):
-        step(x, y)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
-            step(x, y)
-    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    ops = [(e.key, getattr(e, attr)) for e in prof.key_averages()]
-    ops = [(k, t) for k, t in ops if t > 0 and not k.startswith("ProfilerStep")]
-    total = sum(t for _, t in ops)
-    gemm = sum(t for k, t in ops if any(g in k.lower() for g in GEMM_OPS))
-    others = sorted(((k, t) for k, t in ops if not any(g in k.lower() for g in GEMM_OPS)),
-                    key=lambda kt: -kt[1])[:6]
-    return {"gemm_share": gemm / total,
-            "top_other_ops": [{"op": k, "share": t / total} for k, t in others]}
-
-
 def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int = 7,
                   steps: int = 40, typical_workers: int = 2, out: Path | None = None,
                   tf_python: Optional[str] = None, data_dir: Optional[Path] = None,
-                  peak_size: int = 2048) -> dict:
+                  peak_size: int = 2048, compiled: bool = True) -> dict:
     """Measure every pipeline; return (and write to ``out``) the figures and ratios
-    (the matmul peak from ``peak_size`` x ``peak_size`` products)."""
+    (the matmul peak from ``peak_size`` x ``peak_size`` products; with ``compiled``,
+    torch.compile against eager: :mod:`.compiled`)."""
     tr = params.train
     device = pick_device(tr.device)
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
@@ -147,7 +84,8 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
     labels = torch.from_numpy(data.train_labels).to(device)
     results: dict = {"device": str(device), "batch_size": batch, "threads": torch.get_num_threads(),
                      "precision": tr.precision, "channels_last": tr.channels_last,
-                     "compile": tr.compile, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                     "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                     "machine": device_description(device), "torch": torch.__version__,
                      "warmup_steps": warmup, "windows": windows, "steps_per_window": steps}
     x0, y0 = _project_against_fixed_batch(params, data, images, labels, device, sync, results)
     if tr.precision != "bf16":  # the same under bf16 autocast
@@ -174,6 +112,9 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
     results["roofline"] = roofline(results, params, data.num_classes, device, peak_size)
     results["roofline"]["peak_matrix_size"] = peak_size
     results["roofline"]["time_breakdown"] = time_breakdown(params, data, device, x0, y0)
+    if compiled:
+        results["compiled"] = compiled_against_eager(params, data, device, x0, y0, sync,
+                                                     warmup, windows, steps)
     if out is not None:
         write_text_atomic(out, json.dumps(results, indent=2) + "\n")
     return results
@@ -238,11 +179,26 @@ def _medians_and_ratios(results: dict) -> None:
               "eval_seconds_per_10000": 10000 / med["eval"]}
     if "project_bf16" in med:
         ratios["project_bf16_vs_typical"] = med["project_bf16"] / med["typical"]
+        ratios["project_bf16_vs_fp32"] = med["project_bf16"] / med["project"]
     if "tensorflow" in med:
         ratios["project_vs_tensorflow"] = med["project"] / med["tensorflow"]
         if "project_bf16" in med:
             ratios["project_bf16_vs_tensorflow"] = med["project_bf16"] / med["tensorflow"]
     results["ratios"] = ratios
+
+
+def _compiled_lines(r: dict) -> list[str]:
+    if "compiled" not in r:
+        return []
+    lines = []
+    for precision, c in r["compiled"].items():
+        other = c["other_ms_per_step"]
+        lines.append(f"torch.compile, {precision}: " + ", ".join(
+            f"{k.replace('_', ' ')} {v:.2f}x eager" for k, v in c["vs_eager"].items())
+            + f" (outside convolutions and matrix products {other['eager']:.1f} ms per step "
+            f"eager, {other['forward_compiled']:.1f} forward compiled; compiling "
+            f"{c['compile_s']['forward_compiled']:.0f} s)")
+    return lines
 
 
 def format_table(r: dict) -> str:
@@ -263,6 +219,7 @@ def format_table(r: dict) -> str:
     vs = [f"project / typical: {ra['project_vs_typical']:.2f}x"]
     if "project_bf16_vs_typical" in ra:
         vs.append(f"bf16 / typical: {ra['project_bf16_vs_typical']:.2f}x")
+        vs.append(f"bf16 / fp32: {ra['project_bf16_vs_fp32']:.2f}x")
     if "project_vs_tensorflow" in ra:
         vs.append(f"project / TensorFlow: {ra['project_vs_tensorflow']:.2f}x")
     if "project_bf16_vs_tensorflow" in ra:
@@ -284,7 +241,8 @@ def format_table(r: dict) -> str:
               f"input pipeline: {100 * ra['input_pipeline_overhead']:.1f}% slower than the fixed "
               f"batch (paired windows); alone {ra['input_ms_per_batch']:.2f} ms per batch = "
               f"{100 * ra['input_share_of_fixed_step']:.1f}% of a fixed-batch step",
+              *_compiled_lines(r),
               f"evaluation of 10,000 images: {ra['eval_seconds_per_10000']:.1f} s; "
-              f"queue fill: {r['queue_fill_s']:.2f} s ({r['device']}, {r['threads']} threads, "
-              f"{r['cpu_capability']})"]
+              f"queue fill: {r['queue_fill_s']:.2f} s ({r['machine']}, {r['cpu_capability']}, "
+              f"torch {r['torch']})"]
     return "\n".join(lines)

@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from .baselines import typical_step
-from .benchmark import project_step, window, with_input
+from .benchmark import with_input
+from .steps import project_step, window
 from ..params import Params
 from ..data.prepared import Prepared
 from ..training.checkpoints import TrainPaths

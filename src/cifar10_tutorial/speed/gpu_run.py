@@ -43,7 +43,7 @@ from typing import Optional
 
 import torch
 
-from .benchmark import window
+from .steps import window
 from ..cli import package_env, run_stage, scratch_train_project, stage_output
 from ..errors import PipelineError
 from ..files import write_text_atomic

@@ -110,14 +110,11 @@ def training_model(params: Params, num_classes: int, device: torch.device) -> Ci
 
 def make_step(net: torch.nn.Module, model: CifarNet, optimizer: torch.optim.Optimizer,
               params: Params, device: torch.device):
-    """The train step ``step(x, y, eager=False) -> (loss, cross-entropy, weight decay)``:
-    forward (compiled with ``train.compile``, under bf16 autocast with
-    ``train.precision: bf16``), the loss in float32 (the schedule's label
-    smoothing and weight decay), backward, one SGD update. ``net`` may be the
-    DistributedDataParallel wrapper of ``model``; ``eager`` skips the compiled
-    graph (for steps that need forward hooks)."""
+    """The train step ``step(x, y) -> (loss, cross-entropy, weight decay)``: forward
+    (under bf16 autocast with ``train.precision: bf16``), the loss in float32 (the
+    schedule's label smoothing and weight decay), backward, one SGD update. ``net`` may
+    be the DistributedDataParallel wrapper of ``model``."""
     tr = params.train
-    compiled = torch.compile(net) if tr.compile else net
     bf16 = tr.precision == "bf16"
     if tr.schedule == "fast":
         wd, smoothing = params.fast.weight_decay, params.fast.label_smoothing
@@ -125,11 +122,11 @@ def make_step(net: torch.nn.Module, model: CifarNet, optimizer: torch.optim.Opti
     else:
         wd, smoothing, decayed = tr.weight_decay, 0.0, None
 
-    def step(x: torch.Tensor, y: torch.Tensor, eager: bool = False):
+    def step(x: torch.Tensor, y: torch.Tensor):
         if tr.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = (net if eager else compiled)(x, return_logits=True)
+            logits = net(x, return_logits=True)
         ce, l2 = loss_terms(model, logits.float(), y, wd, smoothing, decayed)
         loss = ce + l2
         optimizer.zero_grad(set_to_none=True)

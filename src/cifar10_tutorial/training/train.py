@@ -163,7 +163,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 summarize = d.main and summary_step
                 if summarize:
                     summaries.capture()
-                run.loss, ce, wd = train_step(x, y, eager=summarize)
+                run.loss, ce, wd = train_step(x, y)
                 run.step += 1
                 if ema is not None:
                     ema.update(model, run.step)
@@ -196,8 +196,11 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     if d.main:
         _save_model(model, ema, params, data, run.step, paths)
         monitor.finish(run.step, metrics)
+        # the code is the one this segment started with: edits or commits made while it
+        # trained do not change what ran (Python had imported it)
+        code = {k: segments.current[k] for k in ("commit", "dirty")}
         provenance.write(paths.live_dir, provenance.record(
-            data.content_hash, signature["params"], device, steps=run.step,
+            data.content_hash, signature["params"], device, code=code, steps=run.step,
             epochs=metrics["epochs"], wall_time_s=metrics["wall_time_s"], world_size=d.world,
             global_batch_size=global_batch, schedule=tr.schedule, device_type=device.type,
             segments=segments.at(run.step)))
