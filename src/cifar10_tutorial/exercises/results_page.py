@@ -30,7 +30,9 @@ def _throughput(path: Path, root: Path) -> str:
     med, ra = r["median_examples_per_sec"], r["ratios"]
     names = pipeline_names(r)
     tf = f", TensorFlow {r['tensorflow_version']}" if r.get("tensorflow_version") else ""
-    lines = [f"From `{path}` ({machine(r)}{tf}, batch "
+    made = (f", commit {r['commit'][:10]}{' + changes' if r.get('dirty') else ''}, data "
+            f"{r['data_hash'][:12]}" if r.get("commit") and r.get("data_hash") else "")
+    lines = [f"From `{path}` ({machine(r)}{tf}{made}, batch "
              f"{r['batch_size']}, medians of {r['windows']} windows of {r['steps_per_window']} "
              f"steps):", "", "| pipeline | examples/sec |", "|---|---|"]
     lines += [f"| {names[k]} | {v:,.0f} |" for k, v in med.items()]

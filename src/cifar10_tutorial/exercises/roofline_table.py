@@ -35,7 +35,10 @@ def roofline_markdown(r: dict, source: str) -> str:
     peak, split = roof["peak_gflops"], roof["time_breakdown"]
     lines = [f"From `{source}` ({machine(r)}, medians of "
              f"{r['windows']} windows of {r['steps_per_window']} steps): `torch.mm` peak "
-             f"{peak['fp32']:.1f} GFLOP/s in fp32, {peak['bf16']:.1f} in bf16.", "",
+             f"{peak['fp32']:.1f} GFLOP/s in fp32, {peak['bf16']:.1f} in bf16"
+             + (f" ({peak['bf16'] / peak['fp32']:.1f}x: the most bf16 autocast can gain over "
+                f"fp32 on this machine, where the step is bound by its matrix products)."
+                if peak["bf16"] > peak["fp32"] else "."), "",
              "| pipeline | examples/sec | GFLOP/s | of the peak |", "|---|---|---|---|"]
     for k, v in med.items():
         pipe = roof["pipelines"][k]

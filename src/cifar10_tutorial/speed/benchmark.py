@@ -41,7 +41,7 @@ import torch
 
 from ..training.devices import pick_device
 from ..files import write_text_atomic
-from ..provenance import device_description
+from ..provenance import code_version, device_description
 from ..inference import predict_logits
 from ..training.inputs import make_batches
 from ..params import Params
@@ -86,6 +86,7 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
                      "precision": tr.precision, "channels_last": tr.channels_last,
                      "cpu_capability": torch.backends.cpu.get_cpu_capability(),
                      "machine": device_description(device), "torch": torch.__version__,
+                     **code_version(), "data_hash": getattr(data, "content_hash", None),
                      "warmup_steps": warmup, "windows": windows, "steps_per_window": steps}
     x0, y0 = _project_against_fixed_batch(params, data, images, labels, device, sync, results)
     if tr.precision != "bf16":  # the same under bf16 autocast

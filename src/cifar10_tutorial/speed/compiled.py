@@ -25,12 +25,13 @@ SETUPS = {"eager": {}, "forward_compiled": {"compile_forward": True},
 
 
 def compiled_against_eager(params: Params, data: Prepared, device: torch.device, x, y, sync,
-                           warmup: int, windows: int, steps: int) -> dict:
+                           warmup: int, windows: int, steps: int,
+                           precisions: tuple = ("fp32", "bf16")) -> dict:
     """Per precision: examples/sec windows and the median of each set-up, each compiled
     set-up's median against eager, its compile (and warm-up) seconds, and the milliseconds
     per step outside the counted arithmetic."""
     out = {}
-    for precision in ("fp32", "bf16"):
+    for precision in precisions:
         p = dataclasses.replace(params, train=dataclasses.replace(params.train, precision=precision))
         fns, res = {}, {"windows": {}, "compile_s": {}}
         for name, options in SETUPS.items():
