@@ -327,6 +327,9 @@ def test_bf16_is_placed_against_the_band_of_the_fp32_seeds(tmp_path, precision, 
     bf16 = section(text, "## bf16 autocast")
     assert f"with the averaged weights {100 * precision:.1f}%, {where}" in bf16
     assert "fp32 baseline: 2.00x (beyond the 10% spread in examples/sec" in bf16
+    # a check of the arithmetic, not an exercise: not in the exercises' tables
+    assert "precision_bf16" not in (tmp_path / "out" / "tables" / "exercise4_averaging.csv").read_text()
+    assert "precision_bf16" in (tmp_path / "out" / "tables" / "summary.csv").read_text()
     rows = (tmp_path / "out" / "tables" / "bf16.csv").read_text().splitlines()
     assert rows[1].startswith("baseline,fp32,70.0%") and rows[-1].startswith("precision_bf16,bf16,")
     # without the variant, no section

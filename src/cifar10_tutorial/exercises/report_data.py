@@ -143,8 +143,8 @@ REPRODUCTION = "tutorial_100k"  # the variant that runs the tutorial at its own 
 class Results:
     """What every section reads: the variants' metrics and where tables and plots go.
 
-    ``exercises`` are the variants at the shared budget (ablation.max_steps), ``timed`` those
-    with a budget of their own and a held-out curve (the schedule pair and the 100K-step
+    ``exercises`` are the variants at the shared budget (ablation.max_steps), precision
+    checks aside; ``timed`` those with a budget of their own and a held-out curve (the schedule pair and the 100K-step
     reproduction), ``seeds`` the baseline and the variants that change only its seed."""
 
     df: pd.DataFrame  # every variant
@@ -209,8 +209,11 @@ def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: 
     timed = df.loc[[n for n in own if pd.notna(df.loc[n].get("train_seconds", float("nan")))]]
     seeds = [n for n in df.index if n == "baseline" or overrides.get(n) and
              overrides[n] == {"train": {"seed": overrides[n].get("train", {}).get("seed")}}]
-    return Results(df, df.drop(index=own), timed, root, out / "tables", out / "plots",
-                   df.loc[seeds], tuple(not_run))
+    # a variant that changes only the arithmetic's precision is a check of it (the report's
+    # bf16 section), not an exercise: it stays out of the exercises' tables and plots
+    checks = [n for n in df.index if "precision" in overrides.get(n, {}).get("train", {})]
+    return Results(df, df.drop(index=[n for n in df.index if n in own or n in checks]), timed,
+                   root, out / "tables", out / "plots", df.loc[seeds], tuple(not_run))
 
 
 def banner(r: Results) -> list[str]:

@@ -79,7 +79,8 @@ def _compiled(path: Path, root: Path) -> list[str]:
                   for p, v in c.items())
               + ". Compiling the forward pass took " + ", ".join(
                   f"{v['compile_s']['forward_compiled']:.0f} s ({p})" for p, v in c.items())
-              + ", warm-up steps included.", ""]
+              + ", warm-up steps included (from Inductor's on-disk cache where it already held "
+              "these graphs: a machine's first compilation takes longer).", ""]
     return lines
 
 
