@@ -549,3 +549,41 @@ def test_a_rerun_into_an_unwritable_folder_removes_nothing(synth_data, tmp_path)
     finally:
         restore()
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc options")
+def test_freed_step_buffers_stay_mapped_instead_of_going_back_to_the_kernel():
+    """What training sets first (host_memory.keep_freed_memory), seen in glibc's own
+    accounting (mallinfo2): a 30 MB buffer comes from the heap instead of its own mmap (which
+    free would unmap), and a step's worth of buffers (8 x 20 MB) freed leaves the heap as
+    large as it was (not trimmed); under the defaults the 30 MB buffer is mmapped."""
+    script = """
+import ctypes, sys, torch
+from cifar10_tutorial.training.host_memory import keep_freed_memory
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                "usmblks", "fsmblks", "uordblks", "fordblks",
+                                                "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+if not hasattr(libc, "mallinfo2"):
+    print("no mallinfo2"); sys.exit()
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "kept":
+    assert keep_freed_memory()
+mapped = libc.mallinfo2().hblkhd
+big = torch.empty(7_500_000)  # 30 MB
+mapped = libc.mallinfo2().hblkhd - mapped
+held = [torch.empty(5_000_000).fill_(1.0) for _ in range(8)]
+heap = libc.mallinfo2().arena
+del held
+print(mapped, heap, libc.mallinfo2().arena)
+"""
+    def run(mode):
+        return subprocess.run([sys.executable, "-c", script, mode], capture_output=True,
+                              text=True, timeout=120, check=True).stdout
+    if "no mallinfo2" in (out := run("kept")):
+        pytest.skip("glibc older than 2.33 (no mallinfo2)")
+    mapped, heap, after = map(int, out.split())
+    assert mapped == 0 and after == heap >= 8 * 20_000_000, (mapped, heap, after)
+    assert int(run("default").split()[0]) >= 30_000_000  # the defaults: its own mmap

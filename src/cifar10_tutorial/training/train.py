@@ -25,6 +25,7 @@ from .devices import (Dist, agree, exit_paused, gather_on_main, init_distributed
                       shut_down)
 from ..errors import TrainingError
 from ..files import torch_save_atomic
+from .host_memory import keep_freed_memory
 from .inputs import make_batches
 from ..model import macs_per_image, num_params
 from .monitoring import HeldOut, Monitor, Summaries
@@ -52,6 +53,7 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
     same synchronous update. Only rank 0 keeps the averaged weights and writes
     checkpoints, logs, DVCLive and TensorBoard.
     """
+    keep_freed_memory()  # each step's buffers stay mapped between steps: no page faults
     d, device = init_distributed(params.train, params.run)
     if params.train.precision == "bf16" and device.type == "cpu" and d.main:
         _warn_without_bf16_units()
