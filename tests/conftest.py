@@ -1,5 +1,13 @@
 """What the tests share: synthetic archives and data, a copy of the project (a tiny
 project ready for `dvc repro`), the params setter, and the git/DVC helpers."""
+import os
+
+# On several workers (pytest-xdist) each gets its share of the cores, for its torch and for
+# the stages it starts: threads beyond the cores only wait on each other.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(
+        1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
 import shutil
 import subprocess
 import sys
@@ -13,6 +21,31 @@ from cifar10_tutorial.data.synthetic import make_cifar10_archive
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 DVC = str(Path(sys.executable).with_name("dvc"))
+
+
+# ----------------------------------------------------------------------------- workers
+
+# `pytest` runs on several workers (pytest-xdist, `-n` in pyproject.toml). A worker is a
+# process of its own, so a session fixture is made once per worker that uses it: the tests
+# that share `exercise_run` (a `dvc repro` of both pipelines, the costliest fixture) go to
+# one worker together, and first, as the longest piece of work; every other test goes to
+# whichever worker is free.
+SHARES_EXERCISE_RUN = ("tests/test_ablation.py", "tests/test_cache.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's `load`, but the files of SHARES_EXERCISE_RUN as one piece of work (xdist's own
+    `loadgroup` marks do not group under pytest 9.2: pytest-xdist#1386). The scheduler
+    sends the pieces with the most tests first: this one."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ExerciseRunTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return "exercise_run" if file in SHARES_EXERCISE_RUN else nodeid
+
+    return ExerciseRunTogether(config, log)
 
 
 # ----------------------------------------------------------------------------- projects
@@ -167,7 +200,7 @@ def exercise_run(tmp_path_factory):
     project = tiny_project(
         tmp, dict(train_per_batch=100, test=100, seed=4), ablation={"max_steps": 12},
         # the main pipeline's run (the variants: ablation.max_steps)
-        train=dict(log_every=2, device="cpu", max_steps=6), run=dict(checkpoint_every=2, summary_every=2),
+        train=dict(log_every=2, device="cpu", max_steps=6), run=dict(checkpoint_every=2, summary_every=12),
         input={"num_threads": 1}, eval={"batch_size": 50})
     set_params(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
                                                      "eval": {"every_steps": 3}},

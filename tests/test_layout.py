@@ -305,3 +305,18 @@ def test_links_and_cited_sections_exist(tmp_path):
     assert dangling_pointers(tmp_path) == [
         "README.md: no section #the-gate in docs/ci.md",
         "params.yaml: cites section 'Time to accuracy' of README, which has none"]
+
+
+def test_the_files_that_share_the_exercise_run_go_to_one_worker():
+    """conftest's scheduler sends the files of SHARES_EXERCISE_RUN to one worker, so that the
+    costliest fixture is made once: a file that takes `exercise_run` and is not named
+    there would make it again, on another worker."""
+    from conftest import SHARES_EXERCISE_RUN
+
+    def takes_it(path: Path) -> bool:
+        return any(isinstance(node, ast.FunctionDef) and "exercise_run" in
+                   [a.arg for a in node.args.args]
+                   for node in ast.walk(ast.parse(path.read_text())))
+
+    users = {f"tests/{f.name}" for f in sorted((ROOT / "tests").glob("test_*.py")) if takes_it(f)}
+    assert users == set(SHARES_EXERCISE_RUN)
