@@ -78,7 +78,7 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
     (the matmul peak from ``peak_size`` x ``peak_size`` products; with ``compiled``,
     torch.compile against eager: :mod:`.compiled`)."""
     tr = params.train
-    results_memory = keep_freed_memory()  # as the train stage does
+    memory_kept = keep_freed_memory()  # as the train stage does
     device = pick_device(tr.device)
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
     batch = tr.batch_size
@@ -90,7 +90,7 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
                      "machine": device_description(device), "torch": torch.__version__,
                      **code_version(), "data_hash": getattr(data, "content_hash", None),
                      "warmup_steps": warmup, "windows": windows, "steps_per_window": steps,
-                     "keep_freed_memory": results_memory}
+                     "keep_freed_memory": memory_kept}
     x0, y0 = _project_against_fixed_batch(params, data, images, labels, device, sync, results)
     if tr.precision != "bf16":  # the same under bf16 autocast
         bf16 = dataclasses.replace(params, train=dataclasses.replace(tr, precision="bf16"))
