@@ -45,6 +45,15 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     assert 0 < split["gemm_share"] < 1 and split["top_other_ops"]
     assert sum(o["share"] for o in split["top_other_ops"]) <= 1 - split["gemm_share"] + 1e-9
     assert "in convolutions and matrix products" in table
+    # the train stage itself: its own loop, read from its DVCLive rows after the warm-up
+    stage = saved["train_stage"]
+    # warmup=1, summaries every 10: 31 steps; log rows at 5, 10, .., 30, 31, the first window
+    # (which holds the warm-up) left out
+    assert stage["steps"] == 1 + 3 * 10 and stage["timed_steps"] == 31 - 5
+    assert stage["log_every"] == 5 and len(stage["fixed_batch"]["before"]) == 1
+    fixed = sorted(stage["fixed_batch"]["before"] + stage["fixed_batch"]["after"])
+    assert stage["gap"] == pytest.approx(1 - stage["examples_per_sec"] / (sum(fixed) / 2))
+    assert "train stage: " in table and "slower than the fixed batch timed before and after" in table
 
 
 @pytest.mark.e2e

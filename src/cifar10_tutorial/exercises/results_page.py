@@ -49,6 +49,13 @@ def _throughput(path: Path, root: Path) -> str:
               f"{ra['input_ms_per_batch']:.2f} ms per batch, "
               f"{100 * ra['input_share_of_fixed_step']:.1f}% of a fixed-batch step; evaluation "
               f"of 10,000 images: {ra['eval_seconds_per_10000']:.1f} s."]
+    if "train_stage" in r:
+        t = r["train_stage"]
+        lines[-1] += (f" The train stage itself, with its log line every {t['log_every']} "
+                      f"steps and TensorBoard summaries every {t['summary_every']} "
+                      f"({t['timed_steps']} timed steps): {t['examples_per_sec']:,.0f} "
+                      f"examples/sec, {100 * t['gap']:.1f}% slower than the fixed batch timed "
+                      f"just before and after.")
     return "\n".join(lines)
 
 

@@ -16,7 +16,10 @@ Each figure is the median of several timed windows after a warm-up:
   network built the usual way (``nn.LocalResponseNorm``, NCHW);
 * ``tensorflow`` (with ``tf_python``): :mod:`.tf_baseline` (Keras, tf.data)
   run by a Python that has TensorFlow;
-* ``eval``: evaluation throughput over the test split (central crop).
+* ``eval``: evaluation throughput over the test split (central crop);
+* ``train_stage`` (:mod:`.stage`): the train stage's own loop (log lines, DVCLive rows,
+  TensorBoard summaries at the params' cadence) against the fixed batch timed just before
+  and after.
 
 The roofline: the machine's own matmul peak (``torch.mm`` of two 2048 x 2048
 matrices in float32 and in bfloat16, on the same threads), and for each pipeline
@@ -50,6 +53,7 @@ from ..data.prepared import Prepared
 from .baselines import tensorflow_figures, typical_step
 from .compiled import compiled_against_eager
 from .roofline import roofline
+from .stage import train_stage_speed
 from .steps import measure_windows, project_step, time_breakdown, window
 from ..exercises.roofline_table import fraction
 from ..training.rules import training_model
@@ -73,10 +77,11 @@ def with_input(params: Params, data: Prepared, images, labels, device):
 def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int = 7,
                   steps: int = 40, typical_workers: int = 2, out: Path | None = None,
                   tf_python: Optional[str] = None, data_dir: Optional[Path] = None,
-                  peak_size: int = 2048, compiled: bool = True) -> dict:
+                  peak_size: int = 2048, compiled: bool = True, train_stage: bool = True) -> dict:
     """Measure every pipeline; return (and write to ``out``) the figures and ratios
     (the matmul peak from ``peak_size`` x ``peak_size`` products; with ``compiled``,
-    torch.compile against eager: :mod:`.compiled`)."""
+    torch.compile against eager: :mod:`.compiled`; with ``train_stage``, the stage's own
+    loop: :mod:`.stage`)."""
     tr = params.train
     memory_kept = keep_freed_memory()  # as the train stage does
     device = pick_device(tr.device)
@@ -92,6 +97,10 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
                      "warmup_steps": warmup, "windows": windows, "steps_per_window": steps,
                      "keep_freed_memory": memory_kept}
     x0, y0 = _project_against_fixed_batch(params, data, images, labels, device, sync, results)
+    if train_stage:
+        _, fixed_step = project_step(params, data, device)
+        results["train_stage"] = train_stage_speed(params, data, lambda: fixed_step(x0, y0), batch,
+                                                   steps, windows, sync, warmup)
     if tr.precision != "bf16":  # the same under bf16 autocast
         bf16 = dataclasses.replace(params, train=dataclasses.replace(tr, precision="bf16"))
         _, bf16_step, batches, _ = with_input(bf16, data, images, labels, device)
@@ -191,6 +200,15 @@ def _medians_and_ratios(results: dict) -> None:
     results["ratios"] = ratios
 
 
+def _train_stage_lines(r: dict) -> list[str]:
+    if "train_stage" not in r:
+        return []
+    t = r["train_stage"]
+    return [f"train stage: {t['examples_per_sec']:,.0f} examples/sec over {t['timed_steps']} "
+            f"steps (log every {t['log_every']}, summaries every {t['summary_every']}), "
+            f"{100 * t['gap']:.1f}% slower than the fixed batch timed before and after"]
+
+
 def _compiled_lines(r: dict) -> list[str]:
     if "compiled" not in r:
         return []
@@ -245,6 +263,7 @@ def format_table(r: dict) -> str:
               f"input pipeline: {100 * ra['input_pipeline_overhead']:.1f}% slower than the fixed "
               f"batch (paired windows); alone {ra['input_ms_per_batch']:.2f} ms per batch = "
               f"{100 * ra['input_share_of_fixed_step']:.1f}% of a fixed-batch step",
+              *_train_stage_lines(r),
               *_compiled_lines(r),
               f"evaluation of 10,000 images: {ra['eval_seconds_per_10000']:.1f} s; "
               f"queue fill: {r['queue_fill_s']:.2f} s ({r['machine']}, {r['cpu_capability']}, "
