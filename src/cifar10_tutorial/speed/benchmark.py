@@ -96,11 +96,11 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
                      **code_version(), "data_hash": getattr(data, "content_hash", None),
                      "warmup_steps": warmup, "windows": windows, "steps_per_window": steps,
                      "keep_freed_memory": memory_kept}
-    x0, y0 = _project_against_fixed_batch(params, data, images, labels, device, sync, results)
-    if train_stage:
-        _, fixed_step = project_step(params, data, device)
-        results["train_stage"] = train_stage_speed(params, data, lambda: fixed_step(x0, y0), batch,
-                                                   steps, windows, sync, warmup)
+    x0, y0, fixed_step = _project_against_fixed_batch(params, data, images, labels, device, sync,
+                                                      results)
+    if train_stage:  # the fixed batch on the step timed above: warm, and no second network
+        results["train_stage"] = train_stage_speed(params, data, fixed_step, batch, steps,
+                                                   windows, sync, warmup)
     if tr.precision != "bf16":  # the same under bf16 autocast
         bf16 = dataclasses.replace(params, train=dataclasses.replace(tr, precision="bf16"))
         _, bf16_step, batches, _ = with_input(bf16, data, images, labels, device)
@@ -137,7 +137,8 @@ def _project_against_fixed_batch(params: Params, data: Prepared, images, labels,
                                  results: dict):
     """The project's step with its real input pipeline, in windows interleaved with the same
     step on a fixed batch (no input work), then the input pipeline alone (milliseconds per
-    batch: fill, distort, dequeue). Fills ``results``; returns the fixed batch."""
+    batch: fill, distort, dequeue). Fills ``results``; returns the fixed batch and a
+    function that runs one (warmed-up) step on it."""
     batch, warmup = params.train.batch_size, results["warmup_steps"]
     windows, steps = results["windows"], results["steps_per_window"]
     _, real_step, batches, results["queue_fill_s"] = with_input(params, data, images, labels, device)
@@ -160,7 +161,7 @@ def _project_against_fixed_batch(params: Params, data: Prepared, images, labels,
         results["input_ms_per_batch"] = [1000 * batch / v for v in alone]
     finally:
         batches.close()
-    return x0, y0
+    return x0, y0, lambda: step(x0, y0)
 
 
 def _eval_speed(params: Params, data: Prepared, device, sync) -> list[float]:
