@@ -375,6 +375,42 @@ def test_tensorboard_summaries_and_dvclive(synth_data, tmp_path):
     assert len(list(paths(tmp_path).tensorboard.iterdir())) == 2
 
 
+def test_histograms_are_tensorboards_own_without_its_copies(tmp_path):
+    """Summaries bin float32 values in memory order (no float64 copy, no gather of a
+    channels_last activation): the record must be the one add_histogram would write."""
+    import numpy as np
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import make_histogram
+    from cifar10_tutorial.training.monitoring import _histogram, in_memory_order
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    edges = np.asarray(writer.default_bins, dtype=np.float64)
+    kept = {}
+    writer.add_histogram_raw = lambda tag, global_step, **kw: kept.setdefault(tag, kw)
+    g = torch.Generator().manual_seed(0)
+    act = F.relu(torch.randn(16, 64, 24, 24, generator=g)).contiguous(memory_format=torch.channels_last)
+    weights = torch.randn(384, 2304, generator=g) * 0.04
+    edge_values = torch.tensor([0.0, 1e-12, -1e-12, float(edges[700]), float(edges[-2]), -3.5, 7.0])
+    transposed = torch.randn(30, 40, generator=g).t()  # not contiguous either
+    for name, t in (("act", act), ("weights", weights), ("edges", edge_values),
+                    ("transposed", transposed), ("one", torch.tensor([0.25]))):
+        assert in_memory_order(t).data_ptr() == t.data_ptr()  # a view, not a copy
+        flat = _histogram(writer, edges, name, t, 3)
+        assert sorted(flat.tolist()) == sorted(t.reshape(-1).tolist())
+        ref = make_histogram(t.reshape(-1).double().numpy(), edges)
+        got = kept[name]
+        assert list(ref.bucket_limit) == got["bucket_limits"], name
+        assert list(ref.bucket) == got["bucket_counts"], name
+        assert (got["min"], got["max"], got["num"]) == (ref.min, ref.max, ref.num)
+        assert got["sum"] == pytest.approx(ref.sum, rel=1e-9, abs=1e-9)
+        assert got["sum_squares"] == pytest.approx(ref.sum_squares, rel=1e-9)
+    for bad in (float("nan"), float("inf"), -float("inf"), 1e30):
+        with pytest.raises(TrainingError, match=r"weights/x holds values up to \S+ at step 7: "
+                                                r"training diverged"):
+            _histogram(writer, edges, "weights/x", torch.tensor([0.5, bad, -0.5]), 7)
+    writer.close()
+
+
 def _flat(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
