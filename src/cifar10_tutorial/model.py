@@ -44,9 +44,9 @@ def trunc_normal_(tensor: torch.Tensor, std: float) -> torch.Tensor:
 
 def _inverse_power(d: torch.Tensor, beta: float) -> torch.Tensor:
     """d^-beta. In bf16 (and fp16) with the tutorial's beta 0.75 as rsqrt(d sqrt(d)): on
-    the CPU bf16 ``pow`` converts element by element and took 4x as long (2.0 ms
-    against 0.5 ms on 128x64x12x12, AMD EPYC with AVX512_BF16). float32 keeps ``pow``,
-    so the fp32 results stay bit for bit those of the committed runs."""
+    the CPU, bf16 ``pow`` converts element by element and is several times slower than
+    these two. float32 keeps ``pow``, so the fp32 results stay bit for bit those of the
+    committed runs."""
     if beta == 0.75 and d.dtype in (torch.bfloat16, torch.float16):
         return torch.rsqrt(d * d.sqrt())
     return d.pow(-beta)

@@ -16,7 +16,7 @@ from ..errors import PipelineError
 from ..files import write_text_atomic
 from .reference import ref, reference_markdown
 from .report_data import (Results, banner, load_curve, load_variants, make_results, marker,
-                          markdown_table, pct, plot, provenance_section, speed_noise)
+                          markdown_table, pct, plot, provenance_section, speed_ratio)
 from .report_devices import exercise5_devices
 from .report_schedules import reproduction, time_to_accuracy
 
@@ -157,8 +157,8 @@ def _exercise2_local_head(r: Results) -> list[str]:
                  f"under this budget the locally connected top is {abs(d):.1f} points "
                  f"{'better' if d > 0 else 'worse'} than the fully connected one "
                  f"{r.noise(d, 'precision_at_1')}, with {h.num_params / base.num_params:.2f}x "
-                 f"the parameters and {speed:.2f}x the training speed "
-                 f"{speed_noise(r, speed, h)}. {ref('local_head')}."), ""]
+                 f"the parameters; its training speed against the fully connected top: "
+                 f"{speed_ratio(r, speed, h)}. {ref('local_head')}."), ""]
 
 
 def _exercise3_queue_fill(r: Results) -> list[str]:
@@ -287,8 +287,8 @@ def _no_lrn(r: Results) -> list[str]:
     speed = n.examples_per_sec / base.examples_per_sec
     return ["## Without local response normalization", "", markdown_table(t), "",
             r.answer(f"dropping norm1 and norm2 moves precision @ 1 by {d:+.1f} points "
-                     f"{r.noise(d, 'precision_at_1')} and changes the training speed by "
-                     f"{speed:.2f}x {speed_noise(r, speed, n)}."), ""]
+                     f"{r.noise(d, 'precision_at_1')}; its training speed against the baseline: "
+                     f"{speed_ratio(r, speed, n)}."), ""]
 
 
 def _bf16(r: Results) -> list[str]:
@@ -314,5 +314,5 @@ def _bf16(r: Results) -> list[str]:
             f"baseline's {len(seeds)} seeds:", "", markdown_table(t), "",
             r.answer(f"with the averaged weights {place('precision_at_1')}; with the raw "
                      f"weights {place('precision_at_1_raw')}. Training speed against the "
-                     f"fp32 baseline: {speed:.2f}x {speed_noise(r, speed, b)}; the benchmark "
+                     f"fp32 baseline: {speed_ratio(r, speed, b)}; the benchmark "
                      f"times both precisions on one machine (docs/results.md)."), ""]

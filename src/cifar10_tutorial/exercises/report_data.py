@@ -296,18 +296,19 @@ def _code_note(found: dict, equivalence: Optional[Path]) -> str:
             f"train alike (`python -m cifar10_tutorial.exercises.equivalence OLD NEW` checks two).")
 
 
-def speed_noise(r: Results, ratio: float, variant=None) -> str:
-    """A speed ratio against the baseline, weighed against the seeds' spread of speed (the
-    seeds do identical work: their spread is the timing noise of this machine). A variant
-    timed on another machine than the baseline and its seeds is not compared at all."""
+def speed_ratio(r: Results, ratio: float, variant=None) -> str:
+    """A speed ratio against the baseline (``1.25x``), weighed against the seeds' spread of
+    speed (the seeds do identical work: their spread is the timing noise of this machine).
+    A variant timed on another machine than the baseline and its seeds gets no ratio at all,
+    only why."""
     rows = [row for _, row in r.seeds.iterrows()] if r.seeds is not None else [r.base]
     machines = {machine_of(v.device) for v in [*rows, variant] if v is not None}
     if len(machines) > 1:
-        return (f"(**not comparable**: the runs were timed on {len(machines)} different "
-                f"machines, {', '.join(sorted(machines))}; speeds compare only within one)")
+        return (f"**not comparable**, the runs were timed on {len(machines)} different "
+                f"machines ({', '.join(sorted(machines))}) and speeds compare only within one")
     base = r.base.examples_per_sec if r.base is not None else 1.0
-    return r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base, unit="%",
-                   fmt=".0f", of=" in examples/sec")
+    return f"{ratio:.2f}x " + r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base,
+                                      unit="%", fmt=".0f", of=" in examples/sec")
 
 
 def machine_of(device: str) -> str:

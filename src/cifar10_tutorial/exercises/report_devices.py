@@ -10,7 +10,7 @@ from typing import Optional
 import pandas as pd
 
 from .reference import ref
-from .report_data import Results, device_text, markdown_table, pct, plot, speed_noise
+from .report_data import Results, device_text, markdown_table, pct, plot, speed_ratio
 
 
 def exercise5_devices(r: Results, timing: Optional[Path] = None) -> list[str]:
@@ -61,8 +61,8 @@ def _devices_speed(r: Results, base, m, timed: Optional[dict]) -> str:
     cores, the machine idle) when there is one, else from the two variants' own runs."""
     if timed is None:
         speed = m.examples_per_sec / base.examples_per_sec
-        return (f"in the variants' own runs 2 x 64 trains at {speed:.2f}x the speed of 1 x 128 "
-                f"{speed_noise(r, speed, m)}; ")
+        return (f"in the variants' own runs, the speed of 2 x 64 against 1 x 128: "
+                f"{speed_ratio(r, speed, m)}; ")
     one, two = (timed["setups"][n] for n in ("1 x 128", "2 x 64"))
     gap = two["examples_per_sec_median"] - one["examples_per_sec_median"]
     band = max(one["examples_per_sec_spread"], two["examples_per_sec_spread"])
