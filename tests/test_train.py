@@ -541,6 +541,36 @@ def test_without_dvclive_the_same_curves_and_metrics_are_written(synth_data, tmp
     assert list(ma) == list(mb)
 
 
+def test_dvclive_does_not_reread_its_curves_at_each_step_for_a_studio_that_is_not_set_up(
+        tmp_path, monkeypatch):
+    """DVCLive re-reads every curve at every next_step to find what Studio has not been sent,
+    with no Studio set up too: a cost that grows with the run. open_live's Live skips it,
+    and writes the same rows."""
+    import dvclive.live
+    from cifar10_tutorial.training.monitoring import open_live
+
+    for var in ("DVC_STUDIO_TOKEN", "STUDIO_TOKEN", "DVC_STUDIO_URL", "DVC_STUDIO_REPO_URL"):
+        monkeypatch.delenv(var, raising=False)
+    reads = []
+    real = dvclive.live.parse_metrics
+    monkeypatch.setattr(dvclive.live, "parse_metrics", lambda live: reads.append(1) or real(live))
+    live = open_live(tmp_path / "live", resume=False)
+    for step in range(30):
+        live.step = step
+        live.log_metric("train/loss", 1.0 / (step + 1))
+        live.next_step()
+    live.end()
+    assert reads == []
+    rows = (tmp_path / "live/plots/metrics/train/loss.tsv").read_text().splitlines()
+    assert len(rows) == 31 and rows[-1].split("\t") == ["29", str(1.0 / 30)]
+    # DVCLive's own Live reads them at each step
+    live = dvclive.live.Live(str(tmp_path / "live2"), dvcyaml=None, save_dvc_exp=False,
+                             report=None)
+    live.log_metric("train/loss", 1.0)
+    live.next_step()
+    assert reads == [1]
+
+
 def test_bf16_on_a_cpu_without_bf16_units_says_it_will_be_slow(synth_data, tmp_path,
                                                                monkeypatch, caplog):
     from cifar10_tutorial import provenance
