@@ -47,13 +47,20 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     assert "in convolutions and matrix products" in table
     # the train stage itself: its own loop, read from its DVCLive rows after the warm-up
     stage = saved["train_stage"]
-    # warmup=1, summaries every 10: 31 steps; log rows at 5, 10, .., 30, 31, the first window
-    # (which holds the warm-up) left out
-    assert stage["steps"] == 1 + 3 * 10 and stage["timed_steps"] == 31 - 5
-    assert stage["log_every"] == 5 and len(stage["fixed_batch"]["before"]) == 1
-    fixed = sorted(stage["fixed_batch"]["before"] + stage["fixed_batch"]["after"])
-    assert stage["gap"] == pytest.approx(1 - stage["examples_per_sec"] / (sum(fixed) / 2))
-    assert "train stage: " in table and "slower than the fixed batch timed before and after" in table
+    # 3 runs of warmup=1 + summaries every 10 = 11 steps; log rows at 5, 10, 11, the first
+    # window (which holds the warm-up) left out: 6 timed steps each
+    assert stage["steps"] == 1 + 10 and stage["timed_steps"] == 3 * 6
+    assert stage["log_every"] == 5 and len(stage["runs"]) == 3
+    fixed = stage["fixed_batch"]
+    assert len(fixed) == 4 and min(fixed) > 0  # one before the first run, one after each
+    for i, run in enumerate(stage["runs"]):
+        assert (run["fixed_before"], run["fixed_after"]) == (fixed[i], fixed[i + 1])
+        assert run["gap"] == pytest.approx(1 - run["examples_per_sec"] / ((fixed[i] + fixed[i + 1]) / 2))
+    assert stage["gap"] == sorted(run["gap"] for run in stage["runs"])[1]
+    seconds = sum(run["timed_steps"] * 16 / run["examples_per_sec"] for run in stage["runs"])
+    assert stage["examples_per_sec"] == pytest.approx(18 * 16 / seconds)
+    assert "train stage: " in table and "steps in 3 runs" in table
+    assert "slower than the fixed batch timed beside each run (the median of " in table
 
 
 @pytest.mark.e2e

@@ -51,11 +51,14 @@ def _throughput(path: Path, root: Path) -> str:
               f"of 10,000 images: {ra['eval_seconds_per_10000']:.1f} s."]
     if "train_stage" in r:
         t = r["train_stage"]
+        runs = t.get("runs", [])
+        each = (f" (the median of {len(runs)} runs: "
+                + ", ".join(f"{100 * run['gap']:.1f}%" for run in runs) + ")") if runs else ""
         lines[-1] += (f" The train stage itself, with its log line every {t['log_every']} "
                       f"steps and TensorBoard summaries every {t['summary_every']} "
                       f"({t['timed_steps']} timed steps): {t['examples_per_sec']:,.0f} "
                       f"examples/sec, {100 * t['gap']:.1f}% slower than the fixed batch timed "
-                      f"just before and after.")
+                      f"just before and after{each}.")
     return "\n".join(lines)
 
 

@@ -18,8 +18,8 @@ Each figure is the median of several timed windows after a warm-up:
   run by a Python that has TensorFlow;
 * ``eval``: evaluation throughput over the test split (central crop);
 * ``train_stage`` (:mod:`.stage`): the train stage's own loop (log lines, DVCLive rows,
-  TensorBoard summaries at the params' cadence) against the fixed batch timed just before
-  and after.
+  TensorBoard summaries at the params' cadence), a few short runs, each against the fixed
+  batch timed just before and after it.
 
 The roofline: the machine's own matmul peak (``torch.mm`` of two 2048 x 2048
 matrices in float32 and in bfloat16, on the same threads), and for each pipeline
@@ -100,7 +100,7 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
                                                       results)
     if train_stage:  # the fixed batch on the step timed above: warm, and no second network
         results["train_stage"] = train_stage_speed(params, data, fixed_step, batch, steps,
-                                                   windows, sync, warmup)
+                                                   sync, warmup)
     if tr.precision != "bf16":  # the same under bf16 autocast
         bf16 = dataclasses.replace(params, train=dataclasses.replace(tr, precision="bf16"))
         _, bf16_step, batches, _ = with_input(bf16, data, images, labels, device)
@@ -205,9 +205,11 @@ def _train_stage_lines(r: dict) -> list[str]:
     if "train_stage" not in r:
         return []
     t = r["train_stage"]
+    gaps = ", ".join(f"{100 * run['gap']:.1f}%" for run in t["runs"])
     return [f"train stage: {t['examples_per_sec']:,.0f} examples/sec over {t['timed_steps']} "
-            f"steps (log every {t['log_every']}, summaries every {t['summary_every']}), "
-            f"{100 * t['gap']:.1f}% slower than the fixed batch timed before and after"]
+            f"steps in {len(t['runs'])} runs (log every {t['log_every']}, summaries every "
+            f"{t['summary_every']}), {100 * t['gap']:.1f}% slower than the fixed batch timed "
+            f"beside each run (the median of {gaps})"]
 
 
 def _compiled_lines(r: dict) -> list[str]:

@@ -4,11 +4,13 @@
 averages; the stage does more around it: the log line and DVCLive row every
 ``train.log_every`` steps, TensorBoard summaries (histograms of every weight, gradient and
 activation) every ``run.summary_every`` steps, checkpoints. Here :func:`train.train` runs
-for ``warmup`` + ``intervals`` x ``run.summary_every`` steps with the params' own cadence
-(held-out evaluations off: the stage's figure leaves them out too), in a scratch folder,
-and its speed is read from its own DVCLive rows after the warm-up: every example over
-every second of the timed log windows. The fixed-batch step is timed just before and just
-after, so the gap is against the machine's speed of the same minutes.
+``runs`` times, each for ``warmup`` + ``run.summary_every`` steps with the params' own
+cadence (so one summary in its timed steps, as the stage has; held-out evaluations off:
+the stage's figure leaves them out too), in a scratch folder, and each run's speed is read
+from its own DVCLive rows after the warm-up: every example over every second of the timed
+log windows. A window of the fixed batch comes before the first run and after each, and
+each run is compared with the mean of the two windows beside it: the machine's speed
+drifts by more than the gap over the minute a single long run would take.
 """
 from __future__ import annotations
 
@@ -28,35 +30,48 @@ from .steps import window
 
 
 def train_stage_speed(params: Params, data: Prepared, fixed_step, batch: int, steps: int,
-                      windows: int, sync, warmup: int = 10, intervals: int = 3) -> dict:
-    """{examples_per_sec, fixed_batch (half of ``windows`` before, half after), gap, steps,
-    timed_steps, log_every, summary_every}. ``fixed_step()`` runs one step on the fixed
-    batch."""
+                      sync, warmup: int = 10, runs: int = 3) -> dict:
+    """{examples_per_sec (all runs), gap (the median of the runs' gaps), runs (each: its
+    examples_per_sec, the fixed-batch windows before and after it, its gap), fixed_batch
+    (the windows), steps (per run), timed_steps (all runs), log_every, summary_every}.
+    ``fixed_step()`` runs one step on the fixed batch; a window is ``steps`` of them."""
     run = params.run
-    n = warmup + intervals * run.summary_every
+    n = warmup + run.summary_every
     stage = dataclasses.replace(
         params, train=dataclasses.replace(params.train, max_steps=n, max_epochs=None),
         eval=dataclasses.replace(params.eval, every_steps=0),
         run=dataclasses.replace(run, checkpoint_every=n))
-    around = max(1, windows // 2)
-    before = [window(fixed_step, batch, steps, sync) for _ in range(around)]
-    with tempfile.TemporaryDirectory(prefix="train-stage-") as tmp:
-        paths = TrainPaths(Path(tmp) / "train", Path(tmp) / "live")
-        with contextlib.redirect_stdout(io.StringIO()):  # its log lines
-            train(stage, data, paths, progress=False)
-        rows = _rows(paths.live_dir / "plots" / "metrics" / "train" / "examples_per_sec.tsv")
-    after = [window(fixed_step, batch, steps, sync) for _ in range(around)]
+    fixed = [window(fixed_step, batch, steps, sync)]
+    timed_runs = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="train-stage-") as tmp:
+            paths = TrainPaths(Path(tmp) / "train", Path(tmp) / "live")
+            with contextlib.redirect_stdout(io.StringIO()):  # its log lines
+                train(stage, data, paths, progress=False)
+            rows = _rows(paths.live_dir / "plots" / "metrics" / "train" / "examples_per_sec.tsv")
+        fixed.append(window(fixed_step, batch, steps, sync))
+        timed, seconds = _timed(rows, warmup, batch)
+        speed = timed * batch / seconds
+        timed_runs.append({"examples_per_sec": speed, "timed_steps": timed, "seconds": seconds,
+                           "fixed_before": fixed[-2], "fixed_after": fixed[-1],
+                           "gap": 1 - speed / ((fixed[-2] + fixed[-1]) / 2)})
+    timed = sum(r["timed_steps"] for r in timed_runs)
+    return {"examples_per_sec": timed * batch / sum(r["seconds"] for r in timed_runs),
+            "gap": statistics.median(r["gap"] for r in timed_runs), "runs": timed_runs,
+            "fixed_batch": fixed, "steps": n, "timed_steps": timed,
+            "log_every": params.train.log_every, "summary_every": run.summary_every}
+
+
+def _timed(rows: list[tuple[int, float]], warmup: int, batch: int) -> tuple[int, float]:
+    """(steps, seconds) of the log windows that start at or after ``warmup``: each row
+    holds the speed of the steps since the row before."""
     timed, last, seconds = 0, 0, 0.0
-    for step, eps in rows:  # each row: the window of steps since the row before
+    for step, eps in rows:
         if last >= warmup:
             timed += step - last
             seconds += (step - last) * batch / eps
         last = step
-    speed = timed * batch / seconds
-    fixed = statistics.median(before + after)
-    return {"examples_per_sec": speed, "fixed_batch": {"before": before, "after": after},
-            "gap": 1 - speed / fixed, "steps": n, "timed_steps": timed,
-            "log_every": params.train.log_every, "summary_every": run.summary_every}
+    return timed, seconds
 
 
 def _rows(path: Path) -> list[tuple[int, float]]:
