@@ -30,14 +30,16 @@ def main() -> None:
     ap.add_argument("--tf-python", help="a Python with TensorFlow, for the TensorFlow baseline")
     ap.add_argument("--no-compiled", action="store_true",
                     help="skip torch.compile against eager (about 3 minutes on 2 CPU cores)")
-    ap.add_argument("--no-train-stage", action="store_true",
-                    help="skip the train stage's own loop (a run of 310 steps by default)")
+    ap.add_argument("--train-stage-runs", type=int, default=5,
+                    help="short runs of the train stage's own loop, each of --warmup + "
+                         "run.summary_every steps (110 by default), timed against the fixed "
+                         "batch beside it; 0 skips them")
     args = ap.parse_args()
     data = args.data or stage_output("preprocess")
     result = run_benchmark(load_params(args.params), load_prepared(data), args.warmup,
                            args.windows, args.steps, out=args.out, tf_python=args.tf_python,
                            data_dir=data, compiled=not args.no_compiled,
-                           train_stage=not args.no_train_stage)
+                           train_stage=args.train_stage_runs)
     print(format_table(result))
     print(f"wrote {args.out}")
 

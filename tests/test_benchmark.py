@@ -12,7 +12,7 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     out = tmp_path / "benchmark.json"
     # a small matmul for the peak: 2048 x 2048 in bf16 takes minutes on a CPU without bf16 units
     r = run_benchmark(params, synth_data, warmup=1, windows=2, steps=2, typical_workers=0, out=out,
-                      peak_size=256, compiled=False)
+                      peak_size=256, compiled=False, train_stage=3)
     saved = json.loads(out.read_text())
     for key in ("project", "fixed_batch", "project_bf16", "typical", "eval"):
         assert len(saved[key]) == (3 if key == "eval" else 2) and all(v > 0 for v in saved[key])

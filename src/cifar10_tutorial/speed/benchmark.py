@@ -77,11 +77,11 @@ def with_input(params: Params, data: Prepared, images, labels, device):
 def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int = 7,
                   steps: int = 40, typical_workers: int = 2, out: Path | None = None,
                   tf_python: Optional[str] = None, data_dir: Optional[Path] = None,
-                  peak_size: int = 2048, compiled: bool = True, train_stage: bool = True) -> dict:
+                  peak_size: int = 2048, compiled: bool = True, train_stage: int = 5) -> dict:
     """Measure every pipeline; return (and write to ``out``) the figures and ratios
     (the matmul peak from ``peak_size`` x ``peak_size`` products; with ``compiled``,
-    torch.compile against eager: :mod:`.compiled`; with ``train_stage``, the stage's own
-    loop: :mod:`.stage`)."""
+    torch.compile against eager: :mod:`.compiled`; with ``train_stage`` > 0, that many
+    short runs of the stage's own loop: :mod:`.stage`)."""
     tr = params.train
     memory_kept = keep_freed_memory()  # as the train stage does
     device = pick_device(tr.device)
@@ -100,7 +100,7 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
                                                       results)
     if train_stage:  # the fixed batch on the step timed above: warm, and no second network
         results["train_stage"] = train_stage_speed(params, data, fixed_step, batch, steps,
-                                                   sync, warmup)
+                                                   sync, warmup, runs=train_stage)
     if tr.precision != "bf16":  # the same under bf16 autocast
         bf16 = dataclasses.replace(params, train=dataclasses.replace(tr, precision="bf16"))
         _, bf16_step, batches, _ = with_input(bf16, data, images, labels, device)

@@ -30,7 +30,7 @@ from .steps import window
 
 
 def train_stage_speed(params: Params, data: Prepared, fixed_step, batch: int, steps: int,
-                      sync, warmup: int = 10, runs: int = 3) -> dict:
+                      sync, warmup: int = 10, runs: int = 5) -> dict:
     """{examples_per_sec (all runs), gap (the median of the runs' gaps), runs (each: its
     examples_per_sec, the fixed-batch windows before and after it, its gap), fixed_batch
     (the windows), steps (per run), timed_steps (all runs), log_every, summary_every}.
