@@ -12,7 +12,8 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     out = tmp_path / "benchmark.json"
     # a small matmul for the peak: 2048 x 2048 in bf16 takes minutes on a CPU without bf16 units
     r = run_benchmark(params, synth_data, warmup=1, windows=2, steps=2, typical_workers=0, out=out,
-                      peak_size=256, compiled=False, train_stage=3)
+                      peak_size=256, compiled=False, train_stage=3,
+                      conv_shape=(2, 32, 8, 3))
     saved = json.loads(out.read_text())
     for key in ("project", "fixed_batch", "project_bf16", "typical", "eval"):
         assert len(saved[key]) == (3 if key == "eval" else 2) and all(v > 0 for v in saved[key])
@@ -32,6 +33,9 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     # the roofline: measured peaks, the network's own count, each pipeline's fraction
     roof = saved["roofline"]
     assert roof["peak_gflops"]["fp32"] > 1 and roof["peak_gflops"]["bf16"] > 0
+    for precision, kernels in roof["peak_kernels"].items():  # the faster of the two
+        assert set(kernels) == {"mm", "conv"} and min(kernels.values()) > 0
+        assert roof["peak_gflops"][precision] == max(kernels.values())
     assert roof["flops_per_example"] == {"train": 2 * (3 * 18_470_784 - 24 * 24 * 75 * 64),
                                          "eval": 2 * 18_470_784}
     for key, pipe in roof["pipelines"].items():
@@ -40,7 +44,8 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
         assert pipe["fraction_of_peak"] == pytest.approx(
             pipe["gflops"] / roof["peak_gflops"][pipe["precision"]])
     assert roof["pipelines"]["project_bf16"]["precision"] == "bf16"
-    assert "GFLOP/s" in table and "of peak" in table and "roofline: torch.mm" in table
+    assert "GFLOP/s" in table and "of peak" in table and "roofline: peak " in table
+    assert "(torch.mm " in table and ", convolution " in table
     split = roof["time_breakdown"]
     assert 0 < split["gemm_share"] < 1 and split["top_other_ops"]
     assert sum(o["share"] for o in split["top_other_ops"]) <= 1 - split["gemm_share"] + 1e-9
@@ -96,3 +101,6 @@ def test_matmul_peak_counts_2n3_operations(monkeypatch):
     monkeypatch.setattr(roofline.time, "perf_counter", lambda: next(ticks))
     peak = roofline.matmul_peak(torch.float32, torch.device("cpu"), n=64, reps=3)
     assert peak == pytest.approx(2 * 64 ** 3 / 0.25 / 1e9)
+    # a convolution: 2 x batch x height x width x channels in x out x kernel area
+    peak = roofline.conv_peak(torch.float32, torch.device("cpu"), shape=(2, 8, 6, 3), reps=3)
+    assert peak == pytest.approx(2 * 2 * 6 * 6 * 8 * 8 * 9 / 0.25 / 1e9)

@@ -13,6 +13,17 @@ def fraction(roof: dict, pipe: dict) -> str:
     return f"{100 * pipe['fraction_of_peak']:.1f}%"
 
 
+def peak_words(roof: dict) -> str:
+    """Each precision's peak and the two kernels it is the faster of: ``463.1 GFLOP/s
+    fp32 (torch.mm 180.2, convolution 463.1), ...``."""
+    peak, kernels = roof["peak_gflops"], roof.get("peak_kernels")
+    if kernels is None:  # measured before the convolution joined the matmul
+        return f"{peak['fp32']:.1f} GFLOP/s fp32, {peak['bf16']:.1f} bf16 (torch.mm alone)"
+    return ", ".join(f"{peak[p]:.1f}{' GFLOP/s' if p == 'fp32' else ''} {p} (torch.mm "
+                     f"{kernels[p]['mm']:.1f}, convolution {kernels[p]['conv']:.1f})"
+                     for p in ("fp32", "bf16"))
+
+
 def machine(r: dict) -> str:
     """The machine a benchmark result was measured on: CPU model (or GPU) and threads, and
     the CPU's vector capability as torch reports it."""
@@ -34,8 +45,9 @@ def roofline_markdown(r: dict, source: str) -> str:
     names = pipeline_names(r)
     peak, split = roof["peak_gflops"], roof["time_breakdown"]
     lines = [f"From `{source}` ({machine(r)}, medians of "
-             f"{r['windows']} windows of {r['steps_per_window']} steps): `torch.mm` peak "
-             f"{peak['fp32']:.1f} GFLOP/s in fp32, {peak['bf16']:.1f} in bf16"
+             f"{r['windows']} windows of {r['steps_per_window']} steps): peak "
+             f"{peak_words(roof)}, each the faster of `torch.mm` of two 2048 x 2048 "
+             f"matrices and a 3 x 3 convolution of 256 channels"
              + (f" ({peak['bf16'] / peak['fp32']:.1f}x: the most bf16 autocast can gain over "
                 f"fp32 on this machine, where the step is bound by its matrix products)."
                 if peak["bf16"] > peak["fp32"] else "."), "",

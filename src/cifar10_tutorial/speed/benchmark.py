@@ -52,10 +52,10 @@ from ..params import Params
 from ..data.prepared import Prepared
 from .baselines import tensorflow_figures, typical_step
 from .compiled import compiled_against_eager
-from .roofline import roofline
+from .roofline import CONV_SHAPE, roofline
 from .stage import train_stage_speed
 from .steps import measure_windows, project_step, time_breakdown, window
-from ..exercises.roofline_table import fraction
+from ..exercises.roofline_table import fraction, peak_words
 from ..training.rules import training_model
 
 
@@ -77,9 +77,11 @@ def with_input(params: Params, data: Prepared, images, labels, device):
 def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int = 7,
                   steps: int = 40, typical_workers: int = 2, out: Path | None = None,
                   tf_python: Optional[str] = None, data_dir: Optional[Path] = None,
-                  peak_size: int = 2048, compiled: bool = True, train_stage: int = 5) -> dict:
+                  peak_size: int = 2048, compiled: bool = True, train_stage: int = 5,
+                  conv_shape: tuple = CONV_SHAPE) -> dict:
     """Measure every pipeline; return (and write to ``out``) the figures and ratios
-    (the matmul peak from ``peak_size`` x ``peak_size`` products; with ``compiled``,
+    (the peak from ``peak_size`` x ``peak_size`` products and convolutions of
+    ``conv_shape``: :mod:`.roofline`; with ``compiled``,
     torch.compile against eager: :mod:`.compiled`; with ``train_stage`` > 0, that many
     short runs of the stage's own loop: :mod:`.stage`)."""
     tr = params.train
@@ -122,7 +124,8 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
         results["tensorflow_version"] = tf["tensorflow"]
     results["eval"] = _eval_speed(params, data, device, sync)
     _medians_and_ratios(results)
-    results["roofline"] = roofline(results, params, data.num_classes, device, peak_size)
+    results["roofline"] = roofline(results, params, data.num_classes, device, peak_size,
+                                   conv_shape)
     results["roofline"]["peak_matrix_size"] = peak_size
     results["roofline"]["time_breakdown"] = time_breakdown(params, data, device, x0, y0)
     if compiled:
@@ -253,9 +256,7 @@ def format_table(r: dict) -> str:
         vs.append("TensorFlow not measured (--tf-python)")
     peak, fl = roof["peak_gflops"], roof["flops_per_example"]
     lines += ["-" * 93,
-              f"roofline: torch.mm {(n := roof.get('peak_matrix_size', 2048))} x {n} peak "
-              f"{peak['fp32']:.1f} GFLOP/s fp32, "
-              f"{peak['bf16']:.1f} bf16; {fl['train'] / 1e6:.1f} MFLOP per training example, "
+              f"roofline: peak {peak_words(roof)}; {fl['train'] / 1e6:.1f} MFLOP per training example, "
               f"{fl['eval'] / 1e6:.1f} per evaluated image (each pipeline against the peak of "
               f"its precision)",
               f"time of a fixed-batch step in convolutions and matrix products: "

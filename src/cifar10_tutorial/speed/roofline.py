@@ -1,10 +1,15 @@
 """The roofline: what fraction of the machine's arithmetic peak each pipeline gets.
 
-The peak is the machine's own ``torch.mm`` of two 2048 x 2048 matrices in float32 and in
-bfloat16, on the same threads; each pipeline's GFLOP/s come from its examples/sec and
-the network's own count of operations (:func:`.model.train_flops_per_image`: 2 x (3 x the
-forward multiply-adds - conv1's input gradient), 105.3 MFLOP per training example of the
-tutorial's network; 2 x the forward multiply-adds per evaluated image).
+The peak of a precision is the faster of two compute-bound kernels on the same threads:
+``torch.mm`` of two 2048 x 2048 matrices (torch's BLAS) and a 3 x 3 convolution of 256 to
+256 channels on 28 x 28, batch 32, channels_last (the convolution library: oneDNN on a
+CPU, cuDNN on a GPU). Either alone can miss the machine's peak: on an AMD EPYC with
+full-width AVX-512 torch's MKL ran ``torch.mm`` at about a third of the rate oneDNN gets
+from the same cores, and the network's own convolutions ran above that "peak". Each
+pipeline's GFLOP/s come from its examples/sec and the network's own count of operations
+(:func:`.model.train_flops_per_image`: 2 x (3 x the forward multiply-adds - conv1's input
+gradient), 105.3 MFLOP per training example of the tutorial's network; 2 x the forward
+multiply-adds per evaluated image).
 """
 from __future__ import annotations
 
@@ -12,27 +17,56 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 
 from ..model import build_model, macs_per_image, train_flops_per_image
 from ..params import Params
 
+CONV_SHAPE = (32, 256, 28, 3)  # batch, channels (in = out), height = width, kernel size
 
-def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 7) -> float:
-    """GFLOP/s of ``torch.mm`` of two n x n matrices (median of ``reps``): what this machine's
-    BLAS gets from its cores at this precision, the roofline the pipelines are measured on."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
+
+def _rate(fn, flops: float, device: torch.device, reps: int) -> float:
+    """GFLOP/s of ``fn`` (``flops`` operations a call): the median of ``reps`` timed calls
+    after two untimed ones."""
     sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
     for _ in range(2):
-        torch.mm(a, b)
+        fn()
     times = []
     for _ in range(reps):
         sync()
         t = time.perf_counter()
-        torch.mm(a, b)
+        fn()
         sync()
         times.append(time.perf_counter() - t)
-    return 2 * n ** 3 / statistics.median(times) / 1e9
+    return flops / statistics.median(times) / 1e9
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device, n: int = 2048, reps: int = 7) -> float:
+    """GFLOP/s of ``torch.mm`` of two n x n matrices (median of ``reps``): what torch's BLAS
+    gets from these cores at this precision."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    return _rate(lambda: torch.mm(a, b), 2 * n ** 3, device, reps)
+
+
+def conv_peak(dtype: torch.dtype, device: torch.device, shape: tuple = CONV_SHAPE,
+              reps: int = 7) -> float:
+    """GFLOP/s of a compute-bound convolution (``shape``: batch, channels in = out,
+    height = width, kernel size; "same" padding, channels_last; median of ``reps``): what
+    the convolution library gets from these cores at this precision."""
+    batch, c, hw, k = shape
+    x = torch.randn(batch, c, hw, hw, device=device).to(dtype)
+    w = torch.randn(c, c, k, k, device=device).to(dtype)
+    x, w = (t.contiguous(memory_format=torch.channels_last) for t in (x, w))
+    return _rate(lambda: F.conv2d(x, w, padding=k // 2), 2 * batch * hw * hw * c * c * k * k,
+                 device, reps)
+
+
+def peaks(device: torch.device, peak_size: int = 2048, shape: tuple = CONV_SHAPE) -> dict:
+    """{precision: {"mm": GFLOP/s, "conv": GFLOP/s}} in fp32 and bf16."""
+    return {name: {"mm": matmul_peak(dtype, device, peak_size),
+                   "conv": conv_peak(dtype, device, shape)}
+            for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
 
 
 PIPELINE_PRECISION = {"project": None, "fixed_batch": None, "project_bf16": "bf16",
@@ -40,14 +74,16 @@ PIPELINE_PRECISION = {"project": None, "fixed_batch": None, "project_bf16": "bf1
 
 
 def roofline(results: dict, params: Params, num_classes: int, device: torch.device,
-             peak_size: int = 2048) -> dict:
-    """Each measured pipeline's GFLOP/s and its fraction of the matmul peak of its precision."""
+             peak_size: int = 2048, conv_shape: tuple = CONV_SHAPE) -> dict:
+    """Each measured pipeline's GFLOP/s and its fraction of the peak of its precision (the
+    faster of the matmul and the convolution, both kept in ``peak_kernels``)."""
     m = params.model
     model = build_model(num_classes, m.head, m.output, m.lrn)
     flops = {"train": train_flops_per_image(model), "eval": 2 * macs_per_image(model)}
-    peak = {"fp32": matmul_peak(torch.float32, device, peak_size),
-            "bf16": matmul_peak(torch.bfloat16, device, peak_size)}
-    out = {"peak_gflops": peak, "flops_per_example": flops, "pipelines": {}}
+    kernels = peaks(device, peak_size, conv_shape)
+    peak = {name: max(k.values()) for name, k in kernels.items()}
+    out = {"peak_gflops": peak, "peak_kernels": kernels, "conv_shape": list(conv_shape),
+           "flops_per_example": flops, "pipelines": {}}
     for key, eps in results["median_examples_per_sec"].items():
         precision = PIPELINE_PRECISION[key] or params.train.precision
         gflops = eps * flops["eval" if key == "eval" else "train"] / 1e9
