@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..cli import stage_command
 from ..files import write_text_atomic
-from .roofline_table import machine, pipeline_names, roofline_markdown
+from .roofline_table import machine, pipeline_names, roofline_markdown, stage_gaps
 
 PAGE = Path("docs/results.md")
 
@@ -51,9 +51,7 @@ def _throughput(path: Path, root: Path) -> str:
               f"of 10,000 images: {ra['eval_seconds_per_10000']:.1f} s."]
     if "train_stage" in r:
         t = r["train_stage"]
-        runs = t.get("runs", [])
-        each = (f" (the median of {len(runs)} runs: "
-                + ", ".join(f"{100 * run['gap']:.1f}%" for run in runs) + ")") if runs else ""
+        each = f" ({gaps})" if (gaps := stage_gaps(t)) else ""
         lines[-1] += (f" The train stage itself, with its log line every {t['log_every']} "
                       f"steps and TensorBoard summaries every {t['summary_every']} "
                       f"({t['timed_steps']} timed steps): {t['examples_per_sec']:,.0f} "

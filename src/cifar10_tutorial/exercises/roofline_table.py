@@ -24,6 +24,16 @@ def peak_words(roof: dict) -> str:
                      for p in ("fp32", "bf16"))
 
 
+def stage_gaps(stage: dict) -> str:
+    """The train stage's runs, each run's gap to the fixed batch beside it: ``the median of
+    5 runs: 9.9%, 4.1%, ...`` ("" for a result measured before the runs)."""
+    runs = stage.get("runs", [])
+    if not runs:
+        return ""
+    return (f"the median of {len(runs)} runs: "
+            + ", ".join(f"{100 * run['gap']:.1f}%" for run in runs))
+
+
 def machine(r: dict) -> str:
     """The machine a benchmark result was measured on: CPU model (or GPU) and threads, and
     the CPU's vector capability as torch reports it."""

@@ -55,7 +55,7 @@ from .compiled import compiled_against_eager
 from .roofline import CONV_SHAPE, roofline
 from .stage import train_stage_speed
 from .steps import measure_windows, project_step, time_breakdown, window
-from ..exercises.roofline_table import fraction, peak_words
+from ..exercises.roofline_table import fraction, peak_words, stage_gaps
 from ..training.rules import training_model
 
 
@@ -208,11 +208,10 @@ def _train_stage_lines(r: dict) -> list[str]:
     if "train_stage" not in r:
         return []
     t = r["train_stage"]
-    gaps = ", ".join(f"{100 * run['gap']:.1f}%" for run in t["runs"])
     return [f"train stage: {t['examples_per_sec']:,.0f} examples/sec over {t['timed_steps']} "
             f"steps in {len(t['runs'])} runs (log every {t['log_every']}, summaries every "
             f"{t['summary_every']}), {100 * t['gap']:.1f}% slower than the fixed batch timed "
-            f"beside each run (the median of {gaps})"]
+            f"beside each run ({stage_gaps(t)})"]
 
 
 def _compiled_lines(r: dict) -> list[str]:
