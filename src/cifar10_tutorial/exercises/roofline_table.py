@@ -24,6 +24,17 @@ def peak_words(roof: dict) -> str:
                      for p in ("fp32", "bf16"))
 
 
+def peak_kernels(roof: dict) -> str:
+    """What the peak's two kernels were, from the result itself: ``each the faster of
+    `torch.mm` of two 2048 x 2048 matrices and a 3 x 3 convolution of 256 channels`` (""
+    for a result measured before the convolution joined: :func:`peak_words` says so)."""
+    if "peak_kernels" not in roof:
+        return ""
+    n, (_, channels, _, k) = roof["peak_matrix_size"], roof["conv_shape"]
+    return (f"each the faster of `torch.mm` of two {n} x {n} matrices and a {k} x {k} "
+            f"convolution of {channels} channels")
+
+
 def stage_gaps(stage: dict) -> str:
     """The train stage's runs, each run's gap to the fixed batch beside it: ``the median of
     5 runs: 9.9%, 4.1%, ...`` ("" for a result measured before the runs)."""
@@ -56,8 +67,7 @@ def roofline_markdown(r: dict, source: str) -> str:
     peak, split = roof["peak_gflops"], roof["time_breakdown"]
     lines = [f"From `{source}` ({machine(r)}, medians of "
              f"{r['windows']} windows of {r['steps_per_window']} steps): peak "
-             f"{peak_words(roof)}, each the faster of `torch.mm` of two 2048 x 2048 "
-             f"matrices and a 3 x 3 convolution of 256 channels"
+             f"{peak_words(roof)}" + (f", {how}" if (how := peak_kernels(roof)) else "")
              + (f" ({peak['bf16'] / peak['fp32']:.1f}x: the most bf16 autocast can gain over "
                 f"fp32 on this machine, where the step is bound by its matrix products)."
                 if peak["bf16"] > peak["fp32"] else "."), "",

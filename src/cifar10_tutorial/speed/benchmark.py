@@ -21,8 +21,9 @@ Each figure is the median of several timed windows after a warm-up:
   TensorBoard summaries at the params' cadence), a few short runs, each against the fixed
   batch timed just before and after it.
 
-The roofline: the machine's own matmul peak (``torch.mm`` of two 2048 x 2048
-matrices in float32 and in bfloat16, on the same threads), and for each pipeline
+The roofline (:mod:`.roofline`): the machine's own peak in float32 and in bfloat16, on
+the same threads (the faster of ``torch.mm`` of two 2048 x 2048 matrices and a 3 x 3
+convolution of 256 channels), and for each pipeline
 the GFLOP/s it achieves, from the network's own count of operations
 (:func:`model.train_flops_per_image`: 2 x (3 x the forward multiply-adds - conv1's
 input gradient), 105.3 MFLOP per training example of the tutorial's network;
@@ -126,7 +127,6 @@ def run_benchmark(params: Params, data: Prepared, warmup: int = 10, windows: int
     _medians_and_ratios(results)
     results["roofline"] = roofline(results, params, data.num_classes, device, peak_size,
                                    conv_shape)
-    results["roofline"]["peak_matrix_size"] = peak_size
     results["roofline"]["time_breakdown"] = time_breakdown(params, data, device, x0, y0)
     if compiled:
         results["compiled"] = compiled_against_eager(params, data, device, x0, y0, sync,

@@ -82,8 +82,8 @@ def roofline(results: dict, params: Params, num_classes: int, device: torch.devi
     flops = {"train": train_flops_per_image(model), "eval": 2 * macs_per_image(model)}
     kernels = peaks(device, peak_size, conv_shape)
     peak = {name: max(k.values()) for name, k in kernels.items()}
-    out = {"peak_gflops": peak, "peak_kernels": kernels, "conv_shape": list(conv_shape),
-           "flops_per_example": flops, "pipelines": {}}
+    out = {"peak_gflops": peak, "peak_kernels": kernels, "peak_matrix_size": peak_size,
+           "conv_shape": list(conv_shape), "flops_per_example": flops, "pipelines": {}}
     for key, eps in results["median_examples_per_sec"].items():
         precision = PIPELINE_PRECISION[key] or params.train.precision
         gflops = eps * flops["eval" if key == "eval" else "train"] / 1e9
