@@ -19,7 +19,7 @@ from pathlib import Path
 from cifar10_tutorial.exercises.ablation import VariantPaths, prepare_variant_data, run_variant
 from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
 from cifar10_tutorial.training.continuation import from_stage
-from cifar10_tutorial.training.devices import relaunch_on_devices
+from cifar10_tutorial.training.distributed import relaunch_on_devices
 from cifar10_tutorial.params import load_params, variant_params
 from cifar10_tutorial.data.prepared import load_prepared
 

@@ -4,7 +4,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.data.prepare import prepare_dataset
+from cifar10_tutorial.data.preprocess import prepare_dataset
 
 
 def main() -> None:

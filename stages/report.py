@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cifar10_tutorial.cli import run_stage, stage_parser
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.exercises.report import make_report
+from cifar10_tutorial.report.report import make_report
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import sys
 from cifar10_tutorial.training.checkpoints import TrainPaths
 from cifar10_tutorial.cli import add_continuation, add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.training.continuation import from_stage, run_ended
-from cifar10_tutorial.training.devices import relaunch_on_devices
+from cifar10_tutorial.training.distributed import relaunch_on_devices
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.data.prepared import load_prepared
 from cifar10_tutorial.training.train import train

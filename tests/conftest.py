@@ -131,7 +131,7 @@ def run_stage(project: Path, stage: str, *args: str) -> subprocess.CompletedProc
 def synth_data(tmp_path_factory):
     """Prepared tensors of a learnable synthetic set: 1000 train, 200 test images."""
     from cifar10_tutorial.data.datasets import CIFAR10
-    from cifar10_tutorial.data.prepare import prepare
+    from cifar10_tutorial.data.preprocess import prepare
     from cifar10_tutorial.data.prepared import load_prepared
 
     root = tmp_path_factory.mktemp("synth")
@@ -146,7 +146,7 @@ def tiny_params(**sections):
 
     raw = {"train": {"batch_size": 32, "max_steps": 20, "log_every": 5, "device": "cpu"},
            "run": {"checkpoint_every": 10, "summary_every": 10},
-           "input": {"min_fraction_of_examples_in_queue": 0.1, "num_threads": 1}}
+           "input": {"min_fraction_of_examples_in_queue": 0.1}}
     for name, values in sections.items():
         raw.setdefault(name, {}).update(values)
     return params_from_dict(raw)
@@ -200,8 +200,9 @@ def exercise_run(tmp_path_factory):
     project = tiny_project(
         tmp, dict(train_per_batch=100, test=100, seed=4), ablation={"max_steps": 12},
         # the main pipeline's run (the variants: ablation.max_steps)
-        train=dict(log_every=2, device="cpu", max_steps=6), run=dict(checkpoint_every=2, summary_every=12),
-        input={"num_threads": 1}, eval={"batch_size": 50})
+        train=dict(log_every=2, device="cpu", max_steps=6), run=dict(checkpoint_every=2, summary_every=12,
+                                                                      queue_threads=1),
+        eval={"batch_size": 50})
     set_params(project, "ablations", schedule_fast={"train": {"schedule": "fast", "max_epochs": 2},
                                                      "eval": {"every_steps": 3}},
                schedule_tutorial={"train": {"max_epochs": 2}, "eval": {"every_steps": 3}},

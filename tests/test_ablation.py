@@ -7,7 +7,7 @@ import pytest
 
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import ParamsError, load_params, params_from_dict, variant_params
-from cifar10_tutorial.exercises.report import make_report
+from cifar10_tutorial.report.report import make_report
 from conftest import ROOT, commit, dvc, set_params
 
 
@@ -149,7 +149,7 @@ def _first_experiment(shown: list) -> str:
 
 
 def test_the_report_says_when_results_were_not_made_in_one_piece(tmp_path):
-    from cifar10_tutorial.exercises.report_data import Results, provenance_section
+    from cifar10_tutorial.report.results import Results, provenance_section
 
     for name, sha in (("a", "1" * 40), ("b", "2" * 40)):
         (tmp_path / name / "train").mkdir(parents=True)
@@ -165,7 +165,7 @@ def test_the_report_says_when_results_were_not_made_in_one_piece(tmp_path):
 
 
 def test_commits_checked_to_train_alike_count_as_one_piece(tmp_path):
-    from cifar10_tutorial.exercises.report_data import Results, provenance_section
+    from cifar10_tutorial.report.results import Results, provenance_section
 
     root = tmp_path / "ablations"
     for name, sha, cpu in (("a", "1" * 40, "Xeon"), ("b", "2" * 40, "EPYC")):

@@ -48,7 +48,7 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     assert "(torch.mm " in table and ", convolution " in table
     # docs/results.md names the two kernels this result measured; a result of torch.mm alone
     # (measured before the convolution joined) is not said to have had a convolution
-    from cifar10_tutorial.exercises.roofline_table import roofline_markdown
+    from cifar10_tutorial.speed.roofline_table import roofline_markdown
     assert ("each the faster of `torch.mm` of two 256 x 256 matrices and a 3 x 3 convolution "
             "of 32 channels") in roofline_markdown(saved, "b.json")
     old = {**saved, "roofline": {k: v for k, v in roof.items() if k != "peak_kernels"}}

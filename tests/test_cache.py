@@ -145,11 +145,11 @@ def test_a_code_folder_dep_hashes_the_code_only():
 
 def test_training_and_evaluation_do_not_depend_on_fetching_or_parsing_the_data():
     """They read the prepared tensors (prepared.py): editing the downloader or the record
-    parser must not rerun them (they once depended on download.py through prepare.py)."""
+    parser must not rerun them (they once depended on download.py through the preprocess module)."""
     for script in ("train", "eval"):
         closure = import_closure(ROOT, ROOT / "stages" / f"{script}.py")
         assert "src/cifar10_tutorial/data/prepared.py" in closure
-        assert not {f"src/cifar10_tutorial/data/{m}.py" for m in ("download", "prepare", "datasets")} & closure
+        assert not {f"src/cifar10_tutorial/data/{m}.py" for m in ("download", "preprocess", "datasets")} & closure
 
 
 def test_the_import_check_names_a_missing_module(tmp_path):

@@ -7,7 +7,7 @@ import torch
 from cifar10_tutorial.data.datasets import CIFAR100, SVHN, get_dataset, sources
 from cifar10_tutorial.data.download import DownloadError, DownloadOptions, check_mat, fetch
 from cifar10_tutorial.params import params_from_dict
-from cifar10_tutorial.data.prepare import prepare, prepare_dataset, prepare_svhn
+from cifar10_tutorial.data.preprocess import prepare, prepare_dataset, prepare_svhn
 from cifar10_tutorial.data.prepared import PrepareError, load_prepared
 from cifar10_tutorial.data.synthetic import make_cifar100_archive, make_svhn_files, write_tar_gz
 from cifar10_tutorial.training.inputs import make_batches
@@ -94,8 +94,7 @@ def test_svhn_is_not_flipped_by_default(tmp_path):
     data = load_prepared(tmp_path / "out")
     images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
     for shuffle in ("permutation", "queue"):
-        params = params_from_dict({"input": {"shuffle": shuffle, "num_threads": 1,
-                                             "min_fraction_of_examples_in_queue": 0.1},
+        params = params_from_dict({"input": {"shuffle": shuffle,                                              "min_fraction_of_examples_in_queue": 0.1},
                                    "train": {"batch_size": 8}})
         batches = make_batches(params, data, images, labels)
         assert batches.flip is False
@@ -149,7 +148,7 @@ def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
     project = tiny_project(
         tmp_path, dict(train_per_batch=40, test=40, seed=5), ablation={"max_steps": 6},
         train=dict(max_steps=6, batch_size=16, log_every=3, device="cpu"), run=dict(checkpoint_every=100, summary_every=100),
-        input=dict(num_threads=1, min_fraction_of_examples_in_queue=0.1))
+        input=dict(min_fraction_of_examples_in_queue=0.1))
     raw = yaml.safe_load((project / "params.yaml").read_text())
     raw["ablations"] = {"baseline": {}}
     # opt-in: the variant brings its whole data section

@@ -95,7 +95,8 @@ def test_predict_on_image_files_of_any_size(synth_data, trained, tmp_path):
 
 
 def test_flip_test_time_augmentation_is_reported_beside(synth_data, trained, tmp_path):
-    from cifar10_tutorial.inference import load_trained, predict_logits
+    from cifar10_tutorial.model_files import load_trained
+    from cifar10_tutorial.precision import predict_logits
 
     plain = evaluate(synth_data, trained.model, tmp_path / "a", batch_size=64, device_name="cpu")
     m = evaluate(synth_data, trained.model, tmp_path / "b", batch_size=64, device_name="cpu",
@@ -225,7 +226,7 @@ def test_predict_top_is_validated_and_a_decompression_bomb_is_one_line(trained, 
 
 def test_more_devices_than_gpus_is_a_clear_error_before_anything_starts(monkeypatch):
     from cifar10_tutorial.errors import PipelineError
-    from cifar10_tutorial.training.devices import relaunch_on_devices
+    from cifar10_tutorial.training.distributed import relaunch_on_devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -238,7 +239,7 @@ def test_cuda_devices_without_a_gpu_fail_once_before_torchrun(monkeypatch):
     """num_devices: 2 with device: cuda on a machine without a GPU: one error, not one per
     process and restart followed by a torchrun traceback."""
     from cifar10_tutorial.errors import PipelineError
-    from cifar10_tutorial.training.devices import relaunch_on_devices
+    from cifar10_tutorial.training.distributed import relaunch_on_devices
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv("LOCAL_RANK", raising=False)

@@ -119,9 +119,9 @@ TOOL = Path(__file__).resolve().parents[2] / "shared" / "tools" / "make_dev_arch
 @pytest.mark.e2e
 @pytest.mark.skipif(not TOOL.is_file(), reason="needs ../shared/tools/make_dev_archive.py")
 def test_gpu_run_from_the_zip_in_a_budget_writes_each_part_as_it_finishes(synth_data, tmp_path):
-    """The GPU machine's command (docs/benchmark.md): the dev split built from a JPEG zip with
-    make_dev_archive.py beside it, the run fitted to a budget, no dvc or dvclive; the JSON
-    is there after the first part, before the run ends."""
+    """The lent GPU machine's command (devtools/README.md): the dev split built from a JPEG
+    zip with make_dev_archive.py beside it, the run fitted to a budget, no dvc or dvclive;
+    the JSON is there after the first part, before the run ends."""
     import io
     import time
     import zipfile
@@ -141,7 +141,8 @@ def test_gpu_run_from_the_zip_in_a_budget_writes_each_part_as_it_finishes(synth_
     params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
     proj = write_train_project(tmp_path / "proj", synth_data, params)
     out = tmp_path / "gpu" / "cpu-dry.json"
-    proc = subprocess.Popen([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
+    check = Path(__file__).resolve().parents[1] / "devtools" / "gpu_check.py"
+    proc = subprocess.Popen([sys.executable, str(check), "--dry", "--device",
                              "cpu", "--zip", ".carry/cifar10-train-jpeg.zip", "--split", "800,200",
                              "--budget-s", "600", "--out", str(out.parent)], cwd=proj,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -35,12 +35,6 @@ def test_unknown_section_is_an_error():
         params_from_dict({"trian": {"batch_size": 64}})
 
 
-def test_a_removed_key_says_why_and_what_to_do():
-    with pytest.raises(ParamsError, match=r"^train.compile was removed: torch.compile trained "
-                                          r"slower than eager .*docs/departures.md\); delete the line$"):
-        params_from_dict({"train": {"compile": False}})
-
-
 @pytest.mark.parametrize("data, expected", [
     ({"md5": 123}, r"data.md5: expected str or null, found 123"),
     ({"md5": "abc"}, r"data.md5: expected official, 32 hexadecimal digits or null"),

@@ -8,7 +8,7 @@ import pytest
 
 from cifar10_tutorial.data.datasets import CIFAR10
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.data.prepare import prepare
+from cifar10_tutorial.data.preprocess import prepare
 from cifar10_tutorial.data.prepared import PrepareError, load_prepared
 from cifar10_tutorial.data.synthetic import CLASSES, make_cifar10_archive, write_tar_gz
 
@@ -185,7 +185,7 @@ def test_preprocess_refuses_an_out_folder_of_other_files(tmp_path):
     model, checkpoints) with the prepared files."""
     from cifar10_tutorial.data.datasets import CIFAR10
     from cifar10_tutorial.errors import PipelineError
-    from cifar10_tutorial.data.prepare import prepare
+    from cifar10_tutorial.data.preprocess import prepare
     from cifar10_tutorial.data.synthetic import make_cifar10_archive
 
     data = tmp_path / "data"

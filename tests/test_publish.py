@@ -1,5 +1,5 @@
 """Published weights: a finished variant's model beside its records and a card that states
-its precision (cifar10_tutorial.exercises.publish), usable by predict and eval from anywhere; and the
+its precision (cifar10_tutorial.report.publish), usable by predict and eval from anywhere; and the
 project's own published weights, when committed, checked against their card."""
 import hashlib
 import json
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.exercises.publish import publish
+from cifar10_tutorial.report.publish import publish
 from conftest import DVC, ROOT, SHARED, run_stage, set_params, tiny_project
 
 PUBLISHED = "tutorial_100k"  # the variant whose weights the project publishes
@@ -31,7 +31,7 @@ def finished(tmp_path_factory):
     project = tiny_project(
         tmp_path_factory.mktemp("publish"), dict(train_per_batch=100, test=100, seed=4),
         git=False, ablation={"max_steps": 12}, train=dict(log_every=2, device="cpu"),
-        run=dict(checkpoint_every=4, summary_every=4), input={"num_threads": 1},
+        run=dict(checkpoint_every=4, summary_every=4, queue_threads=1),
         eval={"batch_size": 50})
     set_params(project, "ablations", tutorial_100k={"train": {"max_steps": 14},
                                                     "eval": {"every_steps": 7}})
@@ -50,7 +50,7 @@ def test_publish_a_finished_variant_and_use_it_from_elsewhere(finished, tmp_path
     project = finished
     results = project / "reports" / "ablations" / "tutorial_100k"
     out = tmp_path / "published"
-    proc = _run(project, "-m", "cifar10_tutorial.exercises.publish", "tutorial_100k",
+    proc = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
                 "--model", "data/ablations/tutorial_100k/model.pt", "--results", str(results),
                 "--out", str(out), "--check-data", "data/prepared")
     assert proc.returncode == 0, proc.stderr
@@ -117,7 +117,7 @@ def _artifact():
 def test_the_published_weights_are_what_their_card_says(tmp_path):
     """The committed weights load, match the card's sha256 and precision, are declared as a
     DVC artifact, and a fresh clone classifies an image with them before training anything."""
-    from cifar10_tutorial.inference import load_model_file
+    from cifar10_tutorial.model_files import load_model_file
 
     folder = ROOT / "models" / PUBLISHED
     ckpt = load_model_file(folder / "model.pt")

@@ -159,3 +159,34 @@ def test_ci_run_fails_with_the_table_on_a_deliberate_regression(tmp_path):
     assert "| reports/eval/metrics.json " in diff and "reports/ablations" not in diff, diff
     made = {f.relative_to(project).as_posix() for f in (project / "data").rglob("*") if f.is_file()}
     assert made == {"data/.gitignore", "data/train/.gitignore"}  # it ran in a scratch copy
+
+
+def test_a_real_configuration_takes_the_archive_it_is_given(tmp_path):
+    """The real-image configurations run on the archive passed with --real-archive (copied
+    into the scratch copy, its md5 pinned there), are skipped with a line without one, and a
+    missing file is one line naming it."""
+    from cifar10_tutorial.ci import build_archive
+    from cifar10_tutorial.data.synthetic import make_cifar10_archive
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.files import md5_of
+
+    archive = tmp_path / "real.tar.gz"
+    make_cifar10_archive(archive, train_per_batch=10, test=20, seed=3)
+    out = tmp_path / "copy.tar.gz"
+    assert build_archive({"archive": "given"}, archive, out) == md5_of(archive)
+    assert out.read_bytes() == archive.read_bytes()
+    assert build_archive({"archive": "given"}, None, out) is None
+    with pytest.raises(PipelineError, match=r"--real-archive .*nope.tar.gz: no such file"):
+        build_archive({"archive": "given"}, tmp_path / "nope.tar.gz", out)
+
+
+def test_ci_run_names_the_archive_it_lacks(tmp_path, capsys):
+    from cifar10_tutorial.ci import run_config
+
+    project = tmp_path / "p"
+    (project / ".ci/configs").mkdir(parents=True)
+    (project / ".ci/configs/real.yaml").write_text((ROOT / ".ci/configs/real.yaml").read_text())
+    subprocess.run(["git", "init", "-q"], cwd=project, check=True)
+    assert run_config("real", project) == 0
+    assert ("CI configuration real: SKIPPED, nothing gated by it: it runs on a real archive, "
+            "and none was given (--real-archive" in capsys.readouterr().out)

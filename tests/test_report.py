@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cifar10_tutorial.exercises.report import make_report
-from cifar10_tutorial.exercises.report_data import MIN_STEPS, marker
+from cifar10_tutorial.report.report import make_report
+from cifar10_tutorial.report.results import MIN_STEPS, marker
 
 OVERRIDES = {"baseline": {}, "baseline_seed1": {"train": {"seed": 1}},
              "baseline_seed2": {"train": {"seed": 2}}, "softmax": {"model": {"output": "softmax"}},

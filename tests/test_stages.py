@@ -114,7 +114,7 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
         tmp_path, dict(train_per_batch=100, test=100, seed=2),
         train=dict(max_steps=12, batch_size=32, log_every=4,
                    device="cpu"), run=dict(checkpoint_every=6, summary_every=6),
-        input=dict(min_fraction_of_examples_in_queue=0.1, num_threads=1))
+        input=dict(min_fraction_of_examples_in_queue=0.1))
     out = dvc(project, "repro").stdout  # the main pipeline; the exercises are reports/dvc.yaml
     for stage in ("download", "preprocess", "train", "eval"):
         assert f"Running stage '{stage}'" in out

@@ -14,7 +14,7 @@ from cifar10_tutorial.model import CifarNet
 from cifar10_tutorial.params import ParamsError, params_from_dict, to_dict
 from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
 from cifar10_tutorial.errors import TrainingError
-from cifar10_tutorial.training.rules import (WeightAverage, averaging_decay, ema_decay, learning_rate,
+from cifar10_tutorial.training.optimization import (WeightAverage, averaging_decay, ema_decay, learning_rate,
                                     loss_terms, make_optimizer, make_step, total_steps,
                                     training_model)
 from cifar10_tutorial.training.train import train
@@ -272,11 +272,6 @@ def test_the_run_section_does_not_change_a_result(synth_data, tmp_path):
     train(quick, synth_data, paths(tmp_path / "a"), progress=False)
     train(slow, synth_data, paths(tmp_path / "b"), progress=False)
     assert_same_outputs(paths(tmp_path / "a"), paths(tmp_path / "b"))
-
-
-def test_an_old_params_file_is_told_where_the_run_keys_went():
-    with pytest.raises(ParamsError, match=r"train.checkpoint_every is now run.checkpoint_every"):
-        params_from_dict({"train": {"checkpoint_every": 5}})
 
 
 def test_a_finished_run_run_again_gives_the_same_outputs(synth_data, tmp_path, caplog):

@@ -1,3 +1,27 @@
-"""The TensorFlow CIFAR-10 tutorial, reproduced in PyTorch as a DVC pipeline."""
+"""The TensorFlow CIFAR-10 tutorial, reproduced in PyTorch as a DVC pipeline.
+
+The package's folders follow the pipeline; each ``__init__.py`` lists its modules (this
+list is the one home of each; tests/test_layout.py checks it against the files):
+
+- ``data``: the archive fetched and checked, its records turned into tensors;
+- ``training``: the train stage;
+- ``evaluation``: the eval stage and predictions;
+- ``speed``: the throughput benchmark and the GPU run;
+- ``exercises``: the tutorial's exercises as variants of the train stage;
+- ``report``: the report, the results page and the published weights.
+
+Below them, the ground every folder may import:
+
+- ``params``, ``param_types``, ``param_reads``: params.yaml typed and checked, and its reads
+  recorded (for the cache test);
+- ``model``: the network (TF-equivalent LRN, the exercises' variants);
+- ``model_files``: model.pt read and checked, a network rebuilt from stored weights;
+- ``precision``: the evaluation input and the project's one evaluation, precision @ 1;
+- ``devices``: the device a stage computes on;
+- ``provenance``: what made a result (commit, data, machine);
+- ``curves``: a run's logged curves read back (the report, the model card, the GPU run);
+- ``cli``, ``files``, ``errors``: command lines, safe writes and md5s, errors;
+- ``regression``, ``ci``: the regression gate, and CI's configured runs.
+"""
 
 __version__ = "0.1.0"

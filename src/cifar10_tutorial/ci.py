@@ -1,9 +1,9 @@
 """CI regression runs: the whole pipeline under a small, fixed configuration, gated by the
 `regression` stage against a committed baseline.
 
-    python -m cifar10_tutorial.ci synthetic              # archive built here, always available
-    python -m cifar10_tutorial.ci real                   # needs ../shared (make_dev_archive.py)
-    python -m cifar10_tutorial.ci real --update-baseline # rewrite reports/baseline/ci-real.json
+    python -m cifar10_tutorial.ci synthetic                       # archive built here
+    python -m cifar10_tutorial.ci real --real-archive REAL.tar.gz  # real images (docs/ci.md)
+    python -m cifar10_tutorial.ci real --real-archive REAL.tar.gz --update-baseline
 
 A configuration is ``.ci/configs/<name>.yaml``: which archive to build, whether to run the
 exercise pipeline too, and dotted overrides of ``params.yaml`` (the file itself is never
@@ -21,14 +21,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
 from .cli import run_stage, stage_output
 from .errors import PipelineError
+from .files import md5_of
 
 CONFIGS = Path(".ci/configs")
-DEV_ARCHIVE_TOOL = Path("../shared/tools/make_dev_archive.py")
 
 
 def load_config(name: str, root: Path) -> dict:
@@ -38,8 +39,8 @@ def load_config(name: str, root: Path) -> dict:
         raise PipelineError(f"{path}: no such CI configuration; known: {', '.join(known)}")
     config = yaml.safe_load(path.read_text())
     unknown = set(config) - {"archive", "archive_args", "report", "params"}
-    if unknown or config.get("archive") not in ("synthetic", "real"):
-        raise PipelineError(f"{path}: expected keys archive (synthetic | real), archive_args, "
+    if unknown or config.get("archive") not in ("synthetic", "given"):
+        raise PipelineError(f"{path}: expected keys archive (synthetic | given), archive_args, "
                             f"report, params; found {sorted(config)} (archive: "
                             f"{config.get('archive')!r})")
     return config
@@ -64,20 +65,19 @@ def copy_worktree(root: Path, dest: Path) -> None:
         subprocess.run(git + cmd, cwd=dest, check=True, capture_output=True)
 
 
-def build_archive(config: dict, root: Path, out: Path) -> str:
-    """Write the configuration's archive to ``out``; return its md5."""
-    args = config.get("archive_args") or {}
+def build_archive(config: dict, given: Optional[Path], out: Path) -> Optional[str]:
+    """The configuration's archive at ``out`` (synthetic: made here; given: a copy of the
+    real archive passed with --real-archive); its md5, or None when none was given."""
     if config["archive"] == "synthetic":
         from .data.synthetic import make_cifar10_archive
-        return make_cifar10_archive(out, **args)["md5"]
-    tool = (root / DEV_ARCHIVE_TOOL).resolve()
-    if not tool.is_file():
-        raise FileNotFoundError(tool)
-    cmd = [sys.executable, str(tool), str(out)] + [f"--{k}={v}" for k, v in args.items()]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise PipelineError(f"{tool} failed: {proc.stderr.strip()[-500:]}")
-    return proc.stdout.strip().splitlines()[-1].split()[-1]
+        return make_cifar10_archive(out, **(config.get("archive_args") or {}))["md5"]
+    if given is None:
+        return None
+    if not Path(given).is_file():
+        raise PipelineError(f"--real-archive {given}: no such file; give a CIFAR-10 archive in "
+                            f"the official binary layout (docs/ci.md)")
+    shutil.copyfile(given, out)
+    return md5_of(out)
 
 
 def apply_overrides(params_path: Path, overrides: dict) -> None:
@@ -98,7 +98,7 @@ def _run(cmd: list[str], cwd: Path, env: dict) -> int:
 
 
 def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
-               keep: bool = False) -> int:
+               keep: bool = False, real_archive: Optional[Path] = None) -> int:
     root = root.resolve()
     config = load_config(name, root)
     scratch = Path(tempfile.mkdtemp(prefix=f"ci-{name}-"))
@@ -107,12 +107,10 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
         project = scratch / "project"
         project.mkdir()
         copy_worktree(root, project)
-        try:
-            md5 = build_archive(config, root, scratch / "archive.tar.gz")
-        except FileNotFoundError as missing:
-            print(f"CI configuration {name}: SKIPPED, nothing gated by it: {missing} is not "
-                  f"here (it needs ../shared beside the repository; on GitHub it never is, "
-                  f"see docs/ci.md)")
+        md5 = build_archive(config, real_archive, scratch / "archive.tar.gz")
+        if md5 is None:
+            print(f"CI configuration {name}: SKIPPED, nothing gated by it: it runs on a real "
+                  f"archive, and none was given (--real-archive; see docs/ci.md)")
             return 0
         overrides = {**(config.get("params") or {}),
                      "data.url": str(scratch / "archive.tar.gz"), "data.md5": md5}
@@ -150,10 +148,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--update-baseline", action="store_true",
                     help="rewrite the configuration's baseline from a fresh run instead of gating")
     ap.add_argument("--keep", action="store_true", help="keep the scratch project for inspection")
+    ap.add_argument("--real-archive", type=Path, help="the archive (official binary layout) of "
+                    "the configurations that run on real images; without it they are skipped")
     args = ap.parse_args(argv)
 
     def go() -> None:
-        failed = [c for c in args.config if run_config(c, Path("."), args.update_baseline, args.keep)]
+        failed = [c for c in args.config
+                  if run_config(c, Path("."), args.update_baseline, args.keep, args.real_archive)]
         if failed:
             raise PipelineError(f"CI configuration(s) failed: {', '.join(failed)}")
     run_stage(go)

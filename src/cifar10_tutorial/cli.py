@@ -128,7 +128,7 @@ def scratch_train_project(proj: Path, data_dir: Path, params: dict) -> Path:
     """A throwaway folder where ``stages/train.py --data prepared --out run --live live``
     runs: the stage scripts copied, ``data_dir`` (prepared data) linked as ``prepared`` and
     ``params`` written as params.yaml. Run it with :func:`package_env`: the copy has no
-    src/ beside its stages (on the GPU machine the package runs from the checkout)."""
+    src/ beside its stages (where the package is not installed it runs from the checkout)."""
     proj.mkdir(parents=True, exist_ok=True)
     shutil.copytree(STAGES_DIR, proj / "stages", ignore=shutil.ignore_patterns("__pycache__"))
     os.symlink(Path(data_dir).resolve(), proj / "prepared")

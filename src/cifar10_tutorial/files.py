@@ -3,6 +3,7 @@ temporary file beside the target, then renames it into place."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 from pathlib import Path
 
@@ -10,6 +11,15 @@ from pathlib import Path
 # needs on PYTHONPATH) and the stage scripts beside it.
 SRC_DIR = Path(__file__).resolve().parents[1]
 STAGES_DIR = SRC_DIR.parent / "stages"
+
+
+def md5_of(path: Path, chunk: int = 1 << 20) -> str:
+    """The md5 of a file's bytes, read in chunks (archives, prepared tensors)."""
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:

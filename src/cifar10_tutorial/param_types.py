@@ -107,11 +107,6 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     raise TypeError(f"param_types.py cannot check the type {tp!r} of {key}")  # a bug here, not user input
 
 
-# keys of older params.yaml files that are gone, and why (the error says it and what to do)
-REMOVED = {"train.compile": "torch.compile trained slower than eager on every CPU measured "
-                            "(docs/departures.md); delete the line"}
-
-
 def build(cls: type, mapping: dict, prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -119,9 +114,6 @@ def build(cls: type, mapping: dict, prefix: str) -> Any:
     if unknown:
         where = f"'{prefix}'" if prefix else "the top level"
         names = [f"{prefix}.{u}" if prefix else str(u) for u in unknown]
-        gone = [f"{n} was removed: {REMOVED[n]}" for n in names if n in REMOVED]
-        if gone:
-            raise ParamsError("; ".join(gone))
         raise ParamsError(
             f"unknown key {', '.join(names)} in params; valid keys in {where}: {', '.join(fields)}")
     kwargs = {}

@@ -25,19 +25,11 @@ import zlib
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..files import refuse_foreign
+from ..files import md5_of, refuse_foreign
 from .transfer import (CHUNK, MIRROR_HINT, DownloadError, DownloadOptions, copy_fsspec,
                        copy_local, fetch_http, local_source, sidecar)
 
 log = logging.getLogger(__name__)
-
-
-def md5_of(path: Path) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _html_hint(head: bytes) -> str:

@@ -1,2 +1,7 @@
-"""Evaluation of a trained model: the eval stage (evaluate) and predictions on image files
-(predict). The evaluation they share with training is in :mod:`cifar10_tutorial.inference`."""
+"""Evaluation of a trained model:
+
+- ``evaluate``: the eval stage (per class, confusion, watch mode);
+- ``predict``: predictions on image files.
+
+The evaluation they share with training is in :mod:`cifar10_tutorial.precision`.
+"""

@@ -16,7 +16,8 @@ import torch
 
 from ..cli import run_stage, stage_output
 from ..errors import PipelineError
-from ..inference import load_trained, predict_logits
+from ..model_files import load_trained
+from ..precision import predict_logits
 
 
 def load_image(path: Path, size: int = 32) -> np.ndarray:

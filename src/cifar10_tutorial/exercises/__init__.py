@@ -1,3 +1,5 @@
-"""The tutorial's exercises and the results: the variants (ablation), the report and its
-parts (report, report_data, report_schedules, reference, roofline_table), the results page,
-exercise 5's timing (devices_timing), the code-equivalence check, the published weights."""
+"""The tutorial's exercises, as variants of the train stage (reports/dvc.yaml):
+
+- ``ablation``: one variant: its params, its training run and its evaluation;
+- ``devices_timing``: exercise 5's speed question, one process against two.
+"""

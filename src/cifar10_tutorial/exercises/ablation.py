@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..training.checkpoints import TrainPaths
 from ..training.continuation import NONE, Continuation, run_ended
-from ..training.devices import this_process
+from ..training.distributed import this_process
 from ..evaluation.evaluate import evaluate
 from ..files import write_text_atomic
 from ..params import Params, variant_params
@@ -50,7 +50,7 @@ def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -
     """Download and preprocess the data set of a data-set variant into ``work``/raw and
     ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
     from ..data.download import fetch_dataset
-    from ..data.prepare import prepare_dataset
+    from ..data.preprocess import prepare_dataset
     from ..data.prepared import load_prepared
 
     data = variant_params(params, name).data

@@ -1,2 +1,10 @@
-"""Speed: the benchmark and its roofline, the TensorFlow baseline, the GPU run and its
-plan and table."""
+"""Speed:
+
+- ``benchmark``: the throughput benchmark (stages/benchmark.py), with its parts:
+  ``steps`` (timed windows of train steps), ``baselines`` (typical PyTorch pipelines),
+  ``tf_baseline`` (TensorFlow, in a process of its own), ``compiled`` (torch.compile
+  against eager), ``stage`` (the train stage against its fixed-batch step), ``roofline``
+  (the machine's peak) and ``roofline_table`` (its words and tables);
+- ``gpu_run``: the GPU run, with ``gpu_parts`` (its parts), ``gpu_plan`` (sizes fitted to a
+  time budget) and ``gpu_table`` (its printed table).
+"""

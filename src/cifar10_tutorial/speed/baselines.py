@@ -18,7 +18,7 @@ from ..model import build_model
 from ..params import Params
 from ..data.prepared import Prepared
 from ..training.distortions import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
-from ..training.rules import WeightAverage
+from ..training.optimization import WeightAverage
 
 
 def tensorflow_figures(tf_python: str, data_dir: Path, batch: int, warmup: int, windows: int,

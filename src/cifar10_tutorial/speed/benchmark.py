@@ -43,10 +43,10 @@ from typing import Optional
 
 import torch
 
-from ..training.devices import pick_device
+from ..devices import pick_device
 from ..files import write_text_atomic
 from ..provenance import code_version, device_description
-from ..inference import predict_logits
+from ..precision import predict_logits
 from ..training.host_memory import keep_freed_memory
 from ..training.inputs import make_batches
 from ..params import Params
@@ -56,8 +56,8 @@ from .compiled import compiled_against_eager
 from .roofline import CONV_SHAPE, roofline
 from .stage import train_stage_speed
 from .steps import measure_windows, project_step, time_breakdown, window
-from ..exercises.roofline_table import fraction, peak_words, stage_gaps
-from ..training.rules import training_model
+from .roofline_table import fraction, peak_words, stage_gaps
+from ..training.optimization import training_model
 
 
 def with_input(params: Params, data: Prepared, images, labels, device):

@@ -130,8 +130,8 @@ def throughput(params: Params, data: Prepared, device: torch.device, sizes: Size
 
 
 def _typical(params: Params, data: Prepared, device, sizes: Sizes, sync) -> dict:
-    """The torchvision DataLoader pipeline, where torchvision is installed (the GPU machine
-    this project may be lent has none: the comparison is then left out, and says why)."""
+    """The torchvision DataLoader pipeline, where torchvision is installed (a GPU box with
+    torch alone has none: the comparison is then left out, and says why)."""
     try:
         typ, close = typical_step(params, data, device,
                                   workers=4 if device.type == "cuda" else 0)

@@ -1,23 +1,11 @@
-"""How much the prepared GPU run measures, and the data it measures on.
-
-The GPU machine this project may be lent gives one command at most 10 minutes, all tries
-together about 15, its start included, and has no network: so the run can be fitted to a
-time budget (``--budget-s``), data included, and can build the dev split on the spot from
-the JPEG zip carried along with the checkout (``--zip``), with the same tool that made it
-here (``make_dev_archive.py``, copied beside the zip).
-"""
+"""How much the GPU run measures: its full sizes, tiny ones (``--dry``), or sizes fitted
+to a time budget (``--budget-s``: a rented GPU by the minute, a batch job's wall time),
+each part shrunk to its share of the time left."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Optional
-
-from ..data.datasets import get_dataset
-from ..errors import PipelineError
-from ..data.prepare import prepare
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,37 +83,3 @@ class Budget:
         if self.seconds is None:
             return float("inf")
         return self.seconds - (time.perf_counter() - self.t0)
-
-
-TOOL = "make_dev_archive.py"
-
-
-def build_dev_data(zip_path: Path, work: Path, train: int = 40_000, test: int = 10_000,
-                   tool: Optional[Path] = None) -> tuple[Path, dict]:
-    """The dev split (``train`` training and ``test`` held-out images of the JPEG zip, in the
-    official binary layout) made by ``make_dev_archive.py`` (beside the zip, or in
-    ../shared/tools) and prepared as the preprocess stage prepares it; its folder and how it
-    was made. The same zip and sizes give the same archive md5 on any machine."""
-    zip_path = Path(zip_path)
-    if not zip_path.is_file():
-        raise PipelineError(f"{zip_path}: no such file; copy ../shared/data/cifar10-train-jpeg.zip "
-                            f"there first (docs/benchmark.md, 'The prepared GPU run')")
-    found = [p for p in ([tool] if tool else [zip_path.with_name(TOOL), Path("../shared/tools") / TOOL])
-             if p is not None and Path(p).is_file()]
-    if not found:
-        raise PipelineError(f"{TOOL}: not beside {zip_path} nor in ../shared/tools; copy "
-                            f"../shared/tools/{TOOL} beside the zip (docs/benchmark.md)")
-    t = time.perf_counter()
-    spec = get_dataset("cifar10")
-    archive = Path(work) / spec.archive_name  # its name is in meta.json: the data hash
-    proc = subprocess.run([sys.executable, str(found[0]), str(archive), "--zip", str(zip_path),
-                           "--train", str(train), "--test", str(test)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise PipelineError(f"{found[0]} failed on {zip_path}: {proc.stderr.strip()[-500:]}")
-    md5 = proc.stdout.strip().splitlines()[-1].split()[-1]
-    made = Path(work) / "prepared"
-    prepare(archive, made, spec)
-    archive.unlink()
-    return made, {"zip": zip_path.name, "archive_md5": md5, "train": train, "test": test,
-                  "build_seconds": time.perf_counter() - t}

@@ -1,11 +1,10 @@
 """The prepared GPU run: one command that checks and measures the project on a GPU.
 
     python -m cifar10_tutorial.speed.gpu_run --data data/prepared            # on a GPU, ~9 minutes
-    python -m cifar10_tutorial.speed.gpu_run --zip .carry/cifar10-train-jpeg.zip --budget-s 300
+    python -m cifar10_tutorial.speed.gpu_run --data data/prepared --budget-s 300
     python -m cifar10_tutorial.speed.gpu_run --data data/prepared --dry --device cpu   # the tests
 
-``--zip`` builds the dev split on the spot (:mod:`gpu_plan`); ``--budget-s`` fits the whole
-run, data included, in that many seconds: the sizes are shrunk to each part's share of the
+``--budget-s`` fits the whole run in that many seconds (:mod:`.gpu_plan`): the sizes are shrunk to each part's share of the
 time left, planned at the train step's rate measured first, and a part that would start
 after the budget is out is skipped. It writes ``reports/gpu/<gpu name>.json`` (``--out``)
 after each part, so a run cut short leaves the parts it finished, and prints a table of
@@ -49,10 +48,10 @@ from ..errors import PipelineError
 from ..files import write_text_atomic
 from ..params import Params, load_params, to_dict
 from ..data.prepared import Prepared, load_prepared
-from ..exercises.report_data import held_out_curve
+from ..curves import held_out_curve
 from ..training.checkpoints import TrainPaths
-from ..training.devices import pick_device
-from .gpu_plan import DRY, TARGETS, Budget, Sizes, build_dev_data, fit
+from ..devices import pick_device
+from .gpu_plan import DRY, TARGETS, Budget, Sizes, fit
 from .gpu_parts import (host_syncs_per_step, input_step, losses_against_cpu, short_run, syncer,
                         throughput, with_sections)
 from .gpu_table import format_table
@@ -222,17 +221,15 @@ def _steps_per_sec(result: dict, params: Params) -> float:
     return base["eager_input_pipeline"]["examples_per_sec"] / base["batch_size"]
 
 
-def main(argv=None) -> None:
-    t0 = time.perf_counter()
+def main(argv=None, built: Optional[tuple[Path, dict]] = None, t0: Optional[float] = None) -> None:
+    """The command; ``built``: data made by the caller (its folder, and how it was made, which
+    the JSON records) instead of ``--data``."""
+    t0 = time.perf_counter() if t0 is None else t0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, help="prepared data (default: the preprocess stage's "
                     "output in dvc.yaml)")
-    ap.add_argument("--zip", type=Path, help="build the dev split here from this JPEG zip "
-                    "(../shared/data/cifar10-train-jpeg.zip, with make_dev_archive.py beside it)")
-    ap.add_argument("--split", default="40000,10000", help="with --zip: training,held-out "
-                    "images (default 40000,10000, the project's dev split)")
-    ap.add_argument("--budget-s", type=float, help="fit the whole run, data included, in this "
-                    "many seconds (default: the full sizes, ~9 minutes on one GPU)")
+    ap.add_argument("--budget-s", type=float, help="fit the whole run in this many seconds "
+                    "(default: the full sizes, ~9 minutes on one GPU)")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --dry)")
     ap.add_argument("--dry", action="store_true", help="tiny sizes: checks the script end to end")
@@ -243,17 +240,9 @@ def main(argv=None) -> None:
                             "with --dry --device cpu")
     if a.budget_s is not None and not a.budget_s > 0:
         raise PipelineError(f"--budget-s {a.budget_s:g}: give a number of seconds above 0")
-    budget = Budget(a.budget_s, t0)
-    with tempfile.TemporaryDirectory(prefix="gpu_run-data-") as tmp:
-        made = None
-        if a.zip is not None:
-            train_n, test_n = (int(x) for x in a.split.split(","))
-            data, made = build_dev_data(a.zip, Path(tmp), train_n, test_n)
-            print(f"built the dev split from {a.zip} in {made['build_seconds']:.0f} s "
-                  f"(archive md5 {made['archive_md5']})", flush=True)
-        else:
-            data = a.data or stage_output("preprocess")
-        r = run(load_params(a.params), a.params, data, a.device, a.dry, a.out, budget, made)
+    data, made = built if built is not None else (a.data or stage_output("preprocess"), None)
+    r = run(load_params(a.params), a.params, data, a.device, a.dry, a.out, Budget(a.budget_s, t0),
+            made)
     print(format_table(r))
 
 

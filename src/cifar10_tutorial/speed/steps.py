@@ -9,7 +9,7 @@ import torch
 
 from ..data.prepared import Prepared
 from ..params import Params
-from ..training.rules import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
+from ..training.optimization import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
 
 
 def window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[], None]) -> float:

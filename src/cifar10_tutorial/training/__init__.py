@@ -1,3 +1,12 @@
-"""Training: the loop (train), the update rules and weight averages (rules), the input
-pipeline and its distortions (inputs, distortions), checkpoints and resume (checkpoints),
-pauses and mirrors (continuation), devices and torchrun (devices), logs (monitoring)."""
+"""Training, the train stage:
+
+- ``train``: the training loop, in the order it runs;
+- ``optimization``: the tutorial's loss, learning-rate schedule, optimizer and weight
+  averages, and one step;
+- ``inputs``, ``distortions``: the input pipeline, and the distortions vectorised over a batch;
+- ``checkpoints``: checkpoints and the resume policy;
+- ``continuation``: pause at a deadline, continue elsewhere (a checkpoint mirror);
+- ``distributed``: torchrun: ranks, relaunch, pause, collectives;
+- ``monitoring``: the log line, DVCLive, TensorBoard, held-out points;
+- ``host_memory``: the memory a step frees stays mapped (no page faults).
+"""

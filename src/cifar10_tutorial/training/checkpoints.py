@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from .devices import Dist, barrier
+from .distributed import Dist, barrier
 from ..errors import TrainingError
 from ..files import ensure_writable, torch_save_atomic
 from ..params import Params, to_dict

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
 
-from .devices import PAUSED_EXIT, launched_by_torchrun, this_process  # noqa: F401 (PAUSED_EXIT: the status named here)
+from .distributed import PAUSED_EXIT, launched_by_torchrun, this_process  # noqa: F401 (PAUSED_EXIT: the status named here)
 from ..errors import PipelineError
 
 log = logging.getLogger(__name__)

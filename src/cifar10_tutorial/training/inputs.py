@@ -7,8 +7,8 @@
   (:mod:`.distortions`) and put into a :class:`ShuffleQueue` that holds
   ``min_fraction_of_examples_in_queue x examples`` before the first batch
   (capacity = that + 3 x batch) and hands out random elements. By default
-  (``input.num_threads: 0``) the queue is topped up inline, between steps;
-  with ``num_threads`` > 0 background workers fill it. Lowering the fraction
+  (``run.queue_threads: 0``) the queue is topped up inline, between steps;
+  with ``queue_threads`` > 0 background workers fill it. Lowering the fraction
   makes the first step come sooner and the batches less mixed.
 * ``permutation``: a fresh random permutation each epoch, distorted batch by
   batch (prefetched one batch ahead). No fill time.
@@ -134,7 +134,7 @@ class ShuffleQueue:
 
     The example stream (file order) is distorted in chunks of ``chunk_size`` and
     enqueued in stream order: inline, just before a dequeue needs it
-    (``num_threads=0``, the default of ``input.num_threads``), or by ``num_threads``
+    (``num_threads=0``, the default of ``run.queue_threads``), or by ``num_threads``
     background workers that keep it topped up ahead of training. A dequeue waits
     until the queue is full (``capacity = min_after_dequeue + 3 x batch``): at the
     start that is the fill the tutorial waits for. Waiting for a full queue also
@@ -330,5 +330,5 @@ def make_batches(params: "Params", data: "Prepared", images: torch.Tensor, label
         file_counts = shard_file_counts(file_counts, rank, world)
     min_after = int(inp.min_fraction_of_examples_in_queue * len(labels))
     return ShuffleQueue(images, labels, tr.batch_size, tr.seed, min_after_dequeue=min_after,
-                        file_counts=file_counts, num_threads=inp.num_threads, flip=flip,
+                        file_counts=file_counts, num_threads=params.run.queue_threads, flip=flip,
                         state=state or None, rank=rank)

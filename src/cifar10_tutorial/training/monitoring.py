@@ -20,11 +20,11 @@ from tqdm import tqdm
 
 from ..errors import PipelineError, TrainingError
 from ..files import write_text_atomic
-from ..inference import precision_at_1
+from ..precision import precision_at_1
 from ..model import CifarNet
 from ..params import Params
 from ..data.prepared import Prepared
-from .rules import WeightAverage, training_model
+from .optimization import WeightAverage, training_model
 
 log = logging.getLogger(__name__)
 
@@ -227,8 +227,9 @@ def in_memory_order(t: torch.Tensor) -> torch.Tensor:
 
 
 class PlainLive:
-    """DVCLive's files written without DVCLive, for a machine that lacks it (the GPU machine
-    this project may be lent has no dvc and no dvclive): the same ``plots/metrics/<name>.tsv``
+    """DVCLive's files written without DVCLive: a compute node with torch and the package's
+    core but no dvc nor dvclive still trains and logs what DVC reads (docs/training.md,
+    "Training without DVCLive"): the same ``plots/metrics/<name>.tsv``
     rows (``step``, then the value) and ``metrics.json`` (the summary with ``step``), and
     nothing else. Only the part of DVCLive's interface the Monitor uses; tests check that
     both write the same files."""

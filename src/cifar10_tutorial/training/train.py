@@ -5,7 +5,7 @@ run's metrics.
 
 One batch, from the prepared tensors to the logged loss: ``data.train_images`` go to the
 device once; :func:`.inputs.make_batches` hands out batch ``step`` (distorted by
-:mod:`.distortions`); :func:`.rules.make_step` runs forward, loss, backward and the SGD
+:mod:`.distortions`); :func:`.optimization.make_step` runs forward, loss, backward and the SGD
 update; :meth:`.monitoring.Monitor.log_line` prints and logs the loss.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 
 from .checkpoints import TrainPaths, resume_point, restore, run_params, run_signature, save_checkpoint
 from .continuation import NONE, Continuation, Mirror, Segments
-from .devices import (Dist, agree, exit_paused, gather_on_main, init_distributed, replicate,
+from .distributed import (Dist, agree, exit_paused, gather_on_main, init_distributed, replicate,
                       shut_down)
 from ..errors import TrainingError
 from ..files import torch_save_atomic
@@ -32,7 +32,7 @@ from .monitoring import HeldOut, Monitor, Summaries
 from .. import provenance
 from ..params import Params
 from ..data.prepared import Prepared
-from .rules import (WeightAverage, averaging_decay, learning_rate, make_optimizer, make_step,
+from .optimization import (WeightAverage, averaging_decay, learning_rate, make_optimizer, make_step,
                     total_steps, training_model)
 
 log = logging.getLogger(__name__)

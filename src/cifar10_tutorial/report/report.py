@@ -15,10 +15,10 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import write_text_atomic
 from .reference import ref, reference_markdown
-from .report_data import (Results, banner, load_curve, load_variants, make_results, marker,
+from .results import (Results, banner, load_curve, load_variants, make_results, marker,
                           markdown_table, pct, plot, provenance_section, speed_ratio)
-from .report_devices import exercise5_devices
-from .report_schedules import reproduction, time_to_accuracy
+from .multi_device import exercise5_devices
+from .schedules import reproduction, time_to_accuracy
 
 
 def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None,

@@ -4,14 +4,15 @@ real configuration (``python -m cifar10_tutorial.ci real --keep``: the whole pip
 the dev data, one thread) at each commit, in git worktrees of its own, compares the raw and
 averaged weights of the two ``model.pt`` tensor by tensor, and records the outcome.
 
-    python -m cifar10_tutorial.exercises.equivalence 6fd7dee f958593 [--record reports/code_equivalence.json]
+    python devtools/equivalence.py 6fd7dee f958593 [--record reports/code_equivalence.json]
 
 The record (a JSON list, one entry per check, newest last) holds both full commits, a
 digest of each model's tensors, their held-out precision, the machine and torch of each
-run, whether they are identical, and the date. The report (``make_report(..., equivalence=...)``) reads it:
+run, whether they are identical, and the date. The report reads it (:mod:`cifar10_tutorial.report.equivalence`):
 variants made at commits joined by identical checks count as made by one training code.
-Exit status 1 when the two differ (the record says so too). Needs ../shared beside the
-repository (the dev archive's tool), and about 5 minutes per commit on one CPU thread.
+Exit status 1 when the two differ (the record says so too). A tool of this project's own
+development, not of the package: it needs ../shared beside the repository (the dev
+archive's tool, ``make_dev_archive.py``), and about 5 minutes per commit on one CPU thread.
 """
 from __future__ import annotations
 
@@ -28,12 +29,30 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from ..cli import run_stage, stage_output
-from ..errors import PipelineError
-from ..files import write_text_atomic
+from cifar10_tutorial.cli import run_stage, stage_output
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import write_text_atomic
+from cifar10_tutorial.report.equivalence import load_record
+
+SHARED = Path("../shared")  # beside the repository: tools/make_dev_archive.py, data/
+# The real configuration's archive: 5,000 training and 1,000 held-out images of the dev zip.
+REAL_SPLIT = ("--train", "5000", "--test", "1000")
 
 RECORD = Path("reports/code_equivalence.json")
 CHECK = "python -m cifar10_tutorial.ci real --keep"
+
+
+def real_archive(root: Path, scratch: Path) -> Path:
+    """The real configuration's archive, made once by the dev archive tool."""
+    tool = (root / SHARED / "tools" / "make_dev_archive.py").resolve()
+    if not tool.is_file():
+        raise PipelineError(f"{tool}: not here; the check needs ../shared beside the repository")
+    out = scratch / "ci-real.tar.gz"
+    proc = subprocess.run([sys.executable, str(tool), str(out), *REAL_SPLIT],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PipelineError(f"{tool} failed: {proc.stderr.strip()[-400:]}")
+    return out
 
 
 def tensor_digest(model_file: Path) -> str:
@@ -58,19 +77,22 @@ def _git(root: Path, *args: str) -> str:
     return proc.stdout.strip()
 
 
-def run_at(root: Path, commit: str, scratch: Path) -> dict:
-    """The CI's real configuration at ``commit`` (a worktree in ``scratch``, ../shared linked
-    beside it): its model's tensor digest and held-out precision."""
+def run_at(root: Path, commit: str, scratch: Path, archive: Path) -> dict:
+    """The CI's real configuration at ``commit`` (a worktree in ``scratch``): its model's
+    tensor digest and held-out precision. Commits whose ci.py takes ``--real-archive`` get
+    ``archive``; older ones build it themselves from ../shared (linked beside the worktree)."""
     tree = scratch / commit[:12]
     _git(root, "worktree", "add", "-q", "--detach", str(tree), commit)
     try:
         if not (scratch / "shared").exists():
-            (scratch / "shared").symlink_to((root.parent / "shared").resolve())
+            (scratch / "shared").symlink_to((root / SHARED).resolve())
         env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1",
                "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
-        proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "real", "--keep"],
-                              cwd=tree, env=env, capture_output=True, text=True)
+        cmd = [sys.executable, "-m", "cifar10_tutorial.ci", "real", "--keep"]
+        if "--real-archive" in (tree / "src" / "cifar10_tutorial" / "ci.py").read_text():
+            cmd += ["--real-archive", str(archive)]
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
         kept = re.search(r"passed in \d+ s \(scratch kept: (.+)\)", proc.stdout)
         if proc.returncode != 0 or not kept:
             raise PipelineError(f"{CHECK} failed at {commit[:10]} (exit {proc.returncode}): "
@@ -96,46 +118,13 @@ def check(root: Path, old: str, new: str) -> dict:
     commits = [_git(root, "rev-parse", "--verify", f"{c}^{{commit}}") for c in (old, new)]
     scratch = Path(tempfile.mkdtemp(prefix="equivalence-"))
     try:
-        runs = [run_at(root, c, scratch) for c in commits]
+        archive = real_archive(root, scratch)
+        runs = [run_at(root, c, scratch, archive) for c in commits]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"commits": commits, "check": CHECK,
             "identical": runs[0]["digest"] == runs[1]["digest"], "runs": runs,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-
-
-def load_record(path: Path) -> list[dict]:
-    """The checks recorded in ``path`` ([] when there is none)."""
-    if not path.is_file():
-        return []
-    try:
-        rec = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PipelineError(f"{path}: not valid JSON ({exc}); restore it from git "
-                            f"(`git checkout {path}`)") from None
-    if not isinstance(rec, list) or not all(isinstance(r, dict) and len(r.get("commits", [])) == 2
-                                            and isinstance(r.get("identical"), bool) for r in rec):
-        raise PipelineError(f"{path}: expected a list of checks, each with two commits and "
-                            f"identical: true | false; restore it from git (`git checkout {path}`)")
-    return rec
-
-
-def same_training(commits: set, record: list[dict]) -> bool:
-    """Whether ``commits`` are all joined by identical checks (a prefix of a full commit,
-    as provenance may shorten, names it)."""
-    def full(c):
-        return next((k for r in record for k in r["commits"] if k.startswith(c)), c)
-
-    groups = {full(c): {full(c)} for c in commits}
-    for r in record:
-        if r["identical"]:
-            a, b = r["commits"]
-            ga, gb = groups.setdefault(a, {a}), groups.setdefault(b, {b})
-            if ga is not gb:
-                ga |= gb
-                for c in gb:
-                    groups[c] = ga
-    return len({id(groups[full(c)]) for c in commits}) <= 1
 
 
 def main(argv: Optional[list[str]] = None) -> None:

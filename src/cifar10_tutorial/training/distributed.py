@@ -1,4 +1,4 @@
-"""Devices and torchrun: which device this process trains on, where it stands in a
+"""Devices and torchrun: the devices a job asks for checked, where a process stands in a
 multi-process job, the relaunch under torchrun, and the few collectives the loop needs.
 
 Run alone, a process is rank 0 of 1 and none of the collectives does anything. Under
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..devices import pick_device
 from ..errors import PipelineError
 from ..param_reads import flush_reads
 
@@ -53,17 +54,6 @@ def this_process() -> Dist:
     if not launched_by_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
         return ALONE
     return Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
-
-
-def pick_device(name: str, local_rank: int = 0, key: str = "train.device") -> torch.device:
-    """``auto`` (CUDA when there is one), ``cpu`` or ``cuda`` (GPU ``local_rank``); ``key``
-    names the param that chose it, for the error."""
-    if name == "cuda" and not torch.cuda.is_available():
-        raise PipelineError(f"{key} is cuda but no CUDA device is available; "
-                            f"use {key}=auto or cpu")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(f"cuda:{local_rank}" if name == "cuda" else name)
 
 
 def check_devices(tr) -> None:

@@ -10,7 +10,7 @@ from typing import Optional
 import pandas as pd
 
 from .reference import ref
-from .report_data import Results, device_text, markdown_table, pct, plot, speed_ratio
+from .results import Results, device_text, markdown_table, pct, plot, speed_ratio
 
 
 def exercise5_devices(r: Results, timing: Optional[Path] = None) -> list[str]:

@@ -2,7 +2,7 @@
 beside its params, provenance and metrics, and a model card (README.md) that states its
 held-out precision, every figure read from those files.
 
-    python -m cifar10_tutorial.exercises.publish tutorial_100k \\
+    python -m cifar10_tutorial.report.publish tutorial_100k \\
         --model data/ablations/tutorial_100k/model.pt \\
         --results reports/ablations/tutorial_100k --out models/tutorial_100k \\
         [--check-data data/prepared]
@@ -28,12 +28,13 @@ from typing import Optional
 from ..cli import run_stage
 from ..errors import PipelineError
 from ..files import ensure_writable, refuse_foreign, write_text_atomic
-from ..inference import load_model_file
-from .report_data import device_text, held_out_curve
+from ..model_files import load_model_file
+from .results import device_text
+from ..curves import held_out_curve
 
 CARD = "README.md"
 FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", CARD)
-USE = ("the same command that wrote it: `python -m cifar10_tutorial.exercises.publish NAME --model ... "
+USE = ("the same command that wrote it: `python -m cifar10_tutorial.report.publish NAME --model ... "
        "--results ... --out ...` after the variant has finished (`dvc repro reports/dvc.yaml`)")
 
 
@@ -163,7 +164,7 @@ def model_card(name: str, out: Path, results: Path, ckpt: dict, rec: dict) -> st
             else "")
     return "\n".join([
         f"# Published weights: `{name}`", "",
-        f"<!-- written by `python -m cifar10_tutorial.exercises.publish {name}` from the files beside it "
+        f"<!-- written by `python -m cifar10_tutorial.report.publish {name}` from the files beside it "
         f"and {results}; do not edit by hand -->", "",
         f"The tutorial's CNN trained by this project's `{name}` exercise variant for "
         f"**{int(ckpt['step']):,} steps** (batch {tr['batch_size']}, {t.get('epochs', 0):.1f} "

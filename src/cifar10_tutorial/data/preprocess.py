@@ -22,8 +22,7 @@ from typing import Optional
 import numpy as np
 
 from .datasets import DatasetSpec
-from .download import md5_of
-from ..files import refuse_foreign
+from ..files import md5_of, refuse_foreign
 from .prepared import META_NAME, PREPARED_NAMES, PrepareError
 
 log = logging.getLogger(__name__)

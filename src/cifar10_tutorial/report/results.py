@@ -13,6 +13,7 @@ import pandas as pd
 
 from ..errors import PipelineError
 from ..files import save_figure_atomic
+from ..curves import read_curve
 
 
 def load_variants(root: Path) -> pd.DataFrame:
@@ -68,26 +69,6 @@ def load_curve(root: Path, name: str, metric: str = "loss_avg",
                group: str = "train") -> Optional[pd.DataFrame]:
     """A DVCLive curve of variant ``name`` under ``root`` (None if it was not logged)."""
     return read_curve(Path(root) / name / "train", metric, group)
-
-
-def read_curve(live: Path, metric: str, group: str = "train") -> Optional[pd.DataFrame]:
-    """A DVCLive curve (step, metric) of the run logged in ``live`` (None if not logged)."""
-    path = Path(live) / "plots" / "metrics" / group / f"{metric}.tsv"
-    return pd.read_csv(path, sep="\t") if path.is_file() else None
-
-
-def held_out_curve(live: Path) -> Optional[pd.DataFrame]:
-    """The held-out evaluations while training of the run logged in ``live``: step,
-    precision_at_1 and, where logged, precision_at_1_raw and epoch (None if none)."""
-    out = read_curve(live, "precision_at_1", "held_out")
-    if out is None:
-        return None
-    out = out[["step", "precision_at_1"]]
-    for metric in ("precision_at_1_raw", "epoch"):
-        c = read_curve(live, metric, "held_out")
-        if c is not None:
-            out = out.merge(c[["step", metric]], on="step", how="left")
-    return out
 
 
 def pct(x: float) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .report_data import markdown_table
+from .results import markdown_table
 
 # figure name -> (the figure, where it comes from); batch 128 per GPU
 REFERENCE = {

@@ -10,8 +10,9 @@ from typing import Optional
 import pandas as pd
 
 from .reference import ref
-from .report_data import (MIN_STEPS, REPRODUCTION, Results, held_out_curve, load_provenance,
-                          machine_of, marker, markdown_table, pct, plot)
+from .results import (MIN_STEPS, REPRODUCTION, Results, load_provenance, machine_of, marker,
+                      markdown_table, pct, plot)
+from ..curves import held_out_curve
 
 
 def variant_curve(r: Results, name: str) -> Optional[pd.DataFrame]:

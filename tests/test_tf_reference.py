@@ -1,0 +1,121 @@
+"""The reference implementation's runs (devtools/tf_reference.py, run outside the package)
+and the report's section on them (cifar10_tutorial.report.against_reference)."""
+import hashlib
+import importlib.util
+import json
+
+import pandas as pd
+import pytest
+
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.report.against_reference import against_reference, load_reference_runs
+from cifar10_tutorial.report.results import Results
+from conftest import ROOT
+
+_spec = importlib.util.spec_from_file_location("tf_reference", ROOT / "devtools" / "tf_reference.py")
+tool = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tool)
+
+LOG = ("2026-12-02 18:14:36.5: step 0, loss = 4.67 (126.3 examples/sec; 1.014 sec/batch)\n"
+       "I1202 noise\n"
+       "2026-12-02 18:14:56.1: step 1000, loss = 2.29 (364.1 examples/sec; 0.352 sec/batch)\n"
+       "2026-12-02 18:14:59.5: step 1010, loss = 2.33 (380.0 examples/sec; 0.338 sec/batch)\n")
+
+
+def _run(tmp_path, steps=(10000,)):
+    run = tmp_path / "run"
+    (run / "train").mkdir(parents=True)
+    last = steps[-1]
+    for ext in ("index", "meta", "data-00000-of-00001"):
+        (run / "train" / f"model.ckpt-{last}.{ext}").write_bytes(b"new")
+        (run / "train" / f"model.ckpt-9000.{ext}").write_bytes(b"old")
+    (run / "train" / "checkpoint").write_text(
+        f'model_checkpoint_path: "{run}/train/model.ckpt-{last}"\n'
+        f'all_model_checkpoint_paths: "{run}/train/model.ckpt-9000"\n')
+    (run / "evals.tsv").write_text("".join(f"{s}\t0.78{i}\t0.74{i}\t2026-12-02T19:00:00Z\n"
+                                           for i, s in enumerate(steps)))
+    (run / "segments.tsv").write_text(f"{last}\t2026-12-02T18:14:16Z\t2026-12-02T19:00:00Z\tvm\tAMD EPYC\n")
+    (run / "train.log").write_text(LOG)
+    return run
+
+
+def test_collect_records_the_evaluations_and_the_provenance(tmp_path):
+    run = _run(tmp_path)
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(b"archive")
+    rec = tool.collect(run, "tf_10k_a", "2.21.0", archive)
+    assert rec["evaluations"] == [{"step": 10000, "precision_at_1": 0.780,
+                                   "precision_at_1_raw": 0.740, "date": "2026-12-02T19:00:00Z"}]
+    assert rec["tensorflow"] == "2.21.0" and rec["upstream"]["files"]["cifar10.py"].startswith("05a434d")
+    assert rec["data"]["archive_md5"] == hashlib.md5(b"archive").hexdigest()
+    assert rec["segments"][0]["cpu"] == "AMD EPYC"
+    assert rec["examples_per_sec_median"] == pytest.approx(372.05)  # step 0 left out
+    assert rec["loss_every_1000"] == [{"step": 0, "loss": 4.67}, {"step": 1000, "loss": 2.29}]
+    (run / "evals.tsv").write_text("")
+    with pytest.raises(PipelineError, match="no evaluation yet"):
+        tool.collect(run, "x", "2.21.0", archive)
+
+
+def test_keep_takes_the_newest_checkpoint_alone_and_restore_gives_it_back(tmp_path):
+    run = _run(tmp_path, (10000, 20000))
+    dest = tmp_path / "repo" / "runs" / "tf_reference_100k"
+    (dest / "train").mkdir(parents=True)
+    (dest / "train" / "model.ckpt-10000.index").write_bytes(b"stale")
+    assert tool.keep(run, dest) == "model.ckpt-20000"
+    assert sorted(p.name for p in (dest / "train").iterdir()) == [
+        "checkpoint", "model.ckpt-20000.data-00000-of-00001", "model.ckpt-20000.index",
+        "model.ckpt-20000.meta"]
+    assert '"model.ckpt-20000"' in (dest / "train" / "checkpoint").read_text()
+    assert (dest / "evals.tsv").read_text() == (run / "evals.tsv").read_text()
+    again = tmp_path / "next"
+    tool.restore(dest, again)
+    assert (again / "train" / "model.ckpt-20000.index").read_bytes() == b"new"
+    with pytest.raises(PipelineError, match="already there"):
+        tool.restore(dest, again)
+
+
+def _results(tmp_path, seeds=(0.784, 0.787, 0.791)):
+    df = pd.DataFrame({"precision_at_1": list(seeds), "precision_at_1_raw": [0.747, 0.75, 0.751],
+                       "steps": [10000] * 3}, index=["baseline", "baseline_seed1", "baseline_seed2"])
+    return Results(df, df, df.iloc[:0], tmp_path, tmp_path / "tables", tmp_path / "plots", df)
+
+
+def _record(folder, name, evals, planned=None):
+    folder.mkdir(exist_ok=True)
+    rec = {"tensorflow": "2.21.0", "data": {"evaluated_images": 10112},
+           "evaluations": [{"step": s, "precision_at_1": p, "precision_at_1_raw": r}
+                           for s, p, r in evals]}
+    if planned:
+        rec["steps_planned"] = planned
+    (folder / f"{name}.json").write_text(json.dumps(rec))
+
+
+def test_the_section_weighs_the_short_runs_against_the_seed_band(tmp_path):
+    r, tf = _results(tmp_path), tmp_path / "tf"
+    assert "No runs of the reference implementation yet" in "\n".join(against_reference(r, tf))
+    _record(tf, "tf_10k_a", [(10000, 0.786, 0.745)])
+    text = "\n".join(against_reference(r, tf))
+    assert "| reference `tf_10k_a` | 78.6% | 74.5% |" in text
+    assert "within the seed-to-seed spread: noise" in text
+    _record(tf, "tf_10k_b", [(10000, 0.75, 0.70)])
+    _record(tf, "tf_10k_a", [(10000, 0.752, 0.70)])
+    text = "\n".join(against_reference(r, tf))
+    assert "below this project's by more than the seed-to-seed spread" in text
+    assert "No 100,000-step run of the reference yet." in text
+
+
+def test_the_section_follows_the_long_run_until_it_ends(tmp_path):
+    r, tf = _results(tmp_path), tmp_path / "tf"
+    _record(tf, "tf_reference_100k", [(10000, 0.78, 0.74)], planned=100000)
+    text = "\n".join(against_reference(r, tf))
+    assert "The run has reached step 10,000 of 100,000" in text
+    assert "| 10,000 | 78.0% | 74.0% |" in text and (tmp_path / "plots/against_reference.png").is_file()
+    _record(tf, "tf_reference_100k", [(10000, 0.78, 0.74), (100000, 0.84, 0.80)], planned=100000)
+    text = "\n".join(against_reference(r, tf))
+    assert "At 100,000 steps the reference reads 84.0% on the dev split" in text
+
+
+def test_a_damaged_record_is_one_line(tmp_path):
+    (tmp_path / "bad.json").write_text('{"evaluations": [{"step": "x"}]}')
+    with pytest.raises(PipelineError, match=r"bad.json: expected a reference run's record"):
+        load_reference_runs(tmp_path)
