@@ -194,12 +194,24 @@ def test_truncated_dvclive_summary_does_not_stop_a_resume(synth_data, tmp_path):
     assert m["step"] == 20 and json.loads(summary.read_text())["step"] == 20
 
 
-def test_reference_log_lines(synth_data, tmp_path, capsys):
+def test_reference_log_lines_with_progress_and_eta(synth_data, tmp_path, capsys):
+    """The reference's line, then where the run stands and when it ends, on every line (no
+    terminal here: progress=False, as under nohup or in CI)."""
+    import re
+
     train(tiny_params(train={"max_steps": 10, "log_every": 5}), synth_data, paths(tmp_path), progress=False)
     lines = [l for l in capsys.readouterr().out.splitlines() if "loss =" in l]
     assert len(lines) == 2
-    import re
-    assert re.search(r": step 10, loss = \d+\.\d\d \(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\)$", lines[1])
+    assert re.search(r": step 10, loss = \d+\.\d\d \(\d+\.\d examples/sec; \d+\.\d{3} sec/batch\) "
+                     r"\[10/10, 100\.0%, ETA 0s\]$", lines[1])
+    assert re.search(r": step 5, .* \[5/10, 50\.0%, ETA (\d+s|\d+m \d\ds)\]$", lines[0])
+
+
+def test_durations_read_as_people_write_them():
+    from cifar10_tutorial.training.monitoring import duration_text
+
+    assert [duration_text(x) for x in (None, float("nan"), 0.4, 9, 245, 3600 * 3 + 720)] == \
+        ["?", "?", "0s", "9s", "4m 05s", "3h 12m"]
 
 
 def test_nan_loss_aborts_with_a_clear_message(synth_data, tmp_path):

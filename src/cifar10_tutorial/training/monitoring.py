@@ -29,6 +29,16 @@ from .optimization import WeightAverage, training_model
 log = logging.getLogger(__name__)
 
 
+def duration_text(seconds: Optional[float]) -> str:
+    """``3h 12m``, ``4m 05s``, ``9s``; ``?`` when not known yet."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
 class Monitor:
     """The progress bar, the reference's log line and DVCLive's train/* curves (rank 0), and
     the examples/sec of the window since the last log line (every rank)."""
@@ -45,6 +55,17 @@ class Monitor:
                         else not (progress and main))
         self.say = self.bar.write if not self.bar.disable else print
         self.window_t, self.window_steps = time.perf_counter(), 0
+        self.start, self.max_steps, self.t0 = start, max_steps, time.perf_counter()
+
+    def progress(self, step: int) -> str:
+        """``[N/M, P%, ETA ...]`` for the log line: where the run stands and, at this
+        process's pace so far (held-out evaluations included), when it ends. Every log line
+        carries it, so logs without a terminal (nohup, CI, a batch job) have it too."""
+        done = step - self.start
+        eta = ((time.perf_counter() - self.t0) / done * (self.max_steps - step)
+               if done > 0 else None)
+        return (f"[{step:,}/{self.max_steps:,}, {100 * step / max(1, self.max_steps):.1f}%, "
+                f"ETA {duration_text(eta)}]")
 
     def stepped(self) -> None:
         self.window_steps += 1
@@ -61,7 +82,7 @@ class Monitor:
         if self.main:
             each = f", {per_device:.1f} per device" if per_device is not None else ""
             self.say(f"{datetime.now():%Y-%m-%d %H:%M:%S}: step {step}, loss = {loss:.2f} "
-                     f"({eps:.1f} examples/sec{each}; {dt:.3f} sec/batch)")
+                     f"({eps:.1f} examples/sec{each}; {dt:.3f} sec/batch) {self.progress(step)}")
             self.log(step, {"train/loss": loss, "train/loss_avg": loss_avg, "train/lr": lr,
                             "train/cross_entropy": ce, "train/examples_per_sec": eps})
             self.bar.set_postfix(loss=f"{loss_avg:.3f}", eps=f"{eps:.0f}")
