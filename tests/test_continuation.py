@@ -38,10 +38,28 @@ def test_deadlines_as_durations_or_moments(text, seconds):
     assert parse_deadline(text, now=NOW) == pytest.approx(NOW + seconds)
 
 
-@pytest.mark.parametrize("text", ["soon", "2x", "25:00", "", "h", "1e6"])
+@pytest.mark.parametrize("text", ["soon", "2x", "25:00", "", "h", "1e6", "@nan", "@inf", "@-inf"])
 def test_a_deadline_that_is_neither_is_one_clear_error(text):
     with pytest.raises(PipelineError, match="is not a duration .* or a moment"):
         parse_deadline(text, now=NOW)
+
+
+@pytest.mark.parametrize("text", ["2h30", "1m5", "1h2.5"])
+def test_a_number_without_its_unit_after_hours_or_minutes_is_refused(text):
+    """``2h30`` once read as 2 h 0 min 30 s, pausing a run half an hour early."""
+    with pytest.raises(PipelineError, match=rf"'{text}' .*ends in a number without its unit: "
+                                            rf"write {text}m or {text}s"):
+        parse_deadline(text, now=NOW)
+
+
+@pytest.mark.parametrize("text", ["2000-01-01", "2026-12-01T15:59", "2026-12-01T16:59+02:00"])
+def test_a_moment_already_past_is_refused_and_named(text):
+    with pytest.raises(PipelineError, match=r"is 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC, which has "
+                                            r"passed; give a later moment or a duration"):
+        parse_deadline(text, now=NOW)
+    assert parse_deadline("0", now=NOW) == NOW  # a zero duration: pause at once (tests use it)
+    # what a stage exports to its torchrun processes: may have passed when they read it
+    assert parse_deadline(f"@{NOW - 1}", now=NOW) == NOW - 1
 
 
 def test_the_stage_fixes_a_relative_deadline_once_for_every_process(monkeypatch):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -47,39 +48,48 @@ _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.
 def parse_deadline(text: str, now: Optional[float] = None) -> float:
     """The deadline ``text`` names, as a POSIX time: a duration from ``now`` (``2h30m``,
     ``90m``, ``45s``, ``3600``), ``@<POSIX time>``, or a moment (``18:20``: the next 18:20
-    UTC; ``2026-12-01T18:20``, UTC unless it gives an offset)."""
+    UTC; ``2026-12-01T18:20``, UTC unless it gives an offset). A moment already past, a
+    number that is not finite, and ``2h30`` (minutes or seconds?) are refused; ``@<time>``,
+    the form a stage exports to its torchrun processes, is taken as it is (past: pause at
+    the first step, as a zero duration does)."""
     now = time.time() if now is None else now
-    s = text.strip()
+    at = _deadline(text.strip(), now)
+    if at is None or not math.isfinite(at):
+        raise PipelineError(f"the deadline {text!r} (--stop-at or {STOP_AT_ENV}) is not a duration "
+                            f"(2h30m, 90m, 45s, 3600) or a moment (18:20, 2026-12-01T18:20 UTC); "
+                            f"give one of these forms")
+    if at < now and not _DURATION.match(text.strip()) and not text.strip().startswith("@"):
+        when = datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        raise PipelineError(f"the deadline {text!r} (--stop-at or {STOP_AT_ENV}) is {when}, "
+                            f"which has passed; give a later moment or a duration (2h30m)")
+    return at
+
+
+def _deadline(s: str, now: float) -> Optional[float]:
     if s.startswith("@"):
         try:
             return float(s[1:])
         except ValueError:
-            pass
-    elif s and (m := _DURATION.match(s)) and any(m.groups()):
+            return None
+    if s and (m := _DURATION.match(s)) and any(m.groups()):
+        if re.search(r"[hm]\d+(\.\d+)?$", s):  # 2h30: a unit is missing, not seconds
+            raise PipelineError(f"the deadline {s!r} (--stop-at or {STOP_AT_ENV}) ends in a "
+                                f"number without its unit: write {s}m or {s}s")
         h, mins, secs = (float(g) if g else 0.0 for g in m.groups())
         return now + 3600 * h + 60 * mins + secs
-    else:
-        clock = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", s)
-        if clock:
-            hh, mm, ss = int(clock[1]), int(clock[2]), int(clock[3] or 0)
-            if hh < 24 and mm < 60 and ss < 60:
-                day = datetime.fromtimestamp(now, timezone.utc)
-                at = day.replace(hour=hh, minute=mm, second=ss, microsecond=0)
-                if at.timestamp() <= now:
-                    at += timedelta(days=1)
-                return at.timestamp()
-        else:
-            try:
-                at = datetime.fromisoformat(s.replace("Z", "+00:00"))
-            except ValueError:
-                pass
-            else:
-                if at.tzinfo is None:
-                    at = at.replace(tzinfo=timezone.utc)
-                return at.timestamp()
-    raise PipelineError(f"the deadline {text!r} (--stop-at or {STOP_AT_ENV}) is not a duration "
-                        f"(2h30m, 90m, 45s, 3600) or a moment (18:20, 2026-12-01T18:20 UTC); "
-                        f"give one of these forms")
+    clock = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", s)
+    if clock:
+        hh, mm, ss = int(clock[1]), int(clock[2]), int(clock[3] or 0)
+        if not (hh < 24 and mm < 60 and ss < 60):
+            return None
+        day = datetime.fromtimestamp(now, timezone.utc)
+        at = day.replace(hour=hh, minute=mm, second=ss, microsecond=0)
+        return (at + timedelta(days=1) if at.timestamp() <= now else at).timestamp()
+    try:
+        at = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
 @dataclass(frozen=True)
