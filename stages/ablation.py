@@ -19,7 +19,8 @@ from pathlib import Path
 from cifar10_tutorial.exercises.ablation import VariantPaths, prepare_variant_data, run_variant
 from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
 from cifar10_tutorial.training.continuation import from_stage
-from cifar10_tutorial.training.distributed import relaunch_on_devices
+from cifar10_tutorial.files import hold_run_lock
+from cifar10_tutorial.training.distributed import launched_by_torchrun, relaunch_on_devices
 from cifar10_tutorial.params import load_params, variant_params
 from cifar10_tutorial.data.prepared import load_prepared
 
@@ -39,6 +40,8 @@ def main() -> None:
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, args.name)
     variant = variant_params(params, args.name)
+    if not launched_by_torchrun():  # the launching process holds it for its ranks
+        hold_run_lock(args.work, " ".join(["stages/ablation.py", *sys.argv[1:]]))
     relaunch_on_devices(variant.train, variant.run, __file__, sys.argv[1:])
     data = (prepare_variant_data(params, args.name, args.work, args.partial) if args.dataset
             else load_prepared(args.data))

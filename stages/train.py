@@ -14,7 +14,8 @@ import sys
 from cifar10_tutorial.training.checkpoints import TrainPaths
 from cifar10_tutorial.cli import add_continuation, add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.training.continuation import from_stage, run_ended
-from cifar10_tutorial.training.distributed import relaunch_on_devices
+from cifar10_tutorial.files import hold_run_lock
+from cifar10_tutorial.training.distributed import launched_by_torchrun, relaunch_on_devices
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.data.prepared import load_prepared
 from cifar10_tutorial.training.train import train
@@ -28,6 +29,8 @@ def main() -> None:
     args = parse_stage_args(ap, __file__)
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, "train")
+    if not launched_by_torchrun():  # the launching process holds it for its ranks
+        hold_run_lock(args.out, " ".join(["stages/train.py", *sys.argv[1:]]))
     relaunch_on_devices(params.train, params.run, __file__, sys.argv[1:])
     train(params, load_prepared(args.data), TrainPaths(args.out, args.live), continuation=cont)
     run_ended(cont)

@@ -107,3 +107,36 @@ def ensure_writable(*folders: Path) -> None:
             raise PipelineError(f"{probe}: cannot write there ({exc.strerror}), and the run "
                                 f"writes {folder}; nothing was changed or removed. {hint[0].upper()}"
                                 f"{hint[1:]}, then rerun.") from None
+
+
+RUN_LOCK_SUFFIX = ".run-lock"
+_held: dict = {}  # folder -> its open lock file, held until the process ends
+
+
+def hold_run_lock(folder: Path, command: str) -> None:
+    """One run per output folder: an exclusive lock on ``.<folder name>.run-lock`` beside
+    ``folder``, held until this process ends (the kernel releases it on any exit, kill -9
+    included, so a killed run never leaves it stuck). A second run on the same folder stops
+    at once with one line naming the first (its pid, start and command)."""
+    import fcntl
+    import time
+
+    folder = Path(folder)
+    path = folder.parent / f".{folder.name}{RUN_LOCK_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        from .errors import PipelineError
+        raise PipelineError(f"{folder}: another run is writing there ({holder}); wait for it "
+                            f"to end, or give this one another output folder") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n")
+    f.flush()
+    _held[str(folder)] = f
+

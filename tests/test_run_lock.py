@@ -1,0 +1,61 @@
+"""One run per output folder (files.hold_run_lock): a second run on the same folder stops
+at once naming the first, and a killed run leaves no stuck lock."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import hold_run_lock
+from cifar10_tutorial.params import to_dict
+from conftest import tiny_params, write_train_project
+
+HOLD = ("import sys, time\n"
+        "from cifar10_tutorial.files import hold_run_lock\n"
+        "hold_run_lock(sys.argv[1], 'the first run')\n"
+        "print('held', flush=True)\n"
+        "time.sleep(600)\n")
+
+
+def _holder(folder):
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_run_stops_naming_the_first_and_a_killed_one_frees_the_folder(tmp_path):
+    out = tmp_path / "data" / "train"
+    first = _holder(out)
+    try:
+        with pytest.raises(PipelineError, match=rf"{out}: another run is writing there \(pid "
+                                                rf"{first.pid}, since .*: the first run\); wait"):
+            hold_run_lock(out, "the second run")
+    finally:
+        os.kill(first.pid, signal.SIGKILL)  # no clean-up of its own
+        first.wait()
+    hold_run_lock(out, "the second run")  # the kernel released it with the process
+    assert (tmp_path / "data" / ".train.run-lock").read_text().startswith(f"pid {os.getpid()}")
+    assert not out.exists()  # the lock is beside the folder, never inside it
+
+
+@pytest.mark.e2e
+def test_the_train_stage_beside_a_running_one_exits_at_once(synth_data, tmp_path):
+    """`dvc repro` beside a hand-run stage: both ran and interleaved their logs."""
+    proj = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params()))
+    first = _holder(proj / "data" / "train")
+    try:
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, "stages/train.py"], cwd=proj, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 1
+        assert proc.stderr.strip().splitlines()[-1].startswith(
+            f"error: data/train: another run is writing there (pid {first.pid}")
+        assert not (proj / "data" / "train" / "model.pt").exists()
+        assert time.perf_counter() - t < 60
+    finally:
+        first.kill()
+        first.wait()
