@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import ParamsError, params_from_dict
 from cifar10_tutorial.regression import (RegressionError, collect_metrics, compare, gate,
                                          markdown_table, update_baseline)
@@ -64,6 +65,41 @@ def test_a_missing_metric_fails(tmp_path):
         gate(write_baseline(tmp_path), TOL, write_run(tmp_path, drop=("precision_at_1",)))
     rows = compare({"eval.precision_at_1": 0.8}, {}, {"eval.precision_at_1": -0.02})
     assert not rows[0].ok and "missing from the baseline" in markdown_table(rows)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_metric_that_is_not_finite_fails_never_ok(tmp_path, value):
+    """Hostile case B64: infinite precisions once passed the gate."""
+    with pytest.raises(RegressionError, match=r"eval.precision_at_1 .*not a finite number"):
+        gate(write_baseline(tmp_path), TOL, write_run(tmp_path, precision=value))
+    with pytest.raises(RegressionError, match=r"the baseline is not finite"):
+        gate(write_baseline(tmp_path, **{"eval.precision_at_1": value}), TOL, write_run(tmp_path))
+
+
+@pytest.mark.parametrize("text, found", [
+    ("{bad", r"not valid JSON"), ("[1, 2]", r"expected a JSON object of metrics, found a list"),
+    ('{"eval.precision_at_1": "0.5", "train.loss_avg": 1}', r"eval.precision_at_1 is '0.5', "
+                                                            r"expected a number"),
+    ('{"eval.precision_at_1": true, "train.loss_avg": 1}', r"is True, expected a number"),
+    (b"\xff\xfe\x00garbage", r"not valid JSON")])
+def test_a_damaged_baseline_is_one_line_naming_it(tmp_path, text, found):
+    """Hostile cases B59-B62: a damaged baseline was a JSONDecodeError, AttributeError or
+    TypeError traceback."""
+    path = tmp_path / "baseline.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(PipelineError, match=rf"^{path}: .*{found}.*restore it from git"):
+        gate(str(path), TOL, write_run(tmp_path))
+    with pytest.raises(PipelineError, match=rf"^{tmp_path}: a folder, expected a JSON file"):
+        gate(str(tmp_path), TOL, write_run(tmp_path))
+
+
+def test_run_metrics_of_the_wrong_shape_are_one_line(tmp_path):
+    """Hostile case B63: eval metrics `[1]` were an AttributeError traceback."""
+    files = write_run(tmp_path)
+    files["eval"].write_text("[1]")
+    with pytest.raises(PipelineError, match=r"eval.json: expected a JSON object of metrics, "
+                                            r"found a list; rerun the stage that writes it"):
+        collect_metrics(files)
 
 
 def test_no_metrics_at_all_fails(tmp_path):

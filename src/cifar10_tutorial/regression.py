@@ -25,17 +25,28 @@ class RegressionError(PipelineError):
     """The gate failed; the message holds the table."""
 
 
+def read_json_object(path: Path, fix: str) -> dict:
+    """A JSON file whose top level is an object, or one line naming the file, what was
+    expected and found, and ``fix`` (what to do)."""
+    try:
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except IsADirectoryError:
+        raise PipelineError(f"{path}: a folder, expected a JSON file; {fix}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PipelineError(f"{path}: not valid JSON ({str(exc)[:100]}); {fix}") from None
+    if not isinstance(data, dict):
+        raise PipelineError(f"{path}: expected a JSON object of metrics, found a "
+                            f"{type(data).__name__}; {fix}")
+    return data
+
+
 def collect_metrics(files: dict[str, Path]) -> dict[str, float]:
     """The run's numeric metrics, flat: ``{"eval.precision_at_1": 0.81, ...}``."""
     out: dict[str, float] = {}
     for group, path in files.items():
         if not path.is_file():
             continue
-        try:
-            data = json.loads(path.read_text())
-        except ValueError as exc:
-            raise PipelineError(f"{path}: not valid JSON ({exc}); rerun the stage that "
-                                f"writes it") from None
+        data = read_json_object(path, "rerun the stage that writes it")
         for key, value in data.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[f"{group}.{key}"] = float(value)
@@ -63,10 +74,14 @@ def compare(now: dict[str, float], baseline: dict[str, float],
     rows = []
     for metric, tol in tolerances.items():
         base, cur = baseline.get(metric), now.get(metric)
-        if cur is None or (isinstance(cur, float) and math.isnan(cur)):
+        if cur is None:
             rows.append(Row(metric, base, None, tol, False, "missing from this run"))
+        elif not math.isfinite(cur):  # a NaN or infinite metric never passes
+            rows.append(Row(metric, base, cur, tol, False, f"not a finite number ({cur})"))
         elif base is None:
             rows.append(Row(metric, None, cur, tol, False, "missing from the baseline"))
+        elif not math.isfinite(base):
+            rows.append(Row(metric, base, cur, tol, False, f"the baseline is not finite ({base})"))
         else:
             change = cur - base
             ok = change >= tol if tol < 0 else change <= tol
@@ -130,11 +145,17 @@ def gate(baseline_path: Optional[str], tolerances: dict[str, float],
         lines += [f"| {m} | {_fmt(now.get(m))} |" for m in tolerances]
         return "\n".join(lines)
     path = Path(baseline_path)
-    if not path.is_file():
+    if not path.exists():
         raise RegressionError(f"{path}: no such baseline file. Create it from this run with "
                               f"`python stages/regression.py --update` and commit it.")
-    baseline = json.loads(path.read_text())
-    rows = compare(now, baseline, tolerances)
+    fix = ("restore it from git, or remake it from a good run with "
+           "`python stages/regression.py --update`")
+    baseline = read_json_object(path, fix)
+    bad = [k for k in tolerances if k in baseline
+           and (isinstance(baseline[k], bool) or not isinstance(baseline[k], (int, float)))]
+    if bad:
+        raise PipelineError(f"{path}: {bad[0]} is {baseline[bad[0]]!r}, expected a number; {fix}")
+    rows = compare(now, {k: float(baseline[k]) for k in tolerances if k in baseline}, tolerances)
     text = f"Regression check against {path}:\n\n{markdown_table(rows)}"
     if not all(r.ok for r in rows):
         failed = ", ".join(r.metric for r in rows if not r.ok)
