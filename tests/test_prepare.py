@@ -29,7 +29,7 @@ def official_members(records: dict[str, bytes] | None = None) -> dict[str, bytes
 
 def assert_no_output(out):
     assert not out.exists()
-    assert not out.with_name(out.name + ".tmp").exists()
+    assert sorted(out.parent.glob(f".{out.name}.*")) == []  # no temporary folder left
 
 
 def test_round_trip_of_known_pixels_channel_order_and_orientation(tmp_path):
@@ -75,7 +75,7 @@ def test_rerun_replaces_previous_output(archive, tmp_path):
     (out / "train_images.npy").write_bytes(b"an old run's, damaged")
     prepare(archive["path"], out, CIFAR10)
     assert len(load_prepared(out).train_images) == len(load_prepared(out).train_labels) > 0
-    assert not (tmp_path / "prepared.old").exists()
+    assert sorted(tmp_path.glob(".prepared.*")) == []  # no temporary folder left beside it
     # a file it did not make: refused, not deleted
     (out / "notes.txt").write_text("mine")
     with pytest.raises(PipelineError, match="holds notes.txt, which the preprocess"):
@@ -204,3 +204,19 @@ def test_preprocess_refuses_an_out_folder_of_other_files(tmp_path):
     prepare(archive, data / "prepared", CIFAR10)
     assert sorted(p.name for p in (data / "prepared").iterdir()) == [
         "meta.json", "test_images.npy", "test_labels.npy", "train_images.npy", "train_labels.npy"]
+
+
+def test_folders_of_the_users_beside_the_output_are_never_touched(archive, tmp_path):
+    """Hostile case B10: `--out x/results` deleted the user's x/results.old/ and
+    x/results.tmp/ without a word; the stage's own temporary folders now have fresh hidden
+    names."""
+    out = tmp_path / "results"
+    for name in ("results.old", "results.tmp", ".results.tmp"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mine.txt").write_text(name)
+    prepare(archive["path"], out, CIFAR10)
+    prepare(archive["path"], out, CIFAR10)  # the second replaces the first
+    for name in ("results.old", "results.tmp", ".results.tmp"):
+        assert (tmp_path / name / "mine.txt").read_text() == name
+    assert sorted(p.name for p in tmp_path.iterdir() if "results" in p.name) == [
+        ".results.tmp", "results", "results.old", "results.tmp"]

@@ -59,3 +59,33 @@ def test_the_train_stage_beside_a_running_one_exits_at_once(synth_data, tmp_path
     finally:
         first.kill()
         first.wait()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("option, seed, foreign", [
+    ("--live", {"dvc.yaml": "stages: {}\n", "params.yaml": "train: {}\n"}, "dvc.yaml, params.yaml"),
+    ("--live", {"report.md": "# mine\n", "plots/x.png": "png"}, "report.md"),
+    ("--out", {"README.md": "# card\n", "model.pt": "published", "params.yaml": "x: 1\n"},
+     "README.md, params.yaml"),
+])
+def test_a_train_output_folder_holding_foreign_files_is_refused_untouched(synth_data, tmp_path,
+                                                                          option, seed, foreign):
+    """Hostile cases B19-B22: `--live .` deleted the repository's dvc.yaml and params.yaml
+    (DVCLive's clean-up), `--live reports` the report, `--out models/tutorial_100k` replaced
+    the published weights. The stage now stops before touching anything."""
+    proj = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params()))
+    target = proj / "mine"
+    for name, text in seed.items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        (target / name).write_text(text)
+    before = {p: p.read_bytes() for p in target.rglob("*") if p.is_file()}
+    args = ["--out", "data/train", "--live", "reports/train"]
+    args[args.index(option) + 1] = "mine"
+    proc = subprocess.run([sys.executable, "stages/train.py", *args], cwd=proj,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: mine: holds {foreign}, which the train stage did not make and would delete; "
+        f"give {option} a folder of its own (as in dvc.yaml), or move those elsewhere first. "
+        f"Nothing was changed.")
+    assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before

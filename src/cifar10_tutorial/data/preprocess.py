@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tarfile
+import tempfile
 import time
 from pathlib import Path, PurePosixPath
 from typing import Optional
@@ -113,11 +114,17 @@ def parse_class_names(raw: bytes, num_classes: int, source: str) -> list[str]:
 # what the stage writes into its folder: it replaces that folder, and nothing else
 
 
+def _fresh_dir(out: Path, kind: str) -> Path:
+    """A new, empty folder beside ``out`` under a name no user has (``.prepared.tmp-x1y2``):
+    a folder of the user's called ``prepared.tmp`` or ``prepared.old`` is never touched."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{kind}-"))
+
+
 def _replace_dir(tmp: Path, out: Path) -> None:
     """Move the finished ``tmp`` folder to ``out``, replacing any old one."""
     if out.exists():
-        old = out.with_name(out.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
+        old = _fresh_dir(out, "old")
         os.replace(out, old)
         shutil.rmtree(old, ignore_errors=True)
     os.replace(tmp, out)
@@ -125,10 +132,7 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 def _write_outputs(out_dir: Path, arrays: dict, meta: dict) -> None:
     """Write the arrays and meta.json under a temporary name, then rename into place."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = _fresh_dir(out_dir, "tmp")
     try:
         for name, arr in arrays.items():
             np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
@@ -229,10 +233,7 @@ def prepare_svhn(raw_dir: Path, out_dir: Path, spec: DatasetSpec, extra: bool = 
     refuse_foreign(out_dir, PREPARED_NAMES, "preprocess")
     splits = {"train": list(spec.splits["train"]) + (list(spec.optional_files) if extra else []),
               "test": list(spec.splits["test"])}
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(out_dir.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = _fresh_dir(out_dir, "tmp")
     counts, file_counts, class_counts, md5s = {}, {}, {}, {}
     try:
         for split, files in splits.items():

@@ -21,7 +21,7 @@ import torch
 
 from .distributed import Dist, barrier
 from ..errors import TrainingError
-from ..files import ensure_writable, torch_save_atomic
+from ..files import ensure_writable, refuse_foreign, torch_save_atomic
 from ..params import Params, to_dict
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
     not resumed, and the run says so."""
     pulled = None
     if d.main:  # first: a run that cannot write its outputs must not remove the old ones
+        refuse_foreign_outputs(paths)
         ensure_writable(paths.out_dir, paths.checkpoints, paths.tensorboard, paths.live_dir,
                         paths.live_dir / "plots")
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -149,6 +150,20 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
     elif d.main:
         log.info("resuming from %s at step %d", ckpts[-1], int(ckpt["step"]))
     return ckpt
+
+
+# What a run makes in its two folders (DVC adds a .gitignore beside its outs; a data-set
+# variant's work folder also holds its raw/ and prepared/ data); anything else there is
+# not the run's to replace or delete (DVCLive's start-up clean-up deletes a dvc.yaml or
+# params.yaml in its folder), and a folder of published weights holds a card (README.md).
+OUT_NAMES = {"model.pt", "checkpoints", "tensorboard", "raw", "prepared", ".gitignore"}
+LIVE_NAMES = {"metrics.json", "plots", "provenance.json", ".gitignore"}
+
+
+def refuse_foreign_outputs(paths: TrainPaths) -> None:
+    same = Path(paths.out_dir).resolve() == Path(paths.live_dir).resolve()
+    refuse_foreign(paths.out_dir, OUT_NAMES | (LIVE_NAMES if same else set()), "train", "--out")
+    refuse_foreign(paths.live_dir, LIVE_NAMES | (OUT_NAMES if same else set()), "train", "--live")
 
 
 def _remove_run(paths: TrainPaths, ckpts: list[Path]) -> None:
