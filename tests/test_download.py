@@ -32,6 +32,35 @@ def test_file_url_and_plain_path(archive, tmp_path):
     assert not list((tmp_path / "part").glob("*"))
 
 
+@pytest.mark.parametrize("md5_pinned", [False, True])
+def test_a_url_naming_the_stages_own_output_keeps_the_only_copy(archive, tmp_path, md5_pinned):
+    """Hostile case B1: with data.md5 null and data.url the download stage's own output,
+    the archive was deleted, then 'does not exist': the only copy was gone."""
+    dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
+    fetch(str(archive["path"]), archive["md5"], dest, tmp_path / "part", FAST)
+    data = dest.read_bytes()
+    md5_given = "0" * 32 if md5_pinned else None  # pinned to another version: refetch too
+    for url in (str(dest), dest.as_uri(), str(tmp_path / "raw" / ".." / "raw" / dest.name)):
+        with pytest.raises(DownloadError, match=r"is the download stage's own output .*would "
+                                                r"delete the only copy.*Nothing was changed"):
+            fetch(url, md5_given, dest, tmp_path / "part", FAST)
+        assert dest.read_bytes() == data
+    # pinned to its own md5, it is simply already there
+    assert fetch(str(dest), archive["md5"], dest, tmp_path / "part", FAST)["md5"] == archive["md5"]
+
+
+@pytest.mark.parametrize("md5_given", [True, False])
+def test_a_folder_where_the_archive_belongs_is_one_line(archive, tmp_path, md5_given):
+    """Hostile cases B2, B3: IsADirectoryError from md5_of, or from unlink."""
+    dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
+    (dest / "inside").mkdir(parents=True)
+    with pytest.raises(DownloadError, match=r"cifar-10-binary.tar.gz: a folder where the download "
+                                            r"stage keeps its file .*Nothing was changed"):
+        fetch(str(archive["path"]), archive["md5"] if md5_given else None, dest,
+              tmp_path / "part", FAST)
+    assert (dest / "inside").is_dir()
+
+
 def test_md5_mismatch_names_both_and_leaves_nothing(archive, tmp_path):
     dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
     with pytest.raises(DownloadError) as exc:

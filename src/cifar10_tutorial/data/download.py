@@ -98,14 +98,22 @@ def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
     """Fetch ``url`` to ``dest``, verified; nothing is left under ``dest`` on failure.
     Returns what was fetched: name, url, size, md5."""
     dest = Path(dest)
+    local = local_source(url)
+    if dest.is_dir():
+        raise DownloadError(f"{dest}: a folder where the download stage keeps its file "
+                            f"{dest.name}; move it elsewhere (or remove it), then rerun. "
+                            f"Nothing was changed.")
     if dest.exists():
         if md5 is not None and md5_of(dest) == md5.lower():
             log.info("%s is already here with the expected md5", dest)
             return {"name": dest.name, "url": url, "size": dest.stat().st_size, "md5": md5.lower()}
+        if local is not None and Path(local).resolve() == dest.resolve():
+            raise DownloadError(f"data.url {url} is the download stage's own output {dest}: "
+                                f"fetching it again would delete the only copy. Point data.url "
+                                f"at the archive's original location. Nothing was changed.")
         dest.unlink()  # with no md5 pinned, the source is fetched again: it may have changed
     partial_dir.mkdir(parents=True, exist_ok=True)
     part = partial_dir / (dest.name + ".part")
-    local = local_source(url)
     digest = hashlib.md5()
     if local is not None:
         sidecar(part).unlink(missing_ok=True)
