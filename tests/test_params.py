@@ -49,6 +49,21 @@ def test_wrong_types_are_errors(data, expected):
         params_from_dict({"data": data})
 
 
+@pytest.mark.parametrize("section, key, value, expected", [
+    ("train", "weight_decay", -1000.0, r"train.weight_decay: expected >= 0, found -1000.0"),
+    ("train", "lr_decay_factor", -3.0, r"train.lr_decay_factor: expected a number in \(0, 1\]"),
+    ("train", "lr_decay_factor", 0.0, r"train.lr_decay_factor: expected a number in \(0, 1\]"),
+    ("eval", "interval_secs", 0, r"eval.interval_secs: expected > 0, found 0"),
+    ("eval", "interval_secs", -1, r"eval.interval_secs: expected > 0, found -1"),
+])
+def test_numbers_that_would_misbehave_later_name_their_key(section, key, value, expected):
+    """Hostile cases W11, W12, B49, B50: a negative weight decay diverged naming the wrong
+    key, a negative decay factor turned the learning rate negative, an eval interval of 0
+    spun a core and one below 0 was a traceback."""
+    with pytest.raises(ParamsError, match=expected):
+        params_from_dict({section: {key: value}})
+
+
 def test_null_md5_is_allowed():
     assert params_from_dict({"data": {"md5": None}}).data.md5 is None
 

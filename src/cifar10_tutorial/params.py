@@ -102,6 +102,11 @@ class TrainParams(Section):
                 raise ParamsError(f"train.{name}: expected >= 1, found {getattr(self, name)}")
         if self.initial_lr <= 0 or self.epochs_per_decay <= 0:
             raise ParamsError("train.initial_lr and train.epochs_per_decay must be > 0")
+        if not 0 < self.lr_decay_factor <= 1:  # negative: the rate turns negative at a decay
+            raise ParamsError(f"train.lr_decay_factor: expected a number in (0, 1], found "
+                              f"{self.lr_decay_factor}")
+        if self.weight_decay < 0:
+            raise ParamsError(f"train.weight_decay: expected >= 0, found {self.weight_decay}")
         if not 0.0 <= self.moving_average_decay < 1.0:
             raise ParamsError("train.moving_average_decay: expected a number in [0, 1), found "
                               f"{self.moving_average_decay}")
@@ -179,6 +184,8 @@ class EvalParams(Section):
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ParamsError(f"eval.batch_size: expected >= 1, found {self.batch_size}")
+        if not self.interval_secs > 0:  # 0 spun a core on 'waiting'; below 0 was a traceback
+            raise ParamsError(f"eval.interval_secs: expected > 0, found {self.interval_secs}")
         if self.every_steps < 0 or any(not 0 < t <= 1 for t in self.targets):
             raise ParamsError("eval.every_steps must be >= 0 and eval.targets precisions in (0, 1]")
 
