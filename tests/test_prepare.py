@@ -220,3 +220,70 @@ def test_folders_of_the_users_beside_the_output_are_never_touched(archive, tmp_p
         assert (tmp_path / name / "mine.txt").read_text() == name
     assert sorted(p.name for p in tmp_path.iterdir() if "results" in p.name) == [
         ".results.tmp", "results", "results.old", "results.tmp"]
+
+
+def _damage(archive, tmp_path, change):
+    out = tmp_path / "prepared"
+    prepare(archive["path"], out, CIFAR10)
+    change(out)
+    return out
+
+
+def _meta_edit(**fields):
+    def change(out):
+        meta = json.loads((out / "meta.json").read_text())
+        for k, v in fields.items():
+            if v is None:
+                meta.pop(k)
+            else:
+                meta[k] = v
+        (out / "meta.json").write_text(json.dumps(meta))
+    return change
+
+
+def _array_edit(name, edit):
+    def change(out):
+        arr = np.load(out / name)
+        np.save(out / name, edit(arr))
+    return change
+
+
+def _set(arr, value):
+    arr = arr.copy()
+    arr[0] = value
+    return arr
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda out: (out / "meta.json").write_text("{bad"), r"meta.json: not valid JSON"),
+    (lambda out: (out / "meta.json").write_text("[1, 2]"), r"meta.json: expected a JSON object, found a list"),
+    (_meta_edit(counts=None), r"meta.json: expected counts of train and test \(found None\)"),
+    (_meta_edit(classes=["a", "b"]), r"meta.json: expected num_classes 2, one per class name \(found 10\)"),
+    (_meta_edit(image_shape=[1, 32, 32]), r"expected image_shape \[3, height, width\]"),
+    (_array_edit("test_labels.npy", lambda a: _set(a, 99)),
+     r"test_labels.npy: expected labels 0 to 9 \(10 classes\), found 99"),
+    (_array_edit("train_labels.npy", lambda a: _set(a, -1)),
+     r"train_labels.npy: expected labels 0 to 9 \(10 classes\), found -1"),
+    (_array_edit("test_images.npy", lambda a: np.ascontiguousarray(a[:, :, :8, :8])),
+     r"test_images.npy: expected images of shape \(3, 32, 32\) .*found \(3, 8, 8\)"),
+    (_array_edit("test_images.npy", lambda a: np.ascontiguousarray(a[:, :1])),
+     r"test_images.npy: expected images of shape \(3, 32, 32\) .*found \(1, 32, 32\)"),
+])
+def test_damaged_prepared_data_is_one_line_naming_the_file(archive, tmp_path, change, expected):
+    """Hostile cases B41-B46, B48: each was a traceback in the eval or train stage."""
+    out = _damage(archive, tmp_path, change)
+    with pytest.raises(PrepareError, match=expected + r".*dvc repro -f preprocess"):
+        load_prepared(out)
+
+
+def test_an_empty_split_is_one_line(archive, tmp_path):
+    """Hostile case B47: an empty test split was a torch.cat traceback."""
+    def empty(out):
+        np.save(out / "test_images.npy", np.zeros((0, 3, 32, 32), np.uint8))
+        np.save(out / "test_labels.npy", np.zeros((0,), np.int64))
+        _meta_edit(counts={"train": len(np.load(out / "train_labels.npy")),
+                           "test": 0})(out)
+    out = _damage(archive, tmp_path, empty)
+    with pytest.raises(PrepareError, match=r"the test split is empty; expected images to "
+                                           r"evaluate on"):
+        load_prepared(out)

@@ -55,14 +55,65 @@ class Prepared:
         return h.hexdigest()
 
 
+REDO = "rerun the preprocess stage (`dvc repro -f preprocess`)"
+
+
+def _meta(meta_path: Path) -> dict:
+    """meta.json, checked for what the loaders and stages read from it."""
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise PrepareError(f"{meta_path}: not valid JSON ({str(exc)[:80]}); {REDO}.") from None
+    if not isinstance(meta, dict):
+        raise PrepareError(f"{meta_path}: expected a JSON object, found a "
+                           f"{type(meta).__name__}; {REDO}.")
+    classes, n, counts, shape = (meta.get(k) for k in ("classes", "num_classes", "counts",
+                                                        "image_shape"))
+    problems = []
+    if not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
+        problems.append(f"classes a list of names (found {str(classes)[:60]})")
+    elif not (isinstance(n, int) and n == len(classes)):
+        problems.append(f"num_classes {len(classes)}, one per class name (found {n!r})")
+    if not (isinstance(counts, dict) and all(isinstance(counts.get(k), int) and counts[k] >= 0
+                                             for k in ("train", "test"))):
+        problems.append(f"counts of train and test (found {str(counts)[:60]})")
+    if not (isinstance(shape, list) and len(shape) == 3 and shape[0] == 3
+            and all(isinstance(x, int) and x > 0 for x in shape)):
+        problems.append(f"image_shape [3, height, width] (found {shape!r})")
+    if problems:
+        raise PrepareError(f"{meta_path}: expected {'; '.join(problems)}; {REDO}.")
+    return meta
+
+
+def _check_split(out_dir: Path, split: str, images: np.ndarray, labels: np.ndarray,
+                 meta: dict) -> None:
+    where = out_dir / f"{split}_images.npy"
+    if len(images) != len(labels) or len(images) != meta["counts"][split]:
+        raise PrepareError(f"{out_dir}: {split} has {len(images)} images and {len(labels)} "
+                           f"labels; {META_NAME} says {meta['counts'][split]}; {REDO}.")
+    if len(images) == 0:
+        raise PrepareError(f"{out_dir}: the {split} split is empty; expected images to "
+                           f"{'train on' if split == 'train' else 'evaluate on'}: check the "
+                           f"archive (data.url), then {REDO}.")
+    if tuple(images.shape[1:]) != tuple(meta["image_shape"]):
+        raise PrepareError(f"{where}: expected images of shape {tuple(meta['image_shape'])} "
+                           f"(channels, height, width), found {tuple(images.shape[1:])}; {REDO}.")
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= meta["num_classes"]:
+        raise PrepareError(f"{out_dir / f'{split}_labels.npy'}: expected labels 0 to "
+                           f"{meta['num_classes'] - 1} ({meta['num_classes']} classes), found "
+                           f"{lo if lo < 0 else hi}; {REDO}.")
+
+
 def load_prepared(out_dir: Path | str) -> Prepared:
-    """Load what :func:`prepare` wrote (no pickles); clear errors if it is missing or damaged."""
+    """Load what :func:`prepare` wrote (no pickles); clear errors if it is missing or damaged:
+    meta.json's fields, each array's type, shape and length, the labels' range."""
     out_dir = Path(out_dir)
     meta_path = out_dir / META_NAME
     if not meta_path.is_file():
         raise PrepareError(f"{meta_path}: not found; run the preprocess stage first "
                            f"(`dvc repro preprocess`).")
-    meta = json.loads(meta_path.read_text())
+    meta = _meta(meta_path)
     arrays = {}
     for split in ("train", "test"):
         for kind, dtype, ndim in (("images", np.uint8, 4), ("labels", np.int64, 1)):
@@ -75,8 +126,5 @@ def load_prepared(out_dir: Path | str) -> Prepared:
                 raise PrepareError(f"{path}: expected {dtype.__name__} with {ndim} dimensions, "
                                    f"found {arr.dtype} with shape {arr.shape}.")
             arrays[f"{split}_{kind}"] = arr
-        n_img, n_lab = len(arrays[f"{split}_images"]), len(arrays[f"{split}_labels"])
-        if n_img != n_lab or n_img != meta["counts"][split]:
-            raise PrepareError(f"{out_dir}: {split} has {n_img} images and {n_lab} labels; "
-                               f"{META_NAME} says {meta['counts'][split]}.")
+        _check_split(out_dir, split, arrays[f"{split}_images"], arrays[f"{split}_labels"], meta)
     return Prepared(meta=meta, **arrays)
