@@ -20,16 +20,41 @@ from ..model_files import load_trained
 from ..precision import predict_logits
 
 
+def _to_8bit(img):
+    """An image of 16-bit, 32-bit integer or float pixels as 8-bit grey, scaled, not clipped:
+    16-bit values (up to 65,535) by 1/257, floats in [0, 1] by 255, anything else from its
+    own minimum and maximum to 0..255."""
+    from PIL import Image
+
+    a = np.asarray(img).astype(np.float64)
+    lo, hi = float(a.min()), float(a.max())
+    if img.mode == "F" and lo >= 0 and hi <= 1:
+        a = a * 255
+    elif img.mode.startswith("I") and lo >= 0 and hi <= 65535:
+        a = a / 257
+    else:
+        a = (a - lo) * (255 / (hi - lo)) if hi > lo else np.zeros_like(a)
+    return Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), mode="L")
+
+
 def load_image(path: Path, size: int = 32) -> np.ndarray:
-    """uint8 3 x size x size from an image file of any size and mode."""
+    """uint8 3 x size x size from an image file of any size and mode, turned upright by its
+    EXIF orientation; 16-bit, 32-bit and float pixels scaled to 8 bits."""
     import warnings
 
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise PipelineError(f"{path}: not a regular file (a folder, FIFO or device); give an "
+                            f"image file")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(path) as img:
+                img = ImageOps.exif_transpose(img)
+                if img.mode in ("I", "F") or img.mode.startswith("I;16"):
+                    img = _to_8bit(img)
                 img = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
                 return np.asarray(img).transpose(2, 0, 1).copy()
     except FileNotFoundError:
@@ -38,6 +63,12 @@ def load_image(path: Path, size: int = 32) -> np.ndarray:
         raise PipelineError(f"{path}: refused: the image claims more than "
                             f"{Image.MAX_IMAGE_PIXELS:,} pixels (a possible decompression "
                             f"bomb); give a photo of ordinary size") from None
+    except ValueError as exc:  # Pillow's limits on text and ICC chunks (PngImagePlugin)
+        if "too large" in str(exc) or "text chunks" in str(exc):
+            raise PipelineError(f"{path}: refused: its metadata (text or colour-profile chunks) "
+                                f"inflates past Pillow's safety limits (a possible "
+                                f"decompression bomb); give an ordinary image") from None
+        raise PipelineError(f"{path}: not a readable image ({exc})") from None
     except (UnidentifiedImageError, OSError) as exc:
         raise PipelineError(f"{path}: not a readable image ({exc})") from None
 

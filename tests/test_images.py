@@ -1,0 +1,98 @@
+"""Images as users have them (evaluation.predict.load_image): deep and float pixels scaled,
+EXIF orientation applied, metadata bombs and FIFOs refused in one line."""
+import os
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.evaluation.predict import load_image
+
+
+def _grey_of(path):
+    img = load_image(path, size=4)
+    assert img.shape == (3, 4, 4) and img.dtype == np.uint8
+    assert (img[0] == img[1]).all() and (img[1] == img[2]).all()
+    return img[0]
+
+
+@pytest.mark.parametrize("mode, values, expected", [
+    ("I;16", np.full((8, 8), 32896, np.uint16), 128),   # 16-bit grey: / 257, not clipped to 255
+    ("F", np.full((8, 8), 0.5, np.float32), 128),        # float in [0, 1]: x 255, not black
+])
+def test_deep_and_float_pixels_are_scaled_not_clipped(tmp_path, mode, values, expected):
+    """Hostile cases B56, B57: a 16-bit PNG came out near-white, a float TIFF all black."""
+    path = tmp_path / ("img.png" if mode == "I;16" else "img.tiff")
+    Image.frombytes(mode, values.shape[::-1], values.tobytes()).save(path)
+    assert abs(int(_grey_of(path).mean()) - expected) <= 1
+
+
+def test_int32_pixels_beyond_16_bits_are_scaled_from_their_range(tmp_path):
+    """Hostile case B58: an int32 TIFF of 46-69887 was clipped."""
+    a = np.tile(np.linspace(46, 69887, 8).astype(np.int32), (8, 1))
+    path = tmp_path / "img.tiff"
+    Image.frombytes("I", a.shape[::-1], a.tobytes()).save(path)
+    grey = load_image(path, size=8)[0].astype(int)
+    assert grey[:, 0].max() <= 5 and grey[:, -1].min() >= 250  # the whole range, not clipped
+    assert (np.diff(grey[4]) >= 0).all()
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    """Hostile case W19: a photo with EXIF orientation 6 was classified sideways."""
+    a = np.zeros((8, 16, 3), np.uint8)
+    a[:, :8] = 255  # stored: white on the left
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to display
+    path = tmp_path / "photo.jpg"
+    Image.fromarray(a).save(path, exif=exif.tobytes(), quality=95)
+    shown = load_image(path, size=16)[0].astype(int)
+    assert shown[:4].mean() > 200 and shown[-4:].mean() < 50  # upright: white on top
+
+
+def _png_with_chunk(path, kind: bytes, payload: bytes):
+    import struct
+
+    base = tmp_png = path.with_suffix(".base.png")
+    Image.new("RGB", (1, 1)).save(base)
+    data = base.read_bytes()
+    chunk = struct.pack(">I", len(payload)) + kind + payload
+    chunk += struct.pack(">I", zlib.crc32(kind + payload) & 0xFFFFFFFF)
+    path.write_bytes(data[:33] + chunk + data[33:])  # after IHDR
+    tmp_png.unlink()
+
+
+@pytest.mark.parametrize("kind, payload", [
+    (b"zTXt", b"Comment\x00\x00" + zlib.compress(b"\x00" * (200 << 20), 9)),
+    (b"iCCP", b"icc\x00\x00" + zlib.compress(b"\x00" * (200 << 20), 9)),
+])
+def test_metadata_bombs_are_one_line(tmp_path, kind, payload):
+    """Hostile cases B53, B54: a text or colour-profile chunk inflating to 200 MB."""
+    path = tmp_path / "bomb.png"
+    _png_with_chunk(path, kind, payload)
+    with pytest.raises(PipelineError, match=r"bomb.png: refused: its metadata .*decompression bomb"):
+        load_image(path)
+
+
+def test_many_text_chunks_are_one_line(tmp_path):
+    """Hostile case B55: 2,000 tEXt chunks of 60 KB."""
+    base = tmp_path / "base.png"
+    Image.new("RGB", (1, 1)).save(base)
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    for i in range(2000):
+        info.add_text(f"k{i}", "x" * 60_000)
+    path = tmp_path / "many.png"
+    Image.open(base).save(path, pnginfo=info)
+    with pytest.raises(PipelineError, match=r"many.png: refused: its metadata"):
+        load_image(path)
+
+
+def test_a_fifo_is_refused_instead_of_hanging(tmp_path):
+    """Hostile case W7: predict on a FIFO hung."""
+    fifo = tmp_path / "f.png"
+    os.mkfifo(fifo)
+    with pytest.raises(PipelineError, match=r"f.png: not a regular file \(a folder, FIFO or device\)"):
+        load_image(fifo)
