@@ -189,3 +189,48 @@ def test_devices_timing_runs_both_setups_on_the_same_cores(synth_data, tmp_path)
     assert r["speed_2x64_vs_1x128"] == pytest.approx(
         two["examples_per_sec_median"] / one["examples_per_sec_median"])
     assert "2 x 64 runs at" in proc.stdout and r["steps"] == 20 and r["cores"] >= 1
+
+
+def _same_job_rank(rank, port, facts, out):
+    import torch.distributed as dist
+
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.training.distributed import Dist, same_job
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        same_job(facts[rank], Dist(rank, 2, rank))
+        out.put((rank, "ok"))
+    except PipelineError as exc:
+        out.put((rank, str(exc)))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("other, expected", [
+    ({}, "ok"),
+    ({"commit": "bbbb"}, "rank 1 (host node-b) has commit 'bbbb' where rank 0 (host node-a) "
+                         "has 'aaaa'"),
+    ({"resume step": 600}, "rank 1 (host node-b) has resume step 600 where rank 0 (host "
+                           "node-a) has 0"),
+])
+def test_nodes_that_disagree_fail_at_once_on_every_rank_naming_the_node(other, expected):
+    """Only the world size was compared across ranks: a node with another commit, params,
+    data or checkpoint joined, and ranks resumed at different steps and hung."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = {"host": "node-a", "commit": "aaaa", "params": "p1", "data": "d1", "resume step": 0}
+    facts = [base, {**base, "host": "node-b", **other}]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_same_job_rank, args=(r, port, facts, out)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    got = dict(out.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    assert got[0] == got[1]  # every rank alike: none is left waiting in a collective
+    assert got[0].startswith(expected) if expected != "ok" else got[0] == "ok"

@@ -188,6 +188,26 @@ def gather_on_main(obj, d: Dist) -> list | None:
     return out
 
 
+def same_job(facts: dict, d: Dist) -> None:
+    """Every rank's ``facts`` (its host, commit, params and data hashes, the step it resumes
+    at) compared at start: a node that differs fails the whole job at once, on every rank
+    alike, in one line naming it, instead of ranks that sleep in mismatched collectives."""
+    if not d.active:
+        return
+    import torch.distributed as dist
+
+    every = [None] * d.world
+    dist.all_gather_object(every, facts)
+    for rank, theirs in enumerate(every):
+        for key in facts:
+            if key != "host" and theirs[key] != every[0][key]:
+                raise PipelineError(
+                    f"rank {rank} (host {theirs['host']}) has {key} {theirs[key]!r} where rank 0 "
+                    f"(host {every[0]['host']}) has {every[0][key]!r}: every node must run the "
+                    f"same commit, params and prepared data, and resume from the same checkpoint "
+                    f"(a shared folder, or --mirror); fix that node, then restart the job")
+
+
 def agree(loss: torch.Tensor, stop: bool, d: Dist, device: torch.device) -> tuple[float, bool]:
     """One collective at log steps: (the loss averaged over the ranks, whether any rank was
     asked to stop)."""

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import signal
+import socket
 import time
 from typing import Optional
 
@@ -22,7 +23,7 @@ import torch
 from .checkpoints import TrainPaths, resume_point, restore, run_params, run_signature, save_checkpoint
 from .continuation import NONE, Continuation, Mirror, Segments
 from .distributed import (Dist, agree, exit_paused, gather_on_main, init_distributed, replicate,
-                      shut_down)
+                          same_job, shut_down)
 from ..errors import TrainingError
 from ..files import torch_save_atomic
 from .host_memory import keep_freed_memory
@@ -116,6 +117,12 @@ class _Run:
         return self.elapsed + time.perf_counter() - self.t0
 
 
+def _same_job(signature: dict, data: Prepared, ckpt: Optional[dict], d: Dist) -> None:
+    same_job({"host": socket.gethostname(), "commit": provenance.code_version().get("commit"),
+              "params": provenance.params_hash(signature["params"]), "data": data.content_hash,
+              "resume step": int(ckpt["step"]) if ckpt else 0}, d)
+
+
 def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional[bool],
            d: Dist, device: torch.device, cont: Continuation) -> dict:
     tr = params.train
@@ -129,6 +136,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     signature = run_signature(params, data.content_hash, device, d.world)
     mirror = Mirror(cont.mirror) if cont.mirror and d.main else None
     ckpt = resume_point(paths, signature, max_steps, d, device, mirror)
+    _same_job(signature, data, ckpt, d)  # every node: one commit, params, data, checkpoint
     counters = (restore(ckpt, model, optimizer, ema) if ckpt is not None
                 else {"step": 0, "loss_avg": None, "elapsed": 0.0, "reached": {}})
     segments = Segments.start(ckpt, counters["step"], device, d.world)
