@@ -16,10 +16,8 @@ import sys
 from typing import ClassVar, Optional
 
 READS_ENV = "CIFAR10_TUTORIAL_PARAM_READS"
-# The section of the keys that change how a run is carried out, never what it computes (a
-# run checkpointed every 10 steps or every 1,000 ends the same; tests/test_train.py checks
-# it): no stage declares it to DVC, so changing one reruns nothing, their reads are not
-# recorded, and they are not in the resume signature.
+# The section of the keys that change how a run is carried out, never what it computes:
+# their reads are not recorded (docs/training.md, "What each stage's hash covers").
 OPERATIONAL_SECTION = "run"
 
 

@@ -119,10 +119,8 @@ class TrainParams(Section):
 
 @dataclass(frozen=True)
 class RunParams(Section):
-    """How a run is carried out, never what it computes (a run checkpointed every 10 steps
-    or every 1,000 ends the same: tests/test_train.py checks it). No stage declares this
-    section to DVC, so changing a key reruns nothing; none is in a checkpoint's resume
-    signature or in model.pt, and their reads are not recorded (param_reads)."""
+    """How a run is carried out, never what it computes (docs/training.md, "What each
+    stage's hash covers", says what follows from that)."""
 
     _SECTION: ClassVar[str] = "run"
 

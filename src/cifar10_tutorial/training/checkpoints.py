@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 # Keys the train stage reads that cannot change its DVC outputs (model.pt, metrics, plots):
 # they are left out of the resume signature. Every other key it reads is in it. Only
-# train.device (the signature has the kind of device instead): the run section, which
-# cannot change them either, is not in run_params at all.
+# train.device (the signature has the kind of device instead); the run section is not in
+# run_params at all.
 NOT_RUN_DEFINING = {"train": {"device"}}
 KEEP_CHECKPOINTS = 2
 
