@@ -17,7 +17,7 @@ from typing import ClassVar, Optional
 
 READS_ENV = "CIFAR10_TUTORIAL_PARAM_READS"
 # The section of the keys that change how a run is carried out, never what it computes:
-# their reads are not recorded (docs/training.md, "What each stage's hash covers").
+# their reads are not recorded (docs/training.md#what-each-stages-hash-covers).
 OPERATIONAL_SECTION = "run"
 
 

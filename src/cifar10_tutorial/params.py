@@ -119,8 +119,8 @@ class TrainParams(Section):
 
 @dataclass(frozen=True)
 class RunParams(Section):
-    """How a run is carried out, never what it computes (docs/training.md, "What each
-    stage's hash covers", says what follows from that)."""
+    """How a run is carried out, never what it computes (what follows from that:
+    docs/training.md#what-each-stages-hash-covers)."""
 
     _SECTION: ClassVar[str] = "run"
 
