@@ -21,7 +21,9 @@ Below them, the ground every folder may import:
 - ``provenance``: what made a result (commit, data, machine);
 - ``curves``: a run's logged curves read back (the report, the model card, the GPU run);
 - ``cli``, ``files``, ``errors``: command lines, safe writes and md5s, errors;
-- ``regression``, ``ci``: the regression gate, and CI's configured runs.
+- ``regression``, ``ci``: the regression gate, and CI's configured runs;
+- ``commands``: the `cifar10` console command, which runs the stages and the modules'
+  commands by name (it imports them only when asked).
 """
 
 __version__ = "0.1.0"

@@ -1,0 +1,86 @@
+"""The ``cifar10`` command (a console script of the package): one name for what users type.
+
+    cifar10 train                      # the train stage as dvc.yaml runs it (paths from there)
+    cifar10 eval --model other/model.pt   # another model, on the prepared data
+    cifar10 predict cat.jpg truck.png --top 3
+    cifar10 report                     # the exercise report (reports/dvc.yaml's command)
+    cifar10 benchmark
+    cifar10 publish tutorial_100k
+    cifar10 ci synthetic
+
+The stage commands run the stage scripts of the checkout (``stages/NAME.py``) with the
+arguments dvc.yaml (or reports/dvc.yaml) gives them, then the user's own; the others run a
+module of the package. Each loads only what it uses. ``cifar10 NAME --help`` shows a
+command's own options.
+"""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+from .cli import run_stage, stage_command
+from .errors import PipelineError
+from .files import STAGES_DIR
+
+# name -> (what it does, an example, the module whose main() it runs or the stage script)
+COMMANDS = {
+    "train": ("train the network (the train stage)", "cifar10 train --stop-at 2h", "stage"),
+    "eval": ("evaluate a model (the eval stage)", "cifar10 eval --model other/model.pt",
+             "stage"),
+    "report": ("write the exercise report (reports/dvc.yaml's report stage)", "cifar10 report",
+               "stage"),
+    "benchmark": ("time the train step against typical pipelines", "cifar10 benchmark",
+                  "stage"),
+    "predict": ("classify image files", "cifar10 predict cat.jpg --top 3",
+                "evaluation.predict"),
+    "publish": ("publish a variant's weights with their card", "cifar10 publish tutorial_100k",
+                "report.publish"),
+    "results-page": ("regenerate docs/results.md from the committed reports",
+                     "cifar10 results-page", "report.results_page"),
+    "ci": ("the CI regression runs", "cifar10 ci synthetic", "ci"),
+    "gpu-run": ("the GPU run: correctness and speed on a GPU",
+                "cifar10 gpu-run --budget-s 300", "speed.gpu_run"),
+}
+REPORT_DVC_YAML = Path("reports/dvc.yaml")
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    rows = [f"  {n:<{width}}  {what}   e.g. `{ex}`" for n, (what, ex, _) in COMMANDS.items()]
+    return "usage: cifar10 COMMAND [ARGS...]   (cifar10 COMMAND --help)\n\n" + "\n".join(rows)
+
+
+def stage_argv(name: str) -> list[str]:
+    """The stage script and the arguments its pipeline's command gives it."""
+    script = f"{name}.py"
+    dvc_yaml = REPORT_DVC_YAML if name == "report" else Path("dvc.yaml")
+    try:
+        args = stage_command(script, dvc_yaml) if dvc_yaml.is_file() else []
+    except PipelineError:
+        args = []  # a stage no pipeline runs (benchmark): its own defaults
+    return [str(STAGES_DIR / script), *args]
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        raise PipelineError(f"cifar10 {name}: no such command; the commands are "
+                            f"{', '.join(COMMANDS)} (cifar10 --help)")
+    target = COMMANDS[name][2]
+    if target == "stage":
+        if rest[:1] in (["-h"], ["--help"]):
+            print(f"cifar10 {name}: {COMMANDS[name][0]}; e.g. `{COMMANDS[name][1]}`\n")
+        sys.exit(subprocess.run([sys.executable, *stage_argv(name), *rest]).returncode)
+    if rest[:1] in (["-h"], ["--help"]):
+        print(f"cifar10 {name}: {COMMANDS[name][0]}; e.g. `{COMMANDS[name][1]}`\n")
+    importlib.import_module(f"{__package__}.{target}").main(rest)
+
+
+def entry() -> None:
+    run_stage(main)
