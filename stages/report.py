@@ -1,6 +1,7 @@
 """DVC stage `report`: the ablation variants' results (--ablations, reports/ablations) ->
 --out (reports): report.md, tables/*.csv and plots/*.png; it links --search (the fast
-schedule's search notes) and reads --equivalence (which commits train alike)."""
+schedule's search notes) and reads --equivalence (which commits train alike) and
+--tf-reference (the tutorial's own code on the same data)."""
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
@@ -18,12 +19,14 @@ def main() -> None:
     ap.add_argument("--devices-timing", type=Path, default=None,
                     help="exercise 5's timing of both set-ups on one idle machine "
                          "(python -m cifar10_tutorial.exercises.devices_timing)")
+    ap.add_argument("--tf-reference", type=Path, default=None,
+                    help="the reference implementation's runs on the same data (one JSON each)")
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
     params = load_params(args.params)
     path = make_report(args.ablations, args.out, dict(params.ablations),
                        list(params.dataset_ablations), args.search, args.equivalence,
-                       args.devices_timing)
+                       args.devices_timing, args.tf_reference)
     print(f"wrote {path}")
 
 

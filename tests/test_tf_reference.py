@@ -43,17 +43,19 @@ def test_collect_records_the_evaluations_and_the_provenance(tmp_path):
     run = _run(tmp_path)
     archive = tmp_path / "a.tar.gz"
     archive.write_bytes(b"archive")
-    rec = tool.collect(run, "tf_10k_a", "2.21.0", archive)
+    rec = tool.collect(run, "tf_10k_a", "2.21.0", archive, 10000)
     assert rec["evaluations"] == [{"step": 10000, "precision_at_1": 0.780,
                                    "precision_at_1_raw": 0.740, "date": "2026-12-02T19:00:00Z"}]
-    assert rec["tensorflow"] == "2.21.0" and rec["upstream"]["files"]["cifar10.py"].startswith("05a434d")
+    assert rec["steps_planned"] == 10000 and rec["tensorflow"] == "2.21.0" and rec["upstream"]["files"]["cifar10.py"].startswith("05a434d")
     assert rec["data"]["archive_md5"] == hashlib.md5(b"archive").hexdigest()
     assert rec["segments"][0]["cpu"] == "AMD EPYC"
     assert rec["examples_per_sec_median"] == pytest.approx(372.05)  # step 0 left out
     assert rec["loss_every_1000"] == [{"step": 0, "loss": 4.67}, {"step": 1000, "loss": 2.29}]
     (run / "evals.tsv").write_text("")
-    with pytest.raises(PipelineError, match="no evaluation yet"):
-        tool.collect(run, "x", "2.21.0", archive)
+    with pytest.raises(PipelineError, match="no evaluation of the finished run"):
+        tool.collect(run, "x", "2.21.0", archive, 10000)
+    early = tool.collect(run, "x", "2.21.0", archive, 100000)  # under way: no evaluation yet
+    assert early["reached_step"] == 10000 and early["evaluations"] == []
 
 
 def test_keep_takes_the_newest_checkpoint_alone_and_restore_gives_it_back(tmp_path):
@@ -80,13 +82,11 @@ def _results(tmp_path, seeds=(0.784, 0.787, 0.791)):
     return Results(df, df, df.iloc[:0], tmp_path, tmp_path / "tables", tmp_path / "plots", df)
 
 
-def _record(folder, name, evals, planned=None):
+def _record(folder, name, evals, planned=10000):
     folder.mkdir(exist_ok=True)
-    rec = {"tensorflow": "2.21.0", "data": {"evaluated_images": 10112},
+    rec = {"tensorflow": "2.21.0", "data": {"evaluated_images": 10112}, "steps_planned": planned,
            "evaluations": [{"step": s, "precision_at_1": p, "precision_at_1_raw": r}
                            for s, p, r in evals]}
-    if planned:
-        rec["steps_planned"] = planned
     (folder / f"{name}.json").write_text(json.dumps(rec))
 
 
@@ -106,9 +106,15 @@ def test_the_section_weighs_the_short_runs_against_the_seed_band(tmp_path):
 
 def test_the_section_follows_the_long_run_until_it_ends(tmp_path):
     r, tf = _results(tmp_path), tmp_path / "tf"
+    _record(tf, "tf_reference_100k", [], planned=100000)
+    (tf / "tf_reference_100k.json").write_text(json.dumps(
+        {**json.loads((tf / "tf_reference_100k.json").read_text()), "reached_step": 7000}))
+    assert ("Under way: it has reached step 7,000 of 100,000" in
+            "\n".join(against_reference(r, tf)))
     _record(tf, "tf_reference_100k", [(10000, 0.78, 0.74)], planned=100000)
     text = "\n".join(against_reference(r, tf))
     assert "The run has reached step 10,000 of 100,000" in text
+    assert "No 10,000-step run of the reference has finished yet." in text  # not a short run
     assert "| 10,000 | 78.0% | 74.0% |" in text and (tmp_path / "plots/against_reference.png").is_file()
     _record(tf, "tf_reference_100k", [(10000, 0.78, 0.74), (100000, 0.84, 0.80)], planned=100000)
     text = "\n".join(against_reference(r, tf))

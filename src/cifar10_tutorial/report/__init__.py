@@ -1,8 +1,9 @@
 """The results:
 
 - ``report``: the report (reports/report.md), a function a section, with its sections
-  ``schedules`` (the reproduction, time to accuracy), ``multi_device`` (exercise 5) and
-  ``reference`` (the tutorial's published figures);
+  ``schedules`` (the reproduction, time to accuracy), ``multi_device`` (exercise 5),
+  ``against_reference`` (the tutorial's own code on the same data) and ``reference`` (the
+  tutorial's published figures);
 - ``results``: what the sections share: the variants' results loaded, tables, plots;
 - ``equivalence``: the record of commits checked to train alike;
 - ``results_page``: docs/results.md, generated from the committed reports;

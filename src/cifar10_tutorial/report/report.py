@@ -17,6 +17,7 @@ from ..files import write_text_atomic
 from .reference import ref, reference_markdown
 from .results import (Results, banner, load_curve, load_variants, make_results, marker,
                           markdown_table, pct, plot, provenance_section, speed_ratio)
+from .against_reference import against_reference
 from .multi_device import exercise5_devices
 from .schedules import reproduction, time_to_accuracy
 
@@ -24,13 +25,14 @@ from .schedules import reproduction, time_to_accuracy
 def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None,
                 dataset_variants: Optional[list[str]] = None,
                 search: Optional[Path] = None, equivalence: Optional[Path] = None,
-                devices_timing: Optional[Path] = None) -> Path:
+                devices_timing: Optional[Path] = None, tf_reference: Optional[Path] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
     results under ``ablations_root`` (data-set variants' results are there too);
     ``variants``: params.yaml's ``ablations`` (name -> overrides), which sorts them into
     exercises, seeds and runs of their own budget; ``equivalence``: the record of commits
     checked to train bit-identically (:mod:`.equivalence`); ``devices_timing``: exercise 5's
-    timing of both set-ups on one idle machine (:mod:`.devices_timing`)."""
+    timing of both set-ups on one idle machine (:mod:`.devices_timing`); ``tf_reference``:
+    the folder of the reference implementation's runs (:mod:`.against_reference`)."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
     not_run = []
     if variants is not None:
@@ -47,7 +49,8 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
           + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
           + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)
           + _exercise6_dataset(r, every, dataset_variants or []) + _no_lrn(r) + _bf16(r)
-          + time_to_accuracy(r, search) + reference_markdown())
+          + time_to_accuracy(r, search) + against_reference(r, tf_reference)
+          + reference_markdown())
     report = out / "report.md"
     write_text_atomic(report, "\n".join(md))
     return report

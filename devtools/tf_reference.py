@@ -1,0 +1,135 @@
+"""The tutorial's own TensorFlow code on the dev split: its results and its checkpoint into
+the repository (docs/reference.md, "The reference implementation on the dev split").
+
+The code runs in a scratch folder outside the repository (it never enters it), one folder
+a run: ``train/`` (its train folder), ``evals.tsv`` (step, precision @ 1 with the averaged
+and the raw weights, the date: one row per evaluation) and ``segments.tsv`` (each
+continuation: the step it reached, start, end, host, CPU). This reads them:
+
+    python devtools/tf_reference.py collect RUN_FOLDER NAME --tensorflow 2.21.0 --archive A.tar.gz \
+        --steps-planned 10000
+        # -> reports/tf_reference/NAME.json (figures and provenance)
+    python devtools/tf_reference.py keep RUN_FOLDER runs/tf_reference_100k
+        # the newest checkpoint and the run's records, to continue on another machine
+    python devtools/tf_reference.py restore runs/tf_reference_100k RUN_FOLDER
+        # and back, on the next machine (then train on from it)
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import md5_of, write_text_atomic
+
+UPSTREAM = {"repository": "tensorflow/models", "path": "tutorials/image/cifar10",
+            "files": {"cifar10.py": "05a434d67506f31dc8a83399ae3291b4aef75c34",
+                      "cifar10_train.py": "00e6186d761188f26b30637d06da680d64d50166",
+                      "cifar10_eval.py": "00e6186d761188f26b30637d06da680d64d50166",
+                      "cifar10_input.py": "b1054c5a6a471221083dab6618d3ac668322f42b"},
+            "changes": "docs/reference.md, 'The reference implementation on the dev split'"}
+RECORDS = ("evals.tsv", "segments.tsv")
+STEP_LINE = re.compile(r"step (\d+), loss = ([\d.naninf]+) \(([\d.]+) examples/sec")
+
+
+def _rows(path: Path) -> list[list[str]]:
+    if not path.is_file():
+        return []
+    return [r for r in csv.reader(path.open(), delimiter="\t") if r]
+
+
+def collect(run: Path, name: str, tensorflow: str, archive: Path, steps_planned: int) -> dict:
+    evals = [{"step": int(r[0]), "precision_at_1": float(r[1]), "precision_at_1_raw": float(r[2]),
+              "date": r[3]} for r in _rows(run / "evals.tsv")]
+    reached = int(newest_checkpoint(run / "train").rsplit("-", 1)[1])
+    if not evals and steps_planned <= reached:
+        raise PipelineError(f"{run / 'evals.tsv'}: no evaluation of the finished run")
+    segments = [{"to_step": int(r[0]), "start": r[1], "end": r[2], "host": r[3], "cpu": r[4]}
+                for r in _rows(run / "segments.tsv")]
+    speeds = [float(m.group(3)) for m in STEP_LINE.finditer((run / "train.log").read_text())
+              if int(m.group(1)) > 0]  # a step-0 line times the queue fill and start-up
+    losses = [(int(m.group(1)), float(m.group(2)))
+              for m in STEP_LINE.finditer((run / "train.log").read_text())]
+    return {"run": name, "steps_planned": steps_planned, "reached_step": reached,
+            "upstream": UPSTREAM,
+            "tensorflow": tensorflow,
+            "data": {"archive_md5": md5_of(archive), "train_images": 40000,
+                     "held_out_images": 10000, "evaluated_images": 10112},
+            "evaluations": evals, "segments": segments,
+            "loss_every_1000": [{"step": s, "loss": v} for s, v in losses if s % 1000 == 0],
+            "examples_per_sec_median": statistics.median(speeds) if speeds else None,
+            "speed_note": "the machine's 2 cores shared with other runs: not a benchmark"}
+
+
+def newest_checkpoint(train: Path) -> str:
+    text = (train / "checkpoint").read_text()
+    m = re.search(r'^model_checkpoint_path: "(.+)"$', text, flags=re.M)
+    if not m:
+        raise PipelineError(f"{train / 'checkpoint'}: names no checkpoint")
+    return Path(m.group(1)).name
+
+
+def keep(run: Path, dest: Path) -> str:
+    """The newest checkpoint (index, data, meta) and the records into ``dest``, replacing
+    what was there."""
+    ckpt = newest_checkpoint(run / "train")
+    tmp = dest.with_name(dest.name + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "train").mkdir(parents=True)
+    for f in sorted((run / "train").glob(ckpt + ".*")):
+        shutil.copy2(f, tmp / "train" / f.name)
+    (tmp / "train" / "checkpoint").write_text(
+        f'model_checkpoint_path: "{ckpt}"\nall_model_checkpoint_paths: "{ckpt}"\n')
+    for name in RECORDS:
+        if (run / name).is_file():
+            shutil.copy2(run / name, tmp / name)
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+    return ckpt
+
+
+def restore(src: Path, run: Path) -> None:
+    if (run / "train").exists():
+        raise PipelineError(f"{run / 'train'}: already there; restore into a new folder")
+    shutil.copytree(src, run)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("run", type=Path)
+    c.add_argument("name")
+    c.add_argument("--tensorflow", required=True)
+    c.add_argument("--archive", type=Path, required=True)
+    c.add_argument("--steps-planned", type=int, required=True, help="10000 or 100000")
+    c.add_argument("--out", type=Path, default=Path("reports/tf_reference"))
+    k = sub.add_parser("keep")
+    k.add_argument("run", type=Path)
+    k.add_argument("dest", type=Path)
+    r = sub.add_parser("restore")
+    r.add_argument("src", type=Path)
+    r.add_argument("run", type=Path)
+    a = ap.parse_args(argv)
+    if a.cmd == "collect":
+        rec = collect(a.run, a.name, a.tensorflow, a.archive, a.steps_planned)
+        write_text_atomic(a.out / f"{a.name}.json", json.dumps(rec, indent=2) + "\n")
+        last = (rec["evaluations"] or [None])[-1]
+        print(f"{a.name}: reached step {rec['reached_step']}" + (
+            f"; at step {last['step']}: precision @ 1 {last['precision_at_1']:.3f} (raw "
+            f"{last['precision_at_1_raw']:.3f})" if last else "; no evaluation yet")
+            + f" -> {a.out / (a.name + '.json')}")
+    elif a.cmd == "keep":
+        print(f"kept {keep(a.run, a.dest)} in {a.dest}")
+    else:
+        restore(a.src, a.run)
+
+
+if __name__ == "__main__":
+    main()

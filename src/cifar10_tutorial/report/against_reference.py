@@ -1,0 +1,159 @@
+"""The report's section "Against the reference implementation": the tutorial's own
+TensorFlow code run on the same dev split (how: docs/reference.md,
+"The reference implementation on the dev split"), its records in
+``reports/tf_reference/<run>.json``:
+its 10K-step runs against the baseline's seed band, its 100K-step run's curve beside
+``tutorial_100k``'s, and what the gap to the tutorial's 86% is made of, as far as the
+measurements go."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+
+from ..curves import held_out_curve
+from ..errors import PipelineError
+from .reference import ref
+from .results import REPRODUCTION, Results, markdown_table, pct, plot
+
+SHORT, LONG = 10_000, 100_000  # the reference's runs: two of 10K steps, one of 100K
+
+
+def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
+    """run name -> its record, checked; {} without a folder or records."""
+    runs = {}
+    for path in sorted(Path(folder).glob("*.json")) if folder and Path(folder).is_dir() else []:
+        try:
+            rec = json.loads(path.read_text())
+            int(rec["steps_planned"])
+            evals = [(int(e["step"]), float(e["precision_at_1"]), float(e["precision_at_1_raw"]))
+                     for e in rec["evaluations"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PipelineError(f"{path}: expected a reference run's record (steps_planned, "
+                                f"evaluations with step, precision_at_1, precision_at_1_raw): "
+                                f"{exc}; remake it "
+                                f"with devtools/tf_reference.py collect") from None
+        if not evals and int(rec.get("steps_planned", 0)) <= int(rec.get("reached_step", 0)):
+            raise PipelineError(f"{path}: a finished run without evaluations; remake it with "
+                                f"devtools/tf_reference.py collect")
+        runs[path.stem] = {**rec, "evals": evals}
+    return runs
+
+
+def _at(run: dict, step: int) -> Optional[tuple]:
+    return next(((p, raw) for s, p, raw in run["evals"] if s == step), None)
+
+
+def _band(r: Results) -> Optional[pd.DataFrame]:
+    seeds = r.seeds
+    if seeds is None or not len(seeds) or int(seeds["steps"].max()) != SHORT:
+        return None
+    return seeds
+
+
+def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
+    runs = load_reference_runs(folder)
+    md = ["## Against the reference implementation", ""]
+    if not runs:
+        return md + ["No runs of the reference implementation yet (`reports/tf_reference/`): "
+                     "docs/reference.md says how they are made.", ""]
+    any_run = next(iter(runs.values()))
+    md += [f"The tutorial's own TensorFlow code (tensorflow/models, `tutorials/image/cifar10`, "
+           f"TensorFlow {any_run.get('tensorflow', '?')} through `tensorflow.compat.v1`, the "
+           f"changes listed in docs/reference.md) trained on the same dev split and evaluated "
+           f"by its own `cifar10_eval.py` on the same held-out images "
+           f"({any_run['data'].get('evaluated_images', 10112):,} with the queue's wrap-around, "
+           f"to three decimals), with the averaged and with the raw weights.", ""]
+    md += _short_runs(r, {k: v for k, v in runs.items()
+                          if v.get("steps_planned") == SHORT and _at(v, SHORT)})
+    md += _long_run(r, {k: v for k, v in runs.items() if v.get("steps_planned") == LONG})
+    return md
+
+
+def _short_runs(r: Results, runs: dict) -> list[str]:
+    if not runs:
+        return ["No 10,000-step run of the reference has finished yet.", ""]
+    band = _band(r)
+    rows = [{"run": f"reference `{k}`", "precision @ 1": pct(_at(v, SHORT)[0]),
+             "raw weights": pct(_at(v, SHORT)[1])} for k, v in runs.items()]
+    md = [f"### {SHORT:,} steps: the reference against the baseline's seeds", ""]
+    if band is not None:
+        rows += [{"run": f"this project, `{n}`", "precision @ 1": pct(row["precision_at_1"]),
+                  "raw weights": pct(row["precision_at_1_raw"])} for n, row in band.iterrows()]
+    md += [markdown_table(pd.DataFrame(rows)), ""]
+    if band is None:
+        return md + ["The baseline's seeds have no results at 10,000 steps to compare with.", ""]
+    lo, hi = band["precision_at_1"].min(), band["precision_at_1"].max()
+    ref_p = [_at(v, SHORT)[0] for v in runs.values()]
+    gap = sum(ref_p) / len(ref_p) - band["precision_at_1"].mean()
+    spread = max(hi - lo, max(ref_p) - min(ref_p))
+    verdict = ("within the seed-to-seed spread: noise, no difference shown" if abs(gap) <= spread
+               else f"{'above' if gap > 0 else 'below'} this project's by more than the "
+                    f"seed-to-seed spread ({pct(spread)})")
+    runs_text = ("The reference's run reads" if len(ref_p) == 1
+                 else f"The reference's {len(ref_p)} runs average")
+    return md + [f"{runs_text} {pct(sum(ref_p) / len(ref_p))}, "
+                 f"this project's {len(band)} seeds {pct(lo)}-{pct(hi)} (mean "
+                 f"{pct(band['precision_at_1'].mean())}): a difference of "
+                 f"{100 * gap:+.1f} points, {verdict}.", ""]
+
+
+def _long_run(r: Results, runs: dict) -> list[str]:
+    if not runs:
+        return ["No 100,000-step run of the reference yet.", ""]
+    name, run = next(iter(runs.items()))
+    reached = int(run.get("reached_step") or max(s for s, _, _ in run["evals"]))
+    if not run["evals"]:
+        return [f"### The reference's {LONG:,}-step run", "",
+                f"Under way: it has reached step {reached:,} of {LONG:,} (it continues from "
+                f"machine to machine, runs/README.md); its first evaluation comes at "
+                f"{SHORT:,} steps.", ""]
+    ours = held_out_curve(r.root / REPRODUCTION / "train") if r.has(REPRODUCTION) else None
+    rows = []
+    for s, p, raw in run["evals"]:
+        row = {"step": f"{s:,}", "reference": pct(p), "reference, raw": pct(raw)}
+        if ours is not None and (ours["step"] == s).any():
+            o = ours[ours["step"] == s].iloc[0]
+            row[f"`{REPRODUCTION}`"] = pct(o["precision_at_1"])
+            if "precision_at_1_raw" in o:
+                row[f"`{REPRODUCTION}`, raw"] = pct(o["precision_at_1_raw"])
+        rows.append(row)
+    png = r.plots / "against_reference.png"
+
+    def draw(ax):
+        if ours is not None:
+            ax.plot(ours["step"], ours["precision_at_1"], marker="o", label=f"{REPRODUCTION} (this project)")
+        steps = [s for s, _, _ in run["evals"]]
+        ax.plot(steps, [p for _, p, _ in run["evals"]], marker="s", label="reference (TensorFlow)")
+        ax.plot(steps, [raw for _, _, raw in run["evals"]], marker="s", linestyle=":",
+                label="reference, raw weights")
+
+    drew = plot(png, (7, 4), draw, "Held-out precision @ 1 on the dev split", "step",
+                "precision @ 1", legend=True)
+    md = [f"### The reference's {LONG:,}-step run beside `{REPRODUCTION}`", "",
+          markdown_table(pd.DataFrame(rows)), ""]
+    if drew:
+        md += [f"![against the reference](plots/{png.name})", ""]
+    md += [_gap(r, run, reached, ours), ""]
+    return md
+
+
+def _gap(r: Results, run: dict, reached: int, ours) -> str:
+    tutorial = f"~{ref('precision_target')}%"
+    if reached < LONG:
+        return (f"The run has reached step {reached:,} of {LONG:,} (it continues from machine to "
+                f"machine, runs/README.md): what the gap to the tutorial's "
+                f"{tutorial} is made of is answered at 100,000 steps.")
+    p = _at(run, LONG)[0]
+    mine = r.reproduction["precision_at_1"] if r.reproduction is not None else None
+    parts = [f"At {LONG:,} steps the reference reads {pct(p)} on the dev split, where the "
+             f"tutorial reports {tutorial} on the official test set"]
+    if mine is not None:
+        parts.append(f"this project's `{REPRODUCTION}` reads {pct(mine)} on the same images: of "
+                     f"the gap to the tutorial's figure, the reference on this data accounts for "
+                     f"the part between its figure and {pct(p)} (the data and the split), and "
+                     f"{100 * (p - mine):+.1f} points lie between the two implementations (one "
+                     f"run each: a difference within the 10,000-step seed spread is noise)")
+    return "; ".join(parts) + "."
