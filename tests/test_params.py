@@ -116,3 +116,26 @@ def test_numbers_yaml_reads_oddly_or_out_of_range_are_one_clear_error(tmp_path, 
     with pytest.raises(ParamsError) as err:
         load_params(path)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"", r"empty \(or comments only\): it would run every default"),
+    (b"# only a comment\n", r"empty \(or comments only\)"),
+    (b"train: {seed: 0, seed: 5}\n", r"not valid YAML: the key 'seed' appears twice \(line 1\)"),
+    (b"\xff\xfe\x00garbage", r"not UTF-8 text"),
+    (b"a: " + b"[" * 50_000 + b"]" * 50_000 + b"\n", r"nested too deeply|not valid YAML"),
+    (b"a: &a [x, x]\nb: &b [*a, *a]\nablations: {zz: *b}\n", r"not valid YAML: an alias \(\*a\) on line 2: aliases are not allowed"),
+    (b"train: {seed: " + b"9" * 5000 + b"}\n", r"a value YAML cannot read|train.seed"),
+])
+def test_a_params_file_yaml_would_read_silently_or_not_at_all_is_one_line(tmp_path, content,
+                                                                          expected):
+    """Hostile cases W8-W10, B13-B15, B17: empty files ran all defaults, duplicate keys kept
+    the last silently, and bad bytes, deep nesting, huge integers and alias bombs were
+    tracebacks or hangs."""
+    path = tmp_path / "p.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ParamsError, match=rf"^{path}: ({expected})") as err:
+        load_params(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ParamsError, match=rf"^{tmp_path}: a folder; give --params a YAML file"):
+        load_params(tmp_path)

@@ -125,3 +125,53 @@ def build(cls: type, mapping: dict, prefix: str) -> Any:
               and fields[name].default_factory is dataclasses.MISSING):
             raise ParamsError(f"missing key {key} in params")
     return cls(**kwargs)
+
+
+def read_params_yaml(path) -> Any:
+    """A params file parsed the way DVC reads it, strictly: UTF-8 text, no duplicate keys
+    (DVC's reader refuses them too; PyYAML keeps the last silently), no aliases (``*name``:
+    an alias bomb expands without end), no empty file (which read as all the defaults), and
+    one line naming the file for anything else."""
+    import yaml
+
+    class Strict(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError(f"an alias (*{self.peek_event().anchor}) on line "
+                                     f"{self.peek_event().start_mark.line + 1}: aliases are "
+                                     f"not allowed in params; write the values out")
+            return super().compose_node(parent, index)
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.YAMLError(f"the key {key!r} appears twice (line "
+                                     f"{key_node.start_mark.line + 1}); keep one")
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        text = open(path, "rb").read().decode("utf-8")
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: no such file (run the stages from the repository root)") from None
+    except IsADirectoryError:
+        raise ParamsError(f"{path}: a folder; give --params a YAML file") from None
+    except UnicodeDecodeError as exc:
+        raise ParamsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                          f"save it as UTF-8") from None
+    try:
+        raw = yaml.load(text, Loader=Strict)  # noqa: S506 (Strict is a SafeLoader)
+    except yaml.YAMLError as exc:
+        raise ParamsError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ParamsError(f"{path}: nested too deeply to be params") from None
+    except ValueError as exc:  # an integer of thousands of digits
+        raise ParamsError(f"{path}: a value YAML cannot read ({str(exc)[:80]})") from None
+    if raw is None:
+        raise ParamsError(f"{path}: empty (or comments only): it would run every default, the "
+                          f"official download and 100,000 steps; copy the repository's "
+                          f"params.yaml and edit it")
+    return raw

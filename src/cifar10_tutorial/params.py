@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional
 
-import yaml
-
 from .param_reads import Section, not_recording, record_read
-from .param_types import ParamsError, build as _build
+from .param_types import ParamsError, build as _build, read_params_yaml
 
 
 @dataclass(frozen=True)
@@ -335,14 +333,7 @@ def params_from_dict(raw: Optional[dict]) -> Params:
 def load_params(path: str | Path = "params.yaml") -> Params:
     """Read and validate ``path``; every problem is a :class:`ParamsError` naming the file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ParamsError(f"{path}: no such file (run the stages from the repository root)") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ParamsError(f"{path}: not valid YAML: {exc}") from None
+    raw = read_params_yaml(path)
     try:
         return params_from_dict(raw)
     except ParamsError as exc:
