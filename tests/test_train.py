@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from cifar10_tutorial.evaluation.evaluate import evaluate
 from cifar10_tutorial.model import CifarNet
 from cifar10_tutorial.params import ParamsError, params_from_dict, to_dict
+from cifar10_tutorial.training.continuation import Continuation
 from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
 from cifar10_tutorial.errors import TrainingError
 from cifar10_tutorial.training.optimization import (WeightAverage, averaging_decay, ema_decay, learning_rate,
@@ -660,3 +661,28 @@ print(mapped, heap, libc.mallinfo2().arena)
     mapped, heap, after = map(int, out.split())
     assert mapped == 0 and after == heap >= 8 * 20_000_000, (mapped, heap, after)
     assert int(run("default").split()[0]) >= 30_000_000  # the defaults: its own mmap
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda c: [1, 2, 3], r"not a checkpoint of this project \(expected a dict of fields, found a list\)"),
+    (lambda c: {**c, "model": {"conv1.weight": torch.zeros(1)}},
+     r"the newest checkpoint does not fit this network \("),
+    (lambda c: {**c, "step": "abc"}, r"step: expected a whole number >= 0, found 'abc'"),
+    (lambda c: {**c, "input": []}, r"input: expected a list of 1 input state\(s\), one per process"),
+    (lambda c: {k: v for k, v in c.items() if k != "optimizer"}, r"optimizer: expected a dict"),
+    (lambda c: {**c, "loss_avg": "x"}, r"loss_avg: expected a number, found 'x'"),
+])
+def test_a_damaged_newest_checkpoint_is_one_line(synth_data, tmp_path, damage, expected):
+    """Hostile cases B32-B37: each was a traceback (AttributeError, RuntimeError,
+    ValueError, IndexError, KeyError, TypeError) after 'resuming'."""
+    from cifar10_tutorial.training.checkpoints import list_checkpoints
+
+    p = tiny_params(train={"max_steps": 8}, run={"checkpoint_every": 2})
+    with pytest.raises(SystemExit):  # paused at once, a checkpoint written
+        train(p, synth_data, paths(tmp_path), progress=False,
+              continuation=Continuation(deadline=0.0))
+    newest = list_checkpoints(paths(tmp_path).checkpoints)[-1]
+    torch.save(damage(torch.load(newest, weights_only=True)), newest)
+    with pytest.raises(TrainingError, match=expected + r".*delete this file to resume from the "
+                                                       r"checkpoint before it"):
+        train(p, synth_data, paths(tmp_path), progress=False)

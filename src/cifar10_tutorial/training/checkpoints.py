@@ -55,14 +55,52 @@ class TrainPaths:
         return self.out_dir / "model.pt"
 
 
+DROP_IT = "delete this file to resume from the checkpoint before it"
+
+
 def load_checkpoint(path: Path, device="cpu") -> dict:
-    """Load a checkpoint without unpickling code; a damaged file is a clear error."""
+    """Load a checkpoint without unpickling code, checked for what every reader takes from
+    it (the weights, their averages, the step); a damaged file is one clear line."""
     try:
-        return torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # torch raises several types; its text may advise unsafe loading
         raise TrainingError(f"{path}: cannot be loaded as a checkpoint ({type(exc).__name__}): "
                             f"it is damaged or truncated. Delete this file to resume from the "
                             f"checkpoint before it.") from None
+    problem = _checkpoint_problem(ckpt)
+    if problem:
+        raise TrainingError(f"{path}: not a checkpoint of this project ({problem}); {DROP_IT}")
+    return ckpt
+
+
+def _is_state(x) -> bool:
+    return (isinstance(x, dict) and bool(x) and all(isinstance(k, str) for k in x)
+            and all(isinstance(v, torch.Tensor) for v in x.values()))
+
+
+def _checkpoint_problem(ckpt) -> Optional[str]:
+    if not isinstance(ckpt, dict):
+        return f"expected a dict of fields, found a {type(ckpt).__name__}"
+    for key in ("model", "ema"):
+        if not _is_state(ckpt.get(key)):
+            return f"{key}: expected a dict of tensors, found {type(ckpt.get(key)).__name__}"
+    step = ckpt.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return f"step: expected a whole number >= 0, found {step!r}"
+    return None
+
+
+def resume_problem(ckpt: dict, world: int) -> Optional[str]:
+    """What a resume takes beyond :func:`load_checkpoint`'s fields, checked."""
+    number = (int, float)
+    checks = [("optimizer", isinstance(ckpt.get("optimizer"), dict), "a dict"),
+              ("input", isinstance(ckpt.get("input"), list) and len(ckpt["input"]) == world,
+               f"a list of {world} input state(s), one per process"),
+              ("loss_avg", ckpt.get("loss_avg") is None or isinstance(ckpt.get("loss_avg"), number),
+               "a number"),
+              ("elapsed", isinstance(ckpt.get("elapsed"), number), "a number of seconds")]
+    bad = next(((k, want) for k, ok, want in checks if not ok), None)
+    return f"{bad[0]}: expected {bad[1]}, found {str(ckpt.get(bad[0]))[:40]!r}" if bad else None
 
 
 def list_checkpoints(folder: Path) -> list[Path]:
@@ -144,6 +182,9 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
             log.info("the newest checkpoint holds the finished run (step %d of %d): training "
                      "again from step 0", int(ckpt["step"]), max_steps)
         ckpt = None
+    if ckpt is not None and (problem := resume_problem(ckpt, signature["world_size"])):
+        raise TrainingError(f"{ckpts[-1]}: not a checkpoint this run can resume ({problem}); "
+                            f"{DROP_IT}")
     barrier(d)
     if d.main and ckpt is None:
         _remove_run(paths, ckpts)
@@ -178,10 +219,15 @@ def _remove_run(paths: TrainPaths, ckpts: list[Path]) -> None:
 def restore(ckpt: dict, model, optimizer, ema) -> dict:
     """Load ``ckpt`` into the model, optimizer and (on rank 0) the weight averages; the
     loop's counters: step, loss_avg, elapsed, reached."""
-    model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    if ema is not None:
-        ema.load_state_dict(ckpt["ema"])
+    try:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        if ema is not None:
+            ema.load_state_dict(ckpt["ema"])
+    except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+        detail = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), str(exc))
+        raise TrainingError(f"the newest checkpoint does not fit this network ({detail[:160]}); "
+                            f"{DROP_IT}") from None
     return {"step": int(ckpt["step"]), "loss_avg": ckpt["loss_avg"],
             "elapsed": float(ckpt["elapsed"]),
             "reached": json.loads(ckpt.get("targets_reached", "{}"))}
