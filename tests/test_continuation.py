@@ -252,6 +252,32 @@ def test_a_mirror_url_whose_file_system_is_not_installed_is_one_clear_error():
         Mirror("nosuchfs://bucket/runs/train")
 
 
+@pytest.mark.parametrize("where", ["file", "proc", "http"])
+def test_a_mirror_that_cannot_be_written_is_refused_at_the_start(synth_data, tmp_path, where):
+    """Hostile cases B26-B28: a file, an unwritable place or a server that is not there
+    failed with a traceback at the first checkpoint, after the run had trained."""
+    url = {"file": str(tmp_path / "mf"), "proc": "/proc/mirror",
+           "http": "http://127.0.0.1:9/m"}[where]
+    (tmp_path / "mf").write_text("a file")
+    with pytest.raises(PipelineError, match=rf"^{url}: the checkpoint mirror .*cannot be written "
+                                            r"\(.*\); give a folder or bucket this machine can write"):
+        train(tiny_params(train={"max_steps": 4}), synth_data, paths(tmp_path / "r"),
+              progress=False, continuation=Continuation(mirror=url))
+    assert not paths(tmp_path / "r").checkpoints.exists() or not list(
+        paths(tmp_path / "r").checkpoints.iterdir())
+
+
+@pytest.mark.parametrize("state", ['{"step": "abc"}', "[1, 2]", "{}", '{"step": -3}'])
+def test_a_mirror_json_without_a_step_is_passed_over(tmp_path, state, caplog):
+    """Hostile cases B29-B31: ValueError, TypeError, KeyError."""
+    caplog.set_level("INFO")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "checkpoint.pt").write_bytes(b"x")
+    (tmp_path / "m" / "mirror.json").write_text(state)
+    assert Mirror(str(tmp_path / "m")).pull(tmp_path / "ck", tmp_path / "live") is None
+    assert "mirror.json holds no step" in caplog.text
+
+
 def test_the_runs_under_way_in_the_repository_still_resume_at_this_commit():
     """runs/<variant>/checkpoint.pt, the project's own runs in progress, are resumed only by
     code whose resume signature for that variant is the one they were made with: a change

@@ -98,7 +98,8 @@ def resume_problem(ckpt: dict, world: int) -> Optional[str]:
                f"a list of {world} input state(s), one per process"),
               ("loss_avg", ckpt.get("loss_avg") is None or isinstance(ckpt.get("loss_avg"), number),
                "a number"),
-              ("elapsed", isinstance(ckpt.get("elapsed"), number), "a number of seconds")]
+              ("elapsed", isinstance(ckpt.get("elapsed"), number), "a number of seconds"),
+              ("segments", isinstance(ckpt.get("segments"), str), "the run's segments (JSON)")]
     bad = next(((k, want) for k, ok, want in checks if not ok), None)
     return f"{bad[0]}: expected {bad[1]}, found {str(ckpt.get(bad[0]))[:40]!r}" if bad else None
 

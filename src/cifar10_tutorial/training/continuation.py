@@ -153,15 +153,43 @@ class Mirror:
     def _p(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
 
+    @classmethod
+    def writable(cls, url: str) -> "Mirror":
+        mirror = cls(url)
+        mirror.check_writable()
+        return mirror
+
+    def check_writable(self) -> None:
+        """Write and remove a probe file in the run's folder, so that a mirror that cannot
+        be written (a file, a read-only place, a server that is not there) stops the run at
+        its start, not at its first checkpoint."""
+        probe = self._p(".write-probe")
+        try:
+            self.fs.makedirs(self.root, exist_ok=True)
+            with self.fs.open(probe, "w") as f:
+                f.write("probe\n")
+            self.fs.rm(probe)
+        except Exception as exc:  # fsspec backends raise many kinds (OS, HTTP, client errors)
+            detail = " ".join(str(exc).split())[:160] or type(exc).__name__
+            raise PipelineError(f"{self.url}: the checkpoint mirror (--mirror or {MIRROR_ENV}) "
+                                f"cannot be written ({type(exc).__name__}: {detail}); give a "
+                                f"folder or bucket this machine can write") from None
+
     def state(self) -> Optional[dict]:
         try:
             with self.fs.open(self._p(STATE), "r") as f:
-                return json.load(f)
+                state = json.load(f)
         except FileNotFoundError:
             return None
         except (ValueError, OSError) as exc:
             log.info("%s: %s is unreadable (%s): ignoring the mirror", self.url, STATE, exc)
             return None
+        step = state.get("step") if isinstance(state, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            log.info("%s: %s holds no step (found %s): ignoring the mirror", self.url, STATE,
+                     str(state)[:60])
+            return None
+        return state
 
     def push(self, checkpoint: Path, live_dir: Path, state: dict) -> None:
         """Replace the mirrored checkpoint and curves by ``checkpoint`` and ``live_dir``'s.
@@ -242,14 +270,7 @@ class Segments:
     def start(cls, ckpt: Optional[dict], step: int, device, world: int) -> "Segments":
         from .. import provenance
 
-        done = []
-        if ckpt is not None:
-            done = json.loads(ckpt.get("segments", "null") or "null")
-            if done is None:  # a checkpoint written before segments were recorded
-                done = [{"from_step": 0, "to_step": step,
-                         "wall_time_s": float(ckpt.get("elapsed", 0.0)), "commit": None,
-                         "device": None,
-                         "note": "made before the segments of a run were recorded"}]
+        done = json.loads(ckpt["segments"]) if ckpt is not None else []
         current = {**provenance.code_version(), "device": provenance.device_description(device),
                    "world_size": world, "torch": _torch_version(),
                    "started_utc": _utc_now(), "from_step": step, "to_step": step,

@@ -66,7 +66,7 @@ class WeightAverage:
 
     def load_state_dict(self, state: dict) -> None:
         """From a checkpoint's ``ema``: the averaged model state (:meth:`averaged_model_state`,
-        the form model.pt holds too), or the averaged entries alone (older checkpoints)."""
+        the form model.pt holds too)."""
         for k, v in self.shadow.items():
             v.copy_(state[k])
 

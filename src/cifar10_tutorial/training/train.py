@@ -134,7 +134,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     num_train, global_batch = len(data.train_labels), tr.batch_size * d.world
     max_steps = total_steps(tr, num_train, global_batch)
     signature = run_signature(params, data.content_hash, device, d.world)
-    mirror = Mirror(cont.mirror) if cont.mirror and d.main else None
+    mirror = Mirror.writable(cont.mirror) if cont.mirror and d.main else None
     ckpt = resume_point(paths, signature, max_steps, d, device, mirror)
     _same_job(signature, data, ckpt, d)  # every node: one commit, params, data, checkpoint
     counters = (restore(ckpt, model, optimizer, ema) if ckpt is not None
