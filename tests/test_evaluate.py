@@ -132,6 +132,13 @@ def _bad_model_files(trained, tmp_path) -> dict:
     files["nan averages"] = {**good, "ema": {k: torch.full_like(v, float("nan"))
                                              if v.is_floating_point() else v
                                              for k, v in good["ema"].items()}}
+    # hostile cases B39, B40, W15-W17: each was accepted, or a traceback after metrics.json
+    files["train params a string"] = {**good, "params": {**good["params"], "train": "oops"}}
+    files["eval params a list"] = {**good, "params": {**good["params"], "eval": [1, 2]}}
+    files["int64 averages"] = {**good, "ema": {k: v.long() for k, v in good["ema"].items()}}
+    files["complex averages"] = {**good, "ema": {k: v.to(torch.complex64)
+                                                 for k, v in good["ema"].items()}}
+    files["negative step"] = {**good, "step": -5}
     out = {}
     for name, obj in files.items():
         path = tmp_path / f"{name.replace(' ', '_')}.pt"
@@ -148,7 +155,8 @@ def _bad_model_files(trained, tmp_path) -> dict:
 
 BAD_MODEL_FILES = ["bare state dict", "a tensor", "shapes that disagree", "truncated",
                    "foreign pickle", "num_classes ten", "ema a list", "head bogus",
-                   "two class names", "nan averages"]
+                   "two class names", "nan averages", "train params a string",
+                   "eval params a list", "int64 averages", "complex averages", "negative step"]
 
 
 def _one_line_for_a_bad_model_file(err: str, path) -> None:
@@ -175,6 +183,7 @@ def test_evaluate_and_predict_explain_a_bad_model_file(synth_data, trained, tmp_
             run_stage(command)
         assert exc.value.code == 1
         _one_line_for_a_bad_model_file(capsys.readouterr().err, path)
+    assert not (tmp_path / "ev" / "metrics.json").exists()  # nothing that looks complete
 
 
 @pytest.mark.parametrize("kind", ["truncated", "foreign pickle", "nan averages"])

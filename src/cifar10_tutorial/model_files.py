@@ -68,6 +68,9 @@ def _field_problem(obj: dict, model: dict) -> str | None:
         params_from_dict({"model": model})
     except ParamsError as exc:
         return f"its params: {exc}"
+    bad = [k for k, v in obj["params"].items() if not isinstance(v, dict)]
+    if bad:  # sections the eval stage and the card read (train, eval, ...)
+        return f"its params: {bad[0]}: expected a section (a mapping), found {obj['params'][bad[0]]!r:.40}"
     k = obj["num_classes"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 2:
         return f"num_classes: expected an integer >= 2, found {k!r}"
@@ -75,14 +78,18 @@ def _field_problem(obj: dict, model: dict) -> str | None:
     if not (isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes)
             and len(classes) == k):
         return f"classes: expected {k} class names (num_classes), found {classes!r:.80}"
-    if isinstance(obj["step"], bool) or not isinstance(obj["step"], int):
-        return f"step: expected an integer, found {obj['step']!r:.40}"
+    if isinstance(obj["step"], bool) or not isinstance(obj["step"], int) or obj["step"] < 0:
+        return f"step: expected a whole number >= 0, found {obj['step']!r:.40}"
     for key, what in (("model", "raw"), ("ema", "averaged")):
         state = obj[key]
         if not (isinstance(state, dict) and state
                 and all(isinstance(v, torch.Tensor) for v in state.values())):
             return f"{key}: expected the {what} weights (a mapping of tensors), found {state!r:.60}"
-        bad = [n for n, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        kind = [n for n, v in state.items() if not v.is_floating_point()]
+        if kind:  # int64 or complex weights were accepted and gave 10% or nonsense
+            return (f"its {what} weights ({key}) are not real floating-point numbers "
+                    f"({kind[0]}: {state[kind[0]].dtype})")
+        bad = [n for n, v in state.items() if not torch.isfinite(v).all()]
         if bad:
             return f"its {what} weights ({key}) hold NaN or infinite values ({', '.join(bad[:3])})"
     return None
