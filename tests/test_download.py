@@ -126,6 +126,10 @@ class Server:
         self.status = None  # answer every request with this status
         self.requests = []  # the Range header of each request (None without one)
         self.no_length = False  # send no Content-Length (the body ends when the connection does)
+        self.length = None  # send this Content-Length text instead of the body's
+        self.always_206 = False  # answer 206 even to a request without Range
+        self.content_range = None  # send this Content-Range text on a 206
+        self.endless = None  # send this many bytes of zeros after the body, no length
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -143,17 +147,24 @@ class Server:
                     return
                 start = 0
                 rng = self.headers.get("Range")
-                if rng and server.ranges:
-                    start = int(rng.split("=")[1].split("-")[0])
+                if (rng and server.ranges) or server.always_206:
+                    start = int(rng.split("=")[1].split("-")[0]) if rng else 0
                     self.send_response(206)
-                    self.send_header("Content-Range",
+                    self.send_header("Content-Range", server.content_range or
                                      f"bytes {start}-{len(server.data) - 1}/{len(server.data)}")
                 else:
                     self.send_response(200)
                     self.send_header("Accept-Ranges", "bytes" if server.ranges else "none")
                 body = server.data[start:]
+                if server.endless is not None:
+                    self.end_headers()
+                    self.wfile.write(body)
+                    for _ in range(server.endless // 65536):
+                        self.wfile.write(b"\0" * 65536)
+                    self.close_connection = True
+                    return
                 if not server.no_length:
-                    self.send_header("Content-Length", str(len(body)))
+                    self.send_header("Content-Length", server.length or str(len(body)))
                 self.end_headers()
                 if server.drop_after is not None:
                     cut, server.drop_after = server.drop_after, None
@@ -179,6 +190,34 @@ def server(archive):
     srv = Server(archive["path"].read_bytes())
     yield srv
     srv.close()
+
+
+def test_malformed_headers_are_one_line(server, archive, tmp_path):
+    """Hostile cases B6-B8: Content-Length 'abc', a 206 to a plain request, a Content-Range
+    of garbage on a resumed request were ValueError, FileNotFoundError and IndexError."""
+    dest = tmp_path / "raw" / "a.tar.gz"
+    server.length = "abc"
+    with pytest.raises(DownloadError, match=r"Content-Length 'abc' is not a number of bytes"):
+        fetch(server.url, None, dest, tmp_path / "part", FAST)
+    server.length, server.always_206 = None, True
+    with pytest.raises(DownloadError, match=r"answered 206 \(a part of the file\) to a request "
+                                            r"for the whole file"):
+        fetch(server.url, None, dest, tmp_path / "part2", FAST)
+    server.always_206, server.drop_after = False, len(server.data) // 2
+    server.content_range = "garbage"
+    with pytest.raises(DownloadError, match=r"Content-Range 'garbage' is not 'bytes START-END/SIZE'"):
+        fetch(server.url, None, dest, tmp_path / "part3", FAST)
+    assert not dest.exists()
+
+
+def test_an_endless_body_is_capped(server, tmp_path):
+    """Hostile case W24: a body with no length and no end was all written to disk."""
+    server.endless = 3 << 20
+    part = tmp_path / "part"
+    opts = DownloadOptions(timeout=5, retries=1, backoff=0.01, progress=False, max_bytes=1 << 20)
+    with pytest.raises(DownloadError, match=r"the body goes on past 1,048,576 bytes"):
+        fetch(server.url, None, tmp_path / "raw" / "a.tar.gz", part, opts)
+    assert not list(part.glob("*.part"))  # nothing of it kept
 
 
 def test_http_download(server, archive, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import re
 import socket
 import time
 import urllib.error
@@ -42,6 +43,9 @@ class DownloadOptions:
     retries: int = 5  # attempts in all, for transient errors
     backoff: float = 2.0  # first wait between attempts, doubled each time
     progress: Optional[bool] = None  # None: a bar when stderr is a terminal
+    # the most bytes one file may have: the largest file of a data set here is SVHN's
+    # extra_32x32.mat (about 1.3 GB); a body that goes on past this is refused
+    max_bytes: int = 2 << 30
 
 
 # URL schemes of DVC's remote filesystems -> the extra that installs them
@@ -154,9 +158,16 @@ def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
         raise _Transient(f"{type(exc).__name__}: {reason}") from None
     with resp:
         if resp.status == 206:
-            rng = resp.headers.get("Content-Range", "bytes 0-")
-            start = int(rng.split()[1].split("-")[0])
-            full = rng.rsplit("/", 1)[1] if "/" in rng else "*"
+            if not have:  # nothing was asked for but the whole file
+                raise DownloadError(f"{url}: the server answered 206 (a part of the file) to a "
+                                    f"request for the whole file; use another mirror. "
+                                    f"{MIRROR_HINT}")
+            rng = resp.headers.get("Content-Range", "")
+            m = re.fullmatch(r"bytes (\d+)-\d+/(\d+|\*)", rng.strip())
+            if not m:
+                raise DownloadError(f"{url}: the server's Content-Range {rng[:60]!r} is not "
+                                    f"'bytes START-END/SIZE'; use another mirror. {MIRROR_HINT}")
+            start, full = int(m[1]), m[2]
             known = json.loads(sidecar(part).read_text()).get("size")
             if start != have or (known is not None and full != "*" and int(full) != known):
                 part.unlink()
@@ -168,7 +179,13 @@ def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
         else:
             mode, have = "wb", 0
         length = resp.headers.get("Content-Length")
+        if length is not None and not length.strip().isdigit():
+            raise DownloadError(f"{url}: the server's Content-Length {length[:40]!r} is not a "
+                                f"number of bytes; use another mirror. {MIRROR_HINT}")
         total = have + int(length) if length is not None else None
+        if total is not None and total > opts.max_bytes:
+            raise DownloadError(f"{url}: the server announces {total:,} bytes, more than any "
+                                f"file of these data sets ({opts.max_bytes:,}); check data.url")
         if mode == "wb":
             sidecar(part).write_text(json.dumps({"url": url, "size": total}))
         got = have
@@ -182,8 +199,14 @@ def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
                                      f"{type(exc).__name__}: {exc}") from None
                 if not chunk:
                     break
-                f.write(chunk)
                 got += len(chunk)
+                if got > opts.max_bytes:  # an endless body: stop before the disk fills
+                    f.close()
+                    part.unlink(missing_ok=True)
+                    sidecar(part).unlink(missing_ok=True)
+                    raise DownloadError(f"{url}: the body goes on past {opts.max_bytes:,} bytes, "
+                                        f"more than any file of these data sets; check data.url")
+                f.write(chunk)
                 bar.update(len(chunk))
         if total is not None and got < total:
             raise _Transient(f"connection closed after {got} of {total} bytes")
