@@ -61,6 +61,32 @@ def test_a_folder_where_the_archive_belongs_is_one_line(archive, tmp_path, md5_g
     assert (dest / "inside").is_dir()
 
 
+def test_a_fifo_where_the_archive_belongs_is_refused_instead_of_hanging(archive, tmp_path):
+    """Hostile case W6: `mkfifo data/raw/cifar-10-binary.tar.gz` hung the stage hashing it."""
+    import os
+
+    dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
+    dest.parent.mkdir()
+    os.mkfifo(dest)
+    with pytest.raises(DownloadError, match=r"not a regular file where the download stage keeps"):
+        fetch(str(archive["path"]), archive["md5"], dest, tmp_path / "part", FAST)
+
+
+def test_a_failed_download_leaves_no_empty_partial_folder(tmp_path):
+    """Hostile case W5."""
+    from types import SimpleNamespace
+
+    from cifar10_tutorial.data.download import fetch_dataset
+
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(b"not an archive")
+    data = SimpleNamespace(dataset="cifar10", url=str(bad), md5=None, svhn_extra=False,
+                           label="fine")
+    with pytest.raises(DownloadError):
+        fetch_dataset(data, tmp_path / "raw", tmp_path / "partial", FAST)
+    assert not (tmp_path / "partial").exists()
+
+
 def test_md5_mismatch_names_both_and_leaves_nothing(archive, tmp_path):
     dest, part = tmp_path / "raw" / "a.tar.gz", tmp_path / "part"
     with pytest.raises(DownloadError) as exc:

@@ -99,10 +99,10 @@ def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
     Returns what was fetched: name, url, size, md5."""
     dest = Path(dest)
     local = local_source(url)
-    if dest.is_dir():
-        raise DownloadError(f"{dest}: a folder where the download stage keeps its file "
-                            f"{dest.name}; move it elsewhere (or remove it), then rerun. "
-                            f"Nothing was changed.")
+    if dest.exists() and not dest.is_file():  # a folder, a FIFO (hashing it hung), a device
+        raise DownloadError(f"{dest}: {'a folder' if dest.is_dir() else 'not a regular file'} "
+                            f"where the download stage keeps its file {dest.name}; move it "
+                            f"elsewhere (or remove it), then rerun. Nothing was changed.")
     if dest.exists():
         if md5 is not None and md5_of(dest) == md5.lower():
             log.info("%s is already here with the expected md5", dest)
@@ -183,8 +183,11 @@ def fetch_dataset(data, raw_dir: Path, partial_dir: Path,
     files = sources(data)
     raw_dir = Path(raw_dir)
     refuse_foreign(raw_dir, raw_file_names(), "download")
-    fetched = [fetch(url, md5, raw_dir / name, partial_dir, opts, check)
-               for url, md5, name in files]
+    try:
+        fetched = [fetch(url, md5, raw_dir / name, partial_dir, opts, check)
+                   for url, md5, name in files]
+    finally:  # a failed download leaves no empty --partial folder behind (W5)
+        clean_partial_dir(partial_dir)
     wanted = {name for _, _, name in files} | {SOURCE_RECORD}
     for old in raw_dir.iterdir():  # another data set's files (the folder persists)
         if old.name not in wanted:
