@@ -270,3 +270,16 @@ def test_watch_mode_passes_over_a_damaged_newest_checkpoint(synth_data, trained,
                     device_name="cpu", max_evals=1)
     assert [r["step"] for r in results] == [30]
     assert f"{newest} is damaged or truncated: passing over it" in caplog.text
+
+
+def test_class_names_with_commas_stay_one_field_in_the_csvs(synth_data, trained, tmp_path):
+    """Hostile case B12: the class 'air,plane' broke per_class.csv and predictions.csv."""
+    import csv
+    import dataclasses
+
+    meta = {**synth_data.meta, "classes": ["air,plane", *synth_data.meta["classes"][1:]]}
+    data = dataclasses.replace(synth_data, meta=meta)
+    evaluate(data, trained.model, tmp_path / "ev", 100, "cpu")
+    rows = list(csv.reader((tmp_path / "ev" / "per_class.csv").open()))
+    assert rows[1][0] == "air,plane" and all(len(r) == 4 for r in rows)
+    assert all(len(r) == 2 for r in csv.reader((tmp_path / "ev" / "predictions.csv").open()))

@@ -287,3 +287,17 @@ def test_an_empty_split_is_one_line(archive, tmp_path):
     with pytest.raises(PrepareError, match=r"the test split is empty; expected images to "
                                            r"evaluate on"):
         load_prepared(out)
+
+
+@pytest.mark.parametrize("names, expected", [
+    (["cat"] * 10, r"the class name 'cat' appears 10 times; expected 10 different names"),
+    (["\x1b[31mRED\x1b[0m"] + [f"c{i}" for i in range(9)], r"holds control characters"),
+])
+def test_class_names_that_would_mislead_are_refused(tmp_path, names, expected):
+    """Hostile cases W3, W4: ten classes named 'cat' gave ten rows 'cat'; escape codes
+    reached the CSVs and the terminal."""
+    archive = tmp_path / "a.tar.gz"
+    write_tar_gz(archive, official_members({FOLDER + "batches.meta.txt":
+                                            ("\n".join(names) + "\n").encode()}))
+    with pytest.raises(PrepareError, match=expected):
+        prepare(archive, tmp_path / "prepared", CIFAR10)

@@ -105,6 +105,15 @@ def parse_class_names(raw: bytes, num_classes: int, source: str) -> list[str]:
     if len(names) != num_classes:
         raise PrepareError(f"{source}: expected {num_classes} class names, one a line; "
                            f"found {len(names)}.")
+    odd = next((n for n in names if not n.isprintable()), None)
+    if odd is not None:  # escape codes reached the CSVs and the terminal (W4)
+        raise PrepareError(f"{source}: the class name {odd!r} holds control characters; "
+                           f"expected printable names; check the archive (data.url).")
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:  # ten rows named 'cat' (W3)
+        raise PrepareError(f"{source}: the class name {twice!r} appears "
+                           f"{names.count(twice)} times; expected {num_classes} different "
+                           f"names; check the archive (data.url).")
     return names
 
 

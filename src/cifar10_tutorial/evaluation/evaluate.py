@@ -44,6 +44,15 @@ def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, k: int) -> np.nd
     return np.bincount(actual * k + predicted, minlength=k * k).reshape(k, k)
 
 
+def _csv(rows: list) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return buf.getvalue()
+
+
 def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -88,16 +97,16 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     out_dir.mkdir(parents=True, exist_ok=True)
     actual = labels.cpu().numpy()
     pred, pred_raw = r["predictions"].numpy(), r["predictions_raw"].numpy()
-    rows = ["class,count,precision_at_1,precision_at_1_raw"]
+    rows = [["class", "count", "precision_at_1", "precision_at_1_raw"]]
     for c in range(k):
         mask = actual == c
         cnt = int(mask.sum())
         acc = float((pred[mask] == c).mean()) if cnt else float("nan")
         acc_raw = float((pred_raw[mask] == c).mean()) if cnt else float("nan")
-        rows.append(f"{classes[c]},{cnt},{acc:.4f},{acc_raw:.4f}")
-    write_text_atomic(out_dir / "per_class.csv", "\n".join(rows) + "\n")
-    lines = ["actual,predicted"] + [f"{classes[a]},{classes[p]}" for a, p in zip(actual, pred)]
-    write_text_atomic(out_dir / "predictions.csv", "\n".join(lines) + "\n")
+        rows.append([classes[c], cnt, f"{acc:.4f}", f"{acc_raw:.4f}"])
+    write_text_atomic(out_dir / "per_class.csv", _csv(rows))  # quoted: 'air,plane' stays one
+    write_text_atomic(out_dir / "predictions.csv", _csv(
+        [["actual", "predicted"]] + [[classes[a], classes[p]] for a, p in zip(actual, pred)]))
     plot_confusion(confusion_matrix(actual, pred, k), classes, out_dir / "confusion.png",
                    f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
                    f"step {int(ckpt['step'])})")
