@@ -277,9 +277,28 @@ def test_class_names_with_commas_stay_one_field_in_the_csvs(synth_data, trained,
     import csv
     import dataclasses
 
+    import torch
+
     meta = {**synth_data.meta, "classes": ["air,plane", *synth_data.meta["classes"][1:]]}
     data = dataclasses.replace(synth_data, meta=meta)
-    evaluate(data, trained.model, tmp_path / "ev", 100, "cpu")
+    model = torch.load(trained.model, weights_only=True)
+    torch.save({**model, "classes": meta["classes"]}, tmp_path / "model.pt")
+    evaluate(data, tmp_path / "model.pt", tmp_path / "ev", 100, "cpu")
     rows = list(csv.reader((tmp_path / "ev" / "per_class.csv").open()))
     assert rows[1][0] == "air,plane" and all(len(r) == 4 for r in rows)
     assert all(len(r) == 2 for r in csv.reader((tmp_path / "ev" / "predictions.csv").open()))
+
+
+def test_a_model_of_other_class_names_is_refused(synth_data, trained, tmp_path):
+    """Hostile case W14: the data's names were used silently."""
+    import dataclasses
+
+    from cifar10_tutorial.errors import PipelineError
+
+    meta = {**synth_data.meta, "classes": [*synth_data.meta["classes"][:3], "zebra",
+                                           *synth_data.meta["classes"][4:]]}
+    with pytest.raises(PipelineError, match=r"a model of other classes than the prepared data's "
+                                            r"\(class 3: .* in the model, 'zebra' in the data\)"):
+        evaluate(dataclasses.replace(synth_data, meta=meta), trained.model, tmp_path / "ev", 100,
+                 "cpu")
+    assert not (tmp_path / "ev").exists()
