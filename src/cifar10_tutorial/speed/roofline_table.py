@@ -16,9 +16,7 @@ def fraction(roof: dict, pipe: dict) -> str:
 def peak_words(roof: dict) -> str:
     """Each precision's peak and the two kernels it is the faster of: ``463.1 GFLOP/s
     fp32 (torch.mm 180.2, convolution 463.1), ...``."""
-    peak, kernels = roof["peak_gflops"], roof.get("peak_kernels")
-    if kernels is None:  # measured before the convolution joined the matmul
-        return f"{peak['fp32']:.1f} GFLOP/s fp32, {peak['bf16']:.1f} bf16 (torch.mm alone)"
+    peak, kernels = roof["peak_gflops"], roof["peak_kernels"]
     return ", ".join(f"{peak[p]:.1f}{' GFLOP/s' if p == 'fp32' else ''} {p} (torch.mm "
                      f"{kernels[p]['mm']:.1f}, convolution {kernels[p]['conv']:.1f})"
                      for p in ("fp32", "bf16"))
@@ -26,10 +24,7 @@ def peak_words(roof: dict) -> str:
 
 def peak_kernels(roof: dict) -> str:
     """What the peak's two kernels were, from the result itself: ``each the faster of
-    `torch.mm` of two 2048 x 2048 matrices and a 3 x 3 convolution of 256 channels`` (""
-    for a result measured before the convolution joined: :func:`peak_words` says so)."""
-    if "peak_kernels" not in roof:
-        return ""
+    `torch.mm` of two 2048 x 2048 matrices and a 3 x 3 convolution of 256 channels``."""
     n, (_, channels, _, k) = roof["peak_matrix_size"], roof["conv_shape"]
     return (f"each the faster of `torch.mm` of two {n} x {n} matrices and a {k} x {k} "
             f"convolution of {channels} channels")
@@ -37,10 +32,8 @@ def peak_kernels(roof: dict) -> str:
 
 def stage_gaps(stage: dict) -> str:
     """The train stage's runs, each run's gap to the fixed batch beside it: ``the median of
-    5 runs: 9.9%, 4.1%, ...`` ("" for a result measured before the runs)."""
-    runs = stage.get("runs", [])
-    if not runs:
-        return ""
+    5 runs: 9.9%, 4.1%, ...``."""
+    runs = stage["runs"]
     return (f"the median of {len(runs)} runs: "
             + ", ".join(f"{100 * run['gap']:.1f}%" for run in runs))
 
