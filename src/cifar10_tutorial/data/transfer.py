@@ -136,6 +136,43 @@ def _partial_of(part: Path, url: str) -> int:
     return part.stat().st_size
 
 
+def _resumed(resp, url: str, part: Path, have: int) -> tuple[str, int]:
+    """("ab", bytes already here) when the server resumed where ``part`` ends, ("wb", 0)
+    when it sends the whole file; one line for a malformed or inconsistent answer."""
+    if resp.status != 206:
+        return "wb", 0
+    if not have:  # nothing was asked for but the whole file
+        raise DownloadError(f"{url}: the server answered 206 (a part of the file) to a "
+                            f"request for the whole file; use another mirror. {MIRROR_HINT}")
+    rng = resp.headers.get("Content-Range", "")
+    m = re.fullmatch(r"bytes (\d+)-\d+/(\d+|\*)", rng.strip())
+    if not m:
+        raise DownloadError(f"{url}: the server's Content-Range {rng[:60]!r} is not "
+                            f"'bytes START-END/SIZE'; use another mirror. {MIRROR_HINT}")
+    start, full = int(m[1]), m[2]
+    known = json.loads(sidecar(part).read_text()).get("size")
+    if start != have or (known is not None and full != "*" and int(full) != known):
+        part.unlink()
+        sidecar(part).unlink(missing_ok=True)
+        raise _Transient(f"server resumed at byte {start} of {full}, not {have} of "
+                         f"{known}: the file changed; restarting")
+    log.info("resuming %s at byte %d", url, have)
+    return "ab", have
+
+
+def _total(resp, url: str, have: int, opts: DownloadOptions) -> Optional[int]:
+    """The file's whole size from Content-Length (None without one), checked."""
+    length = resp.headers.get("Content-Length")
+    if length is not None and not length.strip().isdigit():
+        raise DownloadError(f"{url}: the server's Content-Length {length[:40]!r} is not a "
+                            f"number of bytes; use another mirror. {MIRROR_HINT}")
+    total = have + int(length) if length is not None else None
+    if total is not None and total > opts.max_bytes:
+        raise DownloadError(f"{url}: the server announces {total:,} bytes, more than any "
+                            f"file of these data sets ({opts.max_bytes:,}); check data.url")
+    return total
+
+
 def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
     """One attempt: resume ``part`` (a prefix of the same URL and total size) from its
     current size if the server allows ranges."""
@@ -157,35 +194,8 @@ def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
         reason = getattr(exc, "reason", exc)
         raise _Transient(f"{type(exc).__name__}: {reason}") from None
     with resp:
-        if resp.status == 206:
-            if not have:  # nothing was asked for but the whole file
-                raise DownloadError(f"{url}: the server answered 206 (a part of the file) to a "
-                                    f"request for the whole file; use another mirror. "
-                                    f"{MIRROR_HINT}")
-            rng = resp.headers.get("Content-Range", "")
-            m = re.fullmatch(r"bytes (\d+)-\d+/(\d+|\*)", rng.strip())
-            if not m:
-                raise DownloadError(f"{url}: the server's Content-Range {rng[:60]!r} is not "
-                                    f"'bytes START-END/SIZE'; use another mirror. {MIRROR_HINT}")
-            start, full = int(m[1]), m[2]
-            known = json.loads(sidecar(part).read_text()).get("size")
-            if start != have or (known is not None and full != "*" and int(full) != known):
-                part.unlink()
-                sidecar(part).unlink(missing_ok=True)
-                raise _Transient(f"server resumed at byte {start} of {full}, not {have} of "
-                                 f"{known}: the file changed; restarting")
-            mode = "ab"
-            log.info("resuming %s at byte %d", url, have)
-        else:
-            mode, have = "wb", 0
-        length = resp.headers.get("Content-Length")
-        if length is not None and not length.strip().isdigit():
-            raise DownloadError(f"{url}: the server's Content-Length {length[:40]!r} is not a "
-                                f"number of bytes; use another mirror. {MIRROR_HINT}")
-        total = have + int(length) if length is not None else None
-        if total is not None and total > opts.max_bytes:
-            raise DownloadError(f"{url}: the server announces {total:,} bytes, more than any "
-                                f"file of these data sets ({opts.max_bytes:,}); check data.url")
+        mode, have = _resumed(resp, url, part, have)
+        total = _total(resp, url, have, opts)
         if mode == "wb":
             sidecar(part).write_text(json.dumps({"url": url, "size": total}))
         got = have
