@@ -213,24 +213,6 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
     assert [(s["from_step"], s["to_step"]) for s in made["segments"]] == [(0, step), (step, 200)]
 
 
-def test_a_checkpoint_of_a_run_under_way_before_segments_were_recorded_resumes(
-        synth_data, tmp_path):
-    """Runs started before this change carry on; their first segment says what is unknown."""
-    params = tiny_params(train={"max_steps": 20}, run={"checkpoint_every": 10})
-    p = paths(tmp_path)
-    train(params, synth_data, p, progress=False)
-    (p.checkpoints / "ckpt-00000020.pt").unlink()
-    old = p.checkpoints / "ckpt-00000010.pt"
-    state = load_checkpoint(old)
-    del state["segments"]
-    torch.save(state, old)
-    m = train(params, synth_data, p, progress=False)
-    assert m["step"] == 20
-    segs = json.loads((p.live_dir / "provenance.json").read_text())["segments"]
-    assert segs[0]["from_step"] == 0 and segs[0]["to_step"] == 10 and segs[0]["commit"] is None
-    assert segs[1]["from_step"] == 10 and segs[1]["to_step"] == 20
-
-
 def test_mirror_on_an_fsspec_url(tmp_path, synth_data):
     """Not only folders: any fsspec file system (here its in-memory one)."""
     params = tiny_params(train={"max_steps": 12}, run={"checkpoint_every": 4})

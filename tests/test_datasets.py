@@ -41,22 +41,25 @@ def test_cifar100_round_trip(tmp_path, label, classes):
     assert sum(meta["class_counts"]["train"]) == 50 and len(meta["class_counts"]["train"]) == classes
 
 
+NAMES100 = "".join(f"c{i}\n" for i in range(100)).encode()
+
+
 def test_cifar100_bad_inputs(tmp_path):
     make_cifar100_archive(tmp_path / "ok.tar.gz", train=4, test=2)
     bad = tmp_path / "bad.tar.gz"
     write_tar_gz(bad, {"cifar-100-binary/train.bin": bytes(3074 * 2 - 5),
                        "cifar-100-binary/test.bin": bytes(3074),
-                       "cifar-100-binary/fine_label_names.txt": b"a\n" * 100})
+                       "cifar-100-binary/fine_label_names.txt": NAMES100})
     with pytest.raises(PrepareError, match=r"train.bin: size 6143 bytes is not a positive multiple "
                                            r"of the record length 3074"):
         prepare(bad, tmp_path / "out", CIFAR100, "fine")
     write_tar_gz(bad, {"cifar-100-binary/test.bin": bytes(3074),
-                       "cifar-100-binary/fine_label_names.txt": b"a\n" * 100})
+                       "cifar-100-binary/fine_label_names.txt": NAMES100})
     with pytest.raises(PrepareError, match=r"missing cifar-100-binary/train.bin"):
         prepare(bad, tmp_path / "out", CIFAR100, "fine")
     rec = bytes([0, 150]) + bytes(3072)  # fine label 150
     write_tar_gz(bad, {"cifar-100-binary/train.bin": rec, "cifar-100-binary/test.bin": rec,
-                       "cifar-100-binary/fine_label_names.txt": b"a\n" * 100})
+                       "cifar-100-binary/fine_label_names.txt": NAMES100})
     with pytest.raises(PrepareError, match=r"record 0 has label 150; expected 0..99"):
         prepare(bad, tmp_path / "out", CIFAR100, "fine")
     assert not (tmp_path / "out").exists()

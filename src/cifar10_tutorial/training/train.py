@@ -117,8 +117,9 @@ class _Run:
         return self.elapsed + time.perf_counter() - self.t0
 
 
-def _same_job(signature: dict, data: Prepared, ckpt: Optional[dict], d: Dist) -> None:
-    same_job({"host": socket.gethostname(), "commit": provenance.code_version().get("commit"),
+def _same_job(signature: dict, data: Prepared, ckpt: Optional[dict], d: Dist,
+              commit: Optional[str]) -> None:
+    same_job({"host": socket.gethostname(), "commit": commit,
               "params": provenance.params_hash(signature["params"]), "data": data.content_hash,
               "resume step": int(ckpt["step"]) if ckpt else 0}, d)
 
@@ -136,10 +137,10 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     signature = run_signature(params, data.content_hash, device, d.world)
     mirror = Mirror.writable(cont.mirror) if cont.mirror and d.main else None
     ckpt = resume_point(paths, signature, max_steps, d, device, mirror)
-    _same_job(signature, data, ckpt, d)  # every node: one commit, params, data, checkpoint
     counters = (restore(ckpt, model, optimizer, ema) if ckpt is not None
                 else {"step": 0, "loss_avg": None, "elapsed": 0.0, "reached": {}})
     segments = Segments.start(ckpt, counters["step"], device, d.world)
+    _same_job(signature, data, ckpt, d, segments.current.get("commit"))  # one job on all nodes
     train_step = make_step(replicate(model, device, d), model, optimizer, params, device)
     images, labels = (torch.from_numpy(a).to(device) for a in (data.train_images, data.train_labels))
     run = _Run(**counters, device=device)
