@@ -111,7 +111,7 @@ def copy_project(dest: Path) -> Path:
     """A copy of the project's pipeline files (no data, no venv) for stage-level tests."""
     for name in ("stages", "src", "dvc.yaml", "reports/dvc.yaml", "reports/baseline", "params.yaml",
                  "reports/fast_schedule_search.md", "reports/code_equivalence.json",
-                 "reports/devices_timing.json",
+                 "reports/devices_timing.json", "reports/tf_reference",
                  ".dvcignore", ".gitignore", "data/.gitignore", "data/train/.gitignore"):
         src = ROOT / name
         if src.is_dir():
