@@ -72,13 +72,11 @@ def main(argv=None) -> None:
     if name not in COMMANDS:
         raise PipelineError(f"cifar10 {name}: no such command; the commands are "
                             f"{', '.join(COMMANDS)} (cifar10 --help)")
-    target = COMMANDS[name][2]
+    what, example, target = COMMANDS[name]
+    if rest[:1] in (["-h"], ["--help"]):  # above the command's own options
+        print(f"cifar10 {name}: {what}; e.g. `{example}`\n", flush=True)
     if target == "stage":
-        if rest[:1] in (["-h"], ["--help"]):
-            print(f"cifar10 {name}: {COMMANDS[name][0]}; e.g. `{COMMANDS[name][1]}`\n")
         sys.exit(subprocess.run([sys.executable, *stage_argv(name), *rest]).returncode)
-    if rest[:1] in (["-h"], ["--help"]):
-        print(f"cifar10 {name}: {COMMANDS[name][0]}; e.g. `{COMMANDS[name][1]}`\n")
     importlib.import_module(f"{__package__}.{target}").main(rest)
 
 

@@ -60,6 +60,12 @@ def load_model_file(path: Path, device="cpu") -> dict:
     return obj
 
 
+def is_state_dict(x) -> bool:
+    """A non-empty mapping of names to tensors: the weights of a model file or checkpoint."""
+    return (isinstance(x, dict) and bool(x) and all(isinstance(k, str) for k in x)
+            and all(isinstance(v, torch.Tensor) for v in x.values()))
+
+
 def _field_problem(obj: dict, model: dict) -> str | None:
     """What is wrong with the fields of a model file, in words (None: nothing)."""
     from .params import ParamsError, params_from_dict
@@ -82,8 +88,7 @@ def _field_problem(obj: dict, model: dict) -> str | None:
         return f"step: expected a whole number >= 0, found {obj['step']!r:.40}"
     for key, what in (("model", "raw"), ("ema", "averaged")):
         state = obj[key]
-        if not (isinstance(state, dict) and state
-                and all(isinstance(v, torch.Tensor) for v in state.values())):
+        if not is_state_dict(state):
             return f"{key}: expected the {what} weights (a mapping of tensors), found {state!r:.60}"
         kind = [n for n, v in state.items() if not v.is_floating_point()]
         if kind:  # int64 or complex weights were accepted and gave 10% or nonsense

@@ -103,7 +103,7 @@ def _short_runs(r: Results, runs: dict) -> list[str]:
 def _long_run(r: Results, runs: dict) -> list[str]:
     if not runs:
         return ["No 100,000-step run of the reference yet.", ""]
-    name, run = next(iter(runs.items()))
+    run = next(iter(runs.values()))
     reached = int(run.get("reached_step") or max(s for s, _, _ in run["evals"]))
     if not run["evals"]:
         return [f"### The reference's {LONG:,}-step run", "",
@@ -136,11 +136,11 @@ def _long_run(r: Results, runs: dict) -> list[str]:
           markdown_table(pd.DataFrame(rows)), ""]
     if drew:
         md += [f"![against the reference](plots/{png.name})", ""]
-    md += [_gap(r, run, reached, ours), ""]
+    md += [_gap(r, run, reached), ""]
     return md
 
 
-def _gap(r: Results, run: dict, reached: int, ours) -> str:
+def _gap(r: Results, run: dict, reached: int) -> str:
     tutorial = f"~{ref('precision_target')}%"
     if reached < LONG:
         return (f"The run has reached step {reached:,} of {LONG:,} (it continues from machine to "

@@ -236,8 +236,8 @@ def main(argv=None, built: Optional[tuple[Path, dict]] = None, t0: Optional[floa
     ap.add_argument("--out", type=Path, default=Path("reports/gpu"))
     a = ap.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
-        raise PipelineError("no CUDA device here: run this on a GPU machine, or check the script "
-                            "with --dry --device cpu")
+        raise PipelineError("no CUDA device here: run this where a CUDA GPU is visible, or "
+                            "check the script with --dry --device cpu")
     if a.budget_s is not None and not a.budget_s > 0:
         raise PipelineError(f"--budget-s {a.budget_s:g}: give a number of seconds above 0")
     data, made = built if built is not None else (a.data or stage_output("preprocess"), None)

@@ -22,6 +22,7 @@ import torch
 from .distributed import Dist, barrier
 from ..errors import TrainingError
 from ..files import ensure_writable, refuse_foreign, torch_save_atomic
+from ..model_files import is_state_dict
 from ..params import Params, to_dict
 
 log = logging.getLogger(__name__)
@@ -73,16 +74,11 @@ def load_checkpoint(path: Path, device="cpu") -> dict:
     return ckpt
 
 
-def _is_state(x) -> bool:
-    return (isinstance(x, dict) and bool(x) and all(isinstance(k, str) for k in x)
-            and all(isinstance(v, torch.Tensor) for v in x.values()))
-
-
 def _checkpoint_problem(ckpt) -> Optional[str]:
     if not isinstance(ckpt, dict):
         return f"expected a dict of fields, found a {type(ckpt).__name__}"
     for key in ("model", "ema"):
-        if not _is_state(ckpt.get(key)):
+        if not is_state_dict(ckpt.get(key)):
             return f"{key}: expected a dict of tensors, found {type(ckpt.get(key)).__name__}"
     step = ckpt.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
