@@ -3,6 +3,7 @@ import http.server
 import json
 import socket
 import threading
+import types
 
 import pytest
 
@@ -156,6 +157,7 @@ class Server:
         self.always_206 = False  # answer 206 even to a request without Range
         self.content_range = None  # send this Content-Range text on a 206
         self.endless = None  # send this many bytes of zeros after the body, no length
+        self.lock = threading.Lock()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -164,40 +166,48 @@ class Server:
 
             def do_GET(self):
                 server.requests.append(self.headers.get("Range"))
-                if server.status:
-                    self.send_error(server.status)
+                with server.lock:  # this request's settings, fixed as it arrives: a test may
+                    # change them while an earlier handler still writes to a closed client
+                    cfg = types.SimpleNamespace(**{k: v for k, v in vars(server).items()
+                                                   if k not in ("lock", "requests")})
+                    failing = not server.status and server.fail_first > 0
+                    server.fail_first -= failing
+                if cfg.status:
+                    self.send_error(cfg.status)
                     return
-                if server.fail_first > 0:
-                    server.fail_first -= 1
+                if failing:
                     self.send_error(503)
                     return
                 start = 0
                 rng = self.headers.get("Range")
-                if (rng and server.ranges) or server.always_206:
+                if (rng and cfg.ranges) or cfg.always_206:
                     start = int(rng.split("=")[1].split("-")[0]) if rng else 0
                     self.send_response(206)
-                    self.send_header("Content-Range", server.content_range or
-                                     f"bytes {start}-{len(server.data) - 1}/{len(server.data)}")
+                    self.send_header("Content-Range", cfg.content_range or
+                                     f"bytes {start}-{len(cfg.data) - 1}/{len(cfg.data)}")
                 else:
                     self.send_response(200)
-                    self.send_header("Accept-Ranges", "bytes" if server.ranges else "none")
-                body = server.data[start:]
-                if server.endless is not None:
+                    self.send_header("Accept-Ranges", "bytes" if cfg.ranges else "none")
+                body = cfg.data[start:]
+                if cfg.endless is not None:
                     self.end_headers()
                     self.wfile.write(body)
-                    for _ in range(server.endless // 65536):
+                    for _ in range(cfg.endless // 65536):
                         self.wfile.write(b"\0" * 65536)
                     self.close_connection = True
                     return
-                if not server.no_length:
-                    self.send_header("Content-Length", server.length or str(len(body)))
+                if not cfg.no_length:
+                    self.send_header("Content-Length", cfg.length or str(len(body)))
                 self.end_headers()
-                if server.drop_after is not None:
-                    cut, server.drop_after = server.drop_after, None
-                    self.wfile.write(body[:cut])
+                if cfg.drop_after is not None:
+                    server.drop_after = None  # only the first full answer is cut
+                    self.wfile.write(body[:cfg.drop_after])
                     self.wfile.flush()
                     self.close_connection = True
-                    self.connection.shutdown(socket.SHUT_RDWR)
+                    try:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    except OSError:  # the client has gone already
+                        pass
                     return
                 self.wfile.write(body)
 
