@@ -3,8 +3,11 @@ the repository (docs/reference.md, "The reference implementation on the dev spli
 
 The code runs in a scratch folder outside the repository (it never enters it), one folder
 a run: ``train/`` (its train folder), ``evals.tsv`` (step, precision @ 1 with the averaged
-and the raw weights, the date: one row per evaluation) and ``segments.tsv`` (each
-continuation: the step it reached, start, end, host, CPU). This reads them:
+and the raw weights, the date: one row per evaluation), ``segments.tsv`` (each
+continuation: the step it reached, start, end, host, CPU), the training logs (``train.log``
+of a run from step 0, or ``logs/train-from-N.log``, one per continuation from step N: the
+script counts its steps from 0 in each) and ``losses.tsv`` (step, loss, examples/sec every
+100 steps, from the logs of earlier machines). This reads them:
 
     python devtools/tf_reference.py collect RUN_FOLDER NAME --tensorflow 2.21.0 --archive A.tar.gz \
         --steps-planned 10000
@@ -23,6 +26,7 @@ import re
 import shutil
 import statistics
 from pathlib import Path
+from typing import Optional
 
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import md5_of, write_text_atomic
@@ -33,7 +37,7 @@ UPSTREAM = {"repository": "tensorflow/models", "path": "tutorials/image/cifar10"
                       "cifar10_eval.py": "00e6186d761188f26b30637d06da680d64d50166",
                       "cifar10_input.py": "b1054c5a6a471221083dab6618d3ac668322f42b"},
             "changes": "docs/reference.md, 'The reference implementation on the dev split'"}
-RECORDS = ("evals.tsv", "segments.tsv")
+RECORDS = ("evals.tsv", "segments.tsv", "losses.tsv")
 STEP_LINE = re.compile(r"step (\d+), loss = ([\d.naninf]+) \(([\d.]+) examples/sec")
 
 
@@ -51,19 +55,34 @@ def collect(run: Path, name: str, tensorflow: str, archive: Path, steps_planned:
         raise PipelineError(f"{run / 'evals.tsv'}: no evaluation of the finished run")
     segments = [{"to_step": int(r[0]), "start": r[1], "end": r[2], "host": r[3], "cpu": r[4]}
                 for r in _rows(run / "segments.tsv")]
-    speeds = [float(m.group(3)) for m in STEP_LINE.finditer((run / "train.log").read_text())
-              if int(m.group(1)) > 0]  # a step-0 line times the queue fill and start-up
-    losses = [(int(m.group(1)), float(m.group(2)))
-              for m in STEP_LINE.finditer((run / "train.log").read_text())]
+    rows = losses(run)
+    speeds = [v for _, _, v in rows if v is not None]
     return {"run": name, "steps_planned": steps_planned, "reached_step": reached,
             "upstream": UPSTREAM,
             "tensorflow": tensorflow,
             "data": {"archive_md5": md5_of(archive), "train_images": 40000,
                      "held_out_images": 10000, "evaluated_images": 10112},
             "evaluations": evals, "segments": segments,
-            "loss_every_1000": [{"step": s, "loss": v} for s, v in losses if s % 1000 == 0],
+            "loss_every_1000": [{"step": s, "loss": v} for s, v, _ in rows if s % 1000 == 0],
             "examples_per_sec_median": statistics.median(speeds) if speeds else None,
             "speed_note": "the machine's 2 cores shared with other runs: not a benchmark"}
+
+
+def losses(run: Path) -> list[tuple[int, float, Optional[float]]]:
+    """(step, loss, examples/sec) every 100 steps, from ``losses.tsv`` and the logs here;
+    no speed for a log's first line (it times the queue fill and the start-up)."""
+    rows = {int(r[0]): (float(r[1]), float(r[2]) if r[2] else None)
+            for r in _rows(run / "losses.tsv")}
+    logs = [(0, run / "train.log")] + [(int(p.stem.rsplit("-", 1)[1]), p)
+                                        for p in sorted((run / "logs").glob("train-from-*.log"))]
+    for start, log in logs:
+        if not log.is_file():
+            continue
+        for m in STEP_LINE.finditer(log.read_text(errors="replace")):
+            local = int(m.group(1))
+            if local % 100 == 0:
+                rows[start + local] = (float(m.group(2)), float(m.group(3)) if local else None)
+    return [(s, loss, v) for s, (loss, v) in sorted(rows.items())]
 
 
 def newest_checkpoint(train: Path) -> str:
@@ -85,6 +104,8 @@ def keep(run: Path, dest: Path) -> str:
         shutil.copy2(f, tmp / "train" / f.name)
     (tmp / "train" / "checkpoint").write_text(
         f'model_checkpoint_path: "{ckpt}"\nall_model_checkpoint_paths: "{ckpt}"\n')
+    write_text_atomic(run / "losses.tsv", "".join(
+        f"{s}\t{loss}\t{'' if v is None else v}\n" for s, loss, v in losses(run)))
     for name in RECORDS:
         if (run / name).is_file():
             shutil.copy2(run / name, tmp / name)
