@@ -268,6 +268,29 @@ def test_both_pipelines_are_up_to_date_after_the_run(recorded_run):
     assert "Data and pipelines are up to date" in out, out
 
 
+@pytest.mark.e2e
+def test_the_quick_starts_run_length_leaves_the_exercises_up_to_date(recorded_run):
+    """Issue 36 item 2: the README's `dvc exp run -S train.max_steps=5000` made all 16
+    variants stale (each depended on the whole train section), so `dvc repro
+    reports/dvc.yaml` would have retrained them, tutorial_100k included."""
+    project, _, _ = recorded_run
+    params = project / "params.yaml"
+    text = params.read_text()
+    try:
+        raw = yaml.safe_load(text)
+        raw["train"].update(max_steps=5000, max_epochs=3)
+        params.write_text(yaml.safe_dump(raw, sort_keys=False))
+        out = dvc(project, "status", "reports/dvc.yaml").stdout
+        assert "up to date" in out, out
+        assert "train" in dvc(project, "status", "train").stdout  # the main run is stale
+        raw["train"]["seed"] = 7  # what reaches a variant's training still counts
+        params.write_text(yaml.safe_dump(raw, sort_keys=False))
+        out = dvc(project, "status", "reports/dvc.yaml").stdout
+        assert "ablation@softmax" in out and "train.seed" in out, out
+    finally:
+        params.write_text(text)
+
+
 # ----------------------------------------------------------------------------- own tree
 
 

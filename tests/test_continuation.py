@@ -279,3 +279,39 @@ def test_the_runs_under_way_in_the_repository_still_resume_at_this_commit():
         now = run_signature(variant_params(params, path.parent.name), sig["data"],
                             torch.device(sig["device"]), sig["world_size"])
         assert now == sig, f"{path}: this code would not resume it"
+
+
+@pytest.mark.e2e
+def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_path):
+    """Issue 36 item 4: under `dvc repro` a paused train stage showed DVC's "failed to
+    reproduce ... exited with 75" and exit 255. `cifar10 repro` says it paused, exits 75,
+    and the same command continues to the end; a real failure keeps DVC's status."""
+    from conftest import dvc, tiny_project
+
+    project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
+                           train=dict(max_steps=400, batch_size=16, log_every=50, device="cpu"),
+                           run=dict(checkpoint_every=20, summary_every=1000),
+                           input={"min_fraction_of_examples_in_queue": 0.1},
+                           eval={"every_steps": 0})
+    env = {k: v for k, v in os.environ.items()
+           if k not in (continuation.STOP_AT_ENV, continuation.MIRROR_ENV)}
+    cmd = [sys.executable, "-c", "from cifar10_tutorial.commands import entry; entry()", "repro"]
+    first = subprocess.run([*cmd, "--stop-at", "2s", "train"], cwd=project, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == PAUSED_EXIT, first.stdout + first.stderr
+    assert "failed to reproduce" not in first.stdout
+    assert "; run the same command to continue\n" in first.stdout  # the stage's own line
+    line = first.stdout.strip().splitlines()[-1]
+    assert line.startswith("cifar10 repro: stage 'train' paused at step ") and \
+        "run the same command again to continue; exit status 75" in line, line
+    assert not (project / "data/train/model.pt").exists()
+    done = subprocess.run([*cmd, "train"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming from" in done.stdout and (project / "data/train/model.pt").is_file()
+    assert "up to date" in dvc(project, "status", "train").stdout
+    (project / "params.yaml").write_text((project / "params.yaml").read_text()
+                                         .replace("batch_size: 16", "batch_size: -1"))
+    bad = subprocess.run([*cmd, "train"], cwd=project, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert bad.returncode not in (0, PAUSED_EXIT) and "failed to reproduce" in bad.stdout

@@ -310,3 +310,29 @@ def test_params_without_the_exercise_lists_say_what_is_missing(tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ablation@" not in proc.stdout
+
+
+@pytest.mark.e2e
+def test_the_published_weights_come_out_of_a_clone_as_the_docs_say(tmp_path):
+    """Issue 36 item 3: `dvc artifacts get URL cifar10-cnn-100k` failed ("Unable to find
+    artifact": no version registered). The README's `dvc get URL PATH` works on a clone as
+    it is, and `dvc artifacts get` once a version is tagged as docs/training.md says."""
+    project = copy_project(tmp_path / "p")
+    shutil.copytree(ROOT / "models", project / "models")
+    init_repo(project)
+    commit(project, "the project with its published weights")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
+    want = (ROOT / "models/tutorial_100k/model.pt").read_bytes()
+    assert "dvc get https://github.com/OWNER/REPO models/tutorial_100k/model.pt" in \
+        (ROOT / "README.md").read_text()
+    (tmp_path / "get").mkdir()
+    dvc(tmp_path / "get", "get", str(clone), "models/tutorial_100k/model.pt", "-o", "model-100k.pt")
+    assert (tmp_path / "get/model-100k.pt").read_bytes() == want
+    proc = subprocess.run([DVC, "artifacts", "get", str(clone), "cifar10-cnn-100k"],
+                          cwd=tmp_path / "get", capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Unable to find artifact" in proc.stdout + proc.stderr
+    subprocess.run(["git", "tag", "-a", "cifar10-cnn-100k@v1.0.0", "-m", "Registering artifact "
+                    "cifar10-cnn-100k version v1.0.0"], cwd=clone, check=True)
+    dvc(tmp_path / "get", "artifacts", "get", str(clone), "cifar10-cnn-100k")
+    assert (tmp_path / "get/model.pt").read_bytes() == want

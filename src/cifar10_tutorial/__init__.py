@@ -23,7 +23,10 @@ Below them, the ground every folder may import:
 - ``cli``, ``files``, ``errors``: command lines, safe writes and md5s, errors;
 - ``regression``, ``ci``: the regression gate, and CI's configured runs;
 - ``commands``: the `cifar10` console command, which runs the stages and the modules'
-  commands by name (it imports them only when asked).
+  commands by name (it imports them only when asked);
+- ``repro``: `cifar10 repro`, `dvc repro` with one deadline for all its stages and a
+  paused stage's exit status (75) for a batch scheduler to requeue on (no stage imports
+  it, so no stage's hash covers it).
 """
 
 __version__ = "0.1.0"

@@ -1,5 +1,6 @@
 """The ``cifar10`` command (a console script of the package): one name for what users type.
 
+    cifar10 repro --stop-at 3h50m      # dvc repro; exit 75 when a stage paused (run it again)
     cifar10 train                      # the train stage as dvc.yaml runs it (paths from there)
     cifar10 eval --model other/model.pt   # another model, on the prepared data
     cifar10 predict cat.jpg truck.png --top 3
@@ -31,6 +32,8 @@ COMMANDS = {
              "stage"),
     "report": ("write the exercise report (reports/dvc.yaml's report stage)", "cifar10 report",
                "stage"),
+    "repro": ("dvc repro; a stage paused at --stop-at exits 75: run it again to continue",
+              "cifar10 repro --stop-at 3h50m --mirror s3://my-bucket/runs", "repro"),
     "benchmark": ("time the train step against typical pipelines", "cifar10 benchmark",
                   "stage"),
     "predict": ("classify image files", "cifar10 predict cat.jpg --top 3",

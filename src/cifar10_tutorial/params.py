@@ -288,7 +288,10 @@ def variant_params(params: "Params", name: str) -> "Params":
         base = dataclasses.asdict(params)
         base.pop("ablations")
         base.pop("dataset_ablations")
+        # the budget is ablation.max_steps: the main run's length (train.max_steps,
+        # train.max_epochs) never reaches a variant, nor its hash (reports/dvc.yaml)
         base["train"]["max_steps"] = base["ablation"]["max_steps"]
+        base["train"]["max_epochs"] = None
         if group == "dataset_ablations":
             base["data"] = {}
         raw = _deep_merge(base, overrides)
@@ -308,7 +311,7 @@ def variant_params(params: "Params", name: str) -> "Params":
                     origin[f.name] = "ablation.trial_steps"
                 elif f.name in overrides.get(section.name, {}):
                     origin[f.name] = f"{group}.{name}.{section.name}.{f.name}"
-                elif section.name == "train" and f.name == "max_steps":
+                elif section.name == "train" and f.name in ("max_steps", "max_epochs"):
                     origin[f.name] = "ablation.max_steps"
                 elif section.name == "data" and group == "dataset_ablations":
                     origin[f.name] = None  # a default: no params key set it

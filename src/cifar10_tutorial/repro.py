@@ -1,0 +1,82 @@
+"""``cifar10 repro``: ``dvc repro`` for runs that pause at a deadline and continue later.
+
+Under plain ``dvc repro`` a training stage that pauses (exit status 75, docs/continuing.md)
+looks like a crash: DVC prints "failed to reproduce ... exited with 75" and exits 255,
+which a batch scheduler cannot tell from a failure. This runs ``dvc repro`` with the
+user's arguments and:
+
+- ``--stop-at WHEN`` becomes one deadline for the whole command (a duration counts from
+  this command's start, not from each stage's), handed to the stages as
+  ``CIFAR10_STOP_AT=@<POSIX time>``; ``--mirror URL`` becomes ``CIFAR10_CHECKPOINT_MIRROR``;
+- a stage that paused ends the command with status 75 and one line saying so, in place of
+  DVC's error for it; DVC has recorded nothing for that stage, so the same command, here
+  or on another machine with the same mirror, continues it;
+- any other outcome keeps DVC's output and exit status (0: everything up to date).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+from .training.continuation import MIRROR_ENV, STOP_AT_ENV, parse_deadline
+from .training.distributed import PAUSED_EXIT
+
+PAUSED_LINE = re.compile(r"paused at step (\d+) of (\d+)")
+DVC_PAUSED = re.compile(r"failed to reproduce '([^']+)'.*exited with %d" % PAUSED_EXIT)
+
+
+def stage_env(stop_at: Optional[str], mirror: Optional[str], env=None) -> dict:
+    """The environment for ``dvc repro``: one deadline for every stage it runs."""
+    env = dict(os.environ if env is None else env)
+    if stop_at is not None:
+        env[STOP_AT_ENV] = f"@{parse_deadline(stop_at):.3f}"
+    if mirror is not None:
+        env[MIRROR_ENV] = mirror
+    return env
+
+
+def repro(dvc_args: list[str], env: dict, out=None) -> int:
+    """Run ``dvc repro DVC_ARGS``, passing its output on; 75 when a stage paused."""
+    out = out or sys.stdout
+    beside = Path(sys.executable).with_name("dvc")  # the DVC of this package's environment
+    dvc = str(beside) if beside.is_file() else shutil.which("dvc") or "dvc"
+    proc = subprocess.Popen([dvc, "repro", *dvc_args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, bufsize=1)
+    paused, stage = None, None
+    for line in proc.stdout:
+        if m := PAUSED_LINE.search(line):
+            paused = (int(m[1]), int(m[2]))
+        if paused and (m := DVC_PAUSED.search(line)):
+            stage = m[1]  # DVC's "failed" for a pause: said below in our own words
+            continue
+        out.write(line)
+        out.flush()
+    code = proc.wait()
+    if code and stage:
+        out.write(f"cifar10 repro: stage {stage!r} paused at step {paused[0]} of {paused[1]} "
+                  f"(its checkpoint is kept; DVC recorded nothing for it): run the same "
+                  f"command again to continue; exit status {PAUSED_EXIT}\n")
+        out.flush()
+        return PAUSED_EXIT
+    return code
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="cifar10 repro", description=__doc__.split("\n\n")[0],
+        epilog="Every other argument goes to `dvc repro` (targets, -f, ...). Exit status: 0 "
+               "done, 75 paused (run it again), else DVC's. e.g. `cifar10 repro --stop-at "
+               "3h50m --mirror s3://my-bucket/runs reports/dvc.yaml`")
+    ap.add_argument("--stop-at", metavar="WHEN",
+                    help="pause every training stage at this deadline: a duration from now "
+                         "(3h50m) or a moment (18:20, 2026-12-01T18:20 UTC)")
+    ap.add_argument("--mirror", metavar="URL",
+                    help="keep each run's newest checkpoint here too (a folder, s3://...)")
+    a, rest = ap.parse_known_args(argv)
+    sys.exit(repro(rest, stage_env(a.stop_at, a.mirror)))
