@@ -1,5 +1,7 @@
 """Synchronous data-parallel training under torchrun, with gloo on the CPU."""
+import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -234,3 +236,62 @@ def test_nodes_that_disagree_fail_at_once_on_every_rank_naming_the_node(other, e
         p.join(timeout=30)
     assert got[0] == got[1]  # every rank alike: none is left waiting in a collective
     assert got[0].startswith(expected) if expected != "ok" else got[0] == "ok"
+
+
+# ----------------------------------------------------------------------------- CPU threads
+
+
+@pytest.mark.parametrize("files, want", [
+    ({"cpu.max": "150000 100000\n"}, (2, "cgroup CPU quota")),       # --cpus=1.5: 2 threads
+    ({"cpu.max": "100000 100000\n"}, (1, "cgroup CPU quota")),
+    ({"cpu.max": "max 100000\n"}, None),                              # no quota: the affinity
+    ({"cpu/cpu.cfs_quota_us": "50000\n", "cpu/cpu.cfs_period_us": "100000\n"},
+     (1, "cgroup CPU quota")),                                        # cgroup v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu.max": "garbage"}, None),
+    ({}, None)])
+def test_the_cpus_granted_are_the_fewer_of_affinity_and_cgroup_quota(tmp_path, files, want):
+    """Issue 37 item 4: threads came from cpu_count(), blind to the scheduler's grant."""
+    from cifar10_tutorial.devices import granted_cpus
+
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    affinity = len(os.sched_getaffinity(0))
+    expect = want if want is not None and want[0] < affinity else (affinity, "CPU affinity")
+    assert granted_cpus(tmp_path) == expect
+
+
+def test_omp_num_threads_wins_and_the_granted_cpus_are_shared_among_processes(monkeypatch):
+    import torch
+
+    from cifar10_tutorial import devices
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert devices.set_cpu_threads(2) == "OMP_NUM_THREADS=1" and torch.get_num_threads() == 1
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.setattr(devices, "granted_cpus", lambda: (8, "cgroup CPU quota"))
+        assert devices.set_cpu_threads(2) == "8 CPUs (cgroup CPU quota) / 2 processes"
+        assert torch.get_num_threads() == 4
+        monkeypatch.setattr(devices, "granted_cpus", lambda: (1, "CPU affinity"))
+        devices.set_cpu_threads(4)
+        assert torch.get_num_threads() == 1  # never 0
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not shutil.which("taskset"), reason="needs taskset")
+def test_the_train_stage_uses_the_cpus_it_is_given_and_records_why(tmp_path, synth_data):
+    """One CPU by affinity (taskset, as Slurm's --cpus-per-task), no OMP_NUM_THREADS: one
+    thread, and provenance says where the number came from."""
+    project = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params(
+        train={"max_steps": 4}, eval={"every_steps": 0})))
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    proc = subprocess.run(["taskset", "-c", "0", sys.executable, "stages/train.py"], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    made = json.loads((project / "reports/train/provenance.json").read_text())
+    assert made["cpu_threads"] == 1 and made["cpu_threads_from"] == "1 CPUs (CPU affinity)"
+    assert made["device"].endswith(", 1 thread")

@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch
 
+from . import devices
 from .files import write_text_atomic
 
 
@@ -78,8 +79,10 @@ def record(data_hash: str, run_params: dict, device: torch.device, code: Optiona
     """The provenance of a result; ``code``: the commit and dirty flag of the code that ran,
     as read when it started (by default read now); ``run``: steps, epochs, wall_time_s and
     the like."""
+    threads = ({"cpu_threads": torch.get_num_threads(), "cpu_threads_from": devices.THREADS_FROM}
+               if device.type == "cpu" else {})
     return {**(code or code_version()), "torch": torch.__version__,
-            "device": device_description(device), "cpu_load": _load(),
+            "device": device_description(device), **threads, "cpu_load": _load(),
             "data_hash": data_hash, "params_hash": params_hash(run_params), **run}
 
 

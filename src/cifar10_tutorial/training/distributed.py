@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..devices import pick_device
+from ..devices import pick_device, set_cpu_threads
 from ..errors import PipelineError
 from ..param_reads import flush_reads
 
@@ -130,7 +130,10 @@ def init_distributed(tr, run) -> tuple[Dist, torch.device]:
     ``run.collective_timeout_s`` fails the job."""
     d = this_process()
     if not d.active:
-        return d, pick_device(tr.device)
+        device = pick_device(tr.device)
+        if device.type == "cpu":
+            set_cpu_threads()
+        return d, device
     import torch.distributed as dist
 
     check_devices(tr)
@@ -141,9 +144,8 @@ def init_distributed(tr, run) -> tuple[Dist, torch.device]:
     device = pick_device(tr.device, d.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    else:  # share the cores among the processes of this node
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", d.world))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    else:  # share the granted CPUs among the processes of this node
+        set_cpu_threads(int(os.environ.get("LOCAL_WORLD_SIZE", d.world)))
     # The store outlives a torchrun restart; without a fresh prefix per attempt, the
     # restarted ranks can read the dead ranks' addresses and fail to connect.
     timeout = timedelta(seconds=run.collective_timeout_s)
