@@ -336,3 +336,29 @@ def test_the_published_weights_come_out_of_a_clone_as_the_docs_say(tmp_path):
                     "cifar10-cnn-100k version v1.0.0"], cwd=clone, check=True)
     dvc(tmp_path / "get", "artifacts", "get", str(clone), "cifar10-cnn-100k")
     assert (tmp_path / "get/model.pt").read_bytes() == want
+
+
+@pytest.mark.e2e
+def test_an_experiment_run_after_the_remote_is_added_travels_with_exp_push(tmp_path):
+    """Issue 36 item 10, as docs/ci.md says: remote first, then dvc exp run; dvc exp push
+    uploads its outputs and a clone's dvc exp pull + apply has its model."""
+    project = tiny_project(tmp_path, dict(train_per_batch=20, test=20, seed=1),
+                           train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
+                           run=dict(checkpoint_every=2, summary_every=2),
+                           input={"min_fraction_of_examples_in_queue": 0.1},
+                           eval={"every_steps": 0})
+    origin = tmp_path / "origin.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(origin)], check=True)
+    subprocess.run(["git", "remote", "add", "origin", str(origin)], cwd=project, check=True)
+    dvc(project, "remote", "add", "-d", "shared", str(tmp_path / "remote"))
+    commit(project, "DVC remote")
+    subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=project, check=True)
+    dvc(project, "exp", "run", "-n", "bs8", "-S", "train.batch_size=8")
+    pushed = dvc(project, "exp", "push", "origin", "bs8").stdout
+    assert "Pushed experiment bs8" in pushed and "files uploaded" in pushed, pushed
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "-b", "main", str(origin), str(clone)], check=True)
+    dvc(clone, "exp", "pull", "origin", "bs8")
+    dvc(clone, "exp", "apply", "bs8")
+    assert (clone / "data/train/model.pt").is_file()
+    assert yaml.safe_load((clone / "params.yaml").read_text())["train"]["batch_size"] == 8
