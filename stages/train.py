@@ -1,6 +1,7 @@
 """DVC stage `train`: train the tutorial's CNN on the prepared data (--data) into --out
-(model.pt; checkpoints/ and tensorboard/ beside it, outside DVC) and --live (DVCLive's
-metrics.json and plots/). It resumes from the newest matching checkpoint.
+(model.pt; checkpoints/ and tensorboard/ beside it, outside DVC: a queued experiment's
+go to the repository's --out) and --live (DVCLive's metrics.json and plots/). It resumes
+from the newest matching checkpoint.
 
 --stop-at pauses it at a deadline (exit status 75; the same command continues), and
 --mirror keeps its newest checkpoint where another machine can continue it (in
@@ -11,7 +12,7 @@ With train.num_devices > 1 it runs itself under torchrun, one process per device
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 
-from cifar10_tutorial.training.checkpoints import TrainPaths
+from cifar10_tutorial.training.checkpoints import stage_paths
 from cifar10_tutorial.cli import add_continuation, add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.training.continuation import from_stage, run_ended
 from cifar10_tutorial.files import hold_run_lock
@@ -32,7 +33,7 @@ def main() -> None:
     if not launched_by_torchrun():  # the launching process holds it for its ranks
         hold_run_lock(args.out, " ".join(["stages/train.py", *sys.argv[1:]]))
     relaunch_on_devices(params.train, params.run, __file__, sys.argv[1:])
-    train(params, load_prepared(args.data), TrainPaths(args.out, args.live), continuation=cont)
+    train(params, load_prepared(args.data), stage_paths(args.out, args.live), continuation=cont)
     run_ended(cont)
 
 

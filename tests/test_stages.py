@@ -4,6 +4,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -362,3 +363,33 @@ def test_an_experiment_run_after_the_remote_is_added_travels_with_exp_push(tmp_p
     dvc(clone, "exp", "apply", "bs8")
     assert (clone / "data/train/model.pt").is_file()
     assert yaml.safe_load((clone / "params.yaml").read_text())["train"]["batch_size"] == 8
+
+
+@pytest.mark.e2e
+def test_queued_experiments_keep_their_checkpoints_and_tensorboard_logs(tmp_path):
+    """Issue 36 item 8: after `dvc queue start` an experiment held only reports/train; its
+    checkpoints and TensorBoard logs went with DVC's temporary workspace."""
+    project = tiny_project(tmp_path, dict(train_per_batch=20, test=20, seed=1),
+                           train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
+                           run=dict(checkpoint_every=2, summary_every=2),
+                           input={"min_fraction_of_examples_in_queue": 0.1},
+                           eval={"every_steps": 0})
+    dvc(project, "repro")
+    commit(project, "a first run")
+    for bs in (8, 4):
+        dvc(project, "exp", "run", "--queue", "-n", f"bs{bs}", "-S", f"train.batch_size={bs}")
+    dvc(project, "queue", "start", "-j", "2")
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        status = dvc(project, "queue", "status").stdout
+        if "Queued" not in status and "Running" not in status:
+            break
+        time.sleep(3)
+    assert "Success" in status and "Failed" not in status, status
+    for name in ("bs8", "bs4"):
+        ckpts = sorted((project / "data/train/queued" / name / "checkpoints").glob("ckpt-*.pt"))
+        assert [p.name for p in ckpts] == ["ckpt-00000002.pt", "ckpt-00000004.pt"], name
+        assert list((project / "data/train/tensorboard").glob(f"{name}-*/events.out.tfevents.*"))
+    assert not (project / ".dvc/tmp/exps").exists() or not any(
+        (project / ".dvc/tmp/exps").glob("*/data/train/checkpoints"))
+    dvc(project, "repro")  # the workspace's own run is undisturbed by the queued ones' folders

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,22 +39,52 @@ KEEP_CHECKPOINTS = 2
 @dataclass(frozen=True)
 class TrainPaths:
     """Where a run writes: ``out_dir`` (checkpoints/, tensorboard/, model.pt) and ``live_dir``
-    (DVCLive's metrics.json and plots/). The stage gets both from dvc.yaml."""
+    (DVCLive's metrics.json and plots/). The stage gets both from dvc.yaml; a queued DVC
+    experiment keeps its checkpoints and TensorBoard logs elsewhere (:func:`stage_paths`)."""
 
     out_dir: Path
     live_dir: Path
+    checkpoints_dir: Optional[Path] = None  # None: out_dir/checkpoints
+    tensorboard_dir: Optional[Path] = None  # None: out_dir/tensorboard
 
     @property
     def checkpoints(self) -> Path:
-        return self.out_dir / "checkpoints"
+        return self.checkpoints_dir or self.out_dir / "checkpoints"
 
     @property
     def tensorboard(self) -> Path:
-        return self.out_dir / "tensorboard"
+        return self.tensorboard_dir or self.out_dir / "tensorboard"
 
     @property
     def model(self) -> Path:
         return self.out_dir / "model.pt"
+
+
+def queued_workspace(cwd: Optional[Path] = None) -> Optional[Path]:
+    """The repository a queued DVC experiment belongs to, when ``cwd`` is the temporary
+    workspace DVC runs it in (``<repo>/.dvc/tmp/exps/<id>/``, deleted when it ends)."""
+    parts = (cwd or Path.cwd()).resolve().parts
+    for i in range(len(parts) - 3, 0, -1):
+        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return None
+
+
+def stage_paths(out: Path, live: Path) -> TrainPaths:
+    """The train stage's paths. In a queued DVC experiment (``dvc queue start``) the
+    checkpoints and TensorBoard logs, which are not DVC outputs, would go with DVC's
+    temporary workspace; they go to the repository's ``out`` instead: the logs beside the
+    workspace's own (one subfolder per run), the checkpoints under ``queued/<experiment>``
+    (the same experiment queued again resumes from them)."""
+    repo = queued_workspace()
+    if repo is None or out.is_absolute():
+        return TrainPaths(out, live)
+    name = os.environ.get("DVC_EXP_NAME") or Path.cwd().name
+    paths = TrainPaths(out, live, repo / out / "queued" / name / "checkpoints",
+                       repo / out / "tensorboard")
+    log.info("queued experiment %s: checkpoints in %s, TensorBoard logs in %s (they outlive "
+             "DVC's temporary workspace)", name, paths.checkpoints, paths.tensorboard)
+    return paths
 
 
 DROP_IT = "delete this file to resume from the checkpoint before it"
@@ -194,7 +225,7 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
 # variant's work folder also holds its raw/ and prepared/ data); anything else there is
 # not the run's to replace or delete (DVCLive's start-up clean-up deletes a dvc.yaml or
 # params.yaml in its folder), and a folder of published weights holds a card (README.md).
-OUT_NAMES = {"model.pt", "checkpoints", "tensorboard", "raw", "prepared", ".gitignore"}
+OUT_NAMES = {"model.pt", "checkpoints", "tensorboard", "queued", "raw", "prepared", ".gitignore"}
 LIVE_NAMES = {"metrics.json", "plots", "provenance.json", ".gitignore"}
 
 
