@@ -7,16 +7,21 @@ from the newest matching checkpoint.
 --mirror keeps its newest checkpoint where another machine can continue it (in
 <mirror>/train); both also from the environment (docs/continuing.md).
 
-With train.num_devices > 1 it runs itself under torchrun, one process per device.
+With train.num_devices > 1 it runs itself under torchrun, one process per device; with
+--nnodes N and --rdzv-endpoint HOST:PORT, the same command on each of N machines runs
+num_devices / N of them there (docs/devices.md).
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
+import socket
 import sys
 
 from cifar10_tutorial.training.checkpoints import stage_paths
-from cifar10_tutorial.cli import add_continuation, add_paths, parse_stage_args, run_stage, stage_parser
+from cifar10_tutorial.cli import (add_continuation, add_nodes, add_paths, parse_stage_args,
+                                  run_stage, stage_parser)
 from cifar10_tutorial.training.continuation import from_stage, run_ended
 from cifar10_tutorial.files import hold_run_lock
-from cifar10_tutorial.training.distributed import launched_by_torchrun, relaunch_on_devices
+from cifar10_tutorial.training.distributed import (launched_by_torchrun, nodes_from_stage,
+                                                   relaunch_on_devices)
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.data.prepared import load_prepared
 from cifar10_tutorial.training.train import train
@@ -27,12 +32,15 @@ def main() -> None:
     add_paths(ap, data="the prepared data", out="model.pt, checkpoints/, tensorboard/",
               live="DVCLive's metrics.json and plots/")
     add_continuation(ap)
+    add_nodes(ap)
     args = parse_stage_args(ap, __file__)
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, "train")
+    nodes = nodes_from_stage(args.nnodes, args.rdzv_endpoint, args.rdzv_id)
     if not launched_by_torchrun():  # the launching process holds it for its ranks
-        hold_run_lock(args.out, " ".join(["stages/train.py", *sys.argv[1:]]))
-    relaunch_on_devices(params.train, params.run, __file__, sys.argv[1:])
+        hold_run_lock(args.out, " ".join(["stages/train.py", *sys.argv[1:]]),
+                      socket.gethostname() if nodes.count > 1 else None)
+    relaunch_on_devices(params.train, params.run, __file__, sys.argv[1:], nodes)
     train(params, load_prepared(args.data), stage_paths(args.out, args.live), continuation=cont)
     run_ended(cont)
 

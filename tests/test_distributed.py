@@ -11,6 +11,7 @@ import psutil
 import pytest
 import torch
 
+from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import to_dict
 from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
 from cifar10_tutorial.training.continuation import PAUSED_EXIT, STOP_AT_ENV
@@ -40,6 +41,14 @@ def start_until(proj, marker):
                if "stages/train.py" in " ".join(c.cmdline())
                and "torch.distributed.run" not in c.cmdline()]  # not torchrun itself
     return proc, workers
+
+
+def free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
 
 
 def assert_same_weights(a_path, b_path, atol):
@@ -134,23 +143,24 @@ def test_two_processes_pause_at_the_deadline_once_and_continue(synth_data, tmp_p
 
 @pytest.mark.e2e
 def test_two_single_process_nodes_through_c10d_rendezvous(synth_data, tmp_path):
-    proj = project(tmp_path, synth_data, input={"shuffle": "permutation"},
-                   train={"batch_size": 16, "num_devices": 2, "max_steps": 10}, run={"checkpoint_every": 100, "summary_every": 100})
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-           "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=test-nodes",
-           "--max-restarts=0", "stages/train.py"]
-    nodes = [subprocess.Popen(cmd, cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=ENV) for _ in range(2)]
+    """Two "nodes" on 127.0.0.1, each in a folder of its own, started as docs/devices.md
+    says: the stage's --nnodes and --rdzv-endpoint; rank 0's node writes the results."""
+    params = to_dict(tiny_params(input={"shuffle": "permutation"},
+                                 train={"batch_size": 16, "num_devices": 2, "max_steps": 10},
+                                 run={"checkpoint_every": 100, "summary_every": 100}))
+    folders = [write_train_project(tmp_path / f"node{i}", synth_data, params) for i in range(2)]
+    cmd = [sys.executable, "stages/train.py", "--nnodes", "2", "--rdzv-endpoint",
+           f"127.0.0.1:{free_port()}", "--rdzv-id", "test-nodes"]
+    nodes = [subprocess.Popen(cmd, cwd=f, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=ENV) for f in folders]
     outs = [n.communicate(timeout=300)[0] for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
+    assert all("all 2 nodes joined at 127.0.0.1:" in o for o in outs)
     assert sum(": step 10," in o for o in outs) == 1  # only rank 0 logs
-    import json
-    metrics = json.loads((proj / "reports/train/metrics.json").read_text())
-    made = json.loads((proj / "reports/train/provenance.json").read_text())
+    wrote = [f for f in folders if (f / "reports/train/metrics.json").is_file()]
+    assert len(wrote) == 1
+    metrics = json.loads((wrote[0] / "reports/train/metrics.json").read_text())
+    made = json.loads((wrote[0] / "reports/train/provenance.json").read_text())
     assert made["world_size"] == 2 and metrics["step"] == 10
 
 
@@ -295,3 +305,38 @@ def test_the_train_stage_uses_the_cpus_it_is_given_and_records_why(tmp_path, syn
     made = json.loads((project / "reports/train/provenance.json").read_text())
     assert made["cpu_threads"] == 1 and made["cpu_threads_from"] == "1 CPUs (CPU affinity)"
     assert made["device"].endswith(", 1 thread")
+
+
+# ----------------------------------------------------------------------------- several nodes
+
+
+@pytest.mark.e2e
+def test_a_node_alone_says_what_it_waits_for_and_gives_up_at_the_join_timeout(synth_data, tmp_path):
+    """Issue 37 item 2: one node of two started alone printed nothing for torch's 600 s."""
+    proj = project(tmp_path, synth_data, train={"num_devices": 2, "max_steps": 5},
+                   run={"join_timeout_s": 6})
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "stages/train.py", "--nnodes", "2", "--rdzv-endpoint",
+                           f"127.0.0.1:{free_port()}", "--rdzv-id", "lonely"], cwd=proj,
+                          capture_output=True, text=True, timeout=300, env=ENV)
+    took = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "waiting for all 2 nodes to join the rendezvous at 127.0.0.1:" in proc.stderr
+    assert "up to 6 s (run.join_timeout_s); start the same command on every node" in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "the job never formed: fewer than 2 nodes joined the rendezvous at 127.0.0.1:" in last
+    assert "(job id lonely) within 6 s (run.join_timeout_s)" in last, last
+    assert took < 120
+
+
+def test_the_nodes_must_share_the_devices_evenly_and_name_an_endpoint():
+    from cifar10_tutorial.training.distributed import Nodes, torchrun_command
+
+    with pytest.raises(PipelineError, match="needs --rdzv-endpoint HOST:PORT"):
+        Nodes(2).per_node(4)
+    with pytest.raises(PipelineError, match="train.num_devices is 3, which 2 nodes cannot share"):
+        Nodes(2, "h:1").per_node(3)
+    cmd = torchrun_command(4, 3, "stages/train.py", ["--nnodes", "2"], Nodes(2, "h:29400", "j7"), 90)
+    assert cmd[3:] == ["--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
+                       "--rdzv_endpoint=h:29400", "--rdzv_id=j7", "--rdzv_conf=join_timeout=90",
+                       "--max-restarts=3", "stages/train.py", "--nnodes", "2"]

@@ -46,6 +46,20 @@ def add_continuation(ap: argparse.ArgumentParser) -> None:
                          "there is no checkpoint here (default: $CIFAR10_CHECKPOINT_MIRROR)")
 
 
+def add_nodes(ap: argparse.ArgumentParser) -> None:
+    """``--nnodes``, ``--rdzv-endpoint``, ``--rdzv-id``: one job across several machines
+    (docs/devices.md; not params: they cannot change the results)."""
+    ap.add_argument("--nnodes", type=int, default=None,
+                    help="machines in the job, each running this same command with "
+                         "train.num_devices / nnodes processes (default: $CIFAR10_NNODES, or 1)")
+    ap.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                    help="where the nodes meet, the same on every node, usually node 0 "
+                         "(default: $CIFAR10_RDZV_ENDPOINT)")
+    ap.add_argument("--rdzv-id", metavar="ID",
+                    help="the job's id at the endpoint, e.g. a scheduler's job id "
+                         "(default: $CIFAR10_RDZV_ID, or cifar10)")
+
+
 def add_paths(ap: argparse.ArgumentParser, **paths: str) -> None:
     """Path options ``--NAME`` (underscores as dashes), each with its help text; those not
     given are taken from the stage's command in dvc.yaml (:func:`parse_stage_args`)."""

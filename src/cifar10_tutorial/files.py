@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 from pathlib import Path
+from typing import Optional
 
 # Where the code lives in a checkout: the folder that holds the package (what a subprocess
 # needs on PYTHONPATH) and the stage scripts beside it.
@@ -113,16 +114,18 @@ RUN_LOCK_SUFFIX = ".run-lock"
 _held: dict = {}  # folder -> its open lock file, held until the process ends
 
 
-def hold_run_lock(folder: Path, command: str) -> None:
+def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> None:
     """One run per output folder: an exclusive lock on ``.<folder name>.run-lock`` beside
     ``folder``, held until this process ends (the kernel releases it on any exit, kill -9
     included, so a killed run never leaves it stuck). A second run on the same folder stops
-    at once with one line naming the first (its pid, start and command)."""
+    at once with one line naming the first (its pid, start and command). ``host``: one lock
+    per machine (``.<folder name>.<host>.run-lock``), for the nodes of one job that share
+    the folder on a network file system."""
     import fcntl
     import time
 
     folder = Path(folder)
-    path = folder.parent / f".{folder.name}{RUN_LOCK_SUFFIX}"
+    path = folder.parent / f".{folder.name}{'.' + host if host else ''}{RUN_LOCK_SUFFIX}"
     path.parent.mkdir(parents=True, exist_ok=True)
     f = open(path, "a+")
     try:

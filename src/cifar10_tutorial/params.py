@@ -126,6 +126,7 @@ class RunParams(Section):
     summary_every: int = 100  # steps between TensorBoard summaries
     max_restarts: int = 3  # torchrun restarts of a failed multi-process job (then resume)
     collective_timeout_s: float = 300.0  # a rank that stops answering fails the job after this
+    join_timeout_s: float = 600.0  # several nodes: how long each waits for the others to join
     # workers that fill the shuffle queue; 0: filled inline between steps (the same batches
     # either way, and inline is the fastest on CPU; the tutorial used 16 threads)
     queue_threads: int = 0
@@ -134,8 +135,9 @@ class RunParams(Section):
         for name in ("checkpoint_every", "summary_every"):
             if getattr(self, name) < 1:
                 raise ParamsError(f"run.{name}: expected >= 1, found {getattr(self, name)}")
-        if self.max_restarts < 0 or self.collective_timeout_s <= 0:
-            raise ParamsError("run.max_restarts must be >= 0 and run.collective_timeout_s > 0")
+        if self.max_restarts < 0 or self.collective_timeout_s <= 0 or self.join_timeout_s <= 0:
+            raise ParamsError("run.max_restarts must be >= 0, run.collective_timeout_s and "
+                              "run.join_timeout_s > 0")
         if self.queue_threads < 0:
             raise ParamsError(f"run.queue_threads: expected >= 0, found {self.queue_threads}")
 

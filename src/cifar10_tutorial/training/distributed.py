@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -22,6 +23,31 @@ from ..param_reads import flush_reads
 
 PAUSED_EXIT = 75  # EX_TEMPFAIL: try again later; distinct from failures (1) and signals (128+N)
 PAUSE_MARK_ENV = "CIFAR10_PAUSE_MARK"
+JOIN_MARK_ENV = "CIFAR10_JOIN_MARK"  # a file the job's first local process touches once joined
+NODES_ENV = {"count": "CIFAR10_NNODES", "endpoint": "CIFAR10_RDZV_ENDPOINT",
+             "job_id": "CIFAR10_RDZV_ID"}
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """The machines of one job: how many, the rendezvous endpoint every node gives
+    (``HOST:PORT``, usually on node 0) and the job's id there. One: this machine alone."""
+
+    count: int = 1
+    endpoint: Optional[str] = None
+    job_id: str = "cifar10"
+
+    def per_node(self, num_devices: int) -> int:
+        """Processes on each node; checked: the nodes split ``train.num_devices`` evenly."""
+        if self.count < 1:
+            raise PipelineError(f"--nnodes {self.count}: give 1 or more nodes")
+        if self.count > 1 and not self.endpoint:
+            raise PipelineError(f"--nnodes {self.count} needs --rdzv-endpoint HOST:PORT (or "
+                                f"{NODES_ENV['endpoint']}), the same on every node")
+        if num_devices % self.count:
+            raise PipelineError(f"train.num_devices is {num_devices}, which {self.count} nodes "
+                                f"cannot share evenly; set it to a multiple of --nnodes")
+        return num_devices // self.count
 
 
 @dataclass(frozen=True)
@@ -44,6 +70,17 @@ class Dist:
 ALONE = Dist()
 
 
+def nodes_from_stage(count: Optional[int], endpoint: Optional[str],
+                     job_id: Optional[str]) -> Nodes:
+    """The stage's ``--nnodes``, ``--rdzv-endpoint`` and ``--rdzv-id``, each defaulting to
+    its environment variable (:data:`NODES_ENV`): how a run is carried out, not a param."""
+    text = str(count) if count is not None else os.environ.get(NODES_ENV["count"], "1")
+    if not text.strip().isdigit():
+        raise PipelineError(f"{NODES_ENV['count']}={text!r}: give a whole number of nodes")
+    return Nodes(int(text), endpoint or os.environ.get(NODES_ENV["endpoint"]) or None,
+                 job_id or os.environ.get(NODES_ENV["job_id"]) or "cifar10")
+
+
 def launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -56,14 +93,16 @@ def this_process() -> Dist:
     return Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
 
 
-def check_devices(tr) -> None:
-    """Fail before anything starts when ``train.num_devices`` asks for more GPUs than exist
-    (or for any GPU where there is none): before torchrun, whose restarts would repeat it."""
+def check_devices(tr, per_node: Optional[int] = None) -> None:
+    """Fail before anything starts when this node's share of ``train.num_devices`` asks for
+    more GPUs than exist (or for any GPU where there is none): before torchrun, whose
+    restarts would repeat it."""
     if tr.device == "cuda":
         pick_device("cuda")
-    if tr.num_devices > 1 and tr.device != "cpu" and torch.cuda.is_available():
+    want = tr.num_devices if per_node is None else per_node
+    if want > 1 and tr.device != "cpu" and torch.cuda.is_available():
         have = torch.cuda.device_count()
-        if tr.num_devices > have:
+        if want > have:
             raise PipelineError(
                 f"train.num_devices is {tr.num_devices} but {have} GPU(s) are visible "
                 f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); set "
@@ -71,13 +110,42 @@ def check_devices(tr) -> None:
                 f"processes.")
 
 
-def torchrun_command(num_devices: int, max_restarts: int, script: str, args: list[str]) -> list[str]:
-    """The command that runs ``script`` as ``num_devices`` processes on this machine."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={num_devices}", f"--max-restarts={max_restarts}", script, *args]
+def torchrun_command(num_devices: int, max_restarts: int, script: str, args: list[str],
+                     nodes: Nodes = Nodes(), join_timeout_s: float = 600.0) -> list[str]:
+    """The command that runs ``script`` as ``num_devices`` processes: on this machine, or
+    shared among ``nodes`` that meet at their rendezvous endpoint (c10d), each waiting up to
+    ``join_timeout_s`` for the others."""
+    if nodes.count <= 1:
+        where = ["--standalone", f"--nproc_per_node={num_devices}"]
+    else:
+        where = [f"--nnodes={nodes.count}", f"--nproc_per_node={nodes.per_node(num_devices)}",
+                 "--rdzv_backend=c10d", f"--rdzv_endpoint={nodes.endpoint}",
+                 f"--rdzv_id={nodes.job_id}", f"--rdzv_conf=join_timeout={join_timeout_s:g}"]
+    return [sys.executable, "-m", "torch.distributed.run", *where,
+            f"--max-restarts={max_restarts}", script, *args]
 
 
-def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
+def _say_while_joining(job, joined: Path, nodes: Nodes, timeout: float) -> None:
+    """Until the job forms: what this node waits for, then every 30 s how long it has."""
+    import socket
+    import time
+
+    print(f"node {socket.gethostname()}: waiting for all {nodes.count} nodes to join the "
+          f"rendezvous at {nodes.endpoint} (job id {nodes.job_id}), up to {timeout:g} s "
+          f"(run.join_timeout_s); start the same command on every node", file=sys.stderr,
+          flush=True)
+    start, note = time.monotonic(), 30.0
+    while job.poll() is None and not joined.exists():
+        time.sleep(0.5)
+        if time.monotonic() - start >= note:
+            print(f"still waiting for the other nodes at {nodes.endpoint} ({note:.0f} of "
+                  f"{timeout:g} s)", file=sys.stderr, flush=True)
+            note += 30.0
+    if joined.exists():
+        print(f"all {nodes.count} nodes joined at {nodes.endpoint}", file=sys.stderr, flush=True)
+
+
+def relaunch_on_devices(tr, run, script: str, argv: list[str], nodes: Nodes = Nodes()) -> None:
     """With ``train.num_devices`` > 1, outside torchrun: run ``script`` under torchrun as one
     process per device (this function then returns in each of them; torchrun restarts a
     failed job ``run.max_restarts`` times), wait for it here, and exit with its status, or
@@ -85,21 +153,26 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
     end with 0 then, so that torchrun does not take the pause for a failure).
 
     SIGTERM and SIGHUP sent to this process are passed on to torchrun, which passes them
-    to its processes (they checkpoint and stop); Ctrl-C reaches them all from the terminal."""
+    to its processes (they checkpoint and stop); Ctrl-C reaches them all from the terminal.
+    With several ``nodes`` it says what it waits for until they have all joined, and a job
+    that never formed is one line (:class:`PipelineError`)."""
     if tr.num_devices <= 1 or launched_by_torchrun():
         return
     import signal
     import subprocess
     import tempfile
+    import threading
 
-    check_devices(tr)
-    cmd = torchrun_command(tr.num_devices, run.max_restarts, script, argv)
+    check_devices(tr, nodes.per_node(tr.num_devices))
+    cmd = torchrun_command(tr.num_devices, run.max_restarts, script, argv, nodes,
+                           run.join_timeout_s)
     print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
     flush_reads()
     sys.stdout.flush()
     with tempfile.TemporaryDirectory(prefix="cifar10-launch-") as tmp:
-        mark = Path(tmp) / "paused"
-        job = subprocess.Popen(cmd, env={**os.environ, PAUSE_MARK_ENV: str(mark)})
+        mark, joined = Path(tmp) / "paused", Path(tmp) / "joined"
+        job = subprocess.Popen(cmd, env={**os.environ, PAUSE_MARK_ENV: str(mark),
+                                         JOIN_MARK_ENV: str(joined)})
 
         def pass_on(signum, _frame):
             job.send_signal(signum)
@@ -107,8 +180,17 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str]) -> None:
         signal.signal(signal.SIGTERM, pass_on)
         signal.signal(signal.SIGHUP, pass_on)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if nodes.count > 1:
+            threading.Thread(target=_say_while_joining, daemon=True,
+                             args=(job, joined, nodes, run.join_timeout_s)).start()
         status = job.wait()
         paused = status == 0 and mark.exists()  # only a pause writes it
+        formed = joined.exists()
+    if status and nodes.count > 1 and not formed:
+        raise PipelineError(f"the job never formed: fewer than {nodes.count} nodes joined the "
+                            f"rendezvous at {nodes.endpoint} (job id {nodes.job_id}) within "
+                            f"{run.join_timeout_s:g} s (run.join_timeout_s); start the same "
+                            f"command on every node, with the same endpoint and job id")
     raise SystemExit(PAUSED_EXIT if paused else (status if status >= 0 else 128 - status))
 
 
@@ -154,6 +236,8 @@ def init_distributed(tr, run) -> tuple[Dist, torch.device]:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
                             store=dist.PrefixStore(f"cifar10-attempt-{attempt}", store),
                             rank=d.rank, world_size=d.world, timeout=timeout)
+    if d.local_rank == 0 and os.environ.get(JOIN_MARK_ENV):
+        Path(os.environ[JOIN_MARK_ENV]).touch()  # the launcher stops waiting aloud
     return d, device
 
 
