@@ -2,6 +2,7 @@
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -340,3 +341,69 @@ def test_the_nodes_must_share_the_devices_evenly_and_name_an_endpoint():
     assert cmd[3:] == ["--nnodes=2", "--nproc_per_node=2", "--rdzv_backend=c10d",
                        "--rdzv_endpoint=h:29400", "--rdzv_id=j7", "--rdzv_conf=join_timeout=90",
                        "--max-restarts=3", "stages/train.py", "--nnodes", "2"]
+
+
+@pytest.mark.e2e
+def test_a_lost_node_of_two_with_separate_folders_resumes_to_the_uninterrupted_weights(
+        synth_data, tmp_path):
+    """Issue 37 item 1: kill the node that is rank 0 (it holds every checkpoint) and restart
+    both; the rendezvous may make the other node, whose folder holds none, rank 0. Every
+    rank resumes from the newest checkpoint any node holds, sent from that node, and the
+    run ends with the weights of a run never interrupted."""
+    params = to_dict(tiny_params(input={"shuffle": "permutation"},
+                                 train={"batch_size": 16, "num_devices": 2, "max_steps": 120,
+                                        "log_every": 10},
+                                 run={"checkpoint_every": 20, "summary_every": 1000,
+                                      "collective_timeout_s": 10, "max_restarts": 0}))
+    env = {**ENV, "OMP_NUM_THREADS": "1"}
+
+    def start(folder, port, rdzv):
+        return subprocess.Popen([sys.executable, "stages/train.py", "--nnodes", "2",
+                                 "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", rdzv],
+                                cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, start_new_session=True)
+
+    ref = [write_train_project(tmp_path / f"ref{i}", synth_data, params) for i in range(2)]
+    port = free_port()
+    runs = [start(f, port, "ref") for f in ref]
+    assert [r.wait(timeout=300) for r in runs] == [0, 0]
+    ref_model = next(f / "data/train/model.pt" for f in ref if (f / "data/train/model.pt").exists())
+
+    folders = [write_train_project(tmp_path / f"node{i}", synth_data, params) for i in range(2)]
+    port = free_port()
+    nodes = [start(f, port, "first") for f in folders]
+    rank0 = None
+    import selectors
+    sel = selectors.DefaultSelector()
+    for i, n in enumerate(nodes):
+        sel.register(n.stdout, selectors.EVENT_READ, i)
+    deadline = time.time() + 300
+    while rank0 is None and time.time() < deadline:
+        for key, _ in sel.select(timeout=5):
+            line = key.fileobj.readline()
+            if ": step 60," in line:
+                rank0 = key.data
+    assert rank0 is not None, "no step 60 logged"
+    for n in nodes:  # the node that was rank 0 is lost; then the other is stopped too
+        os.killpg(n.pid, signal.SIGKILL)
+        n.wait(timeout=60)
+    held = [sorted(p.name for p in (f / "data/train/checkpoints").glob("ckpt-*.pt"))
+            if (f / "data/train/checkpoints").exists() else [] for f in folders]
+    assert held[rank0] and not held[1 - rank0]
+    port = free_port()
+    again = [start(folders[1 - rank0], port, "second")]
+    time.sleep(3)  # the node without checkpoints first: it tends to become rank 0
+    again.insert(rank0, start(folders[rank0], port, "second"))
+    outs = [n.communicate(timeout=300)[0] for n in again]
+    assert [n.returncode for n in again] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+    assert any("resuming from" in o for o in outs), outs
+    new_rank0 = next(i for i, f in enumerate(folders) if (f / "data/train/model.pt").exists())
+    print(f"rank 0 was node {rank0}, then node {new_rank0}")
+    if new_rank0 != rank0:  # the node that held no checkpoint received the other's
+        assert "newer than any checkpoint here: kept in" in outs[new_rank0], outs[new_rank0]
+    a = load_checkpoint(ref_model)
+    b = load_checkpoint(folders[new_rank0] / "data/train/model.pt")
+    assert a["step"] == b["step"] == 120
+    for key in ("model", "ema"):
+        for name in a[key]:
+            torch.testing.assert_close(a[key][name], b[key][name], rtol=0, atol=0)

@@ -90,11 +90,15 @@ def stage_paths(out: Path, live: Path) -> TrainPaths:
 DROP_IT = "delete this file to resume from the checkpoint before it"
 
 
-def load_checkpoint(path: Path, device="cpu") -> dict:
+def load_checkpoint(path: Path, device="cpu", data: Optional[bytes] = None) -> dict:
     """Load a checkpoint without unpickling code, checked for what every reader takes from
-    it (the weights, their averages, the step); a damaged file is one clear line."""
+    it (the weights, their averages, the step); a damaged file is one clear line.
+    ``data``: the file's bytes, received from another rank (``path`` names it)."""
+    import io
+
     try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
+        ckpt = torch.load(io.BytesIO(data) if data is not None else path, map_location=device,
+                          weights_only=True)
     except Exception as exc:  # torch raises several types; its text may advise unsafe loading
         raise TrainingError(f"{path}: cannot be loaded as a checkpoint ({type(exc).__name__}): "
                             f"it is damaged or truncated. Delete this file to resume from the "
@@ -199,7 +203,13 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
                     pulled = None
     barrier(d)
     ckpts = list_checkpoints(paths.checkpoints)
-    ckpt = load_checkpoint(ckpts[-1], device) if ckpts else None
+    newest, data = newest_of_all_ranks(ckpts[-1] if ckpts else None, d, device)
+    if d.main and data is not None and newest.parent != paths.checkpoints:
+        log.info("resuming from %s, newer than any checkpoint here: kept in %s", newest,
+                 paths.checkpoints)
+        (paths.checkpoints / newest.name).write_bytes(data)
+        ckpts = list_checkpoints(paths.checkpoints)
+    ckpt = load_checkpoint(newest, device, data) if newest else None
     if ckpt is not None and ckpt.get("signature") != signature:
         if d.main:
             log.info("checkpoints in %s were made with other data or params: starting afresh",
@@ -211,14 +221,42 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
                      "again from step 0", int(ckpt["step"]), max_steps)
         ckpt = None
     if ckpt is not None and (problem := resume_problem(ckpt, signature["world_size"])):
-        raise TrainingError(f"{ckpts[-1]}: not a checkpoint this run can resume ({problem}); "
+        raise TrainingError(f"{newest}: not a checkpoint this run can resume ({problem}); "
                             f"{DROP_IT}")
     barrier(d)
     if d.main and ckpt is None:
         _remove_run(paths, ckpts)
     elif d.main:
-        log.info("resuming from %s at step %d", ckpts[-1], int(ckpt["step"]))
+        log.info("resuming from %s at step %d", newest, int(ckpt["step"]))
     return ckpt
+
+
+def newest_of_all_ranks(mine: Optional[Path], d: Dist, device: torch.device
+                        ) -> tuple[Optional[Path], Optional[bytes]]:
+    """The newest checkpoint any rank of the job holds (by step; on a tie, the lowest
+    rank's), the same on every rank: its path on the rank that has it, and (in a job of
+    several processes) its bytes, sent from that rank. Nodes with folders of their own
+    thus resume alike, whichever node the rendezvous made rank 0."""
+    if not d.active:
+        return mine, None
+    import torch.distributed as dist
+
+    dev = device if device.type == "cuda" else torch.device("cpu")
+    step = int(mine.name[5:-3]) if mine is not None and mine.name[5:-3].isdigit() else -1
+    steps = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(d.world)]
+    dist.all_gather(steps, torch.tensor([step], dtype=torch.int64, device=dev))
+    steps = [int(t.item()) for t in steps]
+    src = steps.index(max(steps))
+    if steps[src] < 0:
+        return None, None
+    data = mine.read_bytes() if d.rank == src else b""
+    size = torch.tensor([len(data)], dtype=torch.int64, device=dev)
+    dist.broadcast(size, src)
+    buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev) if d.rank == src
+           else torch.empty(int(size.item()), dtype=torch.uint8, device=dev))
+    dist.broadcast(buf, src)
+    path = mine if d.rank == src else Path(f"(rank {src})") / f"ckpt-{steps[src]:08d}.pt"
+    return path, data if d.rank == src else buf.cpu().numpy().tobytes()
 
 
 # What a run makes in its two folders (DVC adds a .gitignore beside its outs; a data-set
