@@ -393,3 +393,60 @@ def test_queued_experiments_keep_their_checkpoints_and_tensorboard_logs(tmp_path
     assert not (project / ".dvc/tmp/exps").exists() or not any(
         (project / ".dvc/tmp/exps").glob("*/data/train/checkpoints"))
     dvc(project, "repro")  # the workspace's own run is undisturbed by the queued ones' folders
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """small_disk(name, size): a tmpfs of ``size`` mounted at tmp_path/name (skips where this
+    user cannot mount one: it needs root)."""
+    mounted = []
+
+    def make(name: str, size: str) -> Path:
+        where = tmp_path / name
+        where.mkdir()
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", str(where)], capture_output=True)
+
+
+@pytest.mark.e2e
+def test_a_disk_that_fills_up_is_one_line_naming_the_output(tmp_path, small_disk):
+    """Hostile cases B11, B38, W20-W22: numpy's and torch's errors on a full disk carry no
+    errno (tracebacks), and the stages' own said "an output file" and left partial files."""
+    project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
+                           train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
+                           run=dict(checkpoint_every=2, summary_every=2),
+                           input={"min_fraction_of_examples_in_queue": 0.1},
+                           eval={"every_steps": 0})
+    dvc(project, "repro", "train")
+
+    def one_line(proc, path):
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert last.startswith(f"error: {path}") and "No space left on device; free disk " \
+            "space there" in last, last
+
+    full = small_disk("prep", "400k")  # B11
+    one_line(run_stage(project, "preprocess", "--raw", "data/raw", "--out", str(full / "p")),
+             full / "p")
+    assert list(full.iterdir()) == []  # no temporary folder left
+    full = small_disk("train", "1500k")  # B38: the first checkpoint does not fit
+    proc = run_stage(project, "train", "--out", str(full / "tr"), "--live", str(tmp_path / "lv"))
+    one_line(proc, full / "tr" / "checkpoints")
+    assert not list((full / "tr" / "checkpoints").glob("*.tmp"))
+    full = small_disk("eval", "8k")  # W22
+    proc = run_stage(project, "eval", "--out", str(full / "ev"))
+    one_line(proc, full / "ev")
+    assert not [p for p in (full / "ev").iterdir() if ".tmp" in p.name]
+    full = small_disk("dl", "400k")  # W20: the archive does not fit
+    proc = run_stage(project, "download", "--out", str(full / "raw"), "--partial",
+                     str(full / "part"))
+    one_line(proc, full / "part")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -23,11 +24,49 @@ def md5_of(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+FULL_BELOW = 4 << 20  # bytes free under which a failed write is taken for a full disk
+
+
+@contextmanager
+def writing(path: Path, name: Optional[Path] = None):
+    """Around code that writes ``path``: a full disk, however the writer reports it (numpy
+    raises OSError without an errno, torch a RuntimeError), becomes ``OSError(ENOSPC)``
+    naming the file (``name``: the output to name instead, e.g. the folder a temporary one
+    becomes), which the stages print as one line (:func:`.cli.run_stage`)."""
+    shown = str(name or path)
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        code = getattr(exc, "errno", None)
+        if code == errno.ENOSPC or (code is None and _disk_full(Path(path))):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), shown) from None
+        if code in WRITE_HINTS and not getattr(exc, "filename", None):
+            raise OSError(code, exc.strerror, shown) from None
+        raise
+
+
+def _disk_full(path: Path) -> bool:
+    import shutil
+
+    folder = path if path.is_dir() else path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free < FULL_BELOW
+    except OSError:
+        return False
+
+
 def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + suffix)
-    write(tmp)
+    try:
+        with writing(tmp, path):
+            write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no partial file left beside the output
+        raise
     os.replace(tmp, path)
 
 

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from .datasets import DatasetSpec
-from ..files import md5_of, refuse_foreign
+from ..files import md5_of, refuse_foreign, writing
 from .prepared import META_NAME, PREPARED_NAMES, PrepareError
 
 log = logging.getLogger(__name__)
@@ -143,9 +143,10 @@ def _write_outputs(out_dir: Path, arrays: dict, meta: dict) -> None:
     """Write the arrays and meta.json under a temporary name, then rename into place."""
     tmp = _fresh_dir(out_dir, "tmp")
     try:
-        for name, arr in arrays.items():
-            np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
-        (tmp / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+        with writing(tmp, out_dir):
+            for name, arr in arrays.items():
+                np.save(tmp / f"{name}.npy", arr, allow_pickle=False)
+            (tmp / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
         _replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -300,6 +301,7 @@ def prepare_dataset(raw_dir: Path, out_dir: Path, data) -> dict:
     from .datasets import get_dataset
 
     spec = get_dataset(data.dataset)
-    if spec.format == "svhn_mat":
-        return prepare_svhn(raw_dir, out_dir, spec, extra=data.svhn_extra)
-    return prepare(Path(raw_dir) / spec.archive_name, out_dir, spec, data.label)
+    with writing(out_dir):  # a full disk is one line naming the output, however it shows
+        if spec.format == "svhn_mat":
+            return prepare_svhn(raw_dir, out_dir, spec, extra=data.svhn_extra)
+        return prepare(Path(raw_dir) / spec.archive_name, out_dir, spec, data.label)

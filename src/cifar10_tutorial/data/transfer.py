@@ -20,6 +20,7 @@ from typing import Callable, Optional
 from tqdm import tqdm
 
 from ..errors import PipelineError
+from ..files import writing
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def _bar(total: Optional[int], initial: int, name: str, progress: Optional[bool]
 def _stream(fin, part: Path, total: Optional[int], name: str, progress: Optional[bool],
             digest) -> None:
     """Copy the open file ``fin`` to ``part`` with a progress bar, hashing on the way."""
-    with open(part, "wb") as fout, _bar(total, 0, name, progress) as bar:
+    with writing(part), open(part, "wb") as fout, _bar(total, 0, name, progress) as bar:
         for chunk in iter(lambda: fin.read(CHUNK), b""):
             fout.write(chunk)
             digest.update(chunk)
@@ -199,8 +200,8 @@ def _http_attempt(url: str, part: Path, opts: DownloadOptions) -> None:
         if mode == "wb":
             sidecar(part).write_text(json.dumps({"url": url, "size": total}))
         got = have
-        with open(part, mode) as f, _bar(total, have, Path(urllib.parse.urlparse(url).path).name,
-                                         opts.progress) as bar:
+        name = Path(urllib.parse.urlparse(url).path).name
+        with writing(part), open(part, mode) as f, _bar(total, have, name, opts.progress) as bar:
             while True:
                 try:
                     chunk = resp.read(CHUNK)
