@@ -33,6 +33,16 @@ def test_file_url_and_plain_path(archive, tmp_path):
     assert not list((tmp_path / "part").glob("*"))
 
 
+def test_a_file_url_naming_another_host_is_refused(archive, tmp_path):
+    """Hostile case W2: file://otherhost/path read the local path, the host ignored."""
+    url = "file://otherhost" + str(archive["path"])
+    with pytest.raises(DownloadError, match=r"names a file on the host 'otherhost', but file:// "
+                                            r"reads this machine's files only"):
+        fetch(url, None, tmp_path / "raw" / "a.tar.gz", tmp_path / "part", FAST)
+    fetch("file://localhost" + str(archive["path"]), archive["md5"], tmp_path / "raw" / "b.tar.gz",
+          tmp_path / "part", FAST)
+
+
 @pytest.mark.parametrize("md5_pinned", [False, True])
 def test_a_url_naming_the_stages_own_output_keeps_the_only_copy(archive, tmp_path, md5_pinned):
     """Hostile case B1: with data.md5 null and data.url the download stage's own output,
@@ -385,6 +395,17 @@ def test_every_record_file_is_checked(tmp_path):
     _tar_gz(missing, {k: v for k, v in good.items() if not k.endswith("test_batch.bin")})
     with pytest.raises(DownloadError, match=r"no cifar-10-batches-bin/test_batch.bin \(test split\)"):
         fetch(str(missing), None, tmp_path / "raw" / "a.tar.gz", tmp_path / "part", FAST, check)
+    # hostile case W1: members named ./cifar-10-batches-bin/... (tar -C d -czf x .) are
+    # the same files; the check said they were missing while preprocess read them
+    dotted = tmp_path / "dotted.tar.gz"
+    names = "".join(f"class{i}\n" for i in range(10)).encode()
+    _tar_gz(dotted, {**{f"./{k}": v for k, v in good.items()},
+                     f"./{CIFAR10.folder}/batches.meta.txt": names})
+    fetch(str(dotted), None, tmp_path / "raw" / "d.tar.gz", tmp_path / "part", FAST, check)
+    from cifar10_tutorial.data.preprocess import prepare
+
+    assert prepare(tmp_path / "raw" / "d.tar.gz", tmp_path / "prep", CIFAR10)["counts"] == \
+        {"train": 10, "test": 2}
 
 
 def test_null_md5_prints_the_md5_and_how_to_pin_it(archive, tmp_path, caplog):

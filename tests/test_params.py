@@ -55,6 +55,9 @@ def test_wrong_types_are_errors(data, expected):
     ("train", "lr_decay_factor", 0.0, r"train.lr_decay_factor: expected a number in \(0, 1\]"),
     ("eval", "interval_secs", 0, r"eval.interval_secs: expected > 0, found 0"),
     ("eval", "interval_secs", -1, r"eval.interval_secs: expected > 0, found -1"),
+    # B16: a tolerance keyed by a number was a TypeError from re
+    ("regression", "tolerances", {1: -0.02}, r"regression.tolerances.1: expected a metric named "
+                                             r"train.<key> or eval.<key>"),
 ])
 def test_numbers_that_would_misbehave_later_name_their_key(section, key, value, expected):
     """Hostile cases W11, W12, B49, B50: a negative weight decay diverged naming the wrong

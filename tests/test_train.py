@@ -686,3 +686,14 @@ def test_a_damaged_newest_checkpoint_is_one_line(synth_data, tmp_path, damage, e
     with pytest.raises(TrainingError, match=expected + r".*delete this file to resume from the "
                                                        r"checkpoint before it"):
         train(p, synth_data, paths(tmp_path), progress=False)
+
+
+def test_a_batch_larger_than_the_training_set_is_refused(synth_data, tmp_path):
+    """Hostile case W23: train.batch_size 1000 on 200 images was accepted, each batch
+    repeating images."""
+    with pytest.raises(TrainingError, match=r"train.batch_size 1500 x 1 process\(es\) = 1500 "
+                                            r"images a step, more than the 1000 training "
+                                            r"images: lower train.batch_size to 1000 or less"):
+        train(tiny_params(train={"batch_size": 1500}), synth_data,
+              TrainPaths(tmp_path / "o", tmp_path / "l"), progress=False)
+    assert not (tmp_path / "o").exists()

@@ -222,7 +222,8 @@ class RegressionParams(Section):
 
     def __post_init__(self) -> None:
         for name, tol in self.tolerances.items():
-            if not re.fullmatch(r"(train|eval)\.[A-Za-z0-9_]+", name) or tol == 0:
+            if not (isinstance(name, str) and re.fullmatch(r"(train|eval)\.[A-Za-z0-9_]+", name)) \
+                    or tol == 0:
                 raise ParamsError(f"regression.tolerances.{name}: expected a metric named "
                                   f"train.<key> or eval.<key> and a non-zero change (negative: "
                                   f"the largest drop allowed, positive: the largest rise), "

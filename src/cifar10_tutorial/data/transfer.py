@@ -61,6 +61,11 @@ def local_source(url: str) -> Optional[Path]:
     """The local path a URL names, or None for a network URL."""
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):  # hostile case W2: the host was ignored
+            raise DownloadError(
+                f"data.url: {url!r} names a file on the host {parsed.netloc!r}, but file:// "
+                f"reads this machine's files only; use file:///PATH or a plain path for a local "
+                f"file, or an http(s):// URL to fetch it from {parsed.netloc}")
         return Path(urllib.request.url2pathname(parsed.path))
     if parsed.scheme in ("http", "https") or parsed.scheme in DVC_EXTRAS \
             or parsed.scheme in FSSPEC_BUILTIN:

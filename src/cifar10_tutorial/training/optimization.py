@@ -11,12 +11,19 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from ..errors import TrainingError
 from ..model import CifarNet, build_model
 from ..params import Params
 
 
 def total_steps(tr, num_train: int, global_batch: int) -> int:
-    """The run's length: ``train.max_epochs`` epochs when set, else ``train.max_steps``."""
+    """The run's length: ``train.max_epochs`` epochs when set, else ``train.max_steps``.
+    A global batch larger than the training set is refused (each batch would repeat images)."""
+    if global_batch > num_train:
+        raise TrainingError(f"train.batch_size {tr.batch_size} x {global_batch // tr.batch_size} "
+                            f"process(es) = {global_batch} images a step, more than the "
+                            f"{num_train} training images: lower train.batch_size to "
+                            f"{max(1, num_train * tr.batch_size // global_batch)} or less")
     if tr.max_epochs is not None:
         return max(1, math.ceil(tr.max_epochs * num_train / global_batch))
     return tr.max_steps
