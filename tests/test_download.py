@@ -395,6 +395,22 @@ def test_every_record_file_is_checked(tmp_path):
     _tar_gz(missing, {k: v for k, v in good.items() if not k.endswith("test_batch.bin")})
     with pytest.raises(DownloadError, match=r"no cifar-10-batches-bin/test_batch.bin \(test split\)"):
         fetch(str(missing), None, tmp_path / "raw" / "a.tar.gz", tmp_path / "part", FAST, check)
+    # hostile case B9: a file of more records than any of the set (a gzip bomb of zeros)
+    import dataclasses
+
+    small = dataclasses.replace(CIFAR10, max_records_per_file=2)
+    bomb = tmp_path / "bomb.tar.gz"
+    _tar_gz(bomb, {**good, f"{CIFAR10.folder}/data_batch_1.bin": bytes(rec * 3)})
+    with pytest.raises(DownloadError, match=r"data_batch_1.bin holds 3 records, more than any "
+                                            r"file of cifar10 \(2 at most\)"):
+        fetch(str(bomb), None, tmp_path / "raw" / "a.tar.gz", tmp_path / "part", FAST,
+              partial(check_gzip_tar, spec=small))
+    from cifar10_tutorial.data.prepared import PrepareError
+    from cifar10_tutorial.data.preprocess import prepare
+
+    with pytest.raises(PrepareError, match=r"data_batch_1.bin holds 9,219 bytes, more than any "
+                                           r"file of this data set \(6,146\)"):
+        prepare(bomb, tmp_path / "bomb-prep", small)
     # hostile case W1: members named ./cifar-10-batches-bin/... (tar -C d -czf x .) are
     # the same files; the check said they were missing while preprocess read them
     dotted = tmp_path / "dotted.tar.gz"
@@ -402,8 +418,6 @@ def test_every_record_file_is_checked(tmp_path):
     _tar_gz(dotted, {**{f"./{k}": v for k, v in good.items()},
                      f"./{CIFAR10.folder}/batches.meta.txt": names})
     fetch(str(dotted), None, tmp_path / "raw" / "d.tar.gz", tmp_path / "part", FAST, check)
-    from cifar10_tutorial.data.preprocess import prepare
-
     assert prepare(tmp_path / "raw" / "d.tar.gz", tmp_path / "prep", CIFAR10)["counts"] == \
         {"train": 10, "test": 2}
 

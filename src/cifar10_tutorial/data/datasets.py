@@ -37,6 +37,10 @@ class DatasetSpec:
     flip: bool = True  # random left-right flips by default
     optional_files: tuple = ()  # fetched only when asked for (SVHN's extra)
 
+    # the most records one file may hold: the official files hold 10,000 (CIFAR-10) or
+    # 50,000 (CIFAR-100's train.bin); a file of more is a bomb or not this set
+    max_records_per_file: int = 60_000
+
     @property
     def record_bytes(self) -> int:
         c, h, w = self.image_shape

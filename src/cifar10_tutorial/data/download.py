@@ -76,6 +76,11 @@ def check_gzip_tar(path: Path, source: str, spec=None) -> None:
                 if size is None:
                     raise DownloadError(f"{source}: the archive has no {member} ({split} split); "
                                         f"expected the official layout of {spec.name}. {MIRROR_HINT}")
+                if size > spec.max_records_per_file * spec.record_bytes:  # hostile case B9
+                    raise DownloadError(
+                        f"{source}: {member} holds {size // spec.record_bytes:,} records, more "
+                        f"than any file of {spec.name} ({spec.max_records_per_file:,} at most): "
+                        f"the archive is not {spec.name}. {MIRROR_HINT}")
                 if size == 0 or size % spec.record_bytes:
                     raise DownloadError(
                         f"{source}: {member} holds {size} bytes, not a whole number of "

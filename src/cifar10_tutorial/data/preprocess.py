@@ -53,14 +53,20 @@ def check_member(member: tarfile.TarInfo, archive: Path) -> Optional[PurePosixPa
     return name
 
 
-def read_archive(archive: Path, wanted: set[str]) -> dict[str, bytes]:
-    """Return the bytes of the wanted members (paths inside the archive), checking every member."""
+def read_archive(archive: Path, wanted: set[str], max_bytes: Optional[int] = None
+                 ) -> dict[str, bytes]:
+    """Return the bytes of the wanted members (paths inside the archive), checking every
+    member; one larger than ``max_bytes`` is refused before it is read."""
     found: dict[str, bytes] = {}
     try:
         with tarfile.open(archive, "r:gz") as tf:
             for member in tf:  # one streaming pass: gzip is never re-read
                 path = check_member(member, archive)
                 if path is not None and str(path) in wanted:
+                    if max_bytes is not None and member.size > max_bytes:  # hostile case B9
+                        raise PrepareError(f"{archive}: {path} holds {member.size:,} bytes, more "
+                                           f"than any file of this data set ({max_bytes:,}): "
+                                           f"the archive is not this set; check data.url")
                     f = tf.extractfile(member)
                     found[str(path)] = f.read() if f is not None else b""
     except (tarfile.TarError, EOFError, OSError) as exc:
@@ -162,7 +168,7 @@ def prepare(archive: Path, out_dir: Path, spec: DatasetSpec, label: str = "fine"
     labels_of = spec.label_set(label)
     member = lambda name: f"{spec.folder}/{name}"  # noqa: E731
     wanted = {member(f) for files in spec.splits.values() for f in files} | {member(labels_of.names_file)}
-    found = read_archive(archive, wanted)
+    found = read_archive(archive, wanted, spec.max_records_per_file * spec.record_bytes)
     missing = sorted(wanted - set(found))
     if missing:
         raise PrepareError(f"{archive}: missing {', '.join(missing)}; expected the official "
