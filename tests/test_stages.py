@@ -172,6 +172,13 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0
     assert "unknown key train.batchsize" in bad.stdout + bad.stderr
+    # hostile case W25: the failed experiment leaves its key in params.yaml; the next one
+    # failed naming it, with no word on why it was there
+    assert "batchsize" in (project / "params.yaml").read_text()
+    again = subprocess.run([DVC, "exp", "run", "-S", "train.batch_size=8"], cwd=project,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode != 0 and "a failed `dvc exp run -S` leaves its change in " \
+        "params.yaml: `git checkout params.yaml` undoes it" in again.stdout + again.stderr
 
 
 @pytest.mark.e2e

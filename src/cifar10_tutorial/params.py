@@ -9,6 +9,7 @@ message that names the key and the valid ones, instead of being ignored.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,7 +344,9 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     try:
         return params_from_dict(raw)
     except ParamsError as exc:
-        raise ParamsError(f"{path}: {exc}") from None
+        undo = (f" (a failed `dvc exp run -S` leaves its change in {path}: `git checkout "
+                f"{path}` undoes it)" if os.environ.get("DVC_ROOT") else "")  # hostile case W25
+        raise ParamsError(f"{path}: {exc}{undo}") from None
 
 
 def to_dict(params: Any) -> dict:
