@@ -191,3 +191,20 @@ def test_gpu_run_on_an_older_torch_from_the_checkout(synth_data, tmp_path):
 
     assert r["finished"] and r["torch"] != torch.__version__, r["torch"]
     assert r["correctness"]["losses"]["ok"] and r["side_by_side"]["together"]["processes"] == 2
+
+
+@pytest.mark.parametrize("before", [(True, True), (False, True), (True, False)])
+def test_the_correctness_check_restores_the_tf32_settings(synth_data, before):
+    """Issue 37 item 6: the check turned TF32 off and left it off for the timed parts."""
+    import torch
+
+    from cifar10_tutorial.speed.gpu_parts import losses_against_cpu
+
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+        out = losses_against_cpu(tiny_params(), synth_data, torch.device("cpu"), 2)
+        assert out["ok"] and out["max_rel_diff"] == 0.0  # CPU against CPU
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

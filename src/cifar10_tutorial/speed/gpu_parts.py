@@ -53,22 +53,24 @@ def input_step(params: Params, data: Prepared, device: torch.device, images=None
 
 
 def losses_against_cpu(params: Params, data: Prepared, device: torch.device, steps: int) -> dict:
-    """The first ``steps`` losses on ``device`` and on the CPU: same seed, same batches."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    """The first ``steps`` losses on ``device`` and on the CPU: same seed, same batches,
+    TF32 off for the comparison and restored after it (the timed parts run as users do)."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     cpu = torch.device("cpu")
     images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
     batches = make_batches(params, data, images, labels)
-    _, cpu_step = project_step(params, data, cpu, with_loss=True)
-    _, dev_step = project_step(params, data, device, with_loss=True)
     ref, got = [], []
     try:
+        _, cpu_step = project_step(params, data, cpu, with_loss=True)
+        _, dev_step = project_step(params, data, device, with_loss=True)
         for i in range(steps):
             x, y = batches.get(i)
             ref.append(cpu_step(x, y).item())
             got.append(dev_step(x.to(device), y.to(device)).item())
     finally:
         batches.close()
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
     worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
     return {"steps": steps, "cpu": ref, "device": got, "max_rel_diff": worst,
             "tolerance": LOSS_RTOL, "ok": worst <= LOSS_RTOL}
