@@ -1,7 +1,9 @@
 import json
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -226,3 +228,68 @@ def test_ci_run_names_the_archive_it_lacks(tmp_path, capsys):
     assert run_config("real", project) == 0
     assert ("CI configuration real: SKIPPED, nothing gated by it: it runs on a real archive, "
             "and none was given (--real-archive" in capsys.readouterr().out)
+
+
+@pytest.mark.e2e
+def test_the_official_gate_downloads_once_and_runs_until_a_baseline_is_committed(tmp_path):
+    """Issue 36 item 9: GitHub's runners download the official archive and gate on it. Here
+    a local HTTP server serves an archive in the official layout; .ci/official-gate fetches
+    it into its cache (once: the second run keeps the verified copy), then runs the
+    `official` configuration, which without a committed baseline runs and gates nothing."""
+    import functools
+    import http.server
+    import shutil
+    import threading
+
+    import yaml
+
+    from conftest import copy_project, init_repo
+    from cifar10_tutorial.data.synthetic import make_cifar10_archive
+
+    served = tmp_path / "served"
+    served.mkdir()
+    info = make_cifar10_archive(served / "cifar-10-binary.tar.gz", train_per_batch=40, test=100,
+                                seed=1)
+    hits = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            hits.append(self.path)
+
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(served)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        project = copy_project(tmp_path / "p")
+        shutil.copytree(ROOT / ".ci", project / ".ci")
+        config = yaml.safe_load((project / ".ci/configs/official.yaml").read_text())
+        assert config["params"]["regression.baseline"] == "reports/baseline/ci-official.json"
+        config["params"].update({"train.max_steps": 8, "train.batch_size": 32,
+                                 "train.log_every": 4, "run.checkpoint_every": 8,
+                                 "input.min_fraction_of_examples_in_queue": 0.1})
+        (project / ".ci/configs/official.yaml").write_text(yaml.safe_dump(config))
+        params = yaml.safe_load((project / "params.yaml").read_text())
+        params["data"].update(url=f"http://127.0.0.1:{httpd.server_port}/cifar-10-binary.tar.gz",
+                              md5=info["md5"])
+        (tmp_path / "served-params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        init_repo(project)
+        env = {**os.environ, "CIFAR10_CI_PARAMS": str(tmp_path / "served-params.yaml"),
+               "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        cache = tmp_path / "cache"
+        for _ in range(2):
+            proc = subprocess.run(["bash", ".ci/official-gate", str(cache)], cwd=project, env=env,
+                                  capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            assert "CI configuration official: NO BASELINE yet (reports/baseline/ci-official" \
+                   ".json is not committed): it ran (ok) and gated nothing" in proc.stdout
+        assert hits.count("/cifar-10-binary.tar.gz") == 1  # the second run kept the copy
+        assert (cache / "cifar-10-binary.tar.gz").read_bytes() == \
+            (served / "cifar-10-binary.tar.gz").read_bytes()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    workflow = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())
+    gate = workflow["jobs"]["gate"]
+    assert "CIFAR10_CI_OFFICIAL" in gate["env"] and any(
+        s.get("uses", "").startswith("actions/cache") for s in gate["steps"])
+    assert "official-gate" in (ROOT / ".ci/run").read_text()
