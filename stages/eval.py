@@ -30,7 +30,8 @@ def main() -> None:
         watch(data, run_dir / "checkpoints", run_dir / "tensorboard", ev.interval_secs,
               ev.batch_size, ev.device, args.max_evals)
     else:
-        evaluate(data, args.model, args.out, ev.batch_size, ev.device, ev.flip_tta)
+        evaluate(data, args.model, args.out, ev.batch_size, ev.device, ev.flip_tta,
+                 speed_in_metrics=False)
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ def exercise_run(tmp_path_factory):
     from cifar10_tutorial.data.synthetic import make_svhn_files
 
     tmp = tmp_path_factory.mktemp("exercises")
-    make_svhn_files(tmp / "svhn", train=60, test=30, seed=9)
+    make_svhn_files(tmp / "svhn", train=130, test=30, seed=9)  # >= one batch of 128
     project = tiny_project(
         tmp, dict(train_per_batch=100, test=100, seed=4), ablation={"max_steps": 12},
         # the main pipeline's run (the variants: ablation.max_steps)

@@ -127,7 +127,13 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     assert "failed to load" not in plain.stdout + plain.stderr, plain.stdout + plain.stderr
     assert "reports/ablations" not in plain.stdout
     shown = dvc(project, "metrics", "show", "--json").stdout
-    assert "precision_at_1_raw" in shown and "num_params" in shown
+    assert "precision_at_1_raw" in shown and "loss_avg" in shown
+    # issue 36 item 7: speeds, times and sizes stay out of DVC's metrics (exp show's width)
+    for key in ("num_params", "examples_per_sec", "wall_time_s", "time_to_first_batch_s"):
+        assert key not in shown, key
+    speed = json.loads((project / "reports/train/speed.json").read_text())
+    assert speed["num_params"] > 0 and speed["examples_per_sec"] > 0 and speed["step"] == 12
+    assert json.loads((project / "reports/eval/provenance.json").read_text())["examples_per_sec"] > 0
     assert "provenance" not in shown and "data_hash" not in shown  # apart from the metrics
     # provenance beside the metrics: this commit, this data, one params hash for both stages
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=project, capture_output=True,

@@ -77,8 +77,11 @@ def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -
 
 
 def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 1000,
-             device_name: str = "auto", flip_tta: bool = False) -> dict:
-    """The evaluate stage: metrics.json, per_class.csv, predictions.csv, confusion.png."""
+             device_name: str = "auto", flip_tta: bool = False,
+             speed_in_metrics: bool = True) -> dict:
+    """The evaluate stage: metrics.json, per_class.csv, predictions.csv, confusion.png.
+    ``speed_in_metrics=False`` (the eval stage): examples/sec goes to provenance.json, so
+    that DVC's metrics hold what runs are compared by."""
     device = pick_device(device_name, key="eval.device")
     ckpt = load_model_file(Path(model_path), device)
     if int(ckpt["num_classes"]) != data.num_classes:
@@ -116,10 +119,11 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     plot_confusion(confusion_matrix(actual, pred, k), classes, out_dir / "confusion.png",
                    f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
                    f"step {int(ckpt['step'])})")
+    speed = {} if speed_in_metrics else {"examples_per_sec": metrics.pop("examples_per_sec")}
     write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     provenance.write(out_dir, provenance.record(
         data.content_hash, run_defining(ckpt["params"]), device, steps=int(ckpt["step"]),
-        model=str(model_path), eval_seconds=r["seconds"] + r["seconds_raw"]))
+        model=str(model_path), eval_seconds=r["seconds"] + r["seconds_raw"], **speed))
     log.info("%s: precision @ 1 = %.3f (averaged weights), %.3f (raw weights), over %d images",
              datetime.now().strftime("%Y-%m-%d %H:%M:%S"), metrics["precision_at_1"],
              metrics["precision_at_1_raw"], n)

@@ -58,7 +58,7 @@ def one_run(root: Path, params_file: Path, data_dir: Path, name: str, steps: int
         if proc.returncode != 0:
             raise PipelineError(f"the train stage failed in the set-up {name}: "
                                 f"{proc.stderr.strip()[-600:]}")
-        m = json.loads((proj / "live" / "metrics.json").read_text())
+        m = json.loads((proj / "live" / "speed.json").read_text())
         made = json.loads((proj / "live" / "provenance.json").read_text())
     finally:
         shutil.rmtree(proj, ignore_errors=True)

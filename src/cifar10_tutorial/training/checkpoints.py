@@ -46,6 +46,7 @@ class TrainPaths:
     live_dir: Path
     checkpoints_dir: Optional[Path] = None  # None: out_dir/checkpoints
     tensorboard_dir: Optional[Path] = None  # None: out_dir/tensorboard
+    speed_file: Optional[Path] = None  # the speeds and times, apart from metrics.json
 
     @property
     def checkpoints(self) -> Path:
@@ -71,17 +72,20 @@ def queued_workspace(cwd: Optional[Path] = None) -> Optional[Path]:
 
 
 def stage_paths(out: Path, live: Path) -> TrainPaths:
-    """The train stage's paths. In a queued DVC experiment (``dvc queue start``) the
+    """The train stage's paths: the speeds and times go to ``live``/speed.json, not into
+    metrics.json (DVC's metrics, which ``dvc exp show`` lists). In a queued DVC experiment
+    (``dvc queue start``) the
     checkpoints and TensorBoard logs, which are not DVC outputs, would go with DVC's
     temporary workspace; they go to the repository's ``out`` instead: the logs beside the
     workspace's own (one subfolder per run), the checkpoints under ``queued/<experiment>``
     (the same experiment queued again resumes from them)."""
+    speed = Path(live) / "speed.json"  # DVC's metrics keep what users compare (README)
     repo = queued_workspace()
     if repo is None or out.is_absolute():
-        return TrainPaths(out, live)
+        return TrainPaths(out, live, speed_file=speed)
     name = os.environ.get("DVC_EXP_NAME") or Path.cwd().name
     paths = TrainPaths(out, live, repo / out / "queued" / name / "checkpoints",
-                       repo / out / "tensorboard")
+                       repo / out / "tensorboard", speed)
     log.info("queued experiment %s: checkpoints in %s, TensorBoard logs in %s (they outlive "
              "DVC's temporary workspace)", name, paths.checkpoints, paths.tensorboard)
     return paths
@@ -264,7 +268,7 @@ def newest_of_all_ranks(mine: Optional[Path], d: Dist, device: torch.device
 # not the run's to replace or delete (DVCLive's start-up clean-up deletes a dvc.yaml or
 # params.yaml in its folder), and a folder of published weights holds a card (README.md).
 OUT_NAMES = {"model.pt", "checkpoints", "tensorboard", "queued", "raw", "prepared", ".gitignore"}
-LIVE_NAMES = {"metrics.json", "plots", "provenance.json", ".gitignore"}
+LIVE_NAMES = {"metrics.json", "speed.json", "plots", "provenance.json", ".gitignore"}
 
 
 def refuse_foreign_outputs(paths: TrainPaths) -> None:

@@ -39,6 +39,11 @@ def duration_text(seconds: Optional[float]) -> str:
     return f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+SPEED_KEYS = ("examples_per_sec", "examples_per_sec_per_device", "wall_time_s", "num_params",
+              "time_to_first_batch_s", "train_seconds", "held_out_eval_seconds",
+              "macs_per_image", "time_to_target")  # the train stage's speed.json
+
+
 class Monitor:
     """The progress bar, the reference's log line and DVCLive's train/* curves (rank 0), and
     the examples/sec of the window since the last log line (every rank)."""
@@ -95,11 +100,16 @@ class Monitor:
             self.live.log_metric(k, v)
         self.live.next_step()
 
-    def finish(self, step: int, metrics: dict) -> None:
+    def finish(self, step: int, metrics: dict, speed_file: Optional[Path] = None) -> None:
         """metrics.json: ``metrics`` and the step, and nothing else (DVCLive would also
-        repeat the last value of every logged curve, the final loss twice over)."""
+        repeat the last value of every logged curve, the final loss twice over); with
+        ``speed_file``, the :data:`SPEED_KEYS` and the step go there instead."""
+        summary = dict(metrics)
+        if speed_file is not None:
+            speed = {k: summary.pop(k) for k in SPEED_KEYS if k in summary}
+            write_text_atomic(speed_file, json.dumps({**speed, "step": step}, indent=4) + "\n")
         self.live.step = step
-        self.live.summary = dict(metrics)
+        self.live.summary = summary
         self.live.end()
 
     def close(self) -> None:

@@ -206,7 +206,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     metrics = _metrics(run, model, held_out, eval_before, tr.batch_size, num_train, d)
     if d.main:
         _save_model(model, ema, params, data, run.step, paths)
-        monitor.finish(run.step, metrics)
+        monitor.finish(run.step, metrics, paths.speed_file)
         # the code is the one this segment started with: edits or commits made while it
         # trained do not change what ran (Python had imported it)
         code = {k: segments.current[k] for k in ("commit", "dirty")}
