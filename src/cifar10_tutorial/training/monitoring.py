@@ -101,9 +101,8 @@ class Monitor:
         self.live.next_step()
 
     def finish(self, step: int, metrics: dict, speed_file: Optional[Path] = None) -> None:
-        """metrics.json: ``metrics`` and the step, and nothing else (DVCLive would also
-        repeat the last value of every logged curve, the final loss twice over); with
-        ``speed_file``, the :data:`SPEED_KEYS` and the step go there instead."""
+        """metrics.json: ``metrics`` and the step, nothing else (DVCLive would repeat the last
+        value of every curve); with ``speed_file``, the :data:`SPEED_KEYS` and step go there."""
         summary = dict(metrics)
         if speed_file is not None:
             speed = {k: summary.pop(k) for k in SPEED_KEYS if k in summary}
