@@ -4,6 +4,7 @@ import json
 import socket
 import threading
 import types
+from pathlib import Path
 
 import pytest
 
@@ -543,3 +544,20 @@ def test_another_data_sets_files_go_only_once_the_new_ones_are_in(tmp_path):
         fetch_dataset(DataParams(url=str(tmp_path / "absent.tar.gz"), md5=None), raw,
                       tmp_path / "part", FAST)
     assert (raw / "cifar-100-binary.tar.gz").exists()
+
+
+def test_a_partial_folder_that_is_a_file_or_cannot_be_made_is_one_line(archive, tmp_path):
+    """Hostile cases B4, B5: --partial naming a file, or a folder that cannot be made
+    (/proc/x), were FileExistsError and FileNotFoundError tracebacks."""
+    from cifar10_tutorial.data.download import fetch_dataset
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.params import DataParams
+
+    data = DataParams(url=str(archive["path"]), md5=archive["md5"])
+    (tmp_path / "pf").write_text("mine")
+    with pytest.raises(PipelineError, match=r"pf: a file, where the run needs a folder"):
+        fetch_dataset(data, tmp_path / "r9", tmp_path / "pf", FAST)
+    assert (tmp_path / "pf").read_text() == "mine" and not (tmp_path / "r9").exists()
+    if Path("/proc").is_dir():
+        with pytest.raises(PipelineError, match=r"/proc: cannot write there"):
+            fetch_dataset(data, tmp_path / "r10", Path("/proc/x"), FAST)

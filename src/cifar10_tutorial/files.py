@@ -135,6 +135,9 @@ def ensure_writable(*folders: Path) -> None:
 
     for folder in folders:
         folder = Path(folder)
+        if folder.exists() and not folder.is_dir():  # hostile case B4: FileExistsError
+            raise PipelineError(f"{folder}: a file, where the run needs a folder to write "
+                                f"into; give another path, or move that file; nothing was changed")
         probe = folder
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent

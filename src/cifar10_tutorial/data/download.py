@@ -25,7 +25,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional
 
-from ..files import md5_of, refuse_foreign
+from ..files import ensure_writable, md5_of, refuse_foreign
 from .transfer import (CHUNK, MIRROR_HINT, DownloadError, DownloadOptions, copy_fsspec,
                        copy_local, fetch_http, local_source, sidecar)
 
@@ -189,6 +189,7 @@ def fetch_dataset(data, raw_dir: Path, partial_dir: Path,
     files = sources(data)
     raw_dir = Path(raw_dir)
     refuse_foreign(raw_dir, raw_file_names(), "download")
+    ensure_writable(raw_dir, Path(partial_dir))  # hostile cases B4, B5: tracebacks
     try:
         fetched = [fetch(url, md5, raw_dir / name, partial_dir, opts, check)
                    for url, md5, name in files]
