@@ -122,7 +122,7 @@ def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: 
         for proc, err in zip(procs, errs):
             if proc.returncode:
                 raise PipelineError(f"a side-by-side train stage failed:\n{err[-2000:]}")
-        each = [json.loads((p / "live" / "metrics.json").read_text())["examples_per_sec"]
+        each = [json.loads((p / "live" / "speed.json").read_text())["examples_per_sec"]
                 for p in projects]
         return {"processes": len(projects), "wall_s": wall, "examples_per_sec_each": each,
                 "examples_per_sec_total": sum(each)}
