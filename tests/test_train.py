@@ -56,10 +56,10 @@ def test_fast_schedule_optimiser_and_loss():
                                    "weight_decay": 0.01, "moving_average_decay": 0.99}})
     model = CifarNet()
     opt = make_optimizer(model, p)
-    assert opt.defaults["momentum"] == 0.9 and opt.defaults["nesterov"]
+    assert opt.param_groups[0]["momentum"] == 0.9 and opt.param_groups[0]["nesterov"]
     assert averaging_decay(p) == 0.99 and averaging_decay(params_from_dict({})) == 0.9999
     tutorial = make_optimizer(model, params_from_dict({}))
-    assert tutorial.defaults["momentum"] == 0 and not tutorial.defaults["nesterov"]
+    assert tutorial.param_groups[0]["momentum"] == 0 and not tutorial.param_groups[0]["nesterov"]
     # the loss of the fast schedule: label smoothing, and decay over every weight matrix/kernel
     x, y = torch.randn(4, 3, 24, 24), torch.tensor([0, 1, 2, 3])
     _, state = _one_step(p, x, y)
@@ -71,6 +71,70 @@ def test_fast_schedule_optimiser_and_loss():
     assert ce.item() == pytest.approx(smooth.mean().item(), rel=1e-5)
     every = sum(w.pow(2).sum() for n, w in model.named_parameters() if n.endswith("weight")) / 2
     assert l2.item() == pytest.approx(0.01 * every.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("momentum,nesterov", [(0.0, False), (0.9, False), (0.9, True)])
+def test_our_sgd_is_torchs_bit_for_bit_and_reads_its_checkpoints(momentum, nesterov):
+    """The written-out SGD (no torch._dynamo import) makes torch.optim.SGD's weights exactly,
+    and each reads the other's state_dict, so checkpoints of either version resume."""
+    from cifar10_tutorial.training.optimization import SGD
+
+    def run(make, steps, start=None):
+        torch.manual_seed(0)
+        model = CifarNet()
+        opt = make(model)
+        if start is not None:
+            model.load_state_dict(start[0])
+            opt.load_state_dict(start[1])
+        for i in range(steps):
+            for group in opt.param_groups:
+                group["lr"] = 0.1 / (i + 1)
+            torch.manual_seed(100 + i)
+            x, y = torch.randn(8, 3, 24, 24), torch.randint(0, 10, (8,))
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        return model.state_dict(), opt.state_dict()
+
+    ours = lambda m: SGD(m.parameters(), lr=0.1, momentum=momentum, nesterov=nesterov)
+    torchs = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=momentum, nesterov=nesterov)
+    (w1, s1), (w2, s2) = run(ours, 3), run(torchs, 3)
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert s1["param_groups"] == s2["param_groups"] and s1["state"].keys() == s2["state"].keys()
+    assert all(torch.equal(s1["state"][i]["momentum_buffer"], s2["state"][i]["momentum_buffer"])
+               for i in s1["state"])
+    # one more step from torch's state with ours and torch's, and from ours with torch's
+    # (last: torch's load_state_dict adopts the buffers it is given and steps them in place)
+    ahead = [run(make, 1, start=start)[0]
+             for make, start in ((ours, (w2, s2)), (torchs, (w1, s1)), (torchs, (w2, s2)))]
+    assert all(torch.equal(ahead[0][k], ahead[2][k]) and torch.equal(ahead[1][k], ahead[2][k])
+               for k in w1)
+    with pytest.raises(ValueError, match="parameters"):
+        SGD(CifarNet().parameters(), lr=0.1).load_state_dict(
+            {"state": {}, "param_groups": [{"params": [0, 1]}]})
+
+
+def test_a_training_process_does_not_import_the_compiler(tmp_path):
+    """torch.optim imports torch._dynamo, about 2 s of every short process's start (each
+    exercise variant): the train loop runs without it."""
+    from cifar10_tutorial.data.datasets import CIFAR10
+    from cifar10_tutorial.data.preprocess import prepare
+    from conftest import make_cifar10_archive
+
+    make_cifar10_archive(tmp_path / "a.tar.gz", train_per_batch=40, test=40, seed=3)
+    prepare(tmp_path / "a.tar.gz", tmp_path / "prepared", CIFAR10)
+    code = ("import sys; from pathlib import Path; from conftest import tiny_params; "
+            "from cifar10_tutorial.training.train import train; "
+            "from cifar10_tutorial.data.prepared import load_prepared; "
+            "from cifar10_tutorial.training.checkpoints import TrainPaths; "
+            "train(tiny_params(train={'max_steps': 3}), load_prepared(Path(sys.argv[1])), "
+            "TrainPaths(Path(sys.argv[2]), Path(sys.argv[3])), progress=False); "
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "prepared"),
+                          str(tmp_path / "w"), str(tmp_path / "o")],
+                         capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_ema_rule():
@@ -555,7 +619,7 @@ def test_dvclive_does_not_reread_its_curves_at_each_step_for_a_studio_that_is_no
     with no Studio set up too: a cost that grows with the run. open_live's Live skips it,
     and writes the same rows."""
     import dvclive.live
-    from cifar10_tutorial.training.monitoring import open_live
+    from cifar10_tutorial.training.live import open_live
 
     for var in ("DVC_STUDIO_TOKEN", "STUDIO_TOKEN", "DVC_STUDIO_URL", "DVC_STUDIO_REPO_URL"):
         monkeypatch.delenv(var, raising=False)

@@ -8,5 +8,6 @@
 - ``continuation``: pause at a deadline, continue elsewhere (a checkpoint mirror);
 - ``distributed``: torchrun: ranks, relaunch, pause, collectives;
 - ``monitoring``: the log line, DVCLive, TensorBoard, held-out points;
+- ``live``: DVCLive's files, through DVCLive or (without dvclive) its plain stand-in;
 - ``host_memory``: the memory a step frees stays mapped (no page faults).
 """

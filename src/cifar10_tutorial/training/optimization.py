@@ -92,13 +92,90 @@ def loss_terms(model: CifarNet, logits: torch.Tensor, labels: torch.Tensor,
     return ce, weight_decay * l2
 
 
-def make_optimizer(model: CifarNet, params: Params) -> torch.optim.Optimizer:
+class SGD:
+    """``torch.optim.SGD`` without weight decay (the loss carries it), written out: plain
+    (the tutorial) or with (Nesterov) momentum (``fast``). The same arithmetic, tensor by
+    tensor, as torch's: its per-tensor path on the CPU, its ``_foreach`` path on devices
+    with foreach kernels (torch's default choice for each), so the weights are bit for bit
+    those of ``torch.optim.SGD``; the same ``state_dict``, so checkpoints load either way.
+
+    Why not torch's own: every ``torch.optim`` optimizer imports ``torch._dynamo`` when it
+    is made and stepped, about 2 s of each process's start on a 2-core CPU (each exercise
+    variant is a process of its own), for a compiler this loop does not use."""
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, nesterov: bool = False):
+        self.params = list(params)
+        self.param_groups = [{"lr": lr, "momentum": momentum, "dampening": 0, "weight_decay": 0,
+                              "nesterov": nesterov, "maximize": False, "foreach": None,
+                              "differentiable": False, "fused": None}]
+        self.buffers: list[Optional[torch.Tensor]] = [None] * len(self.params)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        g = self.param_groups[0]
+        lr, momentum = g["lr"], g["momentum"]
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        params, grads = [self.params[i] for i in live], [self.params[i].grad for i in live]
+        if not params:
+            return
+        if params[0].device.type in ("cuda", "xpu"):  # torch's default there: _foreach
+            if momentum != 0:
+                if all(self.buffers[i] is not None for i in live):
+                    bufs = [self.buffers[i] for i in live]
+                    torch._foreach_mul_(bufs, momentum)
+                    torch._foreach_add_(bufs, grads, alpha=1)
+                else:
+                    bufs = [self._buffer(i, grad, momentum) for i, grad in zip(live, grads)]
+                if g["nesterov"]:
+                    torch._foreach_add_(grads, bufs, alpha=momentum)
+                else:
+                    grads = bufs
+            torch._foreach_add_(params, grads, alpha=-lr)
+            return
+        for i, p, grad in zip(live, params, grads):
+            if momentum != 0:
+                buf = self._buffer(i, grad, momentum)
+                grad = grad.add(buf, alpha=momentum) if g["nesterov"] else buf
+            p.add_(grad, alpha=-lr)
+
+    def _buffer(self, i: int, grad: torch.Tensor, momentum: float) -> torch.Tensor:
+        """Parameter ``i``'s momentum buffer, updated with ``grad`` (its first: ``grad``)."""
+        if self.buffers[i] is None:
+            self.buffers[i] = grad.detach().clone()
+        else:
+            self.buffers[i].mul_(momentum).add_(grad, alpha=1)
+        return self.buffers[i]
+
+    def state_dict(self) -> dict:
+        return {"state": {i: {"momentum_buffer": b} for i, b in enumerate(self.buffers)
+                          if b is not None},
+                "param_groups": [{**self.param_groups[0], "params": list(range(len(self.params)))}]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A state of this class or of ``torch.optim.SGD`` over the same parameters."""
+        groups = state["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
+            raise ValueError(f"the optimizer state has {sum(len(g['params']) for g in groups)} "
+                             f"parameters, this network {len(self.params)}")
+        self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
+        self.buffers = [None] * len(self.params)
+        for key, entry in state["state"].items():
+            i, p = int(key), self.params[int(key)]
+            if "momentum_buffer" in entry and entry["momentum_buffer"] is not None:
+                self.buffers[i] = entry["momentum_buffer"].to(p.device, p.dtype).clone()
+
+
+def make_optimizer(model: CifarNet, params: Params) -> SGD:
     """Plain SGD (tutorial) or SGD with (Nesterov) momentum (fast); rates are set per step."""
     if params.train.schedule == "fast":
         f = params.fast
-        return torch.optim.SGD(model.parameters(), lr=f.peak_lr, momentum=f.momentum,
-                               nesterov=f.nesterov and f.momentum > 0)
-    return torch.optim.SGD(model.parameters(), lr=params.train.initial_lr)
+        return SGD(model.parameters(), lr=f.peak_lr, momentum=f.momentum,
+                   nesterov=f.nesterov and f.momentum > 0)
+    return SGD(model.parameters(), lr=params.train.initial_lr)
 
 
 def averaging_decay(params: Params) -> float:
@@ -115,7 +192,7 @@ def training_model(params: Params, num_classes: int, device: torch.device) -> Ci
     return model.to(memory_format=torch.channels_last) if params.train.channels_last else model
 
 
-def make_step(net: torch.nn.Module, model: CifarNet, optimizer: torch.optim.Optimizer,
+def make_step(net: torch.nn.Module, model: CifarNet, optimizer: SGD,
               params: Params, device: torch.device):
     """The train step ``step(x, y) -> (loss, cross-entropy, weight decay)``: forward
     (under bf16 autocast with ``train.precision: bf16``), the loss in float32 (the
