@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
@@ -83,13 +84,14 @@ def torch_save_atomic(obj, path: Path) -> None:
 
 
 def save_figure_atomic(fig, path: Path, **savefig_args) -> None:
-    """A matplotlib figure into ``path`` (a PNG), then the figure is closed."""
-    import matplotlib.pyplot as plt
-
+    """A matplotlib figure into ``path`` (a PNG), then the figure is closed (one that pyplot
+    made; a bare ``Figure`` needs no closing)."""
     try:  # the temporary name keeps the .png suffix: savefig picks the format from it
         _replace_with(path, lambda tmp: fig.savefig(tmp, **savefig_args), ".tmp.png")
     finally:
-        plt.close(fig)
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is not None:
+            pyplot.close(fig)
 
 
 def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--out") -> None:

@@ -173,7 +173,7 @@ class EvalParams(Section):
 
     _SECTION: ClassVar[str] = "eval"
 
-    batch_size: int = 1000
+    batch_size: int = 250
     device: Literal["auto", "cpu", "cuda"] = "auto"  # the eval stage's (train.device: train's)
     interval_secs: float = 300.0  # watch mode: seconds between evaluations
     flip_tta: bool = False  # also report precision of image + mirror image (*_flip metrics)

@@ -31,7 +31,7 @@ def eval_images(images: torch.Tensor, crop: int = CROP) -> torch.Tensor:
 
 
 @torch.no_grad()
-def predict_logits(model: CifarNet, images: torch.Tensor, batch_size: int = 1000) -> torch.Tensor:
+def predict_logits(model: CifarNet, images: torch.Tensor, batch_size: int = 250) -> torch.Tensor:
     """Logits for uint8 N x 3 x 32 x 32 images (central crop, standardized), in order."""
     out = []
     for i in range(0, len(images), batch_size):

@@ -54,11 +54,10 @@ def _csv(rows: list) -> str:
 
 
 def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # not pyplot: no GUI backend to pick, a faster import
 
-    fig, ax = plt.subplots(figsize=(7, 6))
+    fig = Figure(figsize=(7, 6))
+    ax = fig.subplots()
     rates = cm / np.maximum(cm.sum(axis=1, keepdims=True), 1)
     im = ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
     ax.set_xticks(range(len(classes)), classes, rotation=45, ha="right")
@@ -76,12 +75,15 @@ def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -
     save_figure_atomic(fig, path, dpi=100)
 
 
-def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 1000,
+def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 250,
              device_name: str = "auto", flip_tta: bool = False,
-             speed_in_metrics: bool = True) -> dict:
+             speed_in_metrics: bool = True, made: Optional[dict] = None) -> dict:
     """The evaluate stage: metrics.json, per_class.csv, predictions.csv, confusion.png.
     ``speed_in_metrics=False`` (the eval stage): examples/sec goes to provenance.json, so
-    that DVC's metrics hold what runs are compared by."""
+    that DVC's metrics hold what runs are compared by. ``made``: this evaluation, already
+    made by the training run that wrote ``model_path`` (``train``'s ``final_evaluation``,
+    the same weights and images): written out, not computed again, when its step is the
+    model's."""
     device = pick_device(device_name, key="eval.device")
     ckpt = load_model_file(Path(model_path), device)
     if int(ckpt["num_classes"]) != data.num_classes:
@@ -95,7 +97,10 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
                             f"was trained for, or {REMAKE}.")
     images = torch.from_numpy(data.test_images).to(device)
     labels = torch.from_numpy(data.test_labels).to(device)
-    r = evaluate_checkpoint(ckpt, images, labels, batch_size, device, flip_tta, str(model_path))
+    if made and made["step"] == int(ckpt["step"]) and ("precision_at_1_flip" in made) == flip_tta:
+        r = made
+    else:
+        r = evaluate_checkpoint(ckpt, images, labels, batch_size, device, flip_tta, str(model_path))
     n, classes, k = len(labels), data.classes, data.num_classes
     metrics = {"precision_at_1": r["precision_at_1"], "precision_at_1_raw": r["precision_at_1_raw"],
                "loss": r["loss"], "loss_raw": r["loss_raw"], "num_examples": n,
@@ -150,7 +155,7 @@ def _newest_readable(ckpts: list[Path], evaluated: set, damaged: set, device) ->
 
 
 def watch(data: Prepared, checkpoints: Path, tensorboard: Path, interval_secs: float,
-          batch_size: int = 1000, device_name: str = "auto",
+          batch_size: int = 250, device_name: str = "auto",
           max_evals: Optional[int] = None) -> list[dict]:
     """Re-evaluate the newest checkpoint every ``interval_secs`` (the reference's eval loop)."""
     from torch.utils.tensorboard import SummaryWriter

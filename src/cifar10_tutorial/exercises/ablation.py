@@ -69,16 +69,19 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
     ``continuation``: the train run's deadline and mirror (:mod:`.continuation`); the
     mirror is cleared once the results are written."""
     vp = variant_params(params, name)
-    tm = train(vp, data, paths.train, progress=progress, continuation=continuation)
+    made: dict = {}  # the held-out evaluation of the last step: the eval below need not repeat it
+    tm = train(vp, data, paths.train, progress=progress, continuation=continuation,
+               final_evaluation=made)
     if not this_process().main:
         return None  # under torchrun, evaluation runs once, on rank 0
-    made = json.loads((paths.train.live_dir / "provenance.json").read_text())
+    run = json.loads((paths.train.live_dir / "provenance.json").read_text())
     em = evaluate(data, paths.train.model, paths.eval_dir, vp.eval.batch_size,
-                  "cpu" if made["device_type"] == "cpu" else vp.train.device, vp.eval.flip_tta)
+                  "cpu" if run["device_type"] == "cpu" else vp.train.device, vp.eval.flip_tta,
+                  made=made)
     metrics = {"train": tm, "eval": em}
-    variant = {"variant": name, "dataset": data.meta["dataset"], "device": made["device"],
-               "device_type": made["device_type"], "world_size": made["world_size"],
-               "global_batch_size": made["global_batch_size"], "schedule": vp.train.schedule,
+    variant = {"variant": name, "dataset": data.meta["dataset"], "device": run["device"],
+               "device_type": run["device_type"], "world_size": run["world_size"],
+               "global_batch_size": run["global_batch_size"], "schedule": vp.train.schedule,
                "batch_size": vp.train.batch_size, "seed": vp.train.seed,
                "num_train": int(len(data.train_labels)), "shuffle": vp.input.shuffle,
                "min_fraction_of_examples_in_queue": vp.input.min_fraction_of_examples_in_queue,

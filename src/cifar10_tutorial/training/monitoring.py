@@ -116,14 +116,20 @@ class Monitor:
 class HeldOut:
     """Held-out precision @ 1 while training (every ``eval.every_steps`` steps and at the
     end), averaged and raw weights, and when the averaged one first reaches each of
-    ``eval.targets``: step, epoch and training seconds (these evaluations excluded)."""
+    ``eval.targets``: step, epoch and training seconds (these evaluations excluded).
+
+    ``final``: a dict the evaluation of the last step fills with its full
+    :func:`.precision.precision_at_1` results and ``step``, the mirrored images'
+    (``eval.flip_tta``) included: the trained model's evaluation (``train``'s
+    ``final_evaluation``)."""
 
     def __init__(self, params: Params, data: Prepared, device: torch.device, reached: dict,
-                 ckpt: Optional[dict]):
+                 ckpt: Optional[dict], final: Optional[dict] = None):
         self.every, self.batch = params.eval.every_steps, params.eval.batch_size
         self.targets = sorted(params.eval.targets)
         self.reached = reached  # "0.8" -> {"step", "epoch", "train_seconds"}
         self.seconds = float(ckpt.get("eval_seconds", 0.0)) if ckpt else 0.0
+        self.final, self.flip_at_end = final, final is not None and params.eval.flip_tta
         self.last: dict = {}
         if self.every:
             self.images = torch.from_numpy(data.test_images).to(device)
@@ -135,7 +141,7 @@ class HeldOut:
 
     @torch.no_grad()
     def run(self, step: int, model: CifarNet, ema: WeightAverage, steps_per_epoch: float,
-            elapsed: float, monitor: Monitor) -> dict:
+            elapsed: float, monitor: Monitor, last: bool = False) -> dict:
         t = time.perf_counter()
         train_seconds = elapsed - self.seconds
 
@@ -145,7 +151,7 @@ class HeldOut:
 
         weights = (("", ema.averaged_model_state(model)), ("_raw", model.state_dict()))
         r = precision_at_1(((suffix, loaded(state)) for suffix, state in weights),
-                           self.images, self.labels, self.batch)
+                           self.images, self.labels, self.batch, self.flip_at_end and last)
         out = {"step": step, "epoch": step / steps_per_epoch,
                "precision_at_1": r["precision_at_1"], "precision_at_1_raw": r["precision_at_1_raw"]}
         self.seconds += time.perf_counter() - t
@@ -161,6 +167,8 @@ class HeldOut:
         monitor.log(step, {f"held_out/{k}": out[k]
                            for k in ("precision_at_1", "precision_at_1_raw", "epoch")})
         self.last = out
+        if last and self.final is not None:
+            self.final.update(r, step=step)
         return out
 
 

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 
 def train(params: Params, data: Prepared, paths: TrainPaths,
-          progress: Optional[bool] = None, continuation: Continuation = NONE) -> dict:
+          progress: Optional[bool] = None, continuation: Continuation = NONE,
+          final_evaluation: Optional[dict] = None) -> dict:
     """Train to ``train.max_steps`` (resuming from the newest matching checkpoint, or from
     the mirror's when there is none here).
 
@@ -53,13 +54,20 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
     DistributedDataParallel averages the gradients, and every replica makes the
     same synchronous update. Only rank 0 keeps the averaged weights and writes
     checkpoints, logs, DVCLive and TensorBoard.
+
+    ``final_evaluation``, for a caller that evaluates the trained model next (an exercise
+    variant): rank 0 fills it with the held-out evaluation of the last step (the
+    :func:`.precision.precision_at_1` results, ``eval.flip_tta``'s included, and
+    ``step``), the same weights and images, so that they need not be evaluated twice. It
+    stays empty where this run made no such evaluation (``eval.every_steps: 0``, or a
+    finished run found again).
     """
     keep_freed_memory()  # each step's buffers stay mapped between steps: no page faults
     d, device = init_distributed(params.train, params.run)
     if params.train.precision == "bf16" and device.type == "cpu" and d.main:
         _warn_without_bf16_units()
     try:
-        return _train(params, data, paths, progress, d, device, continuation)
+        return _train(params, data, paths, progress, d, device, continuation, final_evaluation)
     finally:
         shut_down(d)
 
@@ -125,7 +133,7 @@ def _same_job(signature: dict, data: Prepared, ckpt: Optional[dict], d: Dist,
 
 
 def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional[bool],
-           d: Dist, device: torch.device, cont: Continuation) -> dict:
+           d: Dist, device: torch.device, cont: Continuation, final: Optional[dict]) -> dict:
     tr = params.train
     # ---- set up: the network, its optimizer and averages; resume or start afresh
     torch.manual_seed(tr.seed)
@@ -150,7 +158,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     summaries = held_out = None
     if d.main:
         summaries = Summaries(paths.tensorboard, model, ckpt)
-        held_out = HeldOut(params, data, device, run.reached, ckpt)
+        held_out = HeldOut(params, data, device, run.reached, ckpt, final)
     eval_before = held_out.seconds if held_out else 0.0  # of the sessions before a resume
 
     def save() -> None:
@@ -192,7 +200,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                     stop_now = False
                 if held_out is not None and held_out.due(run.step, max_steps):
                     held_out.run(run.step, model, ema, num_train / global_batch, run.seconds(),
-                                 monitor)
+                                 monitor, last=run.step == max_steps)
                 if run.step % params.run.checkpoint_every == 0 or run.step == max_steps:
                     save()
                 if stop_now:
