@@ -44,3 +44,54 @@ def test_the_console_script_is_installed_and_runs_a_stage_help():
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "e.g. `cifar10 eval --model other/model.pt`" in proc.stdout and "--model" in proc.stdout
+
+
+def _trial_project(tmp_path):
+    """A tiny project with two variants whose main pipeline has prepared its data."""
+    from conftest import commit, dvc, tiny_project
+    import yaml
+
+    project = tiny_project(tmp_path, dict(train_per_batch=60, test=50, seed=2),
+                           ablation={"max_steps": 4}, eval={"batch_size": 25},
+                           train={"device": "cpu", "batch_size": 16})
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw["ablations"] = {"baseline": {}, "no_lrn": {"model": {"lrn": False}}}
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    dvc(project, "repro", "dvc.yaml:preprocess")
+    commit(project, "two variants, data prepared")
+    return project
+
+
+@pytest.mark.e2e
+def test_the_trial_benchmark_times_the_users_command_in_a_clone(tmp_path):
+    """`cifar10 trial` runs `dvc exp run -S ablation.trial_steps=N reports/dvc.yaml:report`
+    in a throwaway clone and reports each stage; the workspace is left as it was."""
+    import json
+
+    project = _trial_project(tmp_path)
+    out = tmp_path / "trial.json"
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.trial", "--steps", "2",
+                           "--out", str(out)], cwd=project, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert set(result["stages"]) == {"reports/dvc.yaml:ablation@baseline",
+                                     "reports/dvc.yaml:ablation@no_lrn", "reports/dvc.yaml:report"}
+    assert result["steps"] == 2 and result["wall_s"] >= sum(result["stages"].values()) > 0
+    assert result["command"] == "dvc exp run -S ablation.trial_steps=2 reports/dvc.yaml:report"
+    assert len(result["provenance"]["data"]) == 32 and result["provenance"]["cpus"] >= 1
+    assert "the trial: 3 stages in " in proc.stdout
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True,
+                            text=True).stdout
+    assert status == "" and not (project / "reports/ablations").exists()
+
+
+def test_the_trial_benchmark_wants_the_main_pipelines_data_first(tmp_path):
+    from conftest import copy_project
+    from cifar10_tutorial.speed.trial import clone_for_trial
+
+    project = copy_project(tmp_path / "p")
+    with pytest.raises(PipelineError, match=r"no dvc.lock or data/prepared/meta.json: run "
+                                            r"`dvc repro` first"):
+        clone_for_trial(project, tmp_path / "clone")
+    assert not (tmp_path / "clone").exists()

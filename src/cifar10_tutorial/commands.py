@@ -6,6 +6,7 @@
     cifar10 predict cat.jpg truck.png --top 3
     cifar10 report                     # the exercise report (reports/dvc.yaml's command)
     cifar10 benchmark
+    cifar10 trial                      # the exercise trial's wall time, in a throwaway clone
     cifar10 publish tutorial_100k
     cifar10 ci synthetic
 
@@ -36,6 +37,8 @@ COMMANDS = {
               "cifar10 repro --stop-at 3h50m --mirror s3://my-bucket/runs", "repro"),
     "benchmark": ("time the train step against typical pipelines", "cifar10 benchmark",
                   "stage"),
+    "trial": ("time the exercise trial (every variant a few steps) in a throwaway clone",
+              "cifar10 trial --steps 5", "speed.trial"),
     "predict": ("classify image files", "cifar10 predict cat.jpg --top 3",
                 "evaluation.predict"),
     "publish": ("publish a variant's weights with their card", "cifar10 publish tutorial_100k",
