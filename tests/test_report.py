@@ -126,6 +126,22 @@ def test_a_short_budget_gets_a_banner_and_no_answers(tmp_path):
     assert "Wall time 66 s (6 s of training" in rep
 
 
+def test_a_trials_banner_names_the_knob_that_capped_it(tmp_path):
+    exercises(tmp_path / "a", 5, {"local_head": 0.10, "no_lrn": 0.005})
+    text = make_report(tmp_path / "a", tmp_path / "out", OVERRIDES, trial_steps=5).read_text()
+    top = text.split("## ", 1)[0]
+    assert ("> **A trial.** `ablation.trial_steps: 5` capped every variant at 5 steps, those "
+            "with a budget of their own included, fewer than the 2,000 below which") in top
+    assert "`dvc exp run -S ablation.trial_steps=null reports/dvc.yaml:report`" in top
+    assert "ablation.max_steps" not in top and "*Answer:*" not in text
+    # a trial long enough to answer still says what capped it
+    exercises(tmp_path / "b", MIN_STEPS, {"local_head": 0.10, "no_lrn": 0.005})
+    top = make_report(tmp_path / "b", tmp_path / "out2", OVERRIDES,
+                      trial_steps=MIN_STEPS).read_text().split("## ", 1)[0]
+    assert f"`ablation.trial_steps: {MIN_STEPS}` capped every variant" in top
+    assert "withheld" not in top
+
+
 def test_without_seed_runs_no_effect_is_called_real(tmp_path):
     root = tmp_path / "a"
     write_variant(root, "baseline", 0.70, 10_000)

@@ -25,14 +25,16 @@ from .schedules import reproduction, time_to_accuracy
 def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None,
                 dataset_variants: Optional[list[str]] = None,
                 search: Optional[Path] = None, equivalence: Optional[Path] = None,
-                devices_timing: Optional[Path] = None, tf_reference: Optional[Path] = None) -> Path:
+                devices_timing: Optional[Path] = None, tf_reference: Optional[Path] = None,
+                trial_steps: Optional[int] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
     results under ``ablations_root`` (data-set variants' results are there too);
     ``variants``: params.yaml's ``ablations`` (name -> overrides), which sorts them into
     exercises, seeds and runs of their own budget; ``equivalence``: the record of commits
     checked to train bit-identically (:mod:`.equivalence`); ``devices_timing``: exercise 5's
     timing of both set-ups on one idle machine (:mod:`.devices_timing`); ``tf_reference``:
-    the folder of the reference implementation's runs (:mod:`.against_reference`)."""
+    the folder of the reference implementation's runs (:mod:`.against_reference`);
+    ``trial_steps``: params.yaml ``ablation.trial_steps``, named in the banner when set."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
     not_run = []
     if variants is not None:
@@ -42,7 +44,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
             raise PipelineError(f"{ablations_root}: no results for any variant of params.yaml "
                                 f"`ablations:`; run `dvc repro reports/dvc.yaml:report`.")
         df = df.loc[[v for v in variants if v in df.index]]
-    r = make_results(df, variants or {}, ablations_root, out, not_run)
+    r = make_results(df, variants or {}, ablations_root, out, not_run, trial_steps)
     r.tables.mkdir(parents=True, exist_ok=True)
     r.plots.mkdir(parents=True, exist_ok=True)
     md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)

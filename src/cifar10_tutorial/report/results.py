@@ -136,6 +136,7 @@ class Results:
     plots: Path
     seeds: pd.DataFrame = None
     not_run: tuple = ()  # variants of params.yaml `ablations:` without results
+    trial_steps: Optional[int] = None  # params.yaml ablation.trial_steps: a trial's cap
 
     @property
     def base(self):
@@ -181,9 +182,9 @@ class Results:
 
 
 def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: Path,
-                 not_run: list[str] = ()) -> Results:
+                 not_run: list[str] = (), trial_steps: Optional[int] = None) -> Results:
     """Sort the variants by what they are, from their params overrides; ``not_run``: the
-    variants of ``overrides`` that have no results."""
+    variants of ``overrides`` that have no results; ``trial_steps``: the cap of a trial."""
     own = [n for n in df.index if {"max_steps", "max_epochs"} & set(overrides.get(n, {}).get("train", {}))]
     # timed: evaluated on the held-out split while training (a run that reached no target
     # has no time_to_target at all; older metrics files hold an empty dict)
@@ -194,16 +195,25 @@ def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: 
     # bf16 section), not an exercise: it stays out of the exercises' tables and plots
     checks = [n for n in df.index if "precision" in overrides.get(n, {}).get("train", {})]
     return Results(df, df.drop(index=[n for n in df.index if n in own or n in checks]), timed,
-                   root, out / "tables", out / "plots", df.loc[seeds], tuple(not_run))
+                   root, out / "tables", out / "plots", df.loc[seeds], tuple(not_run),
+                   trial_steps)
 
 
 def banner(r: Results) -> list[str]:
+    """What capped the runs, when it makes the report a trial or too short to answer."""
+    short = (f"fewer than the {MIN_STEPS:,} below which this report draws no conclusions "
+             f"(the moving averages and the loss have barely started). The tables show what "
+             f"was measured; every answer is withheld. ")
+    if r.trial_steps is not None:
+        return [f"> **A trial.** `ablation.trial_steps: {r.trial_steps}` capped every variant "
+                f"at {r.trial_steps:,} steps, those with a budget of their own included"
+                f"{', ' + short if r.withheld else '. '}"
+                f"For the full runs set it back to null: `dvc exp run -S "
+                f"ablation.trial_steps=null reports/dvc.yaml:report`.", ""]
     if not r.withheld:
         return []
     return [f"> **Too short to answer.** The exercise variants ran "
-            f"{int(r.exercises['steps'].min()):,} steps, fewer than the {MIN_STEPS:,} below "
-            f"which this report draws no conclusions (the moving averages and the loss have "
-            f"barely started). The tables show what was measured; every answer is withheld. "
+            f"{int(r.exercises['steps'].min()):,} steps, {short}"
             f"Raise `ablation.max_steps` and rerun `dvc repro reports/dvc.yaml`.", ""]
 
 
