@@ -3,9 +3,8 @@
 weights; results into --out (reports/ablations/NAME), model and checkpoints into --work
 (data/ablations/NAME, outside DVC).
 
-With --dataset (stage `dataset_ablation@NAME`, params.yaml `dataset_ablations:`) the variant
-first fetches and prepares its own data set under --work (raw/, prepared/), a partial
-download waiting in --partial.
+Variants on another data set (params.yaml `dataset_ablations:`) run through
+stages/dataset_ablation.py, which fetches and prepares their data first.
 A variant with train.num_devices > 1 runs itself under torchrun, one process per device.
 --stop-at pauses it at a deadline (exit status 75; the same command continues), and
 --mirror keeps its newest checkpoint where another machine can continue it (in
@@ -16,7 +15,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 from pathlib import Path
 
-from cifar10_tutorial.exercises.ablation import VariantPaths, prepare_variant_data, run_variant
+from cifar10_tutorial.exercises.ablation import VariantPaths, run_variant
 from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
 from cifar10_tutorial.training.continuation import from_stage
 from cifar10_tutorial.files import hold_run_lock
@@ -27,24 +26,19 @@ from cifar10_tutorial.data.prepared import load_prepared
 
 def main() -> None:
     ap = stage_parser(__doc__)
-    ap.add_argument("name", help="the variant, a key of `ablations:` (or `dataset_ablations:`)")
-    ap.add_argument("--dataset", action="store_true", help="a variant of `dataset_ablations:`")
-    ap.add_argument("--data", type=Path, help="the prepared data (not with --dataset)")
+    ap.add_argument("name", help="the variant, a key of `ablations:`")
+    ap.add_argument("--data", type=Path, required=True, help="the prepared data")
     ap.add_argument("--work", type=Path, required=True, help="model, checkpoints (and data)")
     ap.add_argument("--out", type=Path, required=True, help="the variant's results")
-    ap.add_argument("--partial", type=Path, help="with --dataset: partial downloads")
     add_continuation(ap)
     args = ap.parse_args()
-    if (args.data is None) != args.dataset or (args.partial is None) == args.dataset:
-        ap.error("give --data without --dataset, and --partial with it")
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, args.name)
     variant = variant_params(params, args.name)
     if not launched_by_torchrun():  # the launching process holds it for its ranks
         hold_run_lock(args.work, " ".join(["stages/ablation.py", *sys.argv[1:]]))
     relaunch_on_devices(variant.train, variant.run, __file__, sys.argv[1:])
-    data = (prepare_variant_data(params, args.name, args.work, args.partial) if args.dataset
-            else load_prepared(args.data))
+    data = load_prepared(args.data)
     run_variant(params, args.name, data, VariantPaths(args.work, args.out), continuation=cont)
 
 

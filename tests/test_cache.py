@@ -145,11 +145,16 @@ def test_a_code_folder_dep_hashes_the_code_only():
 
 def test_training_and_evaluation_do_not_depend_on_fetching_or_parsing_the_data():
     """They read the prepared tensors (prepared.py): editing the downloader or the record
-    parser must not rerun them (they once depended on download.py through the preprocess module)."""
-    for script in ("train", "eval"):
+    parser must not rerun them (they once depended on download.py through the preprocess module);
+    nor the exercise variants on the prepared data (they once depended on it through the
+    data-set variants' code: only stages/dataset_ablation.py fetches)."""
+    for script in ("train", "eval", "ablation"):
         closure = import_closure(ROOT, ROOT / "stages" / f"{script}.py")
         assert "src/cifar10_tutorial/data/prepared.py" in closure
-        assert not {f"src/cifar10_tutorial/data/{m}.py" for m in ("download", "preprocess", "datasets")} & closure
+        assert not {f"src/cifar10_tutorial/data/{m}.py"
+                    for m in ("download", "preprocess", "datasets", "transfer")} & closure
+    assert "src/cifar10_tutorial/data/download.py" in import_closure(
+        ROOT, ROOT / "stages" / "dataset_ablation.py")
 
 
 def test_the_import_check_names_a_missing_module(tmp_path):

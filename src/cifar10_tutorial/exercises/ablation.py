@@ -5,7 +5,6 @@ only, the train run's under ``train``, the evaluation's under ``eval``) and ``va
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,23 +43,6 @@ class VariantPaths:
     @property
     def variant(self) -> Path:
         return self.out / "variant.json"
-
-
-def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -> Prepared:
-    """Download and preprocess the data set of a data-set variant into ``work``/raw and
-    ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
-    from ..data.download import fetch_dataset
-    from ..data.preprocess import prepare_dataset
-    from ..data.prepared import load_prepared
-
-    data = variant_params(params, name).data
-    if this_process().main:
-        fetch_dataset(data, work / "raw", partial)
-        prepare_dataset(work / "raw", work / "prepared", data)
-    else:
-        while not (work / "prepared" / "meta.json").is_file():
-            time.sleep(1)
-    return load_prepared(work / "prepared")
 
 
 def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,

@@ -1,0 +1,26 @@
+"""The data of a data-set variant (exercise 6, params.yaml ``dataset_ablations:``): fetched
+and prepared under the variant's own folder. A module of its own, imported by that stage
+only: the other variants' hashes do not cover the download and parsing code."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..data.download import fetch_dataset
+from ..data.prepared import Prepared, load_prepared
+from ..data.preprocess import prepare_dataset
+from ..params import Params, variant_params
+from ..training.distributed import this_process
+
+
+def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -> Prepared:
+    """Download and preprocess the data set of a data-set variant into ``work``/raw and
+    ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
+    data = variant_params(params, name).data
+    if this_process().main:
+        fetch_dataset(data, work / "raw", partial)
+        prepare_dataset(work / "raw", work / "prepared", data)
+    else:
+        while not (work / "prepared" / "meta.json").is_file():
+            time.sleep(1)
+    return load_prepared(work / "prepared")
