@@ -56,15 +56,30 @@ def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
             assert abs(row[key]["ms_per_step"] - 1000 * row["batch_size"]
                        / row[key]["examples_per_sec"]) < 1e-6
         assert "compiled_fixed_batch" not in row  # CUDA graphs: GPU only
+        assert "eager_fixed_batch_cudnn_benchmark" not in row  # cuDNN: GPU only
+    # bf16 beside fp32, at the first batch size
+    assert rows[32]["eager_fixed_batch_bf16"]["examples_per_sec"] > 0
+    assert "eager_fixed_batch_bf16" not in rows[64]
     assert rows[32]["typical_dataloader"]["examples_per_sec"] > 0
     fast, tut = r["fast"], r["tutorial"]
     assert fast["epochs"] == 2 and fast["steps"] == 63 and len(fast["curve"]) >= 2
     assert set(fast["reached"]) <= {"0.8", "0.84", "0.86"}
     assert tut["steps"] == 40 and [c["step"] for c in tut["curve"]] == [20, 40]
+    # every device: on a CPU, 2 processes (gloo) stand in for 2 GPUs
+    multi = r["multi_device"]
+    assert multi["devices"] == 2 and multi["device"] == "cpu"
+    tp, ex5, w = multi["throughput"], multi["exercise5"], multi["same_weights"]
+    assert (tp["one"]["devices"], tp["one"]["batch_size"]) == (1, 128)
+    assert (tp["all"]["devices"], tp["all"]["batch_size"]) == (2, 128)
+    assert (ex5["2x64"]["devices"], ex5["2x64"]["batch_size"]) == (2, 64)
+    assert tp["scaling_efficiency"] == tp["all"]["examples_per_sec"] / (2 * tp["one"]["examples_per_sec"])
+    assert ex5["2x64"]["sec_per_batch"] == pytest.approx(64 / ex5["2x64"]["examples_per_sec"])
+    assert w["steps"] == 4 and w["ok"] and 0 <= w["max_abs_diff"] <= w["atol"]
     sbs = r["side_by_side"]
     assert sbs["alone"]["processes"] == 1 and sbs["together"]["processes"] == 2
     assert sbs["speedup"] == sbs["together"]["examples_per_sec_total"] / sbs["alone"]["examples_per_sec_total"]
-    for text in ("first 6 losses vs CPU", "| 32 |", "| 64 |", "fast, 2 epochs", "side by side:"):
+    for text in ("first 6 losses vs CPU", "| 32 |", "| 64 |", "fast, 2 epochs", "side by side:",
+                 "| 2 x 64 (exercise 5) |", "scaling to 2 devices: "):
         assert text in proc.stdout, proc.stdout
 
 
@@ -93,6 +108,10 @@ def test_a_budget_shrinks_every_part_and_never_grows_one():
     slow = fit(full, 300, 5.0, 128, 312.5)  # a slow device: the smallest of each part
     assert slow.batches == (128,) and slow.compiled_batches == 0 and slow.fast_epochs == 1
     assert fit(DRY, 10 ** 6, 500.0, 32, 31.25) == DRY
+    # with several devices visible their part takes a share of the budget from the others
+    multi = fit(full, 300, 500.0, 128, 312.5, devices=8)
+    assert multi.tutorial_seconds == pytest.approx(48 / 1.15) and multi.multi_steps == 20
+    assert fit(full, 600, 500.0, 128, 312.5, devices=8).multi_steps == full.multi_steps
 
 
 def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path):
@@ -105,7 +124,8 @@ def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "gpu" / "cpu-dry.json").read_text())
     assert r["finished"] and r["budget_s"] == 0.01
-    assert r["skipped"] == ["correctness", "throughput", "fast", "tutorial", "side_by_side"]
+    assert r["skipped"] == ["correctness", "throughput", "fast", "tutorial", "multi_device",
+                            "side_by_side"]
     assert "skipped (out of budget): correctness, throughput" in proc.stdout
     bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
                           "cpu", "--budget-s", "0"], cwd=proj, capture_output=True, text=True,

@@ -1,6 +1,7 @@
 """Parts 1 and 2 of the prepared GPU run (:mod:`.gpu_run`): correctness (the first steps'
 losses on the device against the CPU, host syncs per step, held-out precision after a
-short run) and throughput of the train step (eager, compiled, the typical DataLoader
+short run) and throughput of the train step (eager in fp32 and bf16, with cuDNN's autotuner,
+compiled, the typical DataLoader
 pipeline), with the helpers the later parts share."""
 from __future__ import annotations
 
@@ -123,6 +124,15 @@ def throughput(params: Params, data: Prepared, device: torch.device, sizes: Size
             x, y = batches.get(10 ** 6)
         _, fixed = project_step(p, data, device)
         row["eager_fixed_batch"] = _best(lambda: fixed(x, y), batch, sizes, sync)
+        if i == 0:  # at the first batch size: the other precision, and cuDNN's autotuner
+            other = "fp32" if p.train.precision == "bf16" else "bf16"  # beside the params' own
+            _, fixed_other = project_step(with_sections(p, train={"precision": other}), data,
+                                          device)
+            row[f"eager_fixed_batch_{other}"] = _best(lambda: fixed_other(x, y), batch, sizes,
+                                                      sync)
+            if device.type == "cuda":
+                row["eager_fixed_batch_cudnn_benchmark"] = _cudnn_benchmark(
+                    p, data, device, x, y, sizes, sync)
         if device.type == "cuda" and i < sizes.compiled_batches:
             row["compiled_fixed_batch"] = _compiled(p, data, device, x, y, sizes, sync)
         if batch == sizes.batches[0]:
@@ -151,6 +161,18 @@ def _best(step, batch: int, sizes: Sizes, sync) -> dict:
     rates = sorted(window(step, batch, sizes.window_steps, sync) for _ in range(sizes.windows))
     eps = rates[len(rates) // 2]
     return {"examples_per_sec": eps, "ms_per_step": 1000 * batch / eps}
+
+
+def _cudnn_benchmark(params: Params, data: Prepared, device, x, y, sizes: Sizes, sync) -> dict:
+    """The eager step with ``torch.backends.cudnn.benchmark`` on (cuDNN times its
+    algorithms for each shape first); the setting is restored after."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        _, step = project_step(params, data, device)
+        return _best(lambda: step(x, y), len(y), sizes, sync)
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 def _compiled(params: Params, data: Prepared, device, x, y, sizes: Sizes, sync) -> dict:

@@ -21,7 +21,10 @@ four parts:
    the first batch size);
 3. time to held-out 80%, 84% and 86% with the ``fast`` schedule, and as many of the
    tutorial's 100K steps as fit in the time left, with the held-out learning curve;
-4. several experiments at once on one device (``--parallel`` train stages side by side,
+4. every visible device (:mod:`.gpu_multi`): the train stage at 1 and at N devices
+   under torchrun (NCCL), exercise 5's 2 x 64 against 1 x 128, and whether 2 x 64 and
+   1 x 128 end with the same weights (on a CPU: 2 processes, gloo);
+5. several experiments at once on one device (``--parallel`` train stages side by side,
    as `dvc queue start -j N` runs them): total examples/sec against one alone.
 
 ``--dry`` shrinks every size so the whole script runs in about a minute on a CPU.
@@ -51,6 +54,7 @@ from ..data.prepared import Prepared, load_prepared
 from ..curves import held_out_curve
 from ..training.checkpoints import TrainPaths
 from ..devices import pick_device
+from .gpu_multi import multi_device, visible_devices
 from .gpu_plan import DRY, TARGETS, Budget, Sizes, fit
 from .gpu_parts import (host_syncs_per_step, input_step, losses_against_cpu, short_run, syncer,
                         throughput, with_sections)
@@ -183,7 +187,8 @@ def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry
             rate = quick_rate(params, data, device)
             batch = params.train.batch_size  # an evaluation pass runs ~2x the train step's
             sizes = fit(sizes, budget.left(), rate, batch, len(data.train_labels) / batch,
-                        eval_seconds=len(data.test_labels) / (batch * rate))
+                        eval_seconds=len(data.test_labels) / (batch * rate),
+                        devices=visible_devices(device.type, sizes.cpu_processes))
             result["planned_at_steps_per_sec"] = rate
         result["sizes"] = dataclasses.asdict(sizes)
         parts = {
@@ -196,6 +201,10 @@ def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry
             "fast": lambda: fast_schedule(params, data, sizes, root),
             "tutorial": lambda: tutorial_schedule(params, data, sizes,
                                                   _steps_per_sec(result, params), root),
+            "multi_device": lambda: multi_device(
+                params_file, data_dir, device.type,
+                visible_devices(device.type, sizes.cpu_processes), sizes.multi_steps,
+                sizes.weight_steps, root),
             "side_by_side": lambda: side_by_side(params_file, data_dir, device.type,
                                                  sizes.parallel, sizes.parallel_steps, root)}
         for name, part in parts.items():

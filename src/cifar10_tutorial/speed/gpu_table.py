@@ -21,11 +21,14 @@ def format_table(r: dict) -> str:
     if "correctness" in r:
         lines += _correctness_lines(r["correctness"])
     if "throughput" in r:
-        lines += ["| batch | eager, input pipeline | eager, fixed batch | compiled (CUDA graphs) | "
-                  "typical DataLoader |", "|---|---|---|---|---|"]
+        other = "fp32" if "eager_fixed_batch_fp32" in r["throughput"][0] else "bf16"
+        lines += [f"| batch | eager, input pipeline | eager, fixed batch | {other}, fixed batch | "
+                  "cudnn.benchmark | compiled (CUDA graphs) | typical DataLoader |",
+                  "|---|---|---|---|---|---|---|"]
         for row in r["throughput"]:
-            cells = []
-            for key in ("eager_input_pipeline", "eager_fixed_batch", "compiled_fixed_batch",
+            cells = []  # "-": not measured at this batch size (or on this device)
+            for key in ("eager_input_pipeline", "eager_fixed_batch", f"eager_fixed_batch_{other}",
+                        "eager_fixed_batch_cudnn_benchmark", "compiled_fixed_batch",
                         "typical_dataloader"):
                 v = row.get(key)
                 cells.append("-" if v is None else v.get("error", "")[:40] if "error" in v
@@ -33,6 +36,8 @@ def format_table(r: dict) -> str:
             lines.append(f"| {row['batch_size']} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += _schedule_lines(r)
+    if "multi_device" in r:
+        lines += _multi_lines(r["multi_device"])
     if "side_by_side" in r:
         s = r["side_by_side"]
         lines.append(f"side by side: {s['together']['processes']} train stages at once "
@@ -77,3 +82,20 @@ def _schedule_lines(r: dict) -> list[str]:
                      f"{t['train_seconds']:.0f} | " + " | ".join(reached(t, x) for x in TARGETS)
                      + f" | {_pct(t['curve'][-1]['precision_at_1'] if t['curve'] else None)} |")
     return lines + [""]
+
+
+def _multi_lines(m: dict) -> list[str]:
+    if "skipped" in m:
+        return [f"every device: {m['skipped']}", ""]
+    t, e, w = m["throughput"], m["exercise5"], m["same_weights"]
+    one, many, half = t["one"], t["all"], e["2x64"]
+    return ["| devices | examples/sec | sec/batch |", "|---|---|---|",
+            f"| 1 x 128 | {one['examples_per_sec']:,.0f} | {one['sec_per_batch']:.3f} |",
+            f"| {m['devices']} x 128 | {many['examples_per_sec']:,.0f} | "
+            f"{many['sec_per_batch']:.3f} |",
+            f"| 2 x 64 (exercise 5) | {half['examples_per_sec']:,.0f} | "
+            f"{half['sec_per_batch']:.3f} |", "",
+            f"scaling to {m['devices']} devices: {t['scaling_efficiency']:.0%} efficient; "
+            f"2 x 64 against 1 x 128 after {w['steps']} steps: weights within "
+            f"{w['max_abs_diff']:.1e} (tolerance {w['atol']:g}): "
+            f"{'ok' if w['ok'] else 'FAILED'}", ""]
