@@ -172,6 +172,22 @@ def _published(root: Path) -> list[str]:
             *rows, ""]
 
 
+def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
+    """The exercise trial's wall time (`cifar10 trial --out`), each stage's beside it."""
+    if not (root / path).is_file():
+        return []
+    t = json.loads((root / path).read_text())
+    p = t["provenance"]
+    rows = "\n".join(f"| `{name.split(':')[-1]}` | {sec:.1f} |" for name, sec in t["stages"].items())
+    return ["## The exercise trial", "",
+            f"`{t['command']}` (`cifar10 trial --steps {t['steps']}`, in a clone of commit "
+            f"{(p['code'].get('commit') or 'outside git')[:10]}, {p['date'][:10]}, {p['cpu']}, "
+            f"{p['cpus']} CPUs, data {str(p['data'])[:12]}): **{t['wall_s']:.0f} s** in all, "
+            f"{t['before_first_stage_s']:.1f} s of it before DVC ran the first stage. Each "
+            f"stage's seconds, from its start to the next one's (DVC's own work included), "
+            f"from `{path}`:", "", "| stage | seconds |", "|---|---|", rows, ""]
+
+
 def report_folder(root: Path) -> Path:
     """The report stage's output folder, from its command in reports/dvc.yaml."""
     args = stage_command("report.py", root / "reports" / "dvc.yaml")
@@ -206,6 +222,7 @@ def render(root: Path = Path(".")) -> str:
         *_bf16(root, rep),
         *_published(root),
         *_time_to_accuracy(root, rep),
+        *_trial(root),
         "## Throughput",
         "",
         _throughput(Path(bench), root),
