@@ -12,16 +12,11 @@ A variant with train.num_devices > 1 runs itself under torchrun, one process per
 reports/dvc.yaml gives every path; by hand, give them too.
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
-import sys
 from pathlib import Path
 
-from cifar10_tutorial.exercises.ablation import VariantPaths, run_variant
 from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
-from cifar10_tutorial.training.continuation import from_stage
-from cifar10_tutorial.files import hold_run_lock
-from cifar10_tutorial.training.distributed import launched_by_torchrun, relaunch_on_devices
-from cifar10_tutorial.params import load_params, variant_params
 from cifar10_tutorial.data.prepared import load_prepared
+from cifar10_tutorial.exercises.ablation import run_variant_stage
 
 
 def main() -> None:
@@ -32,14 +27,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="the variant's results")
     add_continuation(ap)
     args = ap.parse_args()
-    params = load_params(args.params)
-    cont = from_stage(args.stop_at, args.mirror, args.name)
-    variant = variant_params(params, args.name)
-    if not launched_by_torchrun():  # the launching process holds it for its ranks
-        hold_run_lock(args.work, " ".join(["stages/ablation.py", *sys.argv[1:]]))
-    relaunch_on_devices(variant.train, variant.run, __file__, sys.argv[1:])
-    data = load_prepared(args.data)
-    run_variant(params, args.name, data, VariantPaths(args.work, args.out), continuation=cont)
+    run_variant_stage(args, __file__, lambda params: load_prepared(args.data))
 
 
 if __name__ == "__main__":

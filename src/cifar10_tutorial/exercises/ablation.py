@@ -5,18 +5,19 @@ only, the train run's under ``train``, the evaluation's under ``eval``) and ``va
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..training.checkpoints import TrainPaths
-from ..training.continuation import NONE, Continuation, run_ended
-from ..training.distributed import this_process
+from ..training.continuation import NONE, Continuation, from_stage, run_ended
+from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import evaluate
-from ..files import write_text_atomic
-from ..params import Params, variant_params
+from ..files import hold_run_lock, write_text_atomic
+from ..params import Params, load_params, variant_params
 from ..data.prepared import Prepared
 from ..training.train import train
-
 
 
 @dataclass(frozen=True)
@@ -72,3 +73,20 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
     write_text_atomic(paths.metrics, json.dumps(metrics, indent=2) + "\n")
     run_ended(continuation)
     return metrics
+
+
+def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]) -> None:
+    """The body of the stages ``ablation@NAME`` and ``dataset_ablation@NAME``: hold the
+    run's lock on ``args.work``, relaunch under torchrun when the variant asks for several
+    devices, get its data (``load_data(params)``), then :func:`run_variant`. ``args``: the
+    stage's parsed command line (params, name, work, out, stop_at, mirror); ``script``: the
+    stage script's ``__file__``, which torchrun runs again."""
+    params = load_params(args.params)
+    cont = from_stage(args.stop_at, args.mirror, args.name)
+    variant = variant_params(params, args.name)
+    if not launched_by_torchrun():  # the launching process holds it for its ranks
+        command = ["stages/" + Path(script).name, *sys.argv[1:]]
+        hold_run_lock(args.work, " ".join(command))
+    relaunch_on_devices(variant.train, variant.run, script, sys.argv[1:])
+    run_variant(params, args.name, load_data(params), VariantPaths(args.work, args.out),
+                continuation=cont)
