@@ -37,6 +37,28 @@ def test_bad_variants_are_errors(ablations, expected):
         params_from_dict({"ablations": ablations})
 
 
+def test_a_trial_evaluates_the_first_trial_eval_images_held_out_images():
+    """ablation.trial_eval_images cuts the held-out split in a trial only (issue 36:
+    evaluation was most of a trial's time); null, or more than there are, keeps all."""
+    import numpy as np
+
+    from cifar10_tutorial.data.prepared import Prepared
+    from cifar10_tutorial.exercises.ablation import trial_held_out
+    from cifar10_tutorial.params import AblationParams
+
+    data = Prepared(np.zeros((8, 3, 32, 32), np.uint8), np.zeros(8, np.int64),
+                    np.arange(50 * 3 * 32 * 32, dtype=np.int64).astype(np.uint8).reshape(50, 3, 32, 32),
+                    np.arange(50) % 10, {"counts": {"train": 8, "test": 50}, "num_classes": 10})
+    assert trial_held_out(AblationParams(trial_eval_images=20), data) is data  # not a trial
+    assert trial_held_out(AblationParams(trial_steps=5, trial_eval_images=None), data) is data
+    assert trial_held_out(AblationParams(trial_steps=5, trial_eval_images=50), data) is data
+    cut = trial_held_out(AblationParams(trial_steps=5, trial_eval_images=20), data)
+    assert (cut.test_images == data.test_images[:20]).all() and len(cut.test_images) == 20
+    assert (cut.test_labels == data.test_labels[:20]).all() and len(cut.test_labels) == 20
+    assert cut.train_images is data.train_images and cut.meta["counts"] == {"train": 8, "test": 20}
+    assert cut.content_hash != data.content_hash and data.meta["counts"]["test"] == 50
+
+
 def test_report_needs_results(tmp_path):
     with pytest.raises(PipelineError, match=r"no ablation results.*dvc repro reports/dvc.yaml:report"):
         make_report(tmp_path / "none", tmp_path / "out")

@@ -86,6 +86,27 @@ def test_the_trial_benchmark_times_the_users_command_in_a_clone(tmp_path):
     assert status == "" and not (project / "reports/ablations").exists()
 
 
+@pytest.mark.e2e
+def test_a_trial_through_dvc_evaluates_trial_eval_images_and_says_so(tmp_path):
+    """The trial as users run it: each variant trains trial_steps steps and is evaluated on
+    the first ablation.trial_eval_images held-out images; the report's banner says both."""
+    import json
+
+    from conftest import dvc
+
+    project = _trial_project(tmp_path)
+    dvc(project, "exp", "run", "-S", "ablation.trial_steps=2", "-S",
+        "ablation.trial_eval_images=20", "reports/dvc.yaml:report")
+    for name in ("baseline", "no_lrn"):
+        m = json.loads((project / f"reports/ablations/{name}/metrics.json").read_text())
+        assert m["eval"]["num_examples"] == 20 and m["train"]["step"] == 2, m
+        rows = (project / f"reports/ablations/{name}/eval/predictions.csv").read_text().splitlines()
+        assert len(rows) == 21
+    top = (project / "reports/report.md").read_text().split("## ", 1)[0]
+    assert ("capped every variant at 2 steps, those with a budget of their own included, and "
+            "each was evaluated on 20 held-out images (`ablation.trial_eval_images`)") in top
+
+
 def test_the_trial_benchmark_wants_the_main_pipelines_data_first(tmp_path):
     from conftest import copy_project
     from cifar10_tutorial.speed.trial import clone_for_trial

@@ -102,6 +102,11 @@ def test_trial_steps_cap_every_variant_of_the_project():
     raw["ablation"]["trial_steps"] = 0
     with pytest.raises(ParamsError, match="ablation.trial_steps: expected >= 1 or null, found 0"):
         params_from_dict(raw)
+    raw["ablation"]["trial_steps"] = 200
+    raw["ablation"]["trial_eval_images"] = 0
+    with pytest.raises(ParamsError, match="ablation.trial_eval_images: expected >= 1 or null, "
+                                          "found 0"):
+        params_from_dict(raw)
 
 
 @pytest.mark.parametrize("text, message", [

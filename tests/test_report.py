@@ -130,8 +130,11 @@ def test_a_trials_banner_names_the_knob_that_capped_it(tmp_path):
     exercises(tmp_path / "a", 5, {"local_head": 0.10, "no_lrn": 0.005})
     text = make_report(tmp_path / "a", tmp_path / "out", OVERRIDES, trial_steps=5).read_text()
     top = text.split("## ", 1)[0]
+    images = json.loads((tmp_path / "a/baseline/metrics.json").read_text())["eval"]["num_examples"]
     assert ("> **A trial.** `ablation.trial_steps: 5` capped every variant at 5 steps, those "
-            "with a budget of their own included, fewer than the 2,000 below which") in top
+            f"with a budget of their own included, and each was evaluated on {images:,} "
+            "held-out images (`ablation.trial_eval_images`), fewer than the 2,000 below "
+            "which") in top
     assert "`dvc exp run -S ablation.trial_steps=null reports/dvc.yaml:report`" in top
     assert "ablation.max_steps" not in top and "*Answer:*" not in text
     # a trial long enough to answer still says what capped it

@@ -199,13 +199,17 @@ class AblationParams(Section):
     # set: a trial of the whole exercise pipeline; every variant trains at most this many
     # steps, those with a budget of their own (tutorial_100k, schedule_*) included
     trial_steps: Optional[int] = None
+    # in a trial (trial_steps set): precision over the first this many held-out images
+    # only (null: all of them); evaluating is most of a trial's time
+    trial_eval_images: Optional[int] = 2000
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ParamsError(f"ablation.max_steps: expected >= 1, found {self.max_steps}")
-        if self.trial_steps is not None and self.trial_steps < 1:
-            raise ParamsError(f"ablation.trial_steps: expected >= 1 or null, found "
-                              f"{self.trial_steps}")
+        for key in ("trial_steps", "trial_eval_images"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ParamsError(f"ablation.{key}: expected >= 1 or null, found {value}")
 
 
 @dataclass(frozen=True)

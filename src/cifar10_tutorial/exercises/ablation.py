@@ -4,6 +4,7 @@ only, the train run's under ``train``, the evaluation's under ``eval``) and ``va
 (what the variant is: its settings, data set and device, for the report)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from ..training.continuation import NONE, Continuation, from_stage, run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import evaluate
 from ..files import hold_run_lock, write_text_atomic
-from ..params import Params, load_params, variant_params
+from ..params import AblationParams, Params, load_params, variant_params
 from ..data.prepared import Prepared
 from ..training.train import train
 
@@ -46,12 +47,27 @@ class VariantPaths:
         return self.out / "variant.json"
 
 
+def trial_held_out(ablation: AblationParams, data: Prepared) -> Prepared:
+    """``data`` with its held-out split cut to the first ``ablation.trial_eval_images``
+    images in a trial (``ablation.trial_steps`` set): a trial checks that every variant
+    runs, and evaluating 10,000 images twice (averaged and raw weights) would be most of
+    its time. Outside a trial, or with ``trial_eval_images`` null, ``data`` itself."""
+    keep, trial = ablation.trial_eval_images, ablation.trial_steps  # both read, set or not
+    if trial is None or keep is None or keep >= len(data.test_labels):
+        return data
+    counts = {**data.meta.get("counts", {}), "test": keep}
+    return dataclasses.replace(data, test_images=data.test_images[:keep],
+                               test_labels=data.test_labels[:keep],
+                               meta={**data.meta, "counts": counts})
+
+
 def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
                 progress=None, continuation: Continuation = NONE) -> dict | None:
     """Train and evaluate variant ``name``; rank 0 returns (and writes) its metrics.
     ``continuation``: the train run's deadline and mirror (:mod:`.continuation`); the
     mirror is cleared once the results are written."""
     vp = variant_params(params, name)
+    data = trial_held_out(params.ablation, data)
     made: dict = {}  # the held-out evaluation of the last step: the eval below need not repeat it
     tm = train(vp, data, paths.train, progress=progress, continuation=continuation,
                final_evaluation=made)

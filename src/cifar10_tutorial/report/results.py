@@ -205,9 +205,11 @@ def banner(r: Results) -> list[str]:
              f"(the moving averages and the loss have barely started). The tables show what "
              f"was measured; every answer is withheld. ")
     if r.trial_steps is not None:
+        images = int(r.df["num_examples"].max())
         return [f"> **A trial.** `ablation.trial_steps: {r.trial_steps}` capped every variant "
-                f"at {r.trial_steps:,} steps, those with a budget of their own included"
-                f"{', ' + short if r.withheld else '. '}"
+                f"at {r.trial_steps:,} steps, those with a budget of their own included, and "
+                f"each was evaluated on {images:,} held-out images "
+                f"(`ablation.trial_eval_images`){', ' + short if r.withheld else '. '}"
                 f"For the full runs set it back to null: `dvc exp run -S "
                 f"ablation.trial_steps=null reports/dvc.yaml:report`.", ""]
     if not r.withheld:
