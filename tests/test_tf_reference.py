@@ -144,3 +144,43 @@ def test_a_damaged_record_is_one_line(tmp_path):
     (tmp_path / "bad.json").write_text('{"evaluations": [{"step": "x"}]}')
     with pytest.raises(PipelineError, match=r"bad.json: expected a reference run's record"):
         load_reference_runs(tmp_path)
+
+
+def test_the_opcheck_maps_the_tutorials_variables_onto_this_network():
+    """devtools/tf_opcheck.py's layout change: the tutorial's network (NHWC, HWIO kernels,
+    local3 reading pool2 flattened as H, W, C) computed in numpy from TF-layout weights
+    must give this network's logits once the weights are moved into its layout."""
+    import numpy as np
+    import torch
+
+    from cifar10_tutorial.model import build_model
+
+    spec = importlib.util.spec_from_file_location("tf_opcheck", ROOT / "devtools" / "tf_opcheck.py")
+    opcheck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(opcheck)
+    rng = np.random.default_rng(1)
+    shapes = {"conv1/weights": (5, 5, 3, 64), "conv2/weights": (5, 5, 64, 64),
+              "local3/weights": (2304, 384), "local4/weights": (384, 192),
+              "softmax_linear/weights": (192, 10)}
+    tf_w = {k: rng.normal(0, 0.05, s).astype(np.float32) for k, s in shapes.items()}
+    model = build_model(10)
+    with torch.no_grad():
+        for k, v in tf_w.items():
+            layer = getattr(model, k.split("/")[0])
+            layer.weight.copy_(torch.from_numpy(opcheck.to_torch_layout(k, v)))
+            layer.bias.zero_()
+        model.norm1, model.norm2 = torch.nn.Identity(), torch.nn.Identity()
+        x = torch.from_numpy(rng.normal(0, 1, (2, 3, 24, 24)).astype(np.float32))
+        pool2 = model.features(x).permute(0, 2, 3, 1).numpy()  # NHWC, as TF holds it
+        h = np.maximum(pool2.reshape(2, -1) @ tf_w["local3/weights"], 0)  # TF's flattening
+        h = np.maximum(h @ tf_w["local4/weights"], 0)
+        expected = h @ tf_w["softmax_linear/weights"]
+        got = model.logits(x).numpy()
+    assert np.abs(got - expected).max() < 1e-4 * np.abs(expected).max()
+    # and the kernels: a TF conv (HWIO on NHWC) as an explicit sum over one output pixel
+    k = tf_w["conv1/weights"]
+    patch = x[0, :, 8:13, 8:13].permute(1, 2, 0).numpy()  # the 5x5 window centred on (10, 10)
+    ref = np.einsum("hwi,hwio->o", patch, k)
+    with torch.no_grad():
+        out = torch.nn.functional.conv2d(x, model.conv1.weight, padding=2)[0, :, 10, 10]
+    assert np.allclose(out.numpy(), ref, atol=1e-4)

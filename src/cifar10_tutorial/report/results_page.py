@@ -122,6 +122,30 @@ def _reproduction(root: Path, rep: Path) -> list[str]:
             f"![reproduction](../{rep / 'plots' / 'reproduction.png'})", ""]
 
 
+def _opcheck(root: Path, path: str = "reports/tf_opcheck.json") -> list[str]:
+    """The operation-level check against the reference (devtools/tf_opcheck.py)."""
+    if not (root / path).is_file():
+        return []
+    r = json.loads((root / path).read_text())
+    p = r["provenance"]
+    rows = "\n".join(f"| {c['what']} | {c['max_abs_diff']:.1e} | {c['max_rel_diff']:.1e} | "
+                     f"{'yes' if c['ok'] else '**no**'} |" for c in r["checks"])
+    return ["## The reference's operations against this network", "",
+            f"The tutorial's own TensorFlow code (TensorFlow {r['tensorflow']}) and this "
+            f"project's network, given the weights of the reference run's checkpoint at step "
+            f"{r['checkpoint_step']:,} and the same {r['images']['train']} training images "
+            f"with the same distortion draws (and {r['images']['held_out']} held-out images), "
+            f"from `{path}` (`devtools/tf_opcheck.py`, commit "
+            f"{(p.get('commit') or 'outside git')[:10]}, torch {p['torch']}, {p['cpu']}). "
+            f"The differences are the largest over each tensor, relative to its largest "
+            f"value; within tolerance means at most {r['checks'][0]['tolerance']:.0e}. With the "
+            f"moving averages, both predict the same class for "
+            f"{r['same_predictions_held_out']:.0%} of the {r['images']['held_out']} held-out "
+            f"images.", "",
+            "| computed | max abs. difference | relative | within tolerance |",
+            "|---|---|---|---|", rows, ""]
+
+
 def _time_to_accuracy(root: Path, rep: Path) -> list[str]:
     timed = rep / "tables" / "time_to_accuracy.csv"
     md = ["## Time to accuracy: `fast` against the tutorial's schedule", ""]
@@ -219,6 +243,7 @@ def render(root: Path = Path(".")) -> str:
         _csv_table(root / summary),
         "",
         *_reproduction(root, rep),
+        *_opcheck(root),
         *_bf16(root, rep),
         *_published(root),
         *_time_to_accuracy(root, rep),
