@@ -8,7 +8,7 @@ Two halves, since TensorFlow and this project's torch need not share an environm
     python devtools/tf_opcheck.py tf --tutorial TUTORIAL_DIR \\
         --checkpoint runs/tf_reference_100k/train --data-dir D --out /tmp/opcheck.npz
     # 2. in this project's environment
-    python devtools/tf_opcheck.py compare /tmp/opcheck.npz --out reports/tf_opcheck.json
+    python devtools/tf_opcheck.py compare /tmp/opcheck.npz --out reports/tf_reference/opcheck.json
 
 TUTORIAL_DIR holds the tutorial's ``cifar10.py`` (tensorflow/models, tutorials/image/cifar10,
 run under ``tensorflow.compat.v1`` as docs/reference.md says); D holds
@@ -193,7 +193,7 @@ def main(argv=None) -> None:
     t.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("compare", help="this project's side (needs this project's torch)")
     c.add_argument("npz", type=Path)
-    c.add_argument("--out", type=Path, help="a JSON of the result (e.g. reports/tf_opcheck.json)")
+    c.add_argument("--out", type=Path, help="a JSON of the result (e.g. reports/tf_reference/opcheck.json)")
     a = ap.parse_args(argv)
     if a.cmd == "tf":
         tf_half(a.tutorial, a.checkpoint, a.data_dir, a.out)

@@ -140,6 +140,28 @@ def test_the_section_follows_the_long_run_until_it_ends(tmp_path):
     assert "At 100,000 steps the reference reads 84.0% on the dev split" in text
 
 
+def test_the_section_gives_the_operation_level_check_beside_the_runs(tmp_path):
+    r, tf = _results(tmp_path), tmp_path / "tf"
+    _record(tf, "tf_10k_a", [(10000, 0.786, 0.745)])
+    rows = [{"what": "logits, raw weights", "max_abs_diff": 1e-5, "max_rel_diff": 4e-7,
+             "tolerance": 1e-4, "ok": True},
+            {"what": "gradient of conv1/biases", "max_abs_diff": 1e-7, "max_rel_diff": 1.7e-6,
+             "tolerance": 1e-4, "ok": True}]
+    check = {"checkpoint_step": 80000, "images": {"train": 128, "held_out": 128},
+             "same_predictions_held_out": 1.0, "checks": rows}
+    (tf / "opcheck.json").write_text(json.dumps(check))
+    assert set(load_reference_runs(tf)) == {"tf_10k_a"}  # not a run's record
+    text = "\n".join(against_reference(r, tf))
+    assert ("the gradient of every variable (2 tensors in all) each within 1.7e-06 of "
+            "TensorFlow's, relative to the tensor's largest value (the largest: gradient of "
+            "conv1/biases)") in text
+    assert "checkpoint at step 80,000" in text and "100% of 128 held-out images" in text
+    rows[0].update(max_rel_diff=0.5, ok=False)
+    (tf / "opcheck.json").write_text(json.dumps(check))
+    text = "\n".join(against_reference(r, tf))
+    assert "**outside the tolerance of 1e-04: logits, raw weights**" in text
+
+
 def test_a_damaged_record_is_one_line(tmp_path):
     (tmp_path / "bad.json").write_text('{"evaluations": [{"step": "x"}]}')
     with pytest.raises(PipelineError, match=r"bad.json: expected a reference run's record"):

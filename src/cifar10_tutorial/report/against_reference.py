@@ -3,8 +3,8 @@ TensorFlow code run on the same dev split (how: docs/reference.md,
 "The reference implementation on the dev split"), its records in
 ``reports/tf_reference/<run>.json``:
 its 10K-step runs against the baseline's seed band, its 100K-step run's curve beside
-``tutorial_100k``'s, and what the gap to the tutorial's 86% is made of, as far as the
-measurements go."""
+``tutorial_100k``'s, the operation-level check (``opcheck.json``, devtools/tf_opcheck.py),
+and what the gap to the tutorial's 86% is made of, as far as the measurements go."""
 from __future__ import annotations
 
 import json
@@ -19,12 +19,15 @@ from .reference import ref
 from .results import REPRODUCTION, Results, markdown_table, pct, plot
 
 SHORT, LONG = 10_000, 100_000  # the reference's runs: two of 10K steps, one of 100K
+OPCHECK = "opcheck.json"  # beside the runs' records: the operation-level check
 
 
 def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
     """run name -> its record, checked; {} without a folder or records."""
     runs = {}
     for path in sorted(Path(folder).glob("*.json")) if folder and Path(folder).is_dir() else []:
+        if path.name == OPCHECK:
+            continue
         try:
             rec = json.loads(path.read_text())
             int(rec["steps_planned"])
@@ -69,7 +72,29 @@ def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
     md += _short_runs(r, {k: v for k, v in runs.items()
                           if v.get("steps_planned") == SHORT and _at(v, SHORT)})
     md += _long_run(r, {k: v for k, v in runs.items() if v.get("steps_planned") == LONG})
-    return md
+    return md + _opcheck(Path(folder) / OPCHECK)
+
+
+def _opcheck(path: Path) -> list[str]:
+    """The operation-level check: the same weights and images through both networks."""
+    if not path.is_file():
+        return []
+    c = json.loads(path.read_text())
+    worst = max(c["checks"], key=lambda row: row["max_rel_diff"])
+    failed = [row["what"] for row in c["checks"] if not row["ok"]]
+    verdict = (f"each within {worst['max_rel_diff']:.1e} of TensorFlow's, relative to the "
+               f"tensor's largest value (the largest: {worst['what']})" if not failed else
+               f"**outside the tolerance of {worst['tolerance']:.0e}: {', '.join(failed)}**")
+    return ["### Operation by operation", "",
+            f"With the weights of the reference run's checkpoint at step "
+            f"{c['checkpoint_step']:,} loaded into both networks and the same "
+            f"{c['images']['train']} training images with the same distortion draws, this "
+            f"project computes the distorted inputs, the logits, the loss with weight decay and "
+            f"the gradient of every variable ({len(c['checks'])} tensors in all) {verdict}; with "
+            f"the moving averages it predicts the same class as the reference for "
+            f"{c['same_predictions_held_out']:.0%} of {c['images']['held_out']} held-out images "
+            f"(`{path}`, devtools/tf_opcheck.py). The optimizer's and the moving averages' "
+            f"updates and the input queue are not part of this check.", ""]
 
 
 def _short_runs(r: Results, runs: dict) -> list[str]:

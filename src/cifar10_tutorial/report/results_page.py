@@ -122,7 +122,7 @@ def _reproduction(root: Path, rep: Path) -> list[str]:
             f"![reproduction](../{rep / 'plots' / 'reproduction.png'})", ""]
 
 
-def _opcheck(root: Path, path: str = "reports/tf_opcheck.json") -> list[str]:
+def _opcheck(root: Path, path: str = "reports/tf_reference/opcheck.json") -> list[str]:
     """The operation-level check against the reference (devtools/tf_opcheck.py)."""
     if not (root / path).is_file():
         return []
