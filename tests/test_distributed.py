@@ -355,7 +355,8 @@ def test_a_lost_node_of_two_with_separate_folders_resumes_to_the_uninterrupted_w
                                         "log_every": 10},
                                  run={"checkpoint_every": 20, "summary_every": 1000,
                                       "collective_timeout_s": 10, "max_restarts": 0}))
-    env = {**ENV, "OMP_NUM_THREADS": "1"}
+    # TMPDIR: the launchers' temporary folders, which a SIGKILL leaves behind, stay in here
+    env = {**ENV, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
 
     def start(folder, port, rdzv):
         return subprocess.Popen([sys.executable, "stages/train.py", "--nnodes", "2",
