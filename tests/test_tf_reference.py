@@ -162,6 +162,25 @@ def test_the_section_gives_the_operation_level_check_beside_the_runs(tmp_path):
     assert "**outside the tolerance of 1e-04: logits, raw weights**" in text
 
 
+def test_the_gap_at_100k_is_weighed_against_the_seed_spread(tmp_path):
+    from cifar10_tutorial.report.against_reference import _gap
+
+    df = pd.DataFrame({"precision_at_1": [0.784, 0.787, 0.791, 0.828],
+                       "precision_at_1_raw": [0.747, 0.75, 0.751, 0.79],
+                       "steps": [10000] * 3 + [100000]},
+                      index=["baseline", "baseline_seed1", "baseline_seed2", "tutorial_100k"])
+    r = Results(df, df.iloc[:3], df.iloc[3:], tmp_path, tmp_path / "t", tmp_path / "p", df.iloc[:3])
+    close = _gap(r, {"evals": [(100000, 0.830, 0.79)]}, 100000)
+    assert ("`tutorial_100k` reads 82.8% on the same images. Of the gap to the tutorial's "
+            "figure, the part between it and 83.0% is the reference's own on this data") in close
+    assert ("+0.2 points lie between the two implementations (one run each, within the "
+            "0.7-point spread of the baseline's seeds at 10,000 steps: noise, no difference "
+            "between them shown)") in close
+    far = _gap(r, {"evals": [(100000, 0.85, 0.79)]}, 100000)
+    assert "+2.2 points lie between the two implementations (one run each, beyond the 0.7" in far
+    assert "noise" not in far
+
+
 def test_a_damaged_record_is_one_line(tmp_path):
     (tmp_path / "bad.json").write_text('{"evaluations": [{"step": "x"}]}')
     with pytest.raises(PipelineError, match=r"bad.json: expected a reference run's record"):
