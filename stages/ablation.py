@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("name", help="the variant, a key of `ablations:`")
     ap.add_argument("--data", type=Path, required=True, help="the prepared data")
     ap.add_argument("--work", type=Path, required=True, help="model, checkpoints (and data)")
+    ap.add_argument("--trial-work", type=Path, help="a trial's model and checkpoints "
+                    "(ablation.trial_steps set), apart from a full run's in --work")
     ap.add_argument("--out", type=Path, required=True, help="the variant's results")
     add_continuation(ap)
     args = ap.parse_args()

@@ -17,6 +17,8 @@ def main() -> None:
     ap = stage_parser(__doc__)
     ap.add_argument("name", help="the variant, a key of `dataset_ablations:`")
     ap.add_argument("--work", type=Path, required=True, help="its data, model, checkpoints")
+    ap.add_argument("--trial-work", type=Path, help="a trial's model and checkpoints "
+                    "(ablation.trial_steps set), apart from a full run's in --work")
     ap.add_argument("--out", type=Path, required=True, help="the variant's results")
     ap.add_argument("--partial", type=Path, required=True, help="partial downloads")
     add_continuation(ap)

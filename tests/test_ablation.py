@@ -59,6 +59,25 @@ def test_a_trial_evaluates_the_first_trial_eval_images_held_out_images():
     assert cut.content_hash != data.content_hash and data.meta["counts"]["test"] == 50
 
 
+def test_a_trial_trains_in_a_folder_of_its_own(tmp_path):
+    """A trial's few-step model and checkpoints go to --trial-work, never over a full run's
+    in --work; without --trial-work, or with the same folder, a trial is refused."""
+    from cifar10_tutorial.exercises.ablation import training_work
+    from cifar10_tutorial.params import AblationParams
+
+    work, trial = tmp_path / "ablations/x", tmp_path / "trials/x"
+    assert training_work(AblationParams(), "x", work, trial) == work
+    assert training_work(AblationParams(), "x", work, None) == work
+    assert training_work(AblationParams(trial_steps=5), "x", work, trial) == trial
+    with pytest.raises(PipelineError, match=r"a trial \(ablation.trial_steps: 5\) would replace "
+                                            r"the full run's model and checkpoints there; give "
+                                            r"it a folder of its own with --trial-work "
+                                            r"\(reports/dvc.yaml gives data/trials/x\)"):
+        training_work(AblationParams(trial_steps=5), "x", work, None)
+    with pytest.raises(PipelineError, match=r"expected a folder other than --work"):
+        training_work(AblationParams(trial_steps=5), "x", work, tmp_path / "trials/../ablations/x")
+
+
 def test_report_needs_results(tmp_path):
     with pytest.raises(PipelineError, match=r"no ablation results.*dvc repro reports/dvc.yaml:report"):
         make_report(tmp_path / "none", tmp_path / "out")

@@ -89,14 +89,26 @@ def test_the_trial_benchmark_times_the_users_command_in_a_clone(tmp_path):
 @pytest.mark.e2e
 def test_a_trial_through_dvc_evaluates_trial_eval_images_and_says_so(tmp_path):
     """The trial as users run it: each variant trains trial_steps steps and is evaluated on
-    the first ablation.trial_eval_images held-out images; the report's banner says both."""
+    the first ablation.trial_eval_images held-out images; the report's banner says both.
+    Its models and checkpoints go to data/trials/NAME: a full run's stay as they were."""
     import json
+    from pathlib import Path
 
-    from conftest import dvc
+    from conftest import commit, dvc
 
     project = _trial_project(tmp_path)
+    dvc(project, "repro", "reports/dvc.yaml:ablation@baseline")  # a full run (4 steps) first
+    commit(project, "the full baseline")
+    full = project / "data/ablations/baseline"
+    kept = {p.relative_to(full): p.read_bytes() for p in full.rglob("*") if p.is_file()}
+    assert Path("model.pt") in kept and any(p.parts[0] == "checkpoints" for p in kept)
     dvc(project, "exp", "run", "-S", "ablation.trial_steps=2", "-S",
         "ablation.trial_eval_images=20", "reports/dvc.yaml:report")
+    # the trial's model and checkpoints are its own; the full run's are as they were
+    assert {p.relative_to(full): p.read_bytes() for p in full.rglob("*") if p.is_file()} == kept
+    assert (project / "data/trials/baseline/model.pt").is_file()
+    assert (project / "data/trials/no_lrn/model.pt").is_file()
+    assert not (project / "data/ablations/no_lrn").exists()
     for name in ("baseline", "no_lrn"):
         m = json.loads((project / f"reports/ablations/{name}/metrics.json").read_text())
         assert m["eval"]["num_examples"] == 20 and m["train"]["step"] == 2, m
@@ -105,6 +117,11 @@ def test_a_trial_through_dvc_evaluates_trial_eval_images_and_says_so(tmp_path):
     top = (project / "reports/report.md").read_text().split("## ", 1)[0]
     assert ("capped every variant at 2 steps, those with a budget of their own included, and "
             "each was evaluated on 20 held-out images (`ablation.trial_eval_images`)") in top
+    # as docs/exercises.md says: git brings the full run's results back, up to date for DVC
+    subprocess.run(["git", "checkout", "params.yaml", "reports/"], cwd=project, check=True)
+    assert json.loads((project / "reports/ablations/baseline/metrics.json").read_text()
+                      )["train"]["step"] == 4
+    assert "up to date" in dvc(project, "status", "reports/dvc.yaml:ablation@baseline").stdout
 
 
 def test_the_trial_benchmark_wants_the_main_pipelines_data_first(tmp_path):

@@ -15,6 +15,7 @@ from ..training.checkpoints import TrainPaths
 from ..training.continuation import NONE, Continuation, from_stage, run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import evaluate
+from ..errors import PipelineError
 from ..files import hold_run_lock, write_text_atomic
 from ..params import AblationParams, Params, load_params, variant_params
 from ..data.prepared import Prepared
@@ -93,16 +94,41 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
 
 def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]) -> None:
     """The body of the stages ``ablation@NAME`` and ``dataset_ablation@NAME``: hold the
-    run's lock on ``args.work``, relaunch under torchrun when the variant asks for several
+    run's lock on the folders it writes, relaunch under torchrun when the variant asks for several
     devices, get its data (``load_data(params)``), then :func:`run_variant`. ``args``: the
-    stage's parsed command line (params, name, work, out, stop_at, mirror); ``script``: the
+    stage's parsed command line (params, name, work, trial_work, out, stop_at, mirror); a
+    trial trains in ``trial_work`` (:func:`training_work`); ``script``: the
     stage script's ``__file__``, which torchrun runs again."""
     params = load_params(args.params)
-    cont = from_stage(args.stop_at, args.mirror, args.name)
+    work = training_work(params.ablation, args.name, args.work, args.trial_work)
+    trial = work != args.work  # its mirror folder apart too: a full run's there stays
+    cont = from_stage(args.stop_at, args.mirror, f"trials/{args.name}" if trial else args.name)
     variant = variant_params(params, args.name)
-    if not launched_by_torchrun():  # the launching process holds it for its ranks
-        command = ["stages/" + Path(script).name, *sys.argv[1:]]
-        hold_run_lock(args.work, " ".join(command))
+    if not launched_by_torchrun():  # the launching process holds them for its ranks
+        command = " ".join(["stages/" + Path(script).name, *sys.argv[1:]])
+        for folder in dict.fromkeys((args.work, work)):  # a trial's, and the data's
+            hold_run_lock(folder, command)
     relaunch_on_devices(variant.train, variant.run, script, sys.argv[1:])
-    run_variant(params, args.name, load_data(params), VariantPaths(args.work, args.out),
+    run_variant(params, args.name, load_data(params), VariantPaths(work, args.out),
                 continuation=cont)
+
+
+def training_work(ablation: AblationParams, name: str, work: Path,
+                  trial_work: Path | None) -> Path:
+    """Where variant ``name`` keeps its model, checkpoints and TensorBoard logs: ``work``,
+    or in a trial (``ablation.trial_steps`` set) ``trial_work``, so that a trial of a few
+    steps neither replaces a full run's model nor removes a paused full run's checkpoints
+    (a run of other params starts afresh and removes them). A data-set variant's data stay
+    in ``work`` either way: a trial fetches and prepares nothing twice."""
+    if ablation.trial_steps is None:
+        return work
+    if trial_work is None:
+        raise PipelineError(f"{work}: a trial (ablation.trial_steps: {ablation.trial_steps}) "
+                            f"would replace the full run's model and checkpoints there; give "
+                            f"it a folder of its own with --trial-work (reports/dvc.yaml "
+                            f"gives data/trials/{name})")
+    if Path(trial_work).resolve() == Path(work).resolve():
+        raise PipelineError(f"--trial-work {trial_work}: expected a folder other than --work "
+                            f"{work}, found the same; a trial there would replace the full "
+                            f"run's model and checkpoints")
+    return trial_work
