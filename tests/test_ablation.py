@@ -78,6 +78,49 @@ def test_a_trial_trains_in_a_folder_of_its_own(tmp_path):
         training_work(AblationParams(trial_steps=5), "x", work, tmp_path / "trials/../ablations/x")
 
 
+@pytest.mark.e2e
+def test_queued_variants_keep_their_models_and_checkpoints(tmp_path):
+    """`dvc queue start` runs each experiment in a temporary workspace that DVC deletes
+    afterwards: a variant's model, checkpoints and TensorBoard logs, no DVC outputs, went
+    with it (docs/exercises.md runs the variants so). They now stay in the repository's
+    folder, under queued/EXPERIMENT; a queued trial's under data/trials/NAME."""
+    import time
+
+    import yaml
+
+    from conftest import tiny_project
+
+    project = tiny_project(tmp_path, dict(train_per_batch=60, test=50, seed=2),
+                           ablation={"max_steps": 4}, eval={"batch_size": 25},
+                           train={"device": "cpu", "batch_size": 16},
+                           run={"checkpoint_every": 2, "summary_every": 2})
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw["ablations"] = {"baseline": {}}
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    dvc(project, "repro", "dvc.yaml:preprocess")
+    commit(project, "one variant, data prepared")
+    dvc(project, "exp", "run", "--queue", "-n", "qfull", "reports/dvc.yaml:ablation@baseline")
+    dvc(project, "exp", "run", "--queue", "-n", "qtrial", "-S", "ablation.trial_steps=2",
+        "reports/dvc.yaml:ablation@baseline")
+    dvc(project, "queue", "start", "-j", "1")
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        status = dvc(project, "queue", "status").stdout
+        if "Queued" not in status and "Running" not in status:
+            break
+        time.sleep(3)
+    assert status.count("Success") == 2 and "Failed" not in status, status
+    for kept, steps in ((project / "data/ablations/baseline/queued/qfull", [2, 4]),
+                        (project / "data/trials/baseline/queued/qtrial", [2])):
+        assert (kept / "model.pt").is_file(), kept
+        assert [p.name for p in sorted((kept / "checkpoints").glob("ckpt-*.pt"))] == [
+            f"ckpt-{s:08d}.pt" for s in steps], kept
+        assert list((kept / "tensorboard").rglob("events.out.tfevents.*")), kept
+    assert not (project / "data/ablations/baseline/model.pt").exists()
+    dvc(project, "repro", "reports/dvc.yaml:ablation@baseline")  # the workspace's own run
+    assert (project / "data/ablations/baseline/model.pt").is_file()
+
+
 def test_report_needs_results(tmp_path):
     with pytest.raises(PipelineError, match=r"no ablation results.*dvc repro reports/dvc.yaml:report"):
         make_report(tmp_path / "none", tmp_path / "out")

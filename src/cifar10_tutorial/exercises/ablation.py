@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..training.checkpoints import TrainPaths
+from ..training.checkpoints import TrainPaths, kept_past_workspace
 from ..training.continuation import NONE, Continuation, from_stage, run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import evaluate
@@ -20,6 +21,8 @@ from ..files import hold_run_lock, write_text_atomic
 from ..params import AblationParams, Params, load_params, variant_params
 from ..data.prepared import Prepared
 from ..training.train import train
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -94,16 +97,21 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
 
 def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]) -> None:
     """The body of the stages ``ablation@NAME`` and ``dataset_ablation@NAME``: hold the
-    run's lock on the folders it writes, relaunch under torchrun when the variant asks for several
-    devices, get its data (``load_data(params)``), then :func:`run_variant`. ``args``: the
-    stage's parsed command line (params, name, work, trial_work, out, stop_at, mirror); a
-    trial trains in ``trial_work`` (:func:`training_work`); ``script``: the
-    stage script's ``__file__``, which torchrun runs again."""
+    run's lock on the folders it writes, relaunch under torchrun when the variant asks for
+    several devices, get its data (``load_data(params)``), then :func:`run_variant`.
+    ``args``: the stage's parsed command line (params, name, work, trial_work, out,
+    stop_at, mirror); a trial trains in ``trial_work`` (:func:`training_work`), a queued
+    DVC experiment below the repository's folder (:func:`.checkpoints.kept_past_workspace`);
+    ``script``: the stage script's ``__file__``, which torchrun runs again."""
     params = load_params(args.params)
     work = training_work(params.ablation, args.name, args.work, args.trial_work)
     trial = work != args.work  # its mirror folder apart too: a full run's there stays
     cont = from_stage(args.stop_at, args.mirror, f"trials/{args.name}" if trial else args.name)
     variant = variant_params(params, args.name)
+    if (kept := kept_past_workspace(work)) != work:
+        log.info("queued experiment %s: model, checkpoints and TensorBoard logs in %s (they "
+                 "outlive DVC's temporary workspace)", kept.name, kept)
+        work = kept
     if not launched_by_torchrun():  # the launching process holds them for its ranks
         command = " ".join(["stages/" + Path(script).name, *sys.argv[1:]])
         for folder in dict.fromkeys((args.work, work)):  # a trial's, and the data's

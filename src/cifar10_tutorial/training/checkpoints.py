@@ -71,6 +71,17 @@ def queued_workspace(cwd: Optional[Path] = None) -> Optional[Path]:
     return None
 
 
+def kept_past_workspace(folder: Path) -> Path:
+    """``folder`` itself, or in a queued DVC experiment (:func:`queued_workspace`), with
+    ``folder`` relative, ``<repo>/<folder>/queued/<experiment>``: what a run writes there
+    that is no DVC output outlives DVC's temporary workspace, and the same experiment
+    queued again finds it."""
+    repo = queued_workspace()
+    if repo is None or Path(folder).is_absolute():
+        return Path(folder)
+    return repo / folder / "queued" / (os.environ.get("DVC_EXP_NAME") or Path.cwd().name)
+
+
 def stage_paths(out: Path, live: Path) -> TrainPaths:
     """The train stage's paths: the speeds and times go to ``live``/speed.json, not into
     metrics.json (DVC's metrics, which ``dvc exp show`` lists). In a queued DVC experiment
@@ -80,14 +91,12 @@ def stage_paths(out: Path, live: Path) -> TrainPaths:
     workspace's own (one subfolder per run), the checkpoints under ``queued/<experiment>``
     (the same experiment queued again resumes from them)."""
     speed = Path(live) / "speed.json"  # DVC's metrics keep what users compare (README)
-    repo = queued_workspace()
-    if repo is None or out.is_absolute():
+    kept = kept_past_workspace(out)
+    if kept == Path(out):
         return TrainPaths(out, live, speed_file=speed)
-    name = os.environ.get("DVC_EXP_NAME") or Path.cwd().name
-    paths = TrainPaths(out, live, repo / out / "queued" / name / "checkpoints",
-                       repo / out / "tensorboard", speed)
+    paths = TrainPaths(out, live, kept / "checkpoints", kept.parent.parent / "tensorboard", speed)
     log.info("queued experiment %s: checkpoints in %s, TensorBoard logs in %s (they outlive "
-             "DVC's temporary workspace)", name, paths.checkpoints, paths.tensorboard)
+             "DVC's temporary workspace)", kept.name, paths.checkpoints, paths.tensorboard)
     return paths
 
 
