@@ -66,6 +66,20 @@ def dvc(project: Path, *args: str) -> subprocess.CompletedProcess:
     return proc
 
 
+def run_queue(project: Path, jobs: int = 1, timeout: float = 600) -> str:
+    """``dvc queue start -j JOBS`` in ``project``, then wait until nothing is queued or
+    running; DVC's ``queue status`` table at the end."""
+    import time
+
+    dvc(project, "queue", "start", "-j", str(jobs))
+    deadline = time.time() + timeout
+    while True:
+        status = dvc(project, "queue", "status").stdout
+        if ("Queued" not in status and "Running" not in status) or time.time() > deadline:
+            return status
+        time.sleep(3)
+
+
 def commit(project: Path, message: str) -> None:
     subprocess.run(["git", "add", "-A"], cwd=project, check=True)
     subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", message],

@@ -8,7 +8,7 @@ import pytest
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import ParamsError, load_params, params_from_dict, variant_params
 from cifar10_tutorial.report.report import make_report
-from conftest import ROOT, commit, dvc, set_params
+from conftest import ROOT, commit, dvc, run_queue, set_params
 
 
 def test_variants_override_the_baseline_and_share_the_budget():
@@ -84,8 +84,6 @@ def test_queued_variants_keep_their_models_and_checkpoints(tmp_path):
     afterwards: a variant's model, checkpoints and TensorBoard logs, no DVC outputs, went
     with it (docs/exercises.md runs the variants so). They now stay in the repository's
     folder, under queued/EXPERIMENT; a queued trial's under data/trials/NAME."""
-    import time
-
     import yaml
 
     from conftest import tiny_project
@@ -102,13 +100,7 @@ def test_queued_variants_keep_their_models_and_checkpoints(tmp_path):
     dvc(project, "exp", "run", "--queue", "-n", "qfull", "reports/dvc.yaml:ablation@baseline")
     dvc(project, "exp", "run", "--queue", "-n", "qtrial", "-S", "ablation.trial_steps=2",
         "reports/dvc.yaml:ablation@baseline")
-    dvc(project, "queue", "start", "-j", "1")
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        status = dvc(project, "queue", "status").stdout
-        if "Queued" not in status and "Running" not in status:
-            break
-        time.sleep(3)
+    status = run_queue(project, jobs=1)
     assert status.count("Success") == 2 and "Failed" not in status, status
     for kept, steps in ((project / "data/ablations/baseline/queued/qfull", [2, 4]),
                         (project / "data/trials/baseline/queued/qtrial", [2])):

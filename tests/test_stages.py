@@ -4,7 +4,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +12,8 @@ import torch
 import yaml
 
 from cifar10_tutorial.data.prepared import load_prepared
-from conftest import DVC, ROOT, SHARED, commit, copy_project, dvc, init_repo, run_stage, set_params, tiny_project
+from conftest import (DVC, ROOT, SHARED, commit, copy_project, dvc, init_repo, run_queue,
+                      run_stage, set_params, tiny_project)
 
 def test_entry_points_on_a_synthetic_archive(archive, tmp_path):
     project = copy_project(tmp_path / "p")
@@ -391,13 +391,7 @@ def test_queued_experiments_keep_their_checkpoints_and_tensorboard_logs(tmp_path
     commit(project, "a first run")
     for bs in (8, 4):
         dvc(project, "exp", "run", "--queue", "-n", f"bs{bs}", "-S", f"train.batch_size={bs}")
-    dvc(project, "queue", "start", "-j", "2")
-    deadline = time.time() + 600
-    while time.time() < deadline:
-        status = dvc(project, "queue", "status").stdout
-        if "Queued" not in status and "Running" not in status:
-            break
-        time.sleep(3)
+    status = run_queue(project, jobs=2)
     assert "Success" in status and "Failed" not in status, status
     for name in ("bs8", "bs4"):
         ckpts = sorted((project / "data/train/queued" / name / "checkpoints").glob("ckpt-*.pt"))
