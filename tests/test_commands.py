@@ -53,7 +53,8 @@ def _trial_project(tmp_path):
 
     project = tiny_project(tmp_path, dict(train_per_batch=60, test=50, seed=2),
                            ablation={"max_steps": 4}, eval={"batch_size": 25},
-                           train={"device": "cpu", "batch_size": 16})
+                           train={"device": "cpu", "batch_size": 16},
+                           run={"checkpoint_every": 2})
     raw = yaml.safe_load((project / "params.yaml").read_text())
     raw["ablations"] = {"baseline": {}, "no_lrn": {"model": {"lrn": False}}}
     (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -100,15 +101,18 @@ def test_a_trial_through_dvc_evaluates_trial_eval_images_and_says_so(tmp_path):
     dvc(project, "repro", "reports/dvc.yaml:ablation@baseline")  # a full run (4 steps) first
     commit(project, "the full baseline")
     full = project / "data/ablations/baseline"
+    # as if a longer run had been stopped after its step-2 checkpoint
+    (full / "checkpoints/ckpt-00000004.pt").unlink()
+    (full / "model.pt").unlink()
     kept = {p.relative_to(full): p.read_bytes() for p in full.rglob("*") if p.is_file()}
-    assert Path("model.pt") in kept and any(p.parts[0] == "checkpoints" for p in kept)
+    assert Path("checkpoints/ckpt-00000002.pt") in kept
     dvc(project, "exp", "run", "-S", "ablation.trial_steps=2", "-S",
         "ablation.trial_eval_images=20", "reports/dvc.yaml:report")
     # the trial's model and checkpoints are its own; the full run's are as they were
     assert {p.relative_to(full): p.read_bytes() for p in full.rglob("*") if p.is_file()} == kept
     assert (project / "data/trials/baseline/model.pt").is_file()
     assert (project / "data/trials/no_lrn/model.pt").is_file()
-    assert not (project / "data/ablations/no_lrn").exists()
+    assert not (project / "data/ablations/no_lrn/model.pt").exists()
     for name in ("baseline", "no_lrn"):
         m = json.loads((project / f"reports/ablations/{name}/metrics.json").read_text())
         assert m["eval"]["num_examples"] == 20 and m["train"]["step"] == 2, m
@@ -122,6 +126,10 @@ def test_a_trial_through_dvc_evaluates_trial_eval_images_and_says_so(tmp_path):
     assert json.loads((project / "reports/ablations/baseline/metrics.json").read_text()
                       )["train"]["step"] == 4
     assert "up to date" in dvc(project, "status", "reports/dvc.yaml:ablation@baseline").stdout
+    # and the stopped full run goes on from its checkpoint, not from step 0
+    out = dvc(project, "repro", "-f", "reports/dvc.yaml:ablation@baseline")
+    assert "ckpt-00000002.pt at step 2" in out.stdout + out.stderr, out.stdout + out.stderr
+    assert (full / "model.pt").is_file()
 
 
 def test_the_trial_benchmark_wants_the_main_pipelines_data_first(tmp_path):
