@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from cifar10_tutorial.training import continuation
 from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
 from cifar10_tutorial.training.continuation import (PAUSED_EXIT, Continuation, Mirror, from_stage,
                                            parse_deadline, run_ended)
-from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.errors import PipelineError, TrainingError
 from cifar10_tutorial.params import to_dict
 from cifar10_tutorial.training.train import train
 from conftest import tiny_params, write_train_project
@@ -134,20 +135,41 @@ def test_paused_runs_continued_from_the_mirror_in_fresh_folders_equal_one_run(
     assert sorted(p.name for p in mirror.iterdir()) == ["README.md"]
 
 
-def test_a_mirror_of_other_params_or_a_damaged_one_starts_afresh_and_says_so(
+def test_a_mirror_of_another_run_is_left_alone_and_a_damaged_one_starts_afresh(
         synth_data, tmp_path, caplog):
+    """A mirror holding another run's checkpoint (other params: a paused run, say, of an
+    experiment sharing the mirror) stops the run in one line, the mirror untouched: its
+    first checkpoint used to replace that run's only durable copy. A damaged one is
+    dropped and the run starts afresh."""
     caplog.set_level("INFO")
     mirror = tmp_path / "mirror"
     params = tiny_params(train={"max_steps": 20})
     with pytest.raises(SystemExit):
         train(params, synth_data, paths(tmp_path / "a"), progress=False,
               continuation=pause_after(6, mirror))
+    before = {p.relative_to(mirror): p.read_bytes() for p in mirror.rglob("*") if p.is_file()}
     other = tiny_params(train={"max_steps": 20, "initial_lr": 0.05})
-    m = train(other, synth_data, paths(tmp_path / "b"), progress=False,
+    for old_state in (False, True):  # mirror.json with the run's signature id, or without
+        if old_state:
+            state = json.loads((mirror / "mirror.json").read_text())
+            del state["signature"]
+            (mirror / "mirror.json").write_text(json.dumps(state))
+            before[Path("mirror.json")] = (mirror / "mirror.json").read_bytes()
+        with pytest.raises(TrainingError, match=rf"{mirror}: holds the checkpoint of another "
+                           r"run \(step 6 of 20\), made with other data or params, which this "
+                           r"run would replace; give this run a mirror folder of its own "
+                           r"\(--mirror or CIFAR10_CHECKPOINT_MIRROR\), or remove "):
+            train(other, synth_data, paths(tmp_path / "b"), progress=False,
+                  continuation=Continuation(mirror=str(mirror)))
+        assert {p.relative_to(mirror): p.read_bytes() for p in mirror.rglob("*")
+                if p.is_file()} == before
+        assert not list(paths(tmp_path / "b").checkpoints.glob("ckpt-*.pt"))
+    # the run it belongs to still continues from it
+    m = train(params, synth_data, paths(tmp_path / "a2"), progress=False,
               continuation=Continuation(mirror=str(mirror)))
-    assert m["step"] == 20
-    assert f"checkpoints in {mirror} were made with other data or params: starting afresh" in caplog.text
-    # a damaged mirror: the same
+    assert m["step"] == 20 and "resuming from" in caplog.text
+    run_ended(Continuation(mirror=str(mirror)))
+    # a damaged mirror: dropped, and the run starts afresh
     with pytest.raises(SystemExit):
         train(params, synth_data, paths(tmp_path / "c"), progress=False,
               continuation=pause_after(6, mirror))

@@ -10,6 +10,7 @@ the old run's outputs first.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -192,9 +193,8 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
     """The newest checkpoint when it holds an unfinished run of this signature; else None,
     and rank 0 removes the old run's checkpoints and outputs (every rank decides alike).
     With no checkpoint here, rank 0 first fetches the ``mirror``'s (and its curves), which
-    then goes through the same checks: a damaged one, or one of other data or params, is
-    not resumed, and the run says so."""
-    pulled = None
+    then goes through the same checks: a damaged one is not resumed, and the run says so;
+    one of another run stops this one (:meth:`.continuation.Mirror.fetch_for`)."""
     if d.main:  # first: a run that cannot write its outputs must not remove the old ones
         refuse_foreign_outputs(paths)
         ensure_writable(paths.out_dir, paths.checkpoints, paths.tensorboard, paths.live_dir,
@@ -202,18 +202,8 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
         for tmp in paths.checkpoints.glob("*.tmp"):
             tmp.unlink()
-        if mirror is not None and not list_checkpoints(paths.checkpoints):
-            pulled = mirror.pull(paths.checkpoints, paths.live_dir)
-            if pulled is not None:
-                log.info("no checkpoint in %s: fetched %s's (step %s)", paths.checkpoints,
-                         mirror.url, pulled.name[5:-3].lstrip("0") or "0")
-                try:
-                    load_checkpoint(pulled)
-                except TrainingError:
-                    log.info("the checkpoint of %s is damaged or truncated: starting afresh",
-                             mirror.url)
-                    pulled.unlink()
-                    pulled = None
+        if mirror is not None:
+            mirror.fetch_for(paths, signature)
     barrier(d)
     ckpts = list_checkpoints(paths.checkpoints)
     newest, data = newest_of_all_ranks(ckpts[-1] if ckpts else None, d, device)
@@ -226,7 +216,7 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
     if ckpt is not None and ckpt.get("signature") != signature:
         if d.main:
             log.info("checkpoints in %s were made with other data or params: starting afresh",
-                     mirror.url if pulled is not None else paths.checkpoints)
+                     paths.checkpoints)
         ckpt = None
     elif ckpt is not None and int(ckpt["step"]) >= max_steps:
         if d.main:  # a finished run is run again, from step 0
@@ -242,6 +232,11 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
     elif d.main:
         log.info("resuming from %s at step %d", newest, int(ckpt["step"]))
     return ckpt
+
+
+def signature_id(signature: dict) -> str:
+    """A short name of a run's signature, kept in its mirror's mirror.json."""
+    return hashlib.md5(json.dumps(signature, sort_keys=True).encode()).hexdigest()
 
 
 def newest_of_all_ranks(mine: Optional[Path], d: Dist, device: torch.device

@@ -34,8 +34,9 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
 
+from .checkpoints import list_checkpoints, load_checkpoint, signature_id
 from .distributed import PAUSED_EXIT, launched_by_torchrun, this_process  # noqa: F401 (PAUSED_EXIT: the status named here)
-from ..errors import PipelineError
+from ..errors import PipelineError, TrainingError
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,45 @@ class Mirror:
                      str(state)[:60])
             return None
         return state
+
+    def fetch_for(self, paths, signature: dict) -> None:
+        """Rank 0, before a run with ``signature`` trains in ``paths`` (a TrainPaths): this
+        mirror's checkpoint and curves into it when it has no checkpoint (a damaged one is
+        dropped: the run starts afresh). A mirror that holds another run's checkpoint (other
+        data or params: a run paused to continue later) stops the run, untouched: the run's
+        first checkpoint would replace that run's only durable copy."""
+        state = self.state()
+        theirs = state.get("signature") if state else None
+        if theirs is not None and theirs != signature_id(signature):
+            raise self.holds_another_run(state)
+        if list_checkpoints(paths.checkpoints):
+            return  # a local checkpoint comes first
+        pulled = self.pull(paths.checkpoints, paths.live_dir)
+        if pulled is None:
+            return
+        log.info("no checkpoint in %s: fetched %s's (step %s)", paths.checkpoints, self.url,
+                 pulled.name[5:-3].lstrip("0") or "0")
+        try:
+            ckpt = load_checkpoint(pulled)
+        except TrainingError:
+            log.info("the checkpoint of %s is damaged or truncated: starting afresh", self.url)
+            pulled.unlink()
+            return
+        if ckpt.get("signature") != signature:  # a mirror.json written before signature_id
+            pulled.unlink()
+            raise self.holds_another_run(state)
+
+    def holds_another_run(self, state: Optional[dict]) -> TrainingError:
+        """The error of a run whose mirror folder holds another run's checkpoint (other
+        data or params), which its first checkpoint would replace; ``state``: that run's
+        mirror.json, when readable."""
+        steps = state.get("max_steps") if state else None
+        at = "" if not state else f" (step {state['step']:,}" + (
+            f" of {steps:,})" if isinstance(steps, int) else ")")
+        return TrainingError(f"{self.url}: holds the checkpoint of another run{at}, made with "
+                             f"other data or params, which this run would replace; give this "
+                             f"run a mirror folder of its own (--mirror or {MIRROR_ENV}), or "
+                             f"remove {self.url} if that run is no longer wanted")
 
     def push(self, checkpoint: Path, live_dir: Path, state: dict) -> None:
         """Replace the mirrored checkpoint and curves by ``checkpoint`` and ``live_dir``'s.
