@@ -135,6 +135,22 @@ def test_paused_runs_continued_from_the_mirror_in_fresh_folders_equal_one_run(
     assert sorted(p.name for p in mirror.iterdir()) == ["README.md"]
 
 
+def test_signature_differences_name_what_differs_as_json_sees_it():
+    from cifar10_tutorial.training.checkpoints import signature_differences
+
+    ours = {"data": "d1", "device": "cpu", "world_size": 1,
+            "params": {"train": {"initial_lr": 0.1, "seed": 1}, "eval": {"targets": (0.5,)}}}
+    assert signature_differences(json.loads(json.dumps(ours)), ours) == []  # lists vs tuples
+    other = {**ours, "world_size": 2, "params": {**ours["params"], "train": {"initial_lr": 0.05,
+                                                                             "seed": 2}}}
+    assert signature_differences(other, ours) == [
+        "params.train.initial_lr: 0.05 there, 0.1 here", "params.train.seed: 2 there, 1 here",
+        "world_size: 2 there, 1 here"]
+    assert signature_differences({**other, "data": "d2"}, ours) == [
+        "data: \"d2\" there, \"d1\" here", "params.train.initial_lr: 0.05 there, 0.1 here",
+        "params.train.seed: 2 there, 1 here", "1 more"]
+
+
 def test_a_mirror_of_another_run_is_left_alone_and_a_damaged_one_starts_afresh(
         synth_data, tmp_path, caplog):
     """A mirror holding another run's checkpoint (other params: a paused run, say, of an
@@ -149,16 +165,16 @@ def test_a_mirror_of_another_run_is_left_alone_and_a_damaged_one_starts_afresh(
               continuation=pause_after(6, mirror))
     before = {p.relative_to(mirror): p.read_bytes() for p in mirror.rglob("*") if p.is_file()}
     other = tiny_params(train={"max_steps": 20, "initial_lr": 0.05})
-    for old_state in (False, True):  # mirror.json with the run's signature id, or without
+    for old_state in (False, True):  # mirror.json with the run's signature, or without
         if old_state:
             state = json.loads((mirror / "mirror.json").read_text())
             del state["signature"]
             (mirror / "mirror.json").write_text(json.dumps(state))
             before[Path("mirror.json")] = (mirror / "mirror.json").read_bytes()
         with pytest.raises(TrainingError, match=rf"{mirror}: holds the checkpoint of another "
-                           r"run \(step 6 of 20\), made with other data or params, which this "
-                           r"run would replace; give this run a mirror folder of its own "
-                           r"\(--mirror or CIFAR10_CHECKPOINT_MIRROR\), or remove "):
+                           r"run \(step 6 of 20; params.train.initial_lr: 0.1 there, 0.05 here\), "
+                           r"which this run would replace; give this run a mirror folder of its "
+                           r"own \(--mirror or CIFAR10_CHECKPOINT_MIRROR\), or remove "):
             train(other, synth_data, paths(tmp_path / "b"), progress=False,
                   continuation=Continuation(mirror=str(mirror)))
         assert {p.relative_to(mirror): p.read_bytes() for p in mirror.rglob("*")

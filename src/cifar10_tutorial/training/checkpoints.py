@@ -10,7 +10,6 @@ the old run's outputs first.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -234,9 +233,19 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
     return ckpt
 
 
-def signature_id(signature: dict) -> str:
-    """A short name of a run's signature, kept in its mirror's mirror.json."""
-    return hashlib.md5(json.dumps(signature, sort_keys=True).encode()).hexdigest()
+def signature_differences(theirs, ours: dict, most: int = 3) -> list[str]:
+    """What differs between another run's signature and this one's, as
+    ``"train.initial_lr: 0.1 there, 0.05 here"`` (at most ``most``; empty when they are the
+    same). Both as JSON sees them (mirror.json holds lists where params hold tuples)."""
+    def flat(value, key=""):
+        if isinstance(value, dict):
+            return {k: v for name, sub in value.items()
+                    for k, v in flat(sub, f"{key}.{name}" if key else str(name)).items()}
+        return {key or "signature": value}
+    a, b = (flat(json.loads(json.dumps(x, default=str))) for x in (theirs, ours))
+    keys = [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    rows = [f"{k}: {json.dumps(a.get(k))} there, {json.dumps(b.get(k))} here" for k in keys]
+    return rows[:most] + ([f"{len(rows) - most} more"] if len(rows) > most else [])
 
 
 def newest_of_all_ranks(mine: Optional[Path], d: Dist, device: torch.device

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
 
-from .checkpoints import list_checkpoints, load_checkpoint, signature_id
+from .checkpoints import list_checkpoints, load_checkpoint, signature_differences
 from .distributed import PAUSED_EXIT, launched_by_torchrun, this_process  # noqa: F401 (PAUSED_EXIT: the status named here)
 from ..errors import PipelineError, TrainingError
 
@@ -196,12 +196,12 @@ class Mirror:
         """Rank 0, before a run with ``signature`` trains in ``paths`` (a TrainPaths): this
         mirror's checkpoint and curves into it when it has no checkpoint (a damaged one is
         dropped: the run starts afresh). A mirror that holds another run's checkpoint (other
-        data or params: a run paused to continue later) stops the run, untouched: the run's
-        first checkpoint would replace that run's only durable copy."""
+        data, params or devices: a run paused to continue later) stops the run, untouched:
+        the run's first checkpoint would replace that run's only durable copy."""
         state = self.state()
-        theirs = state.get("signature") if state else None
-        if theirs is not None and theirs != signature_id(signature):
-            raise self.holds_another_run(state)
+        if state and "signature" in state and signature_differences(state["signature"],
+                                                                     signature):
+            raise self.holds_another_run(state, state["signature"], signature)
         if list_checkpoints(paths.checkpoints):
             return  # a local checkpoint comes first
         pulled = self.pull(paths.checkpoints, paths.live_dir)
@@ -215,21 +215,23 @@ class Mirror:
             log.info("the checkpoint of %s is damaged or truncated: starting afresh", self.url)
             pulled.unlink()
             return
-        if ckpt.get("signature") != signature:  # a mirror.json written before signature_id
+        if ckpt.get("signature") != signature:  # a mirror.json without the signature
             pulled.unlink()
-            raise self.holds_another_run(state)
+            raise self.holds_another_run(state, ckpt.get("signature"), signature)
 
-    def holds_another_run(self, state: Optional[dict]) -> TrainingError:
-        """The error of a run whose mirror folder holds another run's checkpoint (other
-        data or params), which its first checkpoint would replace; ``state``: that run's
-        mirror.json, when readable."""
+    def holds_another_run(self, state: Optional[dict], theirs, ours: dict) -> TrainingError:
+        """The error of a run whose mirror folder holds another run's checkpoint, which its
+        first checkpoint would replace: that run's step (``state``: its mirror.json) and
+        what differs between its signature (``theirs``) and this run's."""
         steps = state.get("max_steps") if state else None
-        at = "" if not state else f" (step {state['step']:,}" + (
-            f" of {steps:,})" if isinstance(steps, int) else ")")
-        return TrainingError(f"{self.url}: holds the checkpoint of another run{at}, made with "
-                             f"other data or params, which this run would replace; give this "
-                             f"run a mirror folder of its own (--mirror or {MIRROR_ENV}), or "
-                             f"remove {self.url} if that run is no longer wanted")
+        at = "" if not state else f"step {state['step']:,}" + (
+            f" of {steps:,}" if isinstance(steps, int) else "") + "; "
+        diff = ("; ".join(signature_differences(theirs, ours)) if isinstance(theirs, dict)
+                else "a checkpoint without a signature")
+        return TrainingError(f"{self.url}: holds the checkpoint of another run ({at}{diff}), "
+                             f"which this run would replace; give this run a mirror folder of "
+                             f"its own (--mirror or {MIRROR_ENV}), or remove {self.url} if "
+                             f"that run is no longer wanted")
 
     def push(self, checkpoint: Path, live_dir: Path, state: dict) -> None:
         """Replace the mirrored checkpoint and curves by ``checkpoint`` and ``live_dir``'s.

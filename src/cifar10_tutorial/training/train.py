@@ -20,8 +20,7 @@ from typing import Optional
 
 import torch
 
-from .checkpoints import (TrainPaths, resume_point, restore, run_params, run_signature,
-                          save_checkpoint, signature_id)
+from .checkpoints import TrainPaths, resume_point, restore, run_params, run_signature, save_checkpoint
 from .continuation import NONE, Continuation, Mirror, Segments
 from .distributed import (Dist, agree, exit_paused, gather_on_main, init_distributed, replicate,
                           same_job, shut_down)
@@ -235,7 +234,7 @@ def _save(state: dict, paths: TrainPaths, mirror: Optional[Mirror], max_steps: i
     path = save_checkpoint(state, paths.checkpoints)
     if mirror is not None and state["step"] < max_steps:
         mirror.push(path, paths.live_dir, {"step": state["step"], "max_steps": max_steps,
-                                           "signature": signature_id(state["signature"]),
+                                           "signature": state["signature"],
                                            "segments": json.loads(state["segments"])})
 
 
