@@ -81,6 +81,24 @@ def test_the_stage_fixes_a_relative_deadline_once_for_every_process(monkeypatch)
     assert from_stage(None, None, "train") == Continuation()
 
 
+def test_queued_experiments_keep_mirror_folders_of_their_own(monkeypatch, tmp_path):
+    """`dvc queue start -j N` runs experiments of other params side by side: with one
+    mirror for all (CIFAR10_CHECKPOINT_MIRROR), the second would find the first's
+    checkpoint in <mirror>/train and stop. Each keeps <mirror>/train/queued/<experiment>."""
+    for name in (continuation.STOP_AT_ENV, continuation.MIRROR_ENV, "DVC_EXP_NAME"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv(continuation.MIRROR_ENV, "s3://bucket/runs")
+    workspace = tmp_path / "repo/.dvc/tmp/exps/tmpab12"
+    workspace.mkdir(parents=True)
+    monkeypatch.chdir(workspace)
+    assert from_stage(None, None, "train").mirror == "s3://bucket/runs/train/queued/tmpab12"
+    monkeypatch.setenv("DVC_EXP_NAME", "bs64")
+    assert from_stage(None, None, "baseline").mirror == "s3://bucket/runs/baseline/queued/bs64"
+    monkeypatch.chdir(tmp_path / "repo")  # the workspace itself
+    assert from_stage(None, None, "train").mirror == "s3://bucket/runs/train"
+
+
 @dataclass(frozen=True)
 class AfterChecks(Continuation):
     """A deadline that passes at the loop's ``n``-th look at the clock (one a step)."""

@@ -79,7 +79,15 @@ def kept_past_workspace(folder: Path) -> Path:
     repo = queued_workspace()
     if repo is None or Path(folder).is_absolute():
         return Path(folder)
-    return repo / folder / "queued" / (os.environ.get("DVC_EXP_NAME") or Path.cwd().name)
+    return repo / folder / "queued" / queued_experiment()
+
+
+def queued_experiment() -> Optional[str]:
+    """The name of the queued DVC experiment this process runs in (DVC_EXP_NAME, else its
+    temporary workspace's name); None outside one."""
+    if queued_workspace() is None:
+        return None
+    return os.environ.get("DVC_EXP_NAME") or Path.cwd().name
 
 
 def stage_paths(out: Path, live: Path) -> TrainPaths:

@@ -34,7 +34,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Optional
 
-from .checkpoints import list_checkpoints, load_checkpoint, signature_differences
+from .checkpoints import (list_checkpoints, load_checkpoint, queued_experiment,
+                          signature_differences)
 from .distributed import PAUSED_EXIT, launched_by_torchrun, this_process  # noqa: F401 (PAUSED_EXIT: the status named here)
 from ..errors import PipelineError, TrainingError
 
@@ -111,7 +112,9 @@ NONE = Continuation()
 def from_stage(stop_at: Optional[str], mirror: Optional[str], run_name: str) -> Continuation:
     """The stage's continuation settings: its options, else the environment. A relative
     deadline is fixed here, once, and exported as ``@<time>``: the processes a torchrun
-    relaunch starts (and restarts) keep the same deadline."""
+    relaunch starts (and restarts) keep the same deadline. The mirror folder is
+    ``<mirror>/<run_name>``, a queued DVC experiment's ``<mirror>/<run_name>/queued/<name>``
+    (several run at once, each with params of its own)."""
     text = os.environ.get(STOP_AT_ENV) if launched_by_torchrun() else (
         stop_at or os.environ.get(STOP_AT_ENV))
     deadline = parse_deadline(text) if text else None
@@ -120,6 +123,8 @@ def from_stage(stop_at: Optional[str], mirror: Optional[str], run_name: str) -> 
     base = mirror or os.environ.get(MIRROR_ENV)
     if mirror:
         os.environ[MIRROR_ENV] = mirror
+    if (exp := queued_experiment()) is not None:  # queued experiments run side by side
+        run_name = f"{run_name}/queued/{exp}"
     return Continuation(deadline, f"{base.rstrip('/')}/{run_name}" if base else None)
 
 
