@@ -81,6 +81,19 @@ def open_live(folder: Path, resume: bool):
             if "data" not in self._studio_events_to_skip:
                 super().post_data_to_studio()
 
+        def next_step(self):
+            """DVCLive's, but a failure to write its signal for DVC's VS Code extension
+            (``.dvc/tmp/exps/run/DVCLIVE_STEP_COMPLETED`` of the repository the run is in)
+            does not end the run: another DVC command there (an experiment ending) may
+            remove that folder meanwhile. The step's own files are written before it."""
+            try:
+                super().next_step()
+            except OSError as exc:
+                if ".dvc" not in Path(str(exc.filename or "")).parts:
+                    raise
+                log.debug("DVCLive's signal for the VS Code extension not written: %s", exc)
+                self.step += 1
+
     try:
         return _Live(str(folder), resume=resume, dvcyaml=None, save_dvc_exp=False, report=None)
     except SCMError as exc:  # dvclive cannot read HEAD of a repository without commits
