@@ -176,9 +176,7 @@ def _gap(r: Results, run: dict, reached: int) -> str:
     parts = [f"At {LONG:,} steps the reference reads {pct(p)} on the dev split, where the "
              f"tutorial reports {tutorial} on the official test set"]
     if mine is not None:
-        band = _band(r)
-        spread = (band["precision_at_1"].max() - band["precision_at_1"].min()
-                  if band is not None else None)
+        spread = r.spread("precision_at_1") if _band(r) is not None else None
         weighed = ("" if spread is None else
                    f", {'within' if abs(p - mine) <= spread else 'beyond'} the "
                    f"{100 * spread:.1f}-point spread of the baseline's seeds at 10,000 steps"
