@@ -15,10 +15,11 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import socket
 import sys
 
-from cifar10_tutorial.training.checkpoints import stage_paths
+from cifar10_tutorial.training.paths import stage_paths
 from cifar10_tutorial.cli import (add_continuation, add_nodes, add_paths, parse_stage_args,
                                   run_stage, stage_parser)
-from cifar10_tutorial.training.continuation import from_stage, run_ended
+from cifar10_tutorial.training.deadline import from_stage
+from cifar10_tutorial.training.mirror import run_ended
 from cifar10_tutorial.files import hold_run_lock
 from cifar10_tutorial.training.distributed import (launched_by_torchrun, nodes_from_stage,
                                                    relaunch_on_devices)

@@ -62,7 +62,7 @@ def test_a_trial_evaluates_the_first_trial_eval_images_held_out_images():
 def test_a_trial_trains_in_a_folder_of_its_own(tmp_path):
     """A trial's few-step model and checkpoints go to --trial-work, never over a full run's
     in --work; without --trial-work, or with the same folder, a trial is refused."""
-    from cifar10_tutorial.exercises.ablation import training_work
+    from cifar10_tutorial.training.paths import training_work
     from cifar10_tutorial.params import AblationParams
 
     work, trial = tmp_path / "ablations/x", tmp_path / "trials/x"

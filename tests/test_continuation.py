@@ -12,10 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from cifar10_tutorial.training import continuation
-from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
-from cifar10_tutorial.training.continuation import (PAUSED_EXIT, Continuation, Mirror, from_stage,
-                                           parse_deadline, run_ended)
+from cifar10_tutorial.training import deadline as continuation_settings
+from cifar10_tutorial.training.paths import TrainPaths
+from cifar10_tutorial.checkpoint_files import load_checkpoint
+from cifar10_tutorial.training.distributed import PAUSED_EXIT
+from cifar10_tutorial.training.deadline import Continuation, from_stage
+from cifar10_tutorial.training.deadline import parse_deadline
+from cifar10_tutorial.training.mirror import MIRROR_ENV, Mirror, run_ended
 from cifar10_tutorial.errors import PipelineError, TrainingError
 from cifar10_tutorial.params import to_dict
 from cifar10_tutorial.training.train import train
@@ -64,19 +67,19 @@ def test_a_moment_already_past_is_refused_and_named(text):
 
 
 def test_the_stage_fixes_a_relative_deadline_once_for_every_process(monkeypatch):
-    for name in (continuation.STOP_AT_ENV, continuation.MIRROR_ENV):  # unset after the test
+    for name in (continuation_settings.STOP_AT_ENV, MIRROR_ENV):  # unset after the test
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
     cont = from_stage("2h", "s3://bucket/runs/", "tutorial_100k")
     assert cont.mirror == "s3://bucket/runs/tutorial_100k"
-    assert os.environ[continuation.STOP_AT_ENV] == f"@{cont.deadline:.3f}"
+    assert os.environ[continuation_settings.STOP_AT_ENV] == f"@{cont.deadline:.3f}"
     # a torchrun relaunch repeats the options: its processes keep the parent's deadline
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     again = from_stage("2h", "s3://bucket/runs/", "tutorial_100k")
     assert again.deadline == pytest.approx(cont.deadline, abs=1e-3)
     # nothing set: no deadline, no mirror
-    for name in ("LOCAL_RANK", "WORLD_SIZE", continuation.STOP_AT_ENV, continuation.MIRROR_ENV):
+    for name in ("LOCAL_RANK", "WORLD_SIZE", continuation_settings.STOP_AT_ENV, MIRROR_ENV):
         monkeypatch.delenv(name)
     assert from_stage(None, None, "train") == Continuation()
 
@@ -85,10 +88,10 @@ def test_queued_experiments_keep_mirror_folders_of_their_own(monkeypatch, tmp_pa
     """`dvc queue start -j N` runs experiments of other params side by side: with one
     mirror for all (CIFAR10_CHECKPOINT_MIRROR), the second would find the first's
     checkpoint in <mirror>/train and stop. Each keeps <mirror>/train/queued/<experiment>."""
-    for name in (continuation.STOP_AT_ENV, continuation.MIRROR_ENV, "DVC_EXP_NAME"):
+    for name in (continuation_settings.STOP_AT_ENV, MIRROR_ENV, "DVC_EXP_NAME"):
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
-    monkeypatch.setenv(continuation.MIRROR_ENV, "s3://bucket/runs")
+    monkeypatch.setenv(MIRROR_ENV, "s3://bucket/runs")
     workspace = tmp_path / "repo/.dvc/tmp/exps/tmpab12"
     workspace.mkdir(parents=True)
     monkeypatch.chdir(workspace)
@@ -242,7 +245,7 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
           progress=False)
     mirror = tmp_path / "durable"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop(continuation.STOP_AT_ENV, None)
+    env.pop(continuation_settings.STOP_AT_ENV, None)
     first = write_train_project(tmp_path / "one", synth_data, params)
     paused = subprocess.run([sys.executable, "stages/train.py", "--stop-at", "1s", "--mirror",
                              str(mirror)], cwd=first, capture_output=True, text=True,
@@ -257,7 +260,7 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
     second = write_train_project(tmp_path / "two", synth_data, params)
     done = subprocess.run([sys.executable, "stages/train.py"], cwd=second, capture_output=True,
                           text=True, timeout=300,
-                          env={**env, continuation.MIRROR_ENV: str(mirror)})
+                          env={**env, MIRROR_ENV: str(mirror)})
     assert done.returncode == 0, done.stderr
     assert "fetched" in done.stderr and "resuming from" in done.stderr
     a, b = load_checkpoint(reference.model), load_checkpoint(second / "data/train/model.pt")
@@ -350,7 +353,7 @@ def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_pa
                            input={"min_fraction_of_examples_in_queue": 0.1},
                            eval={"every_steps": 0})
     env = {k: v for k, v in os.environ.items()
-           if k not in (continuation.STOP_AT_ENV, continuation.MIRROR_ENV)}
+           if k not in (continuation_settings.STOP_AT_ENV, MIRROR_ENV)}
     cmd = [sys.executable, "-c", "from cifar10_tutorial.commands import entry; entry()", "repro"]
     first = subprocess.run([*cmd, "--stop-at", "2s", "train"], cwd=project, env=env,
                            capture_output=True, text=True, timeout=600)

@@ -14,8 +14,10 @@ import torch
 
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import to_dict
-from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
-from cifar10_tutorial.training.continuation import PAUSED_EXIT, STOP_AT_ENV
+from cifar10_tutorial.training.paths import TrainPaths
+from cifar10_tutorial.checkpoint_files import load_checkpoint
+from cifar10_tutorial.training.distributed import PAUSED_EXIT
+from cifar10_tutorial.training.deadline import STOP_AT_ENV
 from cifar10_tutorial.training.train import train
 from conftest import tiny_params, write_prepared, write_train_project
 

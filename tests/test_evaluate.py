@@ -8,7 +8,7 @@ import torch
 
 from cifar10_tutorial.evaluation.evaluate import evaluate, watch
 from cifar10_tutorial.evaluation.predict import predict
-from cifar10_tutorial.training.checkpoints import TrainPaths
+from cifar10_tutorial.training.paths import TrainPaths
 from cifar10_tutorial.training.train import train
 from conftest import tiny_params, write_prepared
 

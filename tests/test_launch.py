@@ -68,7 +68,8 @@ def test_the_recipes_parse_and_call_the_stage_with_options_it_has():
     assert env["CIFAR10_RDZV_ENDPOINT"].startswith(docs[1]["metadata"]["name"] + "-0.")
     assert docs[0]["spec"]["clusterIP"] == "None"  # headless: a DNS name per pod
     # the environment they set is what the stage reads
-    from cifar10_tutorial.training.continuation import MIRROR_ENV, STOP_AT_ENV
+    from cifar10_tutorial.training.mirror import MIRROR_ENV
+    from cifar10_tutorial.training.deadline import STOP_AT_ENV
     from cifar10_tutorial.training.distributed import NODES_ENV
 
     for name in [*NODES_ENV.values(), MIRROR_ENV, STOP_AT_ENV]:

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from cifar10_tutorial.evaluation.evaluate import evaluate
 from cifar10_tutorial.model import CifarNet
 from cifar10_tutorial.params import ParamsError, params_from_dict, to_dict
-from cifar10_tutorial.training.continuation import Continuation
-from cifar10_tutorial.training.checkpoints import TrainPaths, load_checkpoint
+from cifar10_tutorial.training.deadline import Continuation
+from cifar10_tutorial.training.paths import TrainPaths
+from cifar10_tutorial.checkpoint_files import load_checkpoint
 from cifar10_tutorial.errors import TrainingError
 from cifar10_tutorial.training.optimization import (WeightAverage, averaging_decay, ema_decay, learning_rate,
                                     loss_terms, make_optimizer, make_step, total_steps,
@@ -335,7 +336,7 @@ def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
 def test_the_run_section_does_not_change_a_result(synth_data, tmp_path):
     """params.yaml `run:` (param_reads.OPERATIONAL_SECTION): declared to no stage, left out
     of the resume signature and model.pt."""
-    from cifar10_tutorial.training.checkpoints import run_params
+    from cifar10_tutorial.checkpoint_files import run_params
     from cifar10_tutorial.param_reads import OPERATIONAL_SECTION
 
     assert OPERATIONAL_SECTION == "run"
@@ -769,7 +770,7 @@ print(mapped, heap, libc.mallinfo2().arena)
 def test_a_damaged_newest_checkpoint_is_one_line(synth_data, tmp_path, damage, expected):
     """Hostile cases B32-B37: each was a traceback (AttributeError, RuntimeError,
     ValueError, IndexError, KeyError, TypeError) after 'resuming'."""
-    from cifar10_tutorial.training.checkpoints import list_checkpoints
+    from cifar10_tutorial.checkpoint_files import list_checkpoints
 
     p = tiny_params(train={"max_steps": 8}, run={"checkpoint_every": 2})
     with pytest.raises(SystemExit):  # paused at once, a checkpoint written

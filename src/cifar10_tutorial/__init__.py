@@ -16,6 +16,8 @@ Below them, the ground every folder may import:
   recorded (for the cache test);
 - ``model``: the network (TF-equivalent LRN, the exercises' variants);
 - ``model_files``: model.pt read and checked, a network rebuilt from stored weights;
+- ``checkpoint_files``: a checkpoint read and checked, and the params a run records (the
+  train stage writes checkpoints, the eval stage's ``--watch`` reads them);
 - ``precision``: the evaluation input and the project's one evaluation, precision @ 1;
 - ``devices``: the device a stage computes on;
 - ``provenance``: what made a result (commit, data, machine);

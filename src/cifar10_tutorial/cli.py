@@ -35,7 +35,7 @@ def stage_parser(description: str) -> argparse.ArgumentParser:
 
 def add_continuation(ap: argparse.ArgumentParser) -> None:
     """``--stop-at`` and ``--mirror``: a run that pauses at a deadline and continues elsewhere
-    (:mod:`.continuation`; not params: they cannot change the results)."""
+    (:mod:`.training.deadline`; not params: they cannot change the results)."""
     ap.add_argument("--stop-at", metavar="WHEN",
                     help="pause at this deadline: a duration (2h30m, 90m, 45s) or a moment "
                          "(18:20, 2026-12-01T18:20, UTC): checkpoint, then exit with status 75; "

@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from .training.continuation import MIRROR_ENV, STOP_AT_ENV, parse_deadline
+from .training.mirror import MIRROR_ENV
+from .training.deadline import STOP_AT_ENV, parse_deadline
 from .training.distributed import PAUSED_EXIT
 
 PAUSED_LINE = re.compile(r"paused at step (\d+) of (\d+)")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .. import provenance
-from ..training.checkpoints import list_checkpoints, load_checkpoint, run_defining
+from ..checkpoint_files import list_checkpoints, load_checkpoint, run_defining
 from ..devices import pick_device
 from ..errors import PipelineError
 from ..files import save_figure_atomic, write_text_atomic

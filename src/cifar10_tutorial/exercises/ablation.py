@@ -8,47 +8,20 @@ import dataclasses
 import json
 import logging
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..training.checkpoints import TrainPaths, kept_past_workspace
-from ..training.continuation import NONE, Continuation, from_stage, run_ended
+from ..training.paths import VariantPaths, kept_past_workspace, training_work
+from ..training.deadline import NONE, Continuation, from_stage
+from ..training.mirror import run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import evaluate
-from ..errors import PipelineError
 from ..files import hold_run_lock, write_text_atomic
 from ..params import AblationParams, Params, load_params, variant_params
 from ..data.prepared import Prepared
 from ..training.train import train
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class VariantPaths:
-    """Where variant results go (``out``: metrics.json, variant.json, eval/, train/, in git)
-    and where its model, checkpoints, TensorBoard logs (and a data-set variant's data) stay
-    (``work``, outside DVC). The stage gets both from reports/dvc.yaml."""
-
-    work: Path
-    out: Path
-
-    @property
-    def train(self) -> TrainPaths:
-        return TrainPaths(self.work, self.out / "train")
-
-    @property
-    def eval_dir(self) -> Path:
-        return self.out / "eval"
-
-    @property
-    def metrics(self) -> Path:
-        return self.out / "metrics.json"
-
-    @property
-    def variant(self) -> Path:
-        return self.out / "variant.json"
 
 
 def trial_held_out(ablation: AblationParams, data: Prepared) -> Prepared:
@@ -68,7 +41,7 @@ def trial_held_out(ablation: AblationParams, data: Prepared) -> Prepared:
 def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
                 progress=None, continuation: Continuation = NONE) -> dict | None:
     """Train and evaluate variant ``name``; rank 0 returns (and writes) its metrics.
-    ``continuation``: the train run's deadline and mirror (:mod:`.continuation`); the
+    ``continuation``: the train run's deadline and mirror (:mod:`.deadline`); the
     mirror is cleared once the results are written."""
     vp = variant_params(params, name)
     data = trial_held_out(params.ablation, data)
@@ -100,8 +73,8 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     run's lock on the folders it writes, relaunch under torchrun when the variant asks for
     several devices, get its data (``load_data(params)``), then :func:`run_variant`.
     ``args``: the stage's parsed command line (params, name, work, trial_work, out,
-    stop_at, mirror); a trial trains in ``trial_work`` (:func:`training_work`), a queued
-    DVC experiment below the repository's folder (:func:`.checkpoints.kept_past_workspace`);
+    stop_at, mirror); a trial trains in ``trial_work`` (:func:`.paths.training_work`), a queued
+    DVC experiment below the repository's folder (:func:`.paths.kept_past_workspace`);
     ``script``: the stage script's ``__file__``, which torchrun runs again."""
     params = load_params(args.params)
     work = training_work(params.ablation, args.name, args.work, args.trial_work)
@@ -120,24 +93,3 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     relaunch_on_devices(variant.train, variant.run, script, sys.argv[1:])
     run_variant(params, args.name, load_data(params), VariantPaths(work, args.out),
                 continuation=cont)
-
-
-def training_work(ablation: AblationParams, name: str, work: Path,
-                  trial_work: Path | None) -> Path:
-    """Where variant ``name`` keeps its model, checkpoints and TensorBoard logs: ``work``,
-    or in a trial (``ablation.trial_steps`` set) ``trial_work``, so that a trial of a few
-    steps neither replaces a full run's model nor removes a paused full run's checkpoints
-    (a run of other params starts afresh and removes them). A data-set variant's data stay
-    in ``work`` either way: a trial fetches and prepares nothing twice."""
-    if ablation.trial_steps is None:
-        return work
-    if trial_work is None:
-        raise PipelineError(f"{work}: a trial (ablation.trial_steps: {ablation.trial_steps}) "
-                            f"would replace the full run's model and checkpoints there; give "
-                            f"it a folder of its own with --trial-work (reports/dvc.yaml "
-                            f"gives data/trials/{name})")
-    if Path(trial_work).resolve() == Path(work).resolve():
-        raise PipelineError(f"--trial-work {trial_work}: expected a folder other than --work "
-                            f"{work}, found the same; a trial there would replace the full "
-                            f"run's model and checkpoints")
-    return trial_work

@@ -17,7 +17,7 @@ from .benchmark import with_input
 from .steps import project_step, window
 from ..params import Params
 from ..data.prepared import Prepared
-from ..training.checkpoints import TrainPaths
+from ..training.paths import TrainPaths
 from ..training.inputs import make_batches
 from ..training.train import train
 from .gpu_plan import Sizes

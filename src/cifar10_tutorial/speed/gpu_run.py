@@ -52,7 +52,7 @@ from ..files import write_text_atomic
 from ..params import Params, load_params, to_dict
 from ..data.prepared import Prepared, load_prepared
 from ..curves import held_out_curve
-from ..training.checkpoints import TrainPaths
+from ..training.paths import TrainPaths
 from ..devices import pick_device
 from .gpu_multi import multi_device, visible_devices
 from .gpu_plan import DRY, TARGETS, Budget, Sizes, fit

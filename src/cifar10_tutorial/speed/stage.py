@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..data.prepared import Prepared
 from ..params import Params
-from ..training.checkpoints import TrainPaths
+from ..training.paths import TrainPaths
 from ..training.train import train
 from .steps import window
 

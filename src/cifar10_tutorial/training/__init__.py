@@ -4,8 +4,11 @@
 - ``optimization``: the tutorial's loss, learning-rate schedule, optimizer and weight
   averages, and one step;
 - ``inputs``, ``distortions``: the input pipeline, and the distortions vectorised over a batch;
-- ``checkpoints``: checkpoints and the resume policy;
-- ``continuation``: pause at a deadline, continue elsewhere (a checkpoint mirror);
+- ``paths``: where a run writes (the train stage's folders, a variant's, a queued
+  experiment's), and what it may replace there;
+- ``checkpoints``: the resume policy: which checkpoint a run continues from;
+- ``deadline``, ``mirror``, ``segments``: pause at a deadline, continue elsewhere from a
+  checkpoint mirror, and the record of the segments a run was trained in;
 - ``distributed``: torchrun: ranks, relaunch, pause, collectives;
 - ``monitoring``: the log line, DVCLive, TensorBoard, held-out points;
 - ``live``: DVCLive's files, through DVCLive or (without dvclive) its plain stand-in;

@@ -12,134 +12,22 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
 from .distributed import Dist, barrier
+from .paths import TrainPaths, refuse_foreign_outputs
+from ..checkpoint_files import DROP_IT, list_checkpoints, load_checkpoint, run_defining, run_params
 from ..errors import TrainingError
-from ..files import ensure_writable, refuse_foreign, torch_save_atomic
-from ..model_files import is_state_dict
-from ..params import Params, to_dict
+from ..files import ensure_writable, torch_save_atomic
+from ..params import Params
 
 log = logging.getLogger(__name__)
 
-# Keys the train stage reads that cannot change its DVC outputs (model.pt, metrics, plots):
-# they are left out of the resume signature. Every other key it reads is in it. Only
-# train.device (the signature has the kind of device instead); the run section is not in
-# run_params at all.
-NOT_RUN_DEFINING = {"train": {"device"}}
 KEEP_CHECKPOINTS = 2
-
-
-@dataclass(frozen=True)
-class TrainPaths:
-    """Where a run writes: ``out_dir`` (checkpoints/, tensorboard/, model.pt) and ``live_dir``
-    (DVCLive's metrics.json and plots/). The stage gets both from dvc.yaml; a queued DVC
-    experiment keeps its checkpoints and TensorBoard logs elsewhere (:func:`stage_paths`)."""
-
-    out_dir: Path
-    live_dir: Path
-    checkpoints_dir: Optional[Path] = None  # None: out_dir/checkpoints
-    tensorboard_dir: Optional[Path] = None  # None: out_dir/tensorboard
-    speed_file: Optional[Path] = None  # the speeds and times, apart from metrics.json
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.checkpoints_dir or self.out_dir / "checkpoints"
-
-    @property
-    def tensorboard(self) -> Path:
-        return self.tensorboard_dir or self.out_dir / "tensorboard"
-
-    @property
-    def model(self) -> Path:
-        return self.out_dir / "model.pt"
-
-
-def queued_workspace(cwd: Optional[Path] = None) -> Optional[Path]:
-    """The repository a queued DVC experiment belongs to, when ``cwd`` is the temporary
-    workspace DVC runs it in (``<repo>/.dvc/tmp/exps/<id>/``, deleted when it ends)."""
-    parts = (cwd or Path.cwd()).resolve().parts
-    for i in range(len(parts) - 3, 0, -1):
-        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
-            return Path(*parts[:i])
-    return None
-
-
-def kept_past_workspace(folder: Path) -> Path:
-    """``folder`` itself, or in a queued DVC experiment (:func:`queued_workspace`), with
-    ``folder`` relative, ``<repo>/<folder>/queued/<experiment>``: what a run writes there
-    that is no DVC output outlives DVC's temporary workspace, and the same experiment
-    queued again finds it."""
-    repo = queued_workspace()
-    if repo is None or Path(folder).is_absolute():
-        return Path(folder)
-    return repo / folder / "queued" / queued_experiment()
-
-
-def queued_experiment() -> Optional[str]:
-    """The name of the queued DVC experiment this process runs in (DVC_EXP_NAME, else its
-    temporary workspace's name); None outside one."""
-    if queued_workspace() is None:
-        return None
-    return os.environ.get("DVC_EXP_NAME") or Path.cwd().name
-
-
-def stage_paths(out: Path, live: Path) -> TrainPaths:
-    """The train stage's paths: the speeds and times go to ``live``/speed.json, not into
-    metrics.json (DVC's metrics, which ``dvc exp show`` lists). In a queued DVC experiment
-    (``dvc queue start``) the
-    checkpoints and TensorBoard logs, which are not DVC outputs, would go with DVC's
-    temporary workspace; they go to the repository's ``out`` instead: the logs beside the
-    workspace's own (one subfolder per run), the checkpoints under ``queued/<experiment>``
-    (the same experiment queued again resumes from them)."""
-    speed = Path(live) / "speed.json"  # DVC's metrics keep what users compare (README)
-    kept = kept_past_workspace(out)
-    if kept == Path(out):
-        return TrainPaths(out, live, speed_file=speed)
-    paths = TrainPaths(out, live, kept / "checkpoints", kept.parent.parent / "tensorboard", speed)
-    log.info("queued experiment %s: checkpoints in %s, TensorBoard logs in %s (they outlive "
-             "DVC's temporary workspace)", kept.name, paths.checkpoints, paths.tensorboard)
-    return paths
-
-
-DROP_IT = "delete this file to resume from the checkpoint before it"
-
-
-def load_checkpoint(path: Path, device="cpu", data: Optional[bytes] = None) -> dict:
-    """Load a checkpoint without unpickling code, checked for what every reader takes from
-    it (the weights, their averages, the step); a damaged file is one clear line.
-    ``data``: the file's bytes, received from another rank (``path`` names it)."""
-    import io
-
-    try:
-        ckpt = torch.load(io.BytesIO(data) if data is not None else path, map_location=device,
-                          weights_only=True)
-    except Exception as exc:  # torch raises several types; its text may advise unsafe loading
-        raise TrainingError(f"{path}: cannot be loaded as a checkpoint ({type(exc).__name__}): "
-                            f"it is damaged or truncated. Delete this file to resume from the "
-                            f"checkpoint before it.") from None
-    problem = _checkpoint_problem(ckpt)
-    if problem:
-        raise TrainingError(f"{path}: not a checkpoint of this project ({problem}); {DROP_IT}")
-    return ckpt
-
-
-def _checkpoint_problem(ckpt) -> Optional[str]:
-    if not isinstance(ckpt, dict):
-        return f"expected a dict of fields, found a {type(ckpt).__name__}"
-    for key in ("model", "ema"):
-        if not is_state_dict(ckpt.get(key)):
-            return f"{key}: expected a dict of tensors, found {type(ckpt.get(key)).__name__}"
-    step = ckpt.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        return f"step: expected a whole number >= 0, found {step!r}"
-    return None
 
 
 def resume_problem(ckpt: dict, world: int) -> Optional[str]:
@@ -156,10 +44,6 @@ def resume_problem(ckpt: dict, world: int) -> Optional[str]:
     return f"{bad[0]}: expected {bad[1]}, found {str(ckpt.get(bad[0]))[:40]!r}" if bad else None
 
 
-def list_checkpoints(folder: Path) -> list[Path]:
-    return sorted(folder.glob("ckpt-*.pt"))
-
-
 def save_checkpoint(state: dict, folder: Path) -> Path:
     """``state`` as ``ckpt-<step>.pt`` (returned); only the newest ``KEEP_CHECKPOINTS`` are kept."""
     path = folder / f"ckpt-{state['step']:08d}.pt"
@@ -167,24 +51,6 @@ def save_checkpoint(state: dict, folder: Path) -> Path:
     for old in list_checkpoints(folder)[:-KEEP_CHECKPOINTS]:
         old.unlink()
     return path
-
-
-def run_params(params: Params) -> dict:
-    """The params the train stage reads, as plain data: stored in checkpoints and model.pt
-    (keys the stage does not declare in dvc.yaml must not reach its outputs: the
-    run section's are left out)."""
-    ev = params.eval
-    return {"model": to_dict(params.model), "input": to_dict(params.input),
-            "train": to_dict(params.train), "fast": to_dict(params.fast),
-            "eval": {"batch_size": ev.batch_size, "every_steps": ev.every_steps,
-                     "targets": list(ev.targets)}}
-
-
-def run_defining(run: dict) -> dict:
-    """``run_params`` without the keys that cannot change the run's outputs."""
-    return {section: {k: v for k, v in values.items()
-                      if k not in NOT_RUN_DEFINING.get(section, ())}
-            for section, values in run.items()}
 
 
 def run_signature(params: Params, data_hash: str, device: torch.device, world: int) -> dict:
@@ -201,7 +67,7 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
     and rank 0 removes the old run's checkpoints and outputs (every rank decides alike).
     With no checkpoint here, rank 0 first fetches the ``mirror``'s (and its curves), which
     then goes through the same checks: a damaged one is not resumed, and the run says so;
-    one of another run stops this one (:meth:`.continuation.Mirror.fetch_for`)."""
+    one of another run stops this one (:meth:`.mirror.Mirror.fetch_for`)."""
     if d.main:  # first: a run that cannot write its outputs must not remove the old ones
         refuse_foreign_outputs(paths)
         ensure_writable(paths.out_dir, paths.checkpoints, paths.tensorboard, paths.live_dir,
@@ -282,20 +148,6 @@ def newest_of_all_ranks(mine: Optional[Path], d: Dist, device: torch.device
     dist.broadcast(buf, src)
     path = mine if d.rank == src else Path(f"(rank {src})") / f"ckpt-{steps[src]:08d}.pt"
     return path, data if d.rank == src else buf.cpu().numpy().tobytes()
-
-
-# What a run makes in its two folders (DVC adds a .gitignore beside its outs; a data-set
-# variant's work folder also holds its raw/ and prepared/ data); anything else there is
-# not the run's to replace or delete (DVCLive's start-up clean-up deletes a dvc.yaml or
-# params.yaml in its folder), and a folder of published weights holds a card (README.md).
-OUT_NAMES = {"model.pt", "checkpoints", "tensorboard", "queued", "raw", "prepared", ".gitignore"}
-LIVE_NAMES = {"metrics.json", "speed.json", "plots", "provenance.json", ".gitignore"}
-
-
-def refuse_foreign_outputs(paths: TrainPaths) -> None:
-    same = Path(paths.out_dir).resolve() == Path(paths.live_dir).resolve()
-    refuse_foreign(paths.out_dir, OUT_NAMES | (LIVE_NAMES if same else set()), "train", "--out")
-    refuse_foreign(paths.live_dir, LIVE_NAMES | (OUT_NAMES if same else set()), "train", "--live")
 
 
 def _remove_run(paths: TrainPaths, ckpts: list[Path]) -> None:

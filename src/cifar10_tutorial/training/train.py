@@ -20,8 +20,12 @@ from typing import Optional
 
 import torch
 
-from .checkpoints import TrainPaths, resume_point, restore, run_params, run_signature, save_checkpoint
-from .continuation import NONE, Continuation, Mirror, Segments
+from .paths import TrainPaths
+from .checkpoints import resume_point, restore, run_signature, save_checkpoint
+from ..checkpoint_files import run_params
+from .deadline import NONE, Continuation
+from .mirror import Mirror
+from .segments import Segments
 from .distributed import (Dist, agree, exit_paused, gather_on_main, init_distributed, replicate,
                           same_job, shut_down)
 from ..errors import TrainingError
@@ -47,7 +51,7 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
 
     ``continuation``: a deadline at which the run checkpoints and exits with
     :data:`.devices.PAUSED_EXIT`, and the mirror its newest checkpoint is copied to
-    (:mod:`.continuation`). Neither changes what the run computes.
+    (:mod:`.deadline`, :mod:`.mirror`). Neither changes what the run computes.
 
     Run alone, or as one of ``train.num_devices`` processes under torchrun: then
     each process trains a replica on its own ``batch_size`` examples,

@@ -1,0 +1,151 @@
+"""Where a run writes, in one place: the train stage's folders (:class:`TrainPaths`), an
+exercise variant's (:class:`VariantPaths`, a trial's apart from a full run's), the folders
+a queued DVC experiment keeps past its temporary workspace, and what a run may replace in
+them (anything else there is refused, never deleted).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import PipelineError
+from ..files import refuse_foreign
+from ..params import AblationParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainPaths:
+    """Where a run writes: ``out_dir`` (checkpoints/, tensorboard/, model.pt) and ``live_dir``
+    (DVCLive's metrics.json and plots/). The stage gets both from dvc.yaml; a queued DVC
+    experiment keeps its checkpoints and TensorBoard logs elsewhere (:func:`stage_paths`)."""
+
+    out_dir: Path
+    live_dir: Path
+    checkpoints_dir: Optional[Path] = None  # None: out_dir/checkpoints
+    tensorboard_dir: Optional[Path] = None  # None: out_dir/tensorboard
+    speed_file: Optional[Path] = None  # the speeds and times, apart from metrics.json
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.checkpoints_dir or self.out_dir / "checkpoints"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.tensorboard_dir or self.out_dir / "tensorboard"
+
+    @property
+    def model(self) -> Path:
+        return self.out_dir / "model.pt"
+
+
+def queued_workspace(cwd: Optional[Path] = None) -> Optional[Path]:
+    """The repository a queued DVC experiment belongs to, when ``cwd`` is the temporary
+    workspace DVC runs it in (``<repo>/.dvc/tmp/exps/<id>/``, deleted when it ends)."""
+    parts = (cwd or Path.cwd()).resolve().parts
+    for i in range(len(parts) - 3, 0, -1):
+        if parts[i:i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return None
+
+
+def kept_past_workspace(folder: Path) -> Path:
+    """``folder`` itself, or in a queued DVC experiment (:func:`queued_workspace`), with
+    ``folder`` relative, ``<repo>/<folder>/queued/<experiment>``: what a run writes there
+    that is no DVC output outlives DVC's temporary workspace, and the same experiment
+    queued again finds it."""
+    repo = queued_workspace()
+    if repo is None or Path(folder).is_absolute():
+        return Path(folder)
+    return repo / folder / "queued" / queued_experiment()
+
+
+def queued_experiment() -> Optional[str]:
+    """The name of the queued DVC experiment this process runs in (DVC_EXP_NAME, else its
+    temporary workspace's name); None outside one."""
+    if queued_workspace() is None:
+        return None
+    return os.environ.get("DVC_EXP_NAME") or Path.cwd().name
+
+
+def stage_paths(out: Path, live: Path) -> TrainPaths:
+    """The train stage's paths: the speeds and times go to ``live``/speed.json, not into
+    metrics.json (DVC's metrics, which ``dvc exp show`` lists). In a queued DVC experiment
+    (``dvc queue start``) the
+    checkpoints and TensorBoard logs, which are not DVC outputs, would go with DVC's
+    temporary workspace; they go to the repository's ``out`` instead: the logs beside the
+    workspace's own (one subfolder per run), the checkpoints under ``queued/<experiment>``
+    (the same experiment queued again resumes from them)."""
+    speed = Path(live) / "speed.json"  # DVC's metrics keep what users compare (README)
+    kept = kept_past_workspace(out)
+    if kept == Path(out):
+        return TrainPaths(out, live, speed_file=speed)
+    paths = TrainPaths(out, live, kept / "checkpoints", kept.parent.parent / "tensorboard", speed)
+    log.info("queued experiment %s: checkpoints in %s, TensorBoard logs in %s (they outlive "
+             "DVC's temporary workspace)", kept.name, paths.checkpoints, paths.tensorboard)
+    return paths
+
+
+@dataclass(frozen=True)
+class VariantPaths:
+    """Where variant results go (``out``: metrics.json, variant.json, eval/, train/, in git)
+    and where its model, checkpoints, TensorBoard logs (and a data-set variant's data) stay
+    (``work``, outside DVC). The stage gets both from reports/dvc.yaml."""
+
+    work: Path
+    out: Path
+
+    @property
+    def train(self) -> TrainPaths:
+        return TrainPaths(self.work, self.out / "train")
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.out / "eval"
+
+    @property
+    def metrics(self) -> Path:
+        return self.out / "metrics.json"
+
+    @property
+    def variant(self) -> Path:
+        return self.out / "variant.json"
+
+
+def training_work(ablation: AblationParams, name: str, work: Path,
+                  trial_work: Path | None) -> Path:
+    """Where variant ``name`` keeps its model, checkpoints and TensorBoard logs: ``work``,
+    or in a trial (``ablation.trial_steps`` set) ``trial_work``, so that a trial of a few
+    steps neither replaces a full run's model nor removes a paused full run's checkpoints
+    (a run of other params starts afresh and removes them). A data-set variant's data stay
+    in ``work`` either way: a trial fetches and prepares nothing twice."""
+    if ablation.trial_steps is None:
+        return work
+    if trial_work is None:
+        raise PipelineError(f"{work}: a trial (ablation.trial_steps: {ablation.trial_steps}) "
+                            f"would replace the full run's model and checkpoints there; give "
+                            f"it a folder of its own with --trial-work (reports/dvc.yaml "
+                            f"gives data/trials/{name})")
+    if Path(trial_work).resolve() == Path(work).resolve():
+        raise PipelineError(f"--trial-work {trial_work}: expected a folder other than --work "
+                            f"{work}, found the same; a trial there would replace the full "
+                            f"run's model and checkpoints")
+    return trial_work
+
+
+# What a run makes in its two folders (DVC adds a .gitignore beside its outs; a data-set
+# variant's work folder also holds its raw/ and prepared/ data); anything else there is
+# not the run's to replace or delete (DVCLive's start-up clean-up deletes a dvc.yaml or
+# params.yaml in its folder), and a folder of published weights holds a card (README.md).
+OUT_NAMES = {"model.pt", "checkpoints", "tensorboard", "queued", "raw", "prepared", ".gitignore"}
+LIVE_NAMES = {"metrics.json", "speed.json", "plots", "provenance.json", ".gitignore"}
+
+
+def refuse_foreign_outputs(paths: TrainPaths) -> None:
+    same = Path(paths.out_dir).resolve() == Path(paths.live_dir).resolve()
+    refuse_foreign(paths.out_dir, OUT_NAMES | (LIVE_NAMES if same else set()), "train", "--out")
+    refuse_foreign(paths.live_dir, LIVE_NAMES | (OUT_NAMES if same else set()), "train", "--live")
