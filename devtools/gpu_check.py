@@ -6,9 +6,9 @@ the zip), and the run is fitted to a budget counted from the command's start:
 
     PYTHONPATH=src python devtools/gpu_check.py --zip .carry/cifar10-train-jpeg.zip --budget-s 300
 
-Every other option is the GPU run's own (``python -m cifar10_tutorial.speed.gpu_run --help``).
-Not part of the package: users run ``cifar10_tutorial.speed.gpu_run --data`` on data they
-prepared with ``dvc repro preprocess``.
+Every other option is the GPU run's own (``python benchmarks/gpu_run.py --help``). Users
+run ``python benchmarks/gpu_run.py --data`` on data they prepared with
+``dvc repro preprocess``.
 """
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ from cifar10_tutorial.cli import run_stage
 from cifar10_tutorial.data.datasets import get_dataset
 from cifar10_tutorial.data.preprocess import prepare
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.speed import gpu_run
 
 TOOL = "make_dev_archive.py"
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gpu_run  # noqa: E402  (benchmarks/: the GPU run, a script folder beside devtools/)
 
 
 def build_dev_data(zip_path: Path, work: Path, train: int = 40_000, test: int = 10_000,

@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from cifar10_tutorial.speed.gpu_parts import LOSS_RTOL
 from cifar10_tutorial.params import to_dict
-from conftest import tiny_params, write_train_project
+from conftest import ROOT, tiny_params, write_train_project
+
+# The GPU run is a script folder beside the package (benchmarks/), run by path.
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu_parts import LOSS_RTOL  # noqa: E402
+
+GPU_RUN = str(ROOT / "benchmarks" / "gpu_run.py")
 
 
 def _without_dvc(tmp_path, *also: str) -> dict:
@@ -35,7 +40,7 @@ def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
     env = _without_dvc(tmp_path)
     check = subprocess.run([sys.executable, "-c", "import dvclive"], env=env, capture_output=True)
     assert check.returncode != 0  # the block works
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
+    proc = subprocess.run([sys.executable, GPU_RUN, "--dry", "--device",
                            "cpu", "--data", "data/prepared", "--params", "params.yaml", "--out",
                            str(out)], cwd=proj, capture_output=True, text=True, timeout=900,
                           env=env)
@@ -84,13 +89,13 @@ def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
 
 
 def test_gpu_run_without_a_gpu_says_so(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--data",
+    proc = subprocess.run([sys.executable, GPU_RUN, "--data",
                            str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "no CUDA device here" in proc.stderr and "--dry" in proc.stderr
 
 
 def test_a_budget_shrinks_every_part_and_never_grows_one():
-    from cifar10_tutorial.speed.gpu_plan import DRY, Sizes, fit
+    from gpu_plan import DRY, Sizes, fit
 
     full = Sizes()
     roomy = fit(full, 10 ** 6, 500.0, 128, 312.5)
@@ -117,7 +122,7 @@ def test_a_budget_shrinks_every_part_and_never_grows_one():
 def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path):
     params = to_dict(tiny_params(train={"batch_size": 32, "max_steps": 20}))
     proj = write_train_project(tmp_path / "proj", synth_data, params)
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
+    proc = subprocess.run([sys.executable, GPU_RUN, "--dry", "--device",
                            "cpu", "--data", "data/prepared", "--budget-s", "0.01", "--out",
                            str(tmp_path / "gpu")], cwd=proj, capture_output=True, text=True,
                           timeout=300)
@@ -127,7 +132,7 @@ def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path)
     assert r["skipped"] == ["correctness", "throughput", "fast", "tutorial", "multi_device",
                             "side_by_side"]
     assert "skipped (out of budget): correctness, throughput" in proc.stdout
-    bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
+    bad = subprocess.run([sys.executable, GPU_RUN, "--dry", "--device",
                           "cpu", "--budget-s", "0"], cwd=proj, capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 1 and "--budget-s 0: give a number of seconds above 0" in bad.stderr
@@ -201,7 +206,7 @@ def test_gpu_run_on_an_older_torch_from_the_checkout(synth_data, tmp_path):
     proj = write_train_project(tmp_path / "proj", synth_data, params)
     env = _without_dvc(tmp_path, "torchvision")
     env["PYTHONPATH"] = os.pathsep.join([str(src), env["PYTHONPATH"]])
-    proc = subprocess.run([OLD_PYTHON, "-m", "cifar10_tutorial.speed.gpu_run", "--dry", "--device",
+    proc = subprocess.run([OLD_PYTHON, GPU_RUN, "--dry", "--device",
                            "cpu", "--data", "data/prepared", "--budget-s", "600", "--out",
                            str(tmp_path / "gpu")], cwd=proj, capture_output=True, text=True,
                           timeout=900, env=env)
@@ -215,10 +220,11 @@ def test_gpu_run_on_an_older_torch_from_the_checkout(synth_data, tmp_path):
 
 @pytest.mark.parametrize("before", [(True, True), (False, True), (True, False)])
 def test_the_correctness_check_restores_the_tf32_settings(synth_data, before):
-    """Issue 37 item 6: the check turned TF32 off and left it off for the timed parts."""
+    """The check turns TF32 off for its comparison and puts the settings back as they were,
+    so that the timed parts run as the user's settings say."""
     import torch
 
-    from cifar10_tutorial.speed.gpu_parts import losses_against_cpu
+    from gpu_parts import losses_against_cpu
 
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     try:

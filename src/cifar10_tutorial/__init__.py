@@ -6,7 +6,7 @@ list is the one home of each; tests/test_layout.py checks it against the files):
 - ``data``: the archive fetched and checked, its records turned into tensors;
 - ``training``: the train stage;
 - ``evaluation``: the eval stage and predictions;
-- ``speed``: the throughput benchmark and the GPU run;
+- ``speed``: the throughput benchmark and the exercise trial's timing;
 - ``exercises``: the tutorial's exercises as variants of the train stage;
 - ``report``: the report, the results page and the published weights.
 

@@ -46,8 +46,6 @@ COMMANDS = {
     "results-page": ("regenerate docs/results.md from the committed reports",
                      "cifar10 results-page", "report.results_page"),
     "ci": ("the CI regression runs", "cifar10 ci synthetic", "ci"),
-    "gpu-run": ("the GPU run: correctness and speed on a GPU",
-                "cifar10 gpu-run --budget-s 300", "speed.gpu_run"),
 }
 REPORT_DVC_YAML = Path("reports/dvc.yaml")
 

@@ -2,7 +2,7 @@
 prints: only the parts the run has, so a run cut short by its budget still reads."""
 from __future__ import annotations
 
-from .gpu_plan import TARGETS
+from gpu_plan import TARGETS
 
 
 def _pct(x) -> str:

@@ -1,18 +1,18 @@
 """The prepared GPU run: one command that checks and measures the project on a GPU.
 
-    python -m cifar10_tutorial.speed.gpu_run --data data/prepared            # on a GPU, ~9 minutes
-    python -m cifar10_tutorial.speed.gpu_run --data data/prepared --budget-s 300
-    python -m cifar10_tutorial.speed.gpu_run --data data/prepared --dry --device cpu   # the tests
+    python benchmarks/gpu_run.py --data data/prepared            # on a GPU, ~9 minutes
+    python benchmarks/gpu_run.py --data data/prepared --budget-s 300
+    python benchmarks/gpu_run.py --data data/prepared --dry --device cpu   # the tests
 
-``--budget-s`` fits the whole run in that many seconds (:mod:`.gpu_plan`): the sizes are shrunk to each part's share of the
+``--budget-s`` fits the whole run in that many seconds (:mod:`gpu_plan`): the sizes are shrunk to each part's share of the
 time left, planned at the train step's rate measured first, and a part that would start
 after the budget is out is skipped. It writes ``reports/gpu/<gpu name>.json`` (``--out``)
 after each part, so a run cut short leaves the parts it finished, and prints a table of
 four parts:
 
-1. correctness (:mod:`.gpu_parts`, as part 2): the first 50 steps' losses on the device
+1. correctness (:mod:`gpu_parts`, as part 2): the first 50 steps' losses on the device
    against the CPU from the same seed and the same batches (TF32 off; tolerance
-   :data:`.gpu_parts.LOSS_RTOL`), host syncs per step on the real GPU path (CUDA's sync
+   :data:`gpu_parts.LOSS_RTOL`), host syncs per step on the real GPU path (CUDA's sync
    debug mode: there must be none between log steps), and held-out precision @ 1 after a
    short run, averaged and raw weights;
 2. throughput of the train step at batch 128 and larger: eager, on a fixed batch and with
@@ -21,7 +21,7 @@ four parts:
    the first batch size);
 3. time to held-out 80%, 84% and 86% with the ``fast`` schedule, and as many of the
    tutorial's 100K steps as fit in the time left, with the held-out learning curve;
-4. every visible device (:mod:`.gpu_multi`): the train stage at 1 and at N devices
+4. every visible device (:mod:`gpu_multi`): the train stage at 1 and at N devices
    under torchrun (NCCL), exercise 5's 2 x 64 against 1 x 128, and whether 2 x 64 and
    1 x 128 end with the same weights (on a CPU: 2 processes, gloo);
 5. several experiments at once on one device (``--parallel`` train stages side by side,
@@ -31,35 +31,40 @@ four parts:
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# The package of this checkout, as the stage scripts run it (stages/_tree.py), whatever
+# else is installed; the GPU machine has no install at all.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 import argparse
 import dataclasses
 import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Optional
 
 import torch
 
-from .steps import window
-from ..cli import package_env, run_stage, scratch_train_project, stage_output
-from ..errors import PipelineError
-from ..files import write_text_atomic
-from ..params import Params, load_params, to_dict
-from ..data.prepared import Prepared, load_prepared
-from ..curves import held_out_curve
-from ..training.paths import TrainPaths
-from ..devices import pick_device
-from .gpu_multi import multi_device, visible_devices
-from .gpu_plan import DRY, TARGETS, Budget, Sizes, fit
-from .gpu_parts import (host_syncs_per_step, input_step, losses_against_cpu, short_run, syncer,
+from cifar10_tutorial.speed.steps import window
+from cifar10_tutorial.cli import package_env, run_stage, scratch_train_project, stage_output
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import write_text_atomic
+from cifar10_tutorial.params import Params, load_params, to_dict
+from cifar10_tutorial.data.prepared import Prepared, load_prepared
+from cifar10_tutorial.curves import held_out_curve
+from cifar10_tutorial.training.paths import TrainPaths
+from cifar10_tutorial.devices import pick_device
+from gpu_multi import multi_device, visible_devices
+from gpu_plan import DRY, TARGETS, Budget, Sizes, fit
+from gpu_parts import (host_syncs_per_step, input_step, losses_against_cpu, short_run, syncer,
                         throughput, with_sections)
-from .gpu_table import format_table
-from ..training.train import train
+from gpu_table import format_table
+from cifar10_tutorial.training.train import train
 
 # --------------------------------------------------------------------------- 3. time to accuracy
 

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import torch
 
-from .baselines import typical_step
-from .benchmark import with_input
-from .steps import project_step, window
-from ..params import Params
-from ..data.prepared import Prepared
-from ..training.paths import TrainPaths
-from ..training.inputs import make_batches
-from ..training.train import train
-from .gpu_plan import Sizes
+from cifar10_tutorial.speed.baselines import typical_step
+from cifar10_tutorial.speed.benchmark import with_input
+from cifar10_tutorial.speed.steps import project_step, window
+from cifar10_tutorial.params import Params
+from cifar10_tutorial.data.prepared import Prepared
+from cifar10_tutorial.training.paths import TrainPaths
+from cifar10_tutorial.training.inputs import make_batches
+from cifar10_tutorial.training.train import train
+from gpu_plan import Sizes
 
 LOSS_RTOL = 1e-3  # largest relative difference of a step's loss, device against CPU
 
