@@ -20,6 +20,16 @@ from cifar10_tutorial.data.synthetic import make_cifar10_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+# tests/param_reads/sitecustomize.py records the params keys each process reads
+READS_ENV = "CIFAR10_TUTORIAL_PARAM_READS"
+
+
+def recording_reads(log: Path) -> dict:
+    """The environment in which every Python process started appends the params keys it
+    read to ``log`` (tests/param_reads/sitecustomize.py)."""
+    path = os.pathsep.join(filter(None, [str(ROOT / "tests" / "param_reads"),
+                                         os.environ.get("PYTHONPATH")]))
+    return {**os.environ, READS_ENV: str(log), "PYTHONPATH": path}
 DVC = str(Path(sys.executable).with_name("dvc"))
 
 
@@ -206,7 +216,6 @@ def exercise_run(tmp_path_factory):
     variants)."""
     import os
 
-    from cifar10_tutorial.param_reads import READS_ENV
     from cifar10_tutorial.data.synthetic import make_svhn_files
 
     tmp = tmp_path_factory.mktemp("exercises")
@@ -231,7 +240,7 @@ def exercise_run(tmp_path_factory):
     (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     commit(project, "tiny ablations")
     log = tmp / "reads.jsonl"
-    env = {**os.environ, READS_ENV: str(log)}
+    env = recording_reads(log)
     outs = []
     for target in (["reports/dvc.yaml:report"], []):
         proc = subprocess.run([DVC, "repro", *target], cwd=project, env=env,

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cifar10_tutorial.param_reads import READS_ENV
 from cifar10_tutorial.data.synthetic import make_cifar10_archive
 from cifar10_tutorial.cli import stage_command
-from conftest import ROOT, copy_project, dvc, init_repo, set_params
+from conftest import ROOT, copy_project, dvc, init_repo, recording_reads, set_params
 
 # The import closure each stage's deps must list (also what `--write` puts there).
 _spec = importlib.util.spec_from_file_location("stage_deps", ROOT / "devtools" / "stage_deps.py")
@@ -135,7 +134,7 @@ def recorded_run(exercise_run, tmp_path_factory):
     recorded (conftest's exercise_run, shared with the exercise pipeline's test), and the
     data stages once more on SVHN; returns (project, stages, reads per command)."""
     tmp, project, log = tmp_path_factory.mktemp("cache"), exercise_run["project"], exercise_run["log"]
-    env = {**os.environ, READS_ENV: str(log)}
+    env = recording_reads(log)
     # the data stages once more on SVHN (a branch of their code the run above did not take)
     raw = yaml.safe_load((project / "params.yaml").read_text())
     other = copy_project(tmp / "svhn-main")
@@ -151,6 +150,25 @@ def recorded_run(exercise_run, tmp_path_factory):
         rec = json.loads(line)
         reads.setdefault(tuple(rec["argv"]), set()).update(rec["reads"])
     return project, dvc_stages(project), reads
+
+
+def test_the_reads_hook_records_each_key_where_its_value_came_from(tmp_path):
+    """The recording the params checks below rest on: a section's field is its key, a
+    variant's field the key it came from, the run section and validation are no reads."""
+    log = tmp_path / "reads.jsonl"
+    code = ("from cifar10_tutorial.params import params_from_dict, variant_params\n"
+            "p = params_from_dict({'ablations': {'v': {'model': {'lrn': False}}}})\n"
+            "p.train.batch_size, p.run.checkpoint_every\n"
+            "v = variant_params(p, 'v')\n"
+            "v.model.lrn, v.model.head, v.train.max_steps\n")
+    subprocess.run([sys.executable, "-c", code], env=recording_reads(log), check=True)
+    assert json.loads(log.read_text())["reads"] == [
+        "ablation.max_steps", "ablation.trial_steps", "ablations.v", "ablations.v.model.lrn",
+        "model.head", "train.batch_size"]
+    # without the hook, nothing is recorded
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   env={**recording_reads(log), "PYTHONPATH": ""})
+    assert len(log.read_text().splitlines()) == 1
 
 
 def uncovered_params(stages, reads) -> list[str]:

@@ -334,12 +334,10 @@ def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
 
 
 def test_the_run_section_does_not_change_a_result(synth_data, tmp_path):
-    """params.yaml `run:` (param_reads.OPERATIONAL_SECTION): declared to no stage, left out
-    of the resume signature and model.pt."""
+    """params.yaml `run:` (how a run is carried out): declared to no stage, left out of the
+    resume signature and model.pt."""
     from cifar10_tutorial.checkpoint_files import run_params
-    from cifar10_tutorial.param_reads import OPERATIONAL_SECTION
 
-    assert OPERATIONAL_SECTION == "run"
     base = {"max_steps": 12, "log_every": 2}
     quick = tiny_params(train=base, eval={"every_steps": 4},
                         run={"checkpoint_every": 3, "summary_every": 2, "max_restarts": 0,

@@ -12,8 +12,7 @@ list is the one home of each; tests/test_layout.py checks it against the files):
 
 Below them, the ground every folder may import:
 
-- ``params``, ``param_types``, ``param_reads``: params.yaml typed and checked, and its reads
-  recorded (for the cache test);
+- ``params``, ``param_types``: params.yaml typed and checked;
 - ``model``: the network (TF-equivalent LRN, the exercises' variants);
 - ``model_files``: model.pt read and checked, a network rebuilt from stored weights;
 - ``checkpoint_files``: a checkpoint read and checked, and the params a run records (the

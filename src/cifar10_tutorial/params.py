@@ -13,17 +13,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, Literal, Optional
 
-from .param_reads import Section, not_recording, record_read
 from .param_types import ParamsError, build as _build, read_params_yaml
 
 
 @dataclass(frozen=True)
-class DataParams(Section):
+class DataParams:
     """Where the raw data comes from (download and preprocess stages)."""
 
-    _SECTION: ClassVar[str] = "data"
 
     dataset: Literal["cifar10", "cifar100", "svhn"] = "cifar10"
     # official: the data set's official source (datasets.py). Else http(s)://, file://
@@ -47,10 +45,9 @@ class DataParams(Section):
 
 
 @dataclass(frozen=True)
-class ModelParams(Section):
+class ModelParams:
     """The network (docs/reference.md's layer table and the exercises' variants)."""
 
-    _SECTION: ClassVar[str] = "model"
 
     head: Literal["fc", "local"] = "fc"  # local: exercise 2, locally connected local3/local4
     output: Literal["logits", "softmax"] = "logits"  # softmax: exercise 1
@@ -58,10 +55,9 @@ class ModelParams(Section):
 
 
 @dataclass(frozen=True)
-class InputParams(Section):
+class InputParams:
     """The training input pipeline."""
 
-    _SECTION: ClassVar[str] = "input"
 
     shuffle: Literal["queue", "permutation"] = "queue"
     min_fraction_of_examples_in_queue: float = 0.4  # queue fill before the first batch
@@ -74,10 +70,9 @@ class InputParams(Section):
 
 
 @dataclass(frozen=True)
-class TrainParams(Section):
+class TrainParams:
     """Training (docs/reference.md, "Training")."""
 
-    _SECTION: ClassVar[str] = "train"
 
     batch_size: int = 128  # per device
     num_devices: int = 1  # processes (one per GPU, or CPU processes) under torchrun
@@ -117,11 +112,10 @@ class TrainParams(Section):
 
 
 @dataclass(frozen=True)
-class RunParams(Section):
+class RunParams:
     """How a run is carried out, never what it computes (what follows from that:
     docs/training.md#what-each-stages-hash-covers)."""
 
-    _SECTION: ClassVar[str] = "run"
 
     checkpoint_every: int = 1000  # steps between checkpoints (and the last step)
     summary_every: int = 100  # steps between TensorBoard summaries
@@ -144,10 +138,9 @@ class RunParams(Section):
 
 
 @dataclass(frozen=True)
-class FastParams(Section):
+class FastParams:
     """``train.schedule: fast``: the same network and data, a modern optimiser and schedule."""
 
-    _SECTION: ClassVar[str] = "fast"
 
     peak_lr: float = 0.05
     momentum: float = 0.9
@@ -168,10 +161,9 @@ class FastParams(Section):
 
 
 @dataclass(frozen=True)
-class EvalParams(Section):
+class EvalParams:
     """Evaluation (docs/reference.md, "Evaluation")."""
 
-    _SECTION: ClassVar[str] = "eval"
 
     batch_size: int = 250
     device: Literal["auto", "cpu", "cuda"] = "auto"  # the eval stage's (train.device: train's)
@@ -190,10 +182,9 @@ class EvalParams(Section):
 
 
 @dataclass(frozen=True)
-class AblationParams(Section):
+class AblationParams:
     """What every ablation variant shares."""
 
-    _SECTION: ClassVar[str] = "ablation"
 
     max_steps: int = 10000  # the training budget of each variant (replaces train.max_steps)
     # set: a trial of the whole exercise pipeline; every variant trains at most this many
@@ -213,10 +204,9 @@ class AblationParams(Section):
 
 
 @dataclass(frozen=True)
-class RegressionParams(Section):
+class RegressionParams:
     """The regression gate (the `regression` stage): this run's metrics against a baseline."""
 
-    _SECTION: ClassVar[str] = "regression"
 
     baseline: Optional[str] = None  # a JSON file of metrics; null: show the metrics, gate nothing
     # metric -> allowed change from the baseline: negative = the largest drop allowed (higher
@@ -236,8 +226,7 @@ class RegressionParams(Section):
 
 
 @dataclass(frozen=True)
-class Params(Section):
-    _SECTION: ClassVar[str] = ""
+class Params:
     data: DataParams = field(default_factory=DataParams)
     model: ModelParams = field(default_factory=ModelParams)
     input: InputParams = field(default_factory=InputParams)
@@ -282,50 +271,27 @@ def variant_params(params: "Params", name: str) -> "Params":
     its whole ``data`` section (keys it leaves out take their defaults, not the main
     pipeline's ``data``: its data are its own). With ``ablation.trial_steps`` set, no
     variant trains longer: a budget in steps is cut to it, one in epochs (``max_epochs``)
-    becomes exactly ``trial_steps`` steps, its schedule fitted to them.
-
-    Each field remembers the params key it came from, so a recorded read names the key a
-    stage must declare (``ablations.NAME.model.lrn``, ``ablation.max_steps``, ``train.seed``)."""
-    trial = params.ablation.trial_steps  # read (recorded) whether set or not
-    with not_recording():
-        group = "ablations" if name in params.ablations else "dataset_ablations"
-        variants = {**params.ablations, **params.dataset_ablations}
-        if name not in variants:
-            raise ParamsError(f"no ablation variant {name!r}; defined: {', '.join(variants)}")
-        overrides = variants[name]
-        base = dataclasses.asdict(params)
-        base.pop("ablations")
-        base.pop("dataset_ablations")
-        # the budget is ablation.max_steps: the main run's length (train.max_steps,
-        # train.max_epochs) never reaches a variant, nor its hash (reports/dvc.yaml)
-        base["train"]["max_steps"] = base["ablation"]["max_steps"]
-        base["train"]["max_epochs"] = None
-        if group == "dataset_ablations":
-            base["data"] = {}
-        raw = _deep_merge(base, overrides)
-        if trial is not None:
-            raw["train"]["max_steps"] = (trial if raw["train"].get("max_epochs") is not None
-                                         else min(raw["train"]["max_steps"], trial))
-            raw["train"]["max_epochs"] = None
-        merged = _build(Params, raw, "")
-        for section in dataclasses.fields(Params):
-            value = getattr(merged, section.name)
-            if not isinstance(value, Section):
-                continue
-            origin = {}
-            for f in dataclasses.fields(value):
-                if trial is not None and section.name == "train" and f.name in ("max_steps",
-                                                                                 "max_epochs"):
-                    origin[f.name] = "ablation.trial_steps"
-                elif f.name in overrides.get(section.name, {}):
-                    origin[f.name] = f"{group}.{name}.{section.name}.{f.name}"
-                elif section.name == "train" and f.name in ("max_steps", "max_epochs"):
-                    origin[f.name] = "ablation.max_steps"
-                elif section.name == "data" and group == "dataset_ablations":
-                    origin[f.name] = None  # a default: no params key set it
-            object.__setattr__(value, "_origin", origin)
-    record_read(f"{group}.{name}")  # the variant's entry is read, even when it is empty
-    return merged
+    becomes exactly ``trial_steps`` steps, its schedule fitted to them."""
+    trial = params.ablation.trial_steps
+    group = "ablations" if name in params.ablations else "dataset_ablations"
+    variants = {**params.ablations, **params.dataset_ablations}
+    if name not in variants:
+        raise ParamsError(f"no ablation variant {name!r}; defined: {', '.join(variants)}")
+    base = dataclasses.asdict(params)
+    base.pop("ablations")
+    base.pop("dataset_ablations")
+    # the budget is ablation.max_steps: the main run's length (train.max_steps,
+    # train.max_epochs) never reaches a variant, nor its hash (reports/dvc.yaml)
+    base["train"]["max_steps"] = base["ablation"]["max_steps"]
+    base["train"]["max_epochs"] = None
+    if group == "dataset_ablations":
+        base["data"] = {}
+    raw = _deep_merge(base, variants[name])
+    if trial is not None:
+        raw["train"]["max_steps"] = (trial if raw["train"].get("max_epochs") is not None
+                                     else min(raw["train"]["max_steps"], trial))
+        raw["train"]["max_epochs"] = None
+    return _build(Params, raw, "")
 
 
 # --------------------------------------------------------------------------- loader
@@ -337,8 +303,7 @@ def params_from_dict(raw: Optional[dict]) -> Params:
         raw = {}
     if not isinstance(raw, dict):
         raise ParamsError(f"expected a mapping at the top level of params, found {raw!r}")
-    with not_recording():  # validation reads every key: not a use of them
-        return _build(Params, raw, "")
+    return _build(Params, raw, "")
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:

@@ -19,7 +19,6 @@ import torch
 
 from ..devices import pick_device, set_cpu_threads
 from ..errors import PipelineError
-from ..param_reads import flush_reads
 
 PAUSED_EXIT = 75  # EX_TEMPFAIL: try again later; distinct from failures (1) and signals (128+N)
 PAUSE_MARK_ENV = "CIFAR10_PAUSE_MARK"
@@ -167,7 +166,6 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str], nodes: Nodes = No
     cmd = torchrun_command(tr.num_devices, run.max_restarts, script, argv, nodes,
                            run.join_timeout_s)
     print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
-    flush_reads()
     sys.stdout.flush()
     with tempfile.TemporaryDirectory(prefix="cifar10-launch-") as tmp:
         mark, joined = Path(tmp) / "paused", Path(tmp) / "joined"
