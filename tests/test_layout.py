@@ -1,6 +1,7 @@
-"""The shape of the code and the docs: one concern per module (no import cycle, modules and
-functions of readable length), one home for paths (dvc.yaml), docs that point only at
-files of the repository, and figures generated from the committed reports."""
+"""The shape of the code and the docs: imports that run one way (each folder imports only
+what it has a reason for, no cycle), one home for paths (dvc.yaml), docs that point only at
+files of the repository, and figures generated from the committed reports. Modules are
+split at their seams, not at a line count: no test caps their length."""
 import ast
 import re
 from pathlib import Path
@@ -11,17 +12,6 @@ from cifar10_tutorial.cli import stage_command, stage_output
 from conftest import ROOT
 
 PACKAGE = ROOT / "src" / "cifar10_tutorial"
-# A module is one concern, read in one sitting; past this, split it at its seams (the GPU
-# run's parts, the benchmark's baselines, the download's transfer, the report's exercise 5
-# were split so).
-MAX_MODULE_LINES = 350
-# The one module above it: the typed params, one dataclass per section of params.yaml and
-# the variants built from them, kept whole so that every param is found in one file.
-PARAMS = ("params.py", 375)
-MAX_FUNCTION_LINES = 60  # a function read on one screen
-# The one exception: the training loop, kept whole so that one batch can be followed from
-# the prepared tensors to the logged loss in one place (the nanoGPT way), within this.
-LOOP = ("training/train.py", "_train", 95)
 
 
 def module_name(f: Path, package: Path) -> str:
@@ -142,22 +132,6 @@ def test_the_cycle_finder_finds_one(tmp_path):
     assert cycles(import_graph(tmp_path)) == [["a", "b", "a"]]
 
 
-def test_modules_and_functions_are_of_readable_length():
-    long_modules, long_functions = [], []
-    for f in sorted(PACKAGE.rglob("*.py")):
-        text, name = f.read_text(), f.relative_to(PACKAGE).as_posix()
-        limit = PARAMS[1] if name == PARAMS[0] else MAX_MODULE_LINES
-        if len(text.splitlines()) > limit:
-            long_modules.append(f"{name}: {len(text.splitlines())} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                n = node.end_lineno - node.lineno + 1
-                limit = LOOP[2] if (name, node.name) == LOOP[:2] else MAX_FUNCTION_LINES
-                if n > limit:
-                    long_functions.append(f"{name}:{node.lineno} {node.name}: {n} lines")
-    assert long_modules == [] and long_functions == []
-
-
 def pipeline_paths() -> set[str]:
     """Every output path of both pipelines (foreach stages: the part before ${key})."""
     paths = set()
@@ -209,9 +183,8 @@ def test_stage_scripts_run_by_hand_take_their_paths_from_dvc_yaml():
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def test_readme_is_short_and_links_every_doc():
+def test_readme_links_every_doc():
     readme = (ROOT / "README.md").read_text()
-    assert len(readme.splitlines()) < 200
     for doc in sorted((ROOT / "docs").glob("*.md")):
         assert f"docs/{doc.name}" in readme, f"README does not link docs/{doc.name}"
 
@@ -275,15 +248,22 @@ def test_the_results_page_lists_published_weights_from_their_records(tmp_path):
 MEASURED = re.compile(r"\d+\.\d+ ?%|\d[\d,.]* examples/sec|\d+\.\d+ ?(?:s|h|ms|min)\b|\d+\.\d+x\b")
 
 
-def test_readme_and_docs_quote_no_hand_typed_measurements():
+def typed_measurements(docs: list[Path]) -> list[str]:
+    return [f"{doc.name}: {m.group(0)!r}" for doc in docs
+            if doc.name not in ("results.md", "reference.md")
+            for m in MEASURED.finditer(doc.read_text())]
+
+
+def test_readme_and_docs_quote_no_hand_typed_measurements(tmp_path):
     """Measured figures live in the committed reports and reach the docs only through the
     generated results page (docs/results.md); docs/reference.md holds the reference's own
     figures, each with its source."""
-    typed = [f"{doc.relative_to(ROOT)}: {m.group(0)!r}" for doc in DOCS
-             if doc.name not in ("results.md", "reference.md")
-             for m in MEASURED.finditer(doc.read_text())]
-    assert typed == []
-    assert MEASURED.search("reaches 80.2% at 1,672.2 examples/sec, 0.077 s per batch, 3.33x")
+    assert typed_measurements(DOCS) == []
+    doc = tmp_path / "speed.md"
+    doc.write_text("It reaches 80.2% at 1,672.2 examples/sec, 0.077 s per batch, 3.33x the "
+                   "baseline, in 12 steps of 128 images.\n")
+    assert typed_measurements([doc]) == ["speed.md: '80.2%'", "speed.md: '1,672.2 examples/sec'",
+                                         "speed.md: '0.077 s'", "speed.md: '3.33x'"]
 
 
 def _slug(heading: str) -> str:
@@ -383,9 +363,17 @@ WORKSHOP = re.compile(r"\.\./shared|shared/tools|shared/data|\.carry\b|\blent\b|
                       re.IGNORECASE)
 
 
-def test_the_package_speaks_of_users_machines_only():
-    found = [f"{f.relative_to(ROOT)}:{i}: {line.strip()[:80]}"
-             for f in sorted(PACKAGE.rglob("*.py"))
-             for i, line in enumerate(f.read_text().splitlines(), 1) if WORKSHOP.search(line)]
-    assert found == []
-    assert WORKSHOP.search('DEV_ARCHIVE_TOOL = Path("../shared/tools/make_dev_archive.py")')
+def workshop_lines(package: Path) -> list[str]:
+    """Lines of the package that speak of this project's own development machines."""
+    return [f"{f.relative_to(package)}:{i}: {line.strip()[:80]}"
+            for f in sorted(package.rglob("*.py"))
+            for i, line in enumerate(f.read_text().splitlines(), 1) if WORKSHOP.search(line)]
+
+
+def test_the_package_speaks_of_users_machines_only(tmp_path):
+    assert workshop_lines(PACKAGE) == []
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "tool.py").write_text(
+        'x = 1\nDEV_ARCHIVE_TOOL = Path("../shared/tools/make_dev_archive.py")\n')
+    assert workshop_lines(tmp_path) == [
+        'sub/tool.py:2: DEV_ARCHIVE_TOOL = Path("../shared/tools/make_dev_archive.py")']
