@@ -21,7 +21,7 @@ def main() -> None:
     ap.add_argument("--watch", action="store_true", help="keep evaluating new checkpoints")
     ap.add_argument("--max-evals", type=int, default=None, help="with --watch: stop after N")
     args = parse_stage_args(ap, __file__)
-    if args.max_evals is not None and args.max_evals < 1:  # -1 once did nothing, exit 0
+    if args.max_evals is not None and args.max_evals < 1:  # fewer would evaluate nothing and exit 0
         ap.error(f"--max-evals: expected a whole number >= 1, found {args.max_evals}")
     ev = load_params(args.params).eval
     data = load_prepared(args.data)

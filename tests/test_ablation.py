@@ -38,8 +38,8 @@ def test_bad_variants_are_errors(ablations, expected):
 
 
 def test_a_trial_evaluates_the_first_trial_eval_images_held_out_images():
-    """ablation.trial_eval_images cuts the held-out split in a trial only (issue 36:
-    evaluation was most of a trial's time); null, or more than there are, keeps all."""
+    """ablation.trial_eval_images cuts the held-out split in a trial only (evaluation would
+    be most of a trial's time); null, or more than there are, keeps all."""
     import numpy as np
 
     from cifar10_tutorial.data.prepared import Prepared

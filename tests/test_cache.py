@@ -252,7 +252,7 @@ def test_both_pipelines_are_up_to_date_after_the_run(recorded_run):
 
 @pytest.mark.e2e
 def test_the_quick_starts_run_length_leaves_the_exercises_up_to_date(recorded_run):
-    """Issue 36 item 2: the README's `dvc exp run -S train.max_steps=5000` made all 16
+    """The README's `dvc exp run -S train.max_steps=5000` made all 16
     variants stale (each depended on the whole train section), so `dvc repro
     reports/dvc.yaml` would have retrained them, tutorial_100k included."""
     project, _, _ = recorded_run

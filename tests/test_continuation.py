@@ -295,7 +295,7 @@ def test_a_mirror_url_whose_file_system_is_not_installed_is_one_clear_error():
 
 @pytest.mark.parametrize("where", ["file", "proc", "http"])
 def test_a_mirror_that_cannot_be_written_is_refused_at_the_start(synth_data, tmp_path, where):
-    """Hostile cases B26-B28: a file, an unwritable place or a server that is not there
+    """A file, an unwritable place or a server that is not there
     failed with a traceback at the first checkpoint, after the run had trained."""
     url = {"file": str(tmp_path / "mf"), "proc": "/proc/mirror",
            "http": "http://127.0.0.1:9/m"}[where]
@@ -310,7 +310,7 @@ def test_a_mirror_that_cannot_be_written_is_refused_at_the_start(synth_data, tmp
 
 @pytest.mark.parametrize("state", ['{"step": "abc"}', "[1, 2]", "{}", '{"step": -3}'])
 def test_a_mirror_json_without_a_step_is_passed_over(tmp_path, state, caplog):
-    """Hostile cases B29-B31: ValueError, TypeError, KeyError."""
+    """ValueError, TypeError, KeyError."""
     caplog.set_level("INFO")
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "checkpoint.pt").write_bytes(b"x")
@@ -358,7 +358,7 @@ def test_runs_under_way_still_resume_at_this_commit(tmp_path):
 
 @pytest.mark.e2e
 def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_path):
-    """Issue 36 item 4: under `dvc repro` a paused train stage showed DVC's "failed to
+    """Under `dvc repro` a paused train stage showed DVC's "failed to
     reproduce ... exited with 75" and exit 255. `cifar10 repro` says it paused, exits 75,
     and the same command continues to the end; a real failure keeps DVC's status."""
     from conftest import dvc, tiny_project

@@ -264,7 +264,7 @@ def test_nodes_that_disagree_fail_at_once_on_every_rank_naming_the_node(other, e
     ({"cpu.max": "garbage"}, None),
     ({}, None)])
 def test_the_cpus_granted_are_the_fewer_of_affinity_and_cgroup_quota(tmp_path, files, want):
-    """Issue 37 item 4: threads came from cpu_count(), blind to the scheduler's grant."""
+    """Threads came from cpu_count(), blind to the scheduler's grant."""
     from cifar10_tutorial.devices import granted_cpus
 
     for name, text in files.items():
@@ -315,7 +315,7 @@ def test_the_train_stage_uses_the_cpus_it_is_given_and_records_why(tmp_path, syn
 
 @pytest.mark.e2e
 def test_a_node_alone_says_what_it_waits_for_and_gives_up_at_the_join_timeout(synth_data, tmp_path):
-    """Issue 37 item 2: one node of two started alone printed nothing for torch's 600 s."""
+    """One node of two started alone printed nothing for torch's 600 s."""
     proj = project(tmp_path, synth_data, train={"num_devices": 2, "max_steps": 5},
                    run={"join_timeout_s": 6})
     start = time.monotonic()
@@ -348,7 +348,7 @@ def test_the_nodes_must_share_the_devices_evenly_and_name_an_endpoint():
 @pytest.mark.e2e
 def test_a_lost_node_of_two_with_separate_folders_resumes_to_the_uninterrupted_weights(
         synth_data, tmp_path):
-    """Issue 37 item 1: kill the node that is rank 0 (it holds every checkpoint) and restart
+    """Kill the node that is rank 0 (it holds every checkpoint) and restart
     both; the rendezvous may make the other node, whose folder holds none, rank 0. Every
     rank resumes from the newest checkpoint any node holds, sent from that node, and the
     run ends with the weights of a run never interrupted."""

@@ -35,7 +35,7 @@ def test_file_url_and_plain_path(archive, tmp_path):
 
 
 def test_a_file_url_naming_another_host_is_refused(archive, tmp_path):
-    """Hostile case W2: file://otherhost/path read the local path, the host ignored."""
+    """File://otherhost/path read the local path, the host ignored."""
     url = "file://otherhost" + str(archive["path"])
     with pytest.raises(DownloadError, match=r"names a file on the host 'otherhost', but file:// "
                                             r"reads this machine's files only"):
@@ -46,7 +46,7 @@ def test_a_file_url_naming_another_host_is_refused(archive, tmp_path):
 
 @pytest.mark.parametrize("md5_pinned", [False, True])
 def test_a_url_naming_the_stages_own_output_keeps_the_only_copy(archive, tmp_path, md5_pinned):
-    """Hostile case B1: with data.md5 null and data.url the download stage's own output,
+    """With data.md5 null and data.url the download stage's own output,
     the archive was deleted, then 'does not exist': the only copy was gone."""
     dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
     fetch(str(archive["path"]), archive["md5"], dest, tmp_path / "part", FAST)
@@ -63,7 +63,7 @@ def test_a_url_naming_the_stages_own_output_keeps_the_only_copy(archive, tmp_pat
 
 @pytest.mark.parametrize("md5_given", [True, False])
 def test_a_folder_where_the_archive_belongs_is_one_line(archive, tmp_path, md5_given):
-    """Hostile cases B2, B3: IsADirectoryError from md5_of, or from unlink."""
+    """IsADirectoryError from md5_of, or from unlink."""
     dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
     (dest / "inside").mkdir(parents=True)
     with pytest.raises(DownloadError, match=r"cifar-10-binary.tar.gz: a folder where the download "
@@ -74,7 +74,7 @@ def test_a_folder_where_the_archive_belongs_is_one_line(archive, tmp_path, md5_g
 
 
 def test_a_fifo_where_the_archive_belongs_is_refused_instead_of_hanging(archive, tmp_path):
-    """Hostile case W6: `mkfifo data/raw/cifar-10-binary.tar.gz` hung the stage hashing it."""
+    """`mkfifo data/raw/cifar-10-binary.tar.gz` hung the stage hashing it."""
     import os
 
     dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
@@ -85,7 +85,7 @@ def test_a_fifo_where_the_archive_belongs_is_refused_instead_of_hanging(archive,
 
 
 def test_a_failed_download_leaves_no_empty_partial_folder(tmp_path):
-    """Hostile case W5."""
+    """A failed download leaves no empty --partial folder behind."""
     from types import SimpleNamespace
 
     from cifar10_tutorial.data.download import fetch_dataset
@@ -240,7 +240,7 @@ def server(archive):
 
 
 def test_malformed_headers_are_one_line(server, archive, tmp_path):
-    """Hostile cases B6-B8: Content-Length 'abc', a 206 to a plain request, a Content-Range
+    """Content-Length 'abc', a 206 to a plain request, a Content-Range
     of garbage on a resumed request were ValueError, FileNotFoundError and IndexError."""
     dest = tmp_path / "raw" / "a.tar.gz"
     server.length = "abc"
@@ -258,7 +258,7 @@ def test_malformed_headers_are_one_line(server, archive, tmp_path):
 
 
 def test_an_endless_body_is_capped(server, tmp_path):
-    """Hostile case W24: a body with no length and no end was all written to disk."""
+    """A body with no length and no end was all written to disk."""
     server.endless = 3 << 20
     part = tmp_path / "part"
     opts = DownloadOptions(timeout=5, retries=1, backoff=0.01, progress=False, max_bytes=1 << 20)
@@ -396,7 +396,7 @@ def test_every_record_file_is_checked(tmp_path):
     _tar_gz(missing, {k: v for k, v in good.items() if not k.endswith("test_batch.bin")})
     with pytest.raises(DownloadError, match=r"no cifar-10-batches-bin/test_batch.bin \(test split\)"):
         fetch(str(missing), None, tmp_path / "raw" / "a.tar.gz", tmp_path / "part", FAST, check)
-    # hostile case B9: a file of more records than any of the set (a gzip bomb of zeros)
+    # a file of more records than any of the set (a gzip bomb of zeros)
     import dataclasses
 
     small = dataclasses.replace(CIFAR10, max_records_per_file=2)
@@ -412,7 +412,7 @@ def test_every_record_file_is_checked(tmp_path):
     with pytest.raises(PrepareError, match=r"data_batch_1.bin holds 9,219 bytes, more than any "
                                            r"file of this data set \(6,146\)"):
         prepare(bomb, tmp_path / "bomb-prep", small)
-    # hostile case W1: members named ./cifar-10-batches-bin/... (tar -C d -czf x .) are
+    # members named ./cifar-10-batches-bin/... (tar -C d -czf x .) are
     # the same files; the check said they were missing while preprocess read them
     dotted = tmp_path / "dotted.tar.gz"
     names = "".join(f"class{i}\n" for i in range(10)).encode()
@@ -547,7 +547,7 @@ def test_another_data_sets_files_go_only_once_the_new_ones_are_in(tmp_path):
 
 
 def test_a_partial_folder_that_is_a_file_or_cannot_be_made_is_one_line(archive, tmp_path):
-    """Hostile cases B4, B5: --partial naming a file, or a folder that cannot be made
+    """--partial naming a file, or a folder that cannot be made
     (/proc/x), were FileExistsError and FileNotFoundError tracebacks."""
     from cifar10_tutorial.data.download import fetch_dataset
     from cifar10_tutorial.errors import PipelineError

@@ -132,7 +132,7 @@ def _bad_model_files(trained, tmp_path) -> dict:
     files["nan averages"] = {**good, "ema": {k: torch.full_like(v, float("nan"))
                                              if v.is_floating_point() else v
                                              for k, v in good["ema"].items()}}
-    # hostile cases B39, B40, W15-W17: each was accepted, or a traceback after metrics.json
+    # each was accepted, or a traceback after metrics.json
     files["train params a string"] = {**good, "params": {**good["params"], "train": "oops"}}
     files["eval params a list"] = {**good, "params": {**good["params"], "eval": [1, 2]}}
     files["int64 averages"] = {**good, "ema": {k: v.long() for k, v in good["ema"].items()}}
@@ -273,7 +273,7 @@ def test_watch_mode_passes_over_a_damaged_newest_checkpoint(synth_data, trained,
 
 
 def test_class_names_with_commas_stay_one_field_in_the_csvs(synth_data, trained, tmp_path):
-    """Hostile case B12: the class 'air,plane' broke per_class.csv and predictions.csv."""
+    """The class 'air,plane' broke per_class.csv and predictions.csv."""
     import csv
     import dataclasses
 
@@ -290,7 +290,7 @@ def test_class_names_with_commas_stay_one_field_in_the_csvs(synth_data, trained,
 
 
 def test_a_model_of_other_class_names_is_refused(synth_data, trained, tmp_path):
-    """Hostile case W14: the data's names were used silently."""
+    """The data's names were used silently."""
     import dataclasses
 
     from cifar10_tutorial.errors import PipelineError

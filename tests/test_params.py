@@ -55,12 +55,12 @@ def test_wrong_types_are_errors(data, expected):
     ("train", "lr_decay_factor", 0.0, r"train.lr_decay_factor: expected a number in \(0, 1\]"),
     ("eval", "interval_secs", 0, r"eval.interval_secs: expected > 0, found 0"),
     ("eval", "interval_secs", -1, r"eval.interval_secs: expected > 0, found -1"),
-    # B16: a tolerance keyed by a number was a TypeError from re
+    # a tolerance keyed by a number was a TypeError from re
     ("regression", "tolerances", {1: -0.02}, r"regression.tolerances.1: expected a metric named "
                                              r"train.<key> or eval.<key>"),
 ])
 def test_numbers_that_would_misbehave_later_name_their_key(section, key, value, expected):
-    """Hostile cases W11, W12, B49, B50: a negative weight decay diverged naming the wrong
+    """A negative weight decay diverged naming the wrong
     key, a negative decay factor turned the learning rate negative, an eval interval of 0
     spun a core and one below 0 was a traceback."""
     with pytest.raises(ParamsError, match=expected):
@@ -137,7 +137,7 @@ def test_numbers_yaml_reads_oddly_or_out_of_range_are_one_clear_error(tmp_path, 
 ])
 def test_a_params_file_yaml_would_read_silently_or_not_at_all_is_one_line(tmp_path, content,
                                                                           expected):
-    """Hostile cases W8-W10, B13-B15, B17: empty files ran all defaults, duplicate keys kept
+    """Empty files ran all defaults, duplicate keys kept
     the last silently, and bad bytes, deep nesting, huge integers and alias bombs were
     tracebacks or hangs."""
     path = tmp_path / "p.yaml"

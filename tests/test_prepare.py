@@ -207,7 +207,7 @@ def test_preprocess_refuses_an_out_folder_of_other_files(tmp_path):
 
 
 def test_folders_of_the_users_beside_the_output_are_never_touched(archive, tmp_path):
-    """Hostile case B10: `--out x/results` deleted the user's x/results.old/ and
+    """`--out x/results` deleted the user's x/results.old/ and
     x/results.tmp/ without a word; the stage's own temporary folders now have fresh hidden
     names."""
     out = tmp_path / "results"
@@ -270,14 +270,14 @@ def _set(arr, value):
      r"test_images.npy: expected images of shape \(3, 32, 32\) .*found \(1, 32, 32\)"),
 ])
 def test_damaged_prepared_data_is_one_line_naming_the_file(archive, tmp_path, change, expected):
-    """Hostile cases B41-B46, B48: each was a traceback in the eval or train stage."""
+    """Each was a traceback in the eval or train stage."""
     out = _damage(archive, tmp_path, change)
     with pytest.raises(PrepareError, match=expected + r".*dvc repro -f preprocess"):
         load_prepared(out)
 
 
 def test_an_empty_split_is_one_line(archive, tmp_path):
-    """Hostile case B47: an empty test split was a torch.cat traceback."""
+    """An empty test split was a torch.cat traceback."""
     def empty(out):
         np.save(out / "test_images.npy", np.zeros((0, 3, 32, 32), np.uint8))
         np.save(out / "test_labels.npy", np.zeros((0,), np.int64))
@@ -294,7 +294,7 @@ def test_an_empty_split_is_one_line(archive, tmp_path):
     (["\x1b[31mRED\x1b[0m"] + [f"c{i}" for i in range(9)], r"holds control characters"),
 ])
 def test_class_names_that_would_mislead_are_refused(tmp_path, names, expected):
-    """Hostile cases W3, W4: ten classes named 'cat' gave ten rows 'cat'; escape codes
+    """Ten classes named 'cat' gave ten rows 'cat'; escape codes
     reached the CSVs and the terminal."""
     archive = tmp_path / "a.tar.gz"
     write_tar_gz(archive, official_members({FOLDER + "batches.meta.txt":

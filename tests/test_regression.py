@@ -71,7 +71,7 @@ def test_a_missing_metric_fails(tmp_path):
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
 def test_a_metric_that_is_not_finite_fails_never_ok(tmp_path, value):
-    """Hostile case B64: infinite precisions once passed the gate."""
+    """Infinite precisions once passed the gate."""
     with pytest.raises(RegressionError, match=r"eval.precision_at_1 .*not a finite number"):
         gate(write_baseline(tmp_path), TOL, write_run(tmp_path, precision=value))
     with pytest.raises(RegressionError, match=r"the baseline is not finite"):
@@ -85,7 +85,7 @@ def test_a_metric_that_is_not_finite_fails_never_ok(tmp_path, value):
     ('{"eval.precision_at_1": true, "train.loss_avg": 1}', r"is True, expected a number"),
     (b"\xff\xfe\x00garbage", r"not valid JSON")])
 def test_a_damaged_baseline_is_one_line_naming_it(tmp_path, text, found):
-    """Hostile cases B59-B62: a damaged baseline was a JSONDecodeError, AttributeError or
+    """A damaged baseline was a JSONDecodeError, AttributeError or
     TypeError traceback."""
     path = tmp_path / "baseline.json"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -96,7 +96,7 @@ def test_a_damaged_baseline_is_one_line_naming_it(tmp_path, text, found):
 
 
 def test_run_metrics_of_the_wrong_shape_are_one_line(tmp_path):
-    """Hostile case B63: eval metrics `[1]` were an AttributeError traceback."""
+    """Eval metrics `[1]` were an AttributeError traceback."""
     files = write_run(tmp_path)
     files["eval"].write_text("[1]")
     with pytest.raises(PipelineError, match=r"eval.json: expected a JSON object of metrics, "
@@ -232,7 +232,7 @@ def test_ci_run_names_the_archive_it_lacks(tmp_path, capsys):
 
 @pytest.mark.e2e
 def test_the_official_gate_downloads_once_and_runs_until_a_baseline_is_committed(tmp_path):
-    """Issue 36 item 9: GitHub's runners download the official archive and gate on it. Here
+    """GitHub's runners download the official archive and gate on it. Here
     a local HTTP server serves an archive in the official layout; .ci/official-gate fetches
     it into its cache (once: the second run keeps the verified copy), then runs the
     `official` configuration, which without a committed baseline runs and gates nothing."""

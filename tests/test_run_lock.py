@@ -70,7 +70,7 @@ def test_the_train_stage_beside_a_running_one_exits_at_once(synth_data, tmp_path
 ])
 def test_a_train_output_folder_holding_foreign_files_is_refused_untouched(synth_data, tmp_path,
                                                                           option, seed, foreign):
-    """Hostile cases B19-B22: `--live .` deleted the repository's dvc.yaml and params.yaml
+    """`--live .` deleted the repository's dvc.yaml and params.yaml
     (DVCLive's clean-up), `--live reports` the report, `--out models/tutorial_100k` replaced
     the published weights. The stage now stops before touching anything."""
     proj = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params()))

@@ -128,7 +128,7 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     assert "reports/ablations" not in plain.stdout
     shown = dvc(project, "metrics", "show", "--json").stdout
     assert "precision_at_1_raw" in shown and "loss_avg" in shown
-    # issue 36 item 7: speeds, times and sizes stay out of DVC's metrics (exp show's width)
+    # speeds, times and sizes stay out of DVC's metrics (exp show's width)
     for key in ("num_params", "examples_per_sec", "wall_time_s", "time_to_first_batch_s"):
         assert key not in shown, key
     speed = json.loads((project / "reports/train/speed.json").read_text())
@@ -178,7 +178,7 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0
     assert "unknown key train.batchsize" in bad.stdout + bad.stderr
-    # hostile case W25: the failed experiment leaves its key in params.yaml; the next one
+    # the failed experiment leaves its key in params.yaml; the next one
     # failed naming it, with no word on why it was there
     assert "batchsize" in (project / "params.yaml").read_text()
     again = subprocess.run([DVC, "exp", "run", "-S", "train.batch_size=8"], cwd=project,
@@ -328,7 +328,7 @@ def test_params_without_the_exercise_lists_say_what_is_missing(tmp_path):
 
 @pytest.mark.e2e
 def test_the_published_weights_come_out_of_a_clone_as_the_docs_say(tmp_path):
-    """Issue 36 item 3: `dvc artifacts get URL cifar10-cnn-100k` failed ("Unable to find
+    """`dvc artifacts get URL cifar10-cnn-100k` failed ("Unable to find
     artifact": no version registered). The README's `dvc get URL PATH` works on a clone as
     it is, and `dvc artifacts get` once a version is tagged as docs/training.md says."""
     project = copy_project(tmp_path / "p")
@@ -354,7 +354,7 @@ def test_the_published_weights_come_out_of_a_clone_as_the_docs_say(tmp_path):
 
 @pytest.mark.e2e
 def test_an_experiment_run_after_the_remote_is_added_travels_with_exp_push(tmp_path):
-    """Issue 36 item 10, as docs/ci.md says: remote first, then dvc exp run; dvc exp push
+    """As docs/ci.md says: remote first, then dvc exp run; dvc exp push
     uploads its outputs and a clone's dvc exp pull + apply has its model."""
     project = tiny_project(tmp_path, dict(train_per_batch=20, test=20, seed=1),
                            train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
@@ -380,7 +380,7 @@ def test_an_experiment_run_after_the_remote_is_added_travels_with_exp_push(tmp_p
 
 @pytest.mark.e2e
 def test_queued_experiments_keep_their_checkpoints_and_tensorboard_logs(tmp_path):
-    """Issue 36 item 8: after `dvc queue start` an experiment held only reports/train; its
+    """After `dvc queue start` an experiment held only reports/train; its
     checkpoints and TensorBoard logs went with DVC's temporary workspace."""
     project = tiny_project(tmp_path, dict(train_per_batch=20, test=20, seed=1),
                            train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
@@ -425,7 +425,7 @@ def small_disk(tmp_path):
 
 @pytest.mark.e2e
 def test_a_disk_that_fills_up_is_one_line_naming_the_output(tmp_path, small_disk):
-    """Hostile cases B11, B38, W20-W22: numpy's and torch's errors on a full disk carry no
+    """Numpy's and torch's errors on a full disk carry no
     errno (tracebacks), and the stages' own said "an output file" and left partial files."""
     project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
                            train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
@@ -441,19 +441,19 @@ def test_a_disk_that_fills_up_is_one_line_naming_the_output(tmp_path, small_disk
         assert last.startswith(f"error: {path}") and "No space left on device; free disk " \
             "space there" in last, last
 
-    full = small_disk("prep", "400k")  # B11
+    full = small_disk("prep", "400k")
     one_line(run_stage(project, "preprocess", "--raw", "data/raw", "--out", str(full / "p")),
              full / "p")
     assert list(full.iterdir()) == []  # no temporary folder left
-    full = small_disk("train", "1500k")  # B38: the first checkpoint does not fit
+    full = small_disk("train", "1500k")  # the first checkpoint does not fit
     proc = run_stage(project, "train", "--out", str(full / "tr"), "--live", str(tmp_path / "lv"))
     one_line(proc, full / "tr" / "checkpoints")
     assert not list((full / "tr" / "checkpoints").glob("*.tmp"))
-    full = small_disk("eval", "8k")  # W22
+    full = small_disk("eval", "8k")
     proc = run_stage(project, "eval", "--out", str(full / "ev"))
     one_line(proc, full / "ev")
     assert not [p for p in (full / "ev").iterdir() if ".tmp" in p.name]
-    full = small_disk("dl", "400k")  # W20: the archive does not fit
+    full = small_disk("dl", "400k")  # the archive does not fit
     proc = run_stage(project, "download", "--out", str(full / "raw"), "--partial",
                      str(full / "part"))
     one_line(proc, full / "part")

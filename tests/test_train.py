@@ -766,7 +766,7 @@ print(mapped, heap, libc.mallinfo2().arena)
     (lambda c: {**c, "loss_avg": "x"}, r"loss_avg: expected a number, found 'x'"),
 ])
 def test_a_damaged_newest_checkpoint_is_one_line(synth_data, tmp_path, damage, expected):
-    """Hostile cases B32-B37: each was a traceback (AttributeError, RuntimeError,
+    """Each was a traceback (AttributeError, RuntimeError,
     ValueError, IndexError, KeyError, TypeError) after 'resuming'."""
     from cifar10_tutorial.checkpoint_files import list_checkpoints
 
@@ -782,7 +782,7 @@ def test_a_damaged_newest_checkpoint_is_one_line(synth_data, tmp_path, damage, e
 
 
 def test_a_batch_larger_than_the_training_set_is_refused(synth_data, tmp_path):
-    """Hostile case W23: train.batch_size 1000 on 200 images was accepted, each batch
+    """Train.batch_size 1000 on 200 images was accepted, each batch
     repeating images."""
     with pytest.raises(TrainingError, match=r"train.batch_size 1500 x 1 process\(es\) = 1500 "
                                             r"images a step, more than the 1000 training "

@@ -137,7 +137,7 @@ def ensure_writable(*folders: Path) -> None:
 
     for folder in folders:
         folder = Path(folder)
-        if folder.exists() and not folder.is_dir():  # hostile case B4: FileExistsError
+        if folder.exists() and not folder.is_dir():  # one line, not FileExistsError
             raise PipelineError(f"{folder}: a file, where the run needs a folder to write "
                                 f"into; give another path, or move that file; nothing was changed")
         probe = folder

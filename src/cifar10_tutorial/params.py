@@ -314,7 +314,7 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         return params_from_dict(raw)
     except ParamsError as exc:
         undo = (f" (a failed `dvc exp run -S` leaves its change in {path}: `git checkout "
-                f"{path}` undoes it)" if os.environ.get("DVC_ROOT") else "")  # hostile case W25
+                f"{path}` undoes it)" if os.environ.get("DVC_ROOT") else "")  # the usual cause under DVC
         raise ParamsError(f"{path}: {exc}{undo}") from None
 
 

@@ -76,7 +76,7 @@ def check_gzip_tar(path: Path, source: str, spec=None) -> None:
                 if size is None:
                     raise DownloadError(f"{source}: the archive has no {member} ({split} split); "
                                         f"expected the official layout of {spec.name}. {MIRROR_HINT}")
-                if size > spec.max_records_per_file * spec.record_bytes:  # hostile case B9
+                if size > spec.max_records_per_file * spec.record_bytes:  # a gzip bomb stops here
                     raise DownloadError(
                         f"{source}: {member} holds {size // spec.record_bytes:,} records, more "
                         f"than any file of {spec.name} ({spec.max_records_per_file:,} at most): "
@@ -189,11 +189,11 @@ def fetch_dataset(data, raw_dir: Path, partial_dir: Path,
     files = sources(data)
     raw_dir = Path(raw_dir)
     refuse_foreign(raw_dir, raw_file_names(), "download")
-    ensure_writable(raw_dir, Path(partial_dir))  # hostile cases B4, B5: tracebacks
+    ensure_writable(raw_dir, Path(partial_dir))  # one line for a folder that cannot be made
     try:
         fetched = [fetch(url, md5, raw_dir / name, partial_dir, opts, check)
                    for url, md5, name in files]
-    finally:  # a failed download leaves no empty --partial folder behind (W5)
+    finally:  # a failed download leaves no empty --partial folder behind
         clean_partial_dir(partial_dir)
     wanted = {name for _, _, name in files} | {SOURCE_RECORD}
     for old in raw_dir.iterdir():  # another data set's files (the folder persists)

@@ -63,7 +63,7 @@ def read_archive(archive: Path, wanted: set[str], max_bytes: Optional[int] = Non
             for member in tf:  # one streaming pass: gzip is never re-read
                 path = check_member(member, archive)
                 if path is not None and str(path) in wanted:
-                    if max_bytes is not None and member.size > max_bytes:  # hostile case B9
+                    if max_bytes is not None and member.size > max_bytes:  # a gzip bomb stops here
                         raise PrepareError(f"{archive}: {path} holds {member.size:,} bytes, more "
                                            f"than any file of this data set ({max_bytes:,}): "
                                            f"the archive is not this set; check data.url")
@@ -112,11 +112,11 @@ def parse_class_names(raw: bytes, num_classes: int, source: str) -> list[str]:
         raise PrepareError(f"{source}: expected {num_classes} class names, one a line; "
                            f"found {len(names)}.")
     odd = next((n for n in names if not n.isprintable()), None)
-    if odd is not None:  # escape codes reached the CSVs and the terminal (W4)
+    if odd is not None:  # escape codes would reach the CSVs and the terminal
         raise PrepareError(f"{source}: the class name {odd!r} holds control characters; "
                            f"expected printable names; check the archive (data.url).")
     twice = next((n for n in names if names.count(n) > 1), None)
-    if twice is not None:  # ten rows named 'cat' (W3)
+    if twice is not None:  # else the tables would hold rows of one name
         raise PrepareError(f"{source}: the class name {twice!r} appears "
                            f"{names.count(twice)} times; expected {num_classes} different "
                            f"names; check the archive (data.url).")

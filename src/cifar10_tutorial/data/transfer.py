@@ -61,7 +61,7 @@ def local_source(url: str) -> Optional[Path]:
     """The local path a URL names, or None for a network URL."""
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):  # hostile case W2: the host was ignored
+        if parsed.netloc not in ("", "localhost"):  # another machine's file: not the local path
             raise DownloadError(
                 f"data.url: {url!r} names a file on the host {parsed.netloc!r}, but file:// "
                 f"reads this machine's files only; use file:///PATH or a plain path for a local "

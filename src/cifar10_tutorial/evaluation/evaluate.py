@@ -89,7 +89,7 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     if int(ckpt["num_classes"]) != data.num_classes:
         raise PipelineError(f"{model_path}: a model of {ckpt['num_classes']} classes, but the "
                             f"prepared data have {data.num_classes}; {REMAKE}.")
-    if list(ckpt["classes"]) != list(data.classes):  # the data's names were used silently (W14)
+    if list(ckpt["classes"]) != list(data.classes):  # else every class would be named wrongly
         first = next(i for i, (a, b) in enumerate(zip(ckpt["classes"], data.classes)) if a != b)
         raise PipelineError(f"{model_path}: a model of other classes than the prepared data's "
                             f"(class {first}: {ckpt['classes'][first]!r} in the model, "

@@ -50,7 +50,7 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
     the mirror's when there is none here).
 
     ``continuation``: a deadline at which the run checkpoints and exits with
-    :data:`.devices.PAUSED_EXIT`, and the mirror its newest checkpoint is copied to
+    :data:`.distributed.PAUSED_EXIT`, and the mirror its newest checkpoint is copied to
     (:mod:`.deadline`, :mod:`.mirror`). Neither changes what the run computes.
 
     Run alone, or as one of ``train.num_devices`` processes under torchrun: then
