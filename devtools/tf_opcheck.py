@@ -137,7 +137,7 @@ def compare(npz: Path, tol: float = 1e-4) -> dict:
 
     from cifar10_tutorial import provenance
     from cifar10_tutorial.model import build_model
-    from cifar10_tutorial.precision import eval_images
+    from cifar10_tutorial.scoring import eval_images
     from cifar10_tutorial.training.distortions import Draws, apply_distortions
     from cifar10_tutorial.training.optimization import loss_terms
     from tf_reference import UPSTREAM

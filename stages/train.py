@@ -20,7 +20,7 @@ from cifar10_tutorial.cli import (add_continuation, add_nodes, add_paths, parse_
                                   run_stage, stage_parser)
 from cifar10_tutorial.training.deadline import from_stage
 from cifar10_tutorial.training.mirror import run_ended
-from cifar10_tutorial.files import hold_run_lock
+from cifar10_tutorial.ownership import hold_run_lock
 from cifar10_tutorial.training.distributed import (launched_by_torchrun, nodes_from_stage,
                                                    relaunch_on_devices)
 from cifar10_tutorial.params import load_params

@@ -96,7 +96,7 @@ def test_predict_on_image_files_of_any_size(synth_data, trained, tmp_path):
 
 def test_flip_test_time_augmentation_is_reported_beside(synth_data, trained, tmp_path):
     from cifar10_tutorial.model_files import load_trained
-    from cifar10_tutorial.precision import predict_logits
+    from cifar10_tutorial.scoring import predict_logits
 
     plain = evaluate(synth_data, trained.model, tmp_path / "a", batch_size=64, device_name="cpu")
     m = evaluate(synth_data, trained.model, tmp_path / "b", batch_size=64, device_name="cpu",

@@ -6,7 +6,7 @@ import torch
 
 from cifar10_tutorial.training.distortions import (CONTRAST_RANGE, Draws, apply_distortions, cpu_generator,
                                           draw_distortions)
-from cifar10_tutorial.precision import eval_images, per_image_standardization
+from cifar10_tutorial.scoring import eval_images, per_image_standardization
 from cifar10_tutorial.training.inputs import ExampleOrder, PermutationBatches, ShuffleQueue
 
 

@@ -1,4 +1,4 @@
-"""One run per output folder (files.hold_run_lock): a second run on the same folder stops
+"""One run per output folder (ownership.hold_run_lock): a second run on the same folder stops
 at once naming the first, and a killed run leaves no stuck lock."""
 import os
 import signal
@@ -9,12 +9,12 @@ import time
 import pytest
 
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.files import hold_run_lock
+from cifar10_tutorial.ownership import hold_run_lock
 from cifar10_tutorial.params import to_dict
 from conftest import tiny_params, write_train_project
 
 HOLD = ("import sys, time\n"
-        "from cifar10_tutorial.files import hold_run_lock\n"
+        "from cifar10_tutorial.ownership import hold_run_lock\n"
         "hold_run_lock(sys.argv[1], 'the first run')\n"
         "print('held', flush=True)\n"
         "time.sleep(600)\n")

@@ -17,11 +17,14 @@ Below them, the ground every folder may import:
 - ``model_files``: model.pt read and checked, a network rebuilt from stored weights;
 - ``checkpoint_files``: a checkpoint read and checked, and the params a run records (the
   train stage writes checkpoints, the eval stage's ``--watch`` reads them);
-- ``precision``: the evaluation input and the project's one evaluation, precision @ 1;
+- ``scoring``: the evaluation input and the project's one evaluation, precision @ 1 (named
+  apart from ``train.precision``, the arithmetic: fp32 or bf16);
 - ``devices``: the device a stage computes on;
 - ``provenance``: what made a result (commit, data, machine);
 - ``curves``: a run's logged curves read back (the report, the model card, the GPU run);
 - ``cli``, ``files``, ``errors``: command lines, safe writes and md5s, errors;
+- ``ownership``: what a run may touch: its folders checked before anything is replaced,
+  and one run per output folder;
 - ``regression``, ``ci``: the regression gate, and CI's configured runs;
 - ``commands``: the `cifar10` console command, which runs the stages and the modules'
   commands by name (it imports them only when asked);

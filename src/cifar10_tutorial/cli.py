@@ -20,7 +20,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .errors import PipelineError
-from .files import SRC_DIR, STAGES_DIR, WRITE_HINTS
+from .files import WRITE_HINTS
+
+# Where the code lives in a checkout: the folder that holds the package (what a subprocess
+# needs on PYTHONPATH) and the stage scripts beside it.
+SRC_DIR = Path(__file__).resolve().parents[1]
+STAGES_DIR = SRC_DIR.parent / "stages"
 
 DVC_YAML = Path("dvc.yaml")
 

@@ -22,9 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .cli import run_stage, stage_command
+from .cli import STAGES_DIR, run_stage, stage_command
 from .errors import PipelineError
-from .files import STAGES_DIR
 
 # name -> (what it does, an example, the module whose main() it runs or the stage script)
 COMMANDS = {

@@ -1,6 +1,6 @@
 """Model files: the trained model file (model.pt) read and checked field by field, and a
 network rebuilt from stored weights (a checkpoint's or a model file's). Shared by the
-eval stage, predictions and publishing; the evaluation itself is in :mod:`.precision`.
+eval stage, predictions and publishing; the evaluation itself is in :mod:`.scoring`.
 """
 from __future__ import annotations
 

@@ -25,7 +25,9 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Callable, Optional
 
-from ..files import ensure_writable, md5_of, refuse_foreign
+from ..files import md5_of
+
+from ..ownership import ensure_writable, refuse_foreign
 from .transfer import (CHUNK, MIRROR_HINT, DownloadError, DownloadOptions, copy_fsspec,
                        copy_local, fetch_http, local_source, sidecar)
 

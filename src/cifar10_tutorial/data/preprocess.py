@@ -23,7 +23,8 @@ from typing import Optional
 import numpy as np
 
 from .datasets import DatasetSpec
-from ..files import md5_of, refuse_foreign, writing
+from ..files import md5_of, writing
+from ..ownership import refuse_foreign
 from .prepared import META_NAME, PREPARED_NAMES, PrepareError
 
 log = logging.getLogger(__name__)

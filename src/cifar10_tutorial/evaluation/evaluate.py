@@ -19,7 +19,7 @@ from ..devices import pick_device
 from ..errors import PipelineError
 from ..files import save_figure_atomic, write_text_atomic
 from ..model_files import REMAKE, load_model_file, model_from_state
-from ..precision import precision_at_1
+from ..scoring import precision_at_1
 from ..data.prepared import Prepared
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 def evaluate_checkpoint(ckpt: dict, images: torch.Tensor, labels: torch.Tensor,
                         batch_size: int, device, flip_tta: bool = False,
                         source: str = "the checkpoint") -> dict:
-    """:func:`.precision.precision_at_1` of a checkpoint or model.pt, averaged weights and
+    """:func:`.scoring.precision_at_1` of a checkpoint or model.pt, averaged weights and
     raw weights (each checked against the network its params describe)."""
     def model(key: str):
         # "ema" is the whole averaged state; checkpoints before 2026-12-02 held the averaged

@@ -17,7 +17,7 @@ import torch
 from ..cli import run_stage, stage_output
 from ..errors import PipelineError
 from ..model_files import load_trained
-from ..precision import predict_logits
+from ..scoring import predict_logits
 
 
 def _to_8bit(img):

@@ -16,7 +16,8 @@ from ..training.deadline import NONE, Continuation, from_stage
 from ..training.mirror import run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import evaluate
-from ..files import hold_run_lock, write_text_atomic
+from ..files import write_text_atomic
+from ..ownership import hold_run_lock
 from ..params import AblationParams, Params, load_params, variant_params
 from ..data.prepared import Prepared
 from ..training.train import train

@@ -27,7 +27,8 @@ from typing import Optional
 
 from ..cli import run_stage
 from ..errors import PipelineError
-from ..files import ensure_writable, refuse_foreign, write_text_atomic
+from ..files import write_text_atomic
+from ..ownership import ensure_writable, refuse_foreign
 from ..model_files import load_model_file
 from .results import device_text
 from ..curves import held_out_curve

@@ -46,7 +46,7 @@ import torch
 from ..devices import pick_device
 from ..files import write_text_atomic
 from ..provenance import code_version, device_description
-from ..precision import predict_logits
+from ..scoring import predict_logits
 from ..training.host_memory import keep_freed_memory
 from ..training.inputs import make_batches
 from ..params import Params

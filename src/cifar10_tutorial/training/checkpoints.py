@@ -22,7 +22,8 @@ from .distributed import Dist, barrier
 from .paths import TrainPaths, refuse_foreign_outputs
 from ..checkpoint_files import DROP_IT, list_checkpoints, load_checkpoint, run_defining, run_params
 from ..errors import TrainingError
-from ..files import ensure_writable, torch_save_atomic
+from ..files import torch_save_atomic
+from ..ownership import ensure_writable
 from ..params import Params
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The tutorial's image distortions (cifar10_input.py's distorted_inputs), vectorised
-over the batch (the evaluation crop, which training shares, is in :mod:`.precision`).
+over the batch (the evaluation crop, which training shares, is in :mod:`.scoring`).
 
 All work is batched tensor arithmetic on uint8 images already on the training device
 (no per-image Python, no PIL). The random draws are made on the CPU from generators
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..precision import CROP
+from ..scoring import CROP
 
 MAX_BRIGHTNESS_DELTA = 63.0
 CONTRAST_RANGE = (0.2, 1.8)

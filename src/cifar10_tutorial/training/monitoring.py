@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from ..errors import TrainingError
 from ..files import write_text_atomic
-from ..precision import precision_at_1
+from ..scoring import precision_at_1
 from ..model import CifarNet
 from ..params import Params
 from ..data.prepared import Prepared
@@ -119,7 +119,7 @@ class HeldOut:
     ``eval.targets``: step, epoch and training seconds (these evaluations excluded).
 
     ``final``: a dict the evaluation of the last step fills with its full
-    :func:`.precision.precision_at_1` results and ``step``, the mirrored images'
+    :func:`.scoring.precision_at_1` results and ``step``, the mirrored images'
     (``eval.flip_tta``) included: the trained model's evaluation (``train``'s
     ``final_evaluation``)."""
 

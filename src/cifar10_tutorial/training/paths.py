@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import PipelineError
-from ..files import refuse_foreign
+from ..ownership import refuse_foreign
 from ..params import AblationParams
 
 log = logging.getLogger(__name__)

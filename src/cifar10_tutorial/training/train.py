@@ -61,7 +61,7 @@ def train(params: Params, data: Prepared, paths: TrainPaths,
 
     ``final_evaluation``, for a caller that evaluates the trained model next (an exercise
     variant): rank 0 fills it with the held-out evaluation of the last step (the
-    :func:`.precision.precision_at_1` results, ``eval.flip_tta``'s included, and
+    :func:`.scoring.precision_at_1` results, ``eval.flip_tta``'s included, and
     ``step``), the same weights and images, so that they need not be evaluated twice. It
     stays empty where this run made no such evaluation (``eval.every_steps: 0``, or a
     finished run found again).

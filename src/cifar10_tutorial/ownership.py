@@ -1,0 +1,94 @@
+"""What a run may touch: the folders it writes checked before anything in them is replaced
+(nothing there it did not make, and a new file can be written), and one run per output
+folder (a lock held while it runs)."""
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Optional
+
+from .files import WRITE_HINTS
+
+
+def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--out") -> None:
+    """Stop before anything is touched when ``folder`` (a stage's output, which the stage
+    replaces or prunes) holds entries the stage does not make (``ours``: their names)."""
+    from .errors import PipelineError
+
+    folder = Path(folder)
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise PipelineError(f"{folder}: the {stage} stage's {option} must be a folder, found a "
+                            f"file; give {option} a folder of its own (see dvc.yaml)")
+    foreign = sorted(p.name for p in folder.iterdir() if p.name not in ours)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
+                                          else "")
+        raise PipelineError(f"{folder}: holds {shown}, which the {stage} stage did not make and "
+                            f"would delete; give {option} a folder of its own (as in dvc.yaml), "
+                            f"or move those elsewhere first. Nothing was changed.")
+
+
+def ensure_writable(*folders: Path) -> None:
+    """Stop before a run removes or replaces anything when it could not write its outputs
+    back: each folder (or, where it does not exist yet, the nearest folder above it that
+    does) must take a new file. Probed with a real file, not ``os.access``, which root
+    passes and which knows nothing of read-only mounts or immutable folders."""
+    import tempfile
+
+    from .errors import PipelineError
+
+    for folder in folders:
+        folder = Path(folder)
+        if folder.exists() and not folder.is_dir():  # one line, not FileExistsError
+            raise PipelineError(f"{folder}: a file, where the run needs a folder to write "
+                                f"into; give another path, or move that file; nothing was changed")
+        probe = folder
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        try:
+            fd, name = tempfile.mkstemp(prefix=".write-probe-", dir=probe)
+            os.close(fd)
+            os.unlink(name)
+        except OSError as exc:
+            hint = WRITE_HINTS.get(exc.errno, WRITE_HINTS[errno.EACCES])
+            raise PipelineError(f"{probe}: cannot write there ({exc.strerror}), and the run "
+                                f"writes {folder}; nothing was changed or removed. {hint[0].upper()}"
+                                f"{hint[1:]}, then rerun.") from None
+
+
+RUN_LOCK_SUFFIX = ".run-lock"
+_held: dict = {}  # folder -> its open lock file, held until the process ends
+
+
+def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> None:
+    """One run per output folder: an exclusive lock on ``.<folder name>.run-lock`` beside
+    ``folder``, held until this process ends (the kernel releases it on any exit, kill -9
+    included, so a killed run never leaves it stuck). A second run on the same folder stops
+    at once with one line naming the first (its pid, start and command). ``host``: one lock
+    per machine (``.<folder name>.<host>.run-lock``), for the nodes of one job that share
+    the folder on a network file system."""
+    import fcntl
+    import time
+
+    folder = Path(folder)
+    path = folder.parent / f".{folder.name}{'.' + host if host else ''}{RUN_LOCK_SUFFIX}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        from .errors import PipelineError
+        raise PipelineError(f"{folder}: another run is writing there ({holder}); wait for it "
+                            f"to end, or give this one another output folder") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n")
+    f.flush()
+    _held[str(folder)] = f
+
