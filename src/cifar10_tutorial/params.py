@@ -29,7 +29,9 @@ STEPS = Range(1, 10**9)  # counts of steps (the reference's longest run: 10**6)
 BATCH = Range(1, 65536)
 UNIT = Range(0.0, 1.0)  # fractions
 DECAY = Range(0.0, 1.0, hi_open=True, why="1 would never update the averages")
-LEARNING_RATE = Range(0.0, 100.0, lo_open=True)
+# wide: a rate that diverges is caught by the loop (the loss or the weights turn non-finite:
+# a clear error); only a rate past any such test is a typo
+LEARNING_RATE = Range(0.0, 1e6, lo_open=True)
 WEIGHT_DECAY = Range(0.0, 10.0)
 EPOCHS = Range(0.0, 1e6, lo_open=True)
 # torch's collectives and torchrun's rendezvous keep their timeouts in fixed-width
