@@ -198,11 +198,12 @@ def _held(out: Path) -> tuple[set[str], str]:
     if MANIFEST in entries:
         manifest = read_json(out / MANIFEST)
         own = manifest.get("files")
-        if not isinstance(own, dict) or not all(isinstance(n, str) and "/" not in n
-                                                 for n in own):
-            raise PipelineError(f"{out / MANIFEST}: not a manifest publish wrote (no files "
-                                f"mapping); move {out} away or give another --out. Nothing "
-                                f"was changed.")
+        # publish writes those five files and no others: a manifest naming anything else
+        # (another file, '..') is not one it wrote, and must not decide what is removed
+        if not isinstance(own, dict) or not set(own) <= set(FILES):
+            raise PipelineError(f"{out / MANIFEST}: not a manifest publish wrote (expected "
+                                f"files naming some of {', '.join(FILES)}); move {out} away "
+                                f"or give another --out. Nothing was changed.")
         own = {*own, MANIFEST}
         what = _described(manifest.get("name"), manifest.get("step"),
                           manifest.get("precision_at_1"))
@@ -258,12 +259,13 @@ def _swap_in(staged: Path, out: Path, own: set[str]) -> None:
     except OSError:
         os.rename(old, out)
         raise
-    for name in own:
-        (old / name).unlink(missing_ok=True)
     try:
+        for name in own:
+            (old / name).unlink(missing_ok=True)
         old.rmdir()
     except OSError:  # something appeared in it meanwhile: not publish's to remove
-        print(f"note: {old} holds files publish did not make; left as it is", file=sys.stderr)
+        print(f"note: the weights published before are now in {old}, which holds what "
+              f"publish did not make; left as it is", file=sys.stderr)
 
 
 def publish(name: str, model: Path, results: Path, out: Path,
