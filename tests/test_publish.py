@@ -316,3 +316,22 @@ def test_the_projects_published_weights_are_not_replaced_without_a_question(fini
     assert replaced.returncode == 0, replaced.stderr
     assert "**14 steps**" in (out / "README.md").read_text()
     assert sorted(p.name for p in out.parent.iterdir()) == [PUBLISHED]
+
+
+def test_what_publish_may_replace_is_only_what_its_manifest_names(tmp_path):
+    """The manifest decides what a --replace removes, so one naming files publish never
+    writes (here '..') is refused, as is a link for --out; each before anything is read
+    or written (the model and results given do not exist)."""
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "published.json").write_text(json.dumps({"files": {"..": "0", "model.pt": "0"}}))
+    (out / "model.pt").write_bytes(b"weights")
+    before = _snapshot(out)
+    with pytest.raises(PipelineError, match=r"m/published.json: not a manifest publish wrote"):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", out, replace=True)
+    assert _snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    (tmp_path / "link").symlink_to(out)
+    with pytest.raises(PipelineError, match=r"link: a link, where publish writes a folder"):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", tmp_path / "link",
+                replace=True)
+    assert _snapshot(out) == before
