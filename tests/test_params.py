@@ -1,8 +1,14 @@
+import dataclasses
+import os
+import re
+import typing
+
 import pytest
 import yaml
 
-from cifar10_tutorial.params import ParamsError, load_params, params_from_dict
-from conftest import ROOT
+from cifar10_tutorial.param_types import field_range
+from cifar10_tutorial.params import Params, ParamsError, load_params, params_from_dict
+from conftest import ROOT, copy_project, run_stage, set_params
 
 
 def test_project_params_file_is_valid():
@@ -50,11 +56,14 @@ def test_wrong_types_are_errors(data, expected):
 
 
 @pytest.mark.parametrize("section, key, value, expected", [
-    ("train", "weight_decay", -1000.0, r"train.weight_decay: expected >= 0, found -1000.0"),
+    ("train", "weight_decay", -1000.0, r"train.weight_decay: expected a number in \[0, 10\], "
+                                       r"found -1000.0"),
     ("train", "lr_decay_factor", -3.0, r"train.lr_decay_factor: expected a number in \(0, 1\]"),
     ("train", "lr_decay_factor", 0.0, r"train.lr_decay_factor: expected a number in \(0, 1\]"),
-    ("eval", "interval_secs", 0, r"eval.interval_secs: expected > 0, found 0"),
-    ("eval", "interval_secs", -1, r"eval.interval_secs: expected > 0, found -1"),
+    ("eval", "interval_secs", 0, r"eval.interval_secs: expected a number in \(0, 86400\], "
+                                 r"found 0.0"),
+    ("eval", "interval_secs", -1, r"eval.interval_secs: expected a number in \(0, 86400\], "
+                                  r"found -1.0"),
     # a tolerance keyed by a number was a TypeError from re
     ("regression", "tolerances", {1: -0.02}, r"regression.tolerances.1: expected a metric named "
                                              r"train.<key> or eval.<key>"),
@@ -100,20 +109,23 @@ def test_trial_steps_cap_every_variant_of_the_project():
     assert variant_params(loose, "baseline").train.max_steps == 10000
     assert variant_params(loose, "tutorial_100k").train.max_steps == 50000
     raw["ablation"]["trial_steps"] = 0
-    with pytest.raises(ParamsError, match="ablation.trial_steps: expected >= 1 or null, found 0"):
+    with pytest.raises(ParamsError, match="ablation.trial_steps: expected an integer from 1 to "
+                                          "1000000000 or null, found 0"):
         params_from_dict(raw)
     raw["ablation"]["trial_steps"] = 200
     raw["ablation"]["trial_eval_images"] = 0
-    with pytest.raises(ParamsError, match="ablation.trial_eval_images: expected >= 1 or null, "
-                                          "found 0"):
+    with pytest.raises(ParamsError, match="ablation.trial_eval_images: expected an integer from "
+                                          "1 to 1000000000 or null, found 0"):
         params_from_dict(raw)
 
 
 @pytest.mark.parametrize("text, message", [
     ("train: {initial_lr: .nan}", "train.initial_lr: expected a finite number, found nan"),
     ("train: {initial_lr: .inf}", "train.initial_lr: expected a finite number, found inf"),
-    ("train: {seed: -1}", "train.seed: expected an integer from 0 to 2**63 - 1, found -1"),
-    ("train: {seed: 18446744073709551616}", "train.seed: expected an integer from 0 to 2**63 - 1"),
+    ("train: {seed: -1}", "train.seed: expected an integer from 0 to 9223372036854775807, "
+                          "found -1"),
+    ("train: {seed: 18446744073709551616}", "train.seed: expected an integer from 0 to "
+                                            "9223372036854775807"),
     ("train: {max_steps: 1e6}", "train.max_steps: expected an integer, found '1e6' (YAML reads "
                                 "1e6 as text: write 1.0e+6, with a dot and a signed exponent)"),
     ("train: {initial_lr: 5e-2}", "write 5.0e-2, with a dot"),
@@ -147,3 +159,112 @@ def test_a_params_file_yaml_would_read_silently_or_not_at_all_is_one_line(tmp_pa
     assert "\n" not in str(err.value)
     with pytest.raises(ParamsError, match=rf"^{tmp_path}: a folder; give --params a YAML file"):
         load_params(tmp_path)
+
+
+# -------------------------------------------------------------------------- ranges
+
+
+def _number_fields():
+    """(key, annotation) of every number in params: int and float fields, lists of them
+    and the regression tolerances, in every section."""
+    for section in dataclasses.fields(Params):
+        cls = section.type if isinstance(section.type, type) else None
+        hints = typing.get_type_hints(Params)
+        cls = hints[section.name]
+        if not dataclasses.is_dataclass(cls):
+            continue
+        for name, tp in typing.get_type_hints(cls, include_extras=True).items():
+            if name.startswith("_"):
+                continue
+            text = repr(tp)
+            if re.search(r"\b(int|float)\b", text) and "Literal" not in text:
+                yield f"{section.name}.{name}", tp
+
+
+def test_every_number_in_params_has_a_range_and_docs_params_md_states_it():
+    """A number without bounds failed late (a thread per unit, a timeout overflowing C's
+    int): each has a range beside its field, and docs/params.md gives that range."""
+    docs = (ROOT / "docs" / "params.md").read_text()
+    keys = dict(_number_fields())
+    assert {"run.queue_threads", "run.collective_timeout_s", "train.num_devices",
+            "eval.interval_secs", "eval.targets", "regression.tolerances"} <= set(keys)
+    for key, tp in keys.items():
+        found = field_range(tp)
+        assert found is not None, f"{key} has no Range"
+        rng, integer = found
+        row = re.search(rf"^\| `{re.escape(key)}` \|.*$", docs, re.M)
+        assert row, f"docs/params.md has no row for {key}"
+        assert rng.text(integer) in row.group(0), (key, rng.text(integer), row.group(0))
+
+
+@pytest.mark.parametrize("key, inside, outside", [
+    ("run.queue_threads", 64, 65),
+    ("run.collective_timeout_s", 86400.0, 86400.5),
+    ("run.join_timeout_s", 1.0, 0.0),
+    ("train.num_devices", 1024, 1025),
+    ("eval.interval_secs", 86400.0, 1e300),
+    ("train.max_steps", 10**9, 10**9 + 1),
+    ("fast.momentum", 0.0, 1.0),
+])
+def test_a_range_holds_its_ends_and_refuses_past_them(key, inside, outside):
+    section, name = key.split(".")
+    assert getattr(getattr(params_from_dict({section: {name: inside}}), section), name) == inside
+    with pytest.raises(ParamsError, match=rf"^{re.escape(key)}: expected .*, found "
+                                          rf"{re.escape(repr(outside))}.*; set it within"):
+        params_from_dict({section: {name: outside}})
+
+
+@pytest.mark.parametrize("stage, args, values, expected", [
+    ("train", [], {"run": {"queue_threads": 1000000}},
+     "run.queue_threads: expected an integer from 0 to 64, found 1000000"),
+    ("train", [], {"train": {"num_devices": 2, "device": "cpu"},
+                   "run": {"collective_timeout_s": 1.0e+300}},
+     "run.collective_timeout_s: expected a number in (0, 86400], found 1e+300"),
+    ("train", [], {"train": {"num_devices": 10**18, "device": "cpu"}},
+     "train.num_devices: expected an integer from 1 to 1024, found 1000000000000000000"),
+    ("eval", ["--watch"], {"eval": {"interval_secs": 1.0e+300}},
+     "eval.interval_secs: expected a number in (0, 86400], found 1e+300"),
+    ("download", [], {"data": {"url": "http://[::1"}},
+     "data.url: expected a URL, found 'http://[::1', which does not parse (Invalid IPv6 URL)"),
+    ("download", [], {"data": {"url": "http://user:s3cret@127.0.0.1:9/x"}},
+     "data.url: credentials in URLs are not supported"),
+    ("download", [], {"data": {"url": "https://user:s3cret/x@example.org/x"}},
+     "data.url: expected a URL, found 'https://...@example.org/x', which does not parse;"),
+])
+def test_a_param_out_of_range_stops_the_stage_in_one_line(tmp_path, stage, args, values,
+                                                          expected):
+    """A thread per queue worker up to a million, a collective timeout of 1e300 s (an
+    OverflowError in every process of every torchrun restart), 10**18 processes (a launch
+    that hung), a watch interval past time_t, a URL that does not parse and one with a
+    password (echoed): each is one `error:` line naming params.yaml and the key, exit 1."""
+    project = copy_project(tmp_path / "p")
+    for section, kv in values.items():
+        set_params(project, section, **kv)
+    proc = run_stage(project, stage, *args)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: params.yaml: {expected}"), \
+        proc.stderr
+    assert "s3cret" not in proc.stdout + proc.stderr
+
+
+def test_more_cpu_processes_than_the_machine_has_cpus_stop_before_torchrun(tmp_path):
+    """Each CPU process of a job needs a CPU: more than the machine has is one line before
+    torchrun starts any (10**18 of them hung the launch)."""
+    cpus = os.cpu_count()
+    project = copy_project(tmp_path / "p")
+    set_params(project, "train", num_devices=cpus + 1, device="cpu")
+    proc = run_stage(project, "train")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "launching:" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert errors == [f"error: train.num_devices is {cpus + 1}: {cpus + 1} CPU processes, but "
+                      f"this machine has {cpus} CPUs; set train.num_devices to at most {cpus} "
+                      f"per node (each process needs a CPU of its own)."], proc.stderr
+
+
+@pytest.mark.parametrize("url", ["ssh://git@example.org/data/cifar.tar.gz",
+                                 "https://example.org/a@b/cifar.tar.gz", "/data/user@host/x.tar.gz"])
+def test_urls_without_a_password_are_taken(url):
+    assert params_from_dict({"data": {"url": url}}).data.url == url

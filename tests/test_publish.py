@@ -4,10 +4,12 @@ project's own published weights, when committed, checked against their card."""
 import hashlib
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,7 +57,12 @@ def test_publish_a_finished_variant_and_use_it_from_elsewhere(finished, tmp_path
                 "--out", str(out), "--check-data", "data/prepared")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["model.pt", "params.yaml", "provenance.json", "metrics.json", "README.md"])
+        ["model.pt", "params.yaml", "provenance.json", "metrics.json", "README.md",
+         "published.json"])
+    manifest = json.loads((out / "published.json").read_text())
+    assert manifest["name"] == "tutorial_100k" and manifest["step"] == 14
+    assert {n: hashlib.sha256((out / n).read_bytes()).hexdigest()
+            for n in manifest["files"]} == manifest["files"]
     card = (out / "README.md").read_text()
     metrics = json.loads((results / "metrics.json").read_text())
     assert f"**{100 * metrics['eval']['precision_at_1']:.2f}%**" in card
@@ -102,9 +109,134 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
     # an --out that holds files it did not make is not touched
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "notes.txt").write_text("mine")
-    with pytest.raises(PipelineError, match=r"holds notes.txt, which the publish stage did not make"):
+    with pytest.raises(PipelineError, match=r"holds notes.txt, which publish did not make"):
         publish("tutorial_100k", project / "data/ablations/tutorial_100k/model.pt", results,
                 tmp_path / "c")
+    assert [p.name for p in (tmp_path / "c").iterdir()] == ["notes.txt"]
+
+
+def _snapshot(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _one_error_line(proc):
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+CIFAR10 = str(Path(sys.executable).with_name("cifar10"))
+
+
+@pytest.mark.e2e
+def test_the_help_example_of_publish_runs(finished):
+    """`cifar10 --help` gives an example for publish; after the variants have run, it
+    publishes (it asked for three more options before), in models/NAME."""
+    from cifar10_tutorial.commands import COMMANDS
+
+    example = shlex.split(COMMANDS["publish"][1])
+    assert example[:2] == ["cifar10", "publish"]
+    proc = subprocess.run([CIFAR10, *example[1:]], cwd=finished, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    name = example[2]
+    out = finished / "models" / name
+    card = (out / "README.md").read_text()
+    assert card.startswith(f"# Published weights: `{name}`")
+    assert json.loads((out / "published.json").read_text())["name"] == name
+    shutil.rmtree(out)  # the fixture's project is shared: leave it as it was
+
+
+@pytest.mark.e2e
+def test_published_weights_are_replaced_only_on_request_and_only_by_their_variant(
+        finished, tmp_path):
+    """Publishing the baseline's results as tutorial_100k over its published weights
+    replaced them without a question, the card calling a baseline model tutorial_100k.
+    Now the name must be the results' variant, and replacing a published folder takes
+    --replace; without it, one line names the folder and nothing changes."""
+    project, out = finished, tmp_path / "models" / "tutorial_100k"
+    first = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+                 "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(out)
+    wrong = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+                 "--model", "data/ablations/baseline/model.pt",
+                 "--results", "reports/ablations/baseline", "--out", str(out), "--replace")
+    assert "variant.json: these are the results of the variant 'baseline', not " \
+           "'tutorial_100k'" in _one_error_line(wrong)
+    again = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+                 "--out", str(out))
+    line = _one_error_line(again)
+    precision = json.loads((out / "metrics.json").read_text())["eval"]["precision_at_1"]
+    assert f"{out}: already holds published weights (tutorial_100k, step 14, " \
+           f"{100 * precision:.2f}% held-out); give --replace to replace them with " \
+           f"tutorial_100k at step 14" in line, line
+    assert _snapshot(out) == before
+    replaced = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+                    "--out", str(out), "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    assert _snapshot(out)["model.pt"] == before["model.pt"]
+    assert sorted(p.name for p in out.parent.iterdir()) == ["tutorial_100k"]  # no leftovers
+    # a file of the user's in the published folder: refused, named, kept
+    (out / "thesis-notes.md").write_text("mine")
+    kept = _snapshot(out)
+    line = _one_error_line(_run(project, "-m", "cifar10_tutorial.report.publish",
+                                "tutorial_100k", "--out", str(out), "--replace"))
+    assert f"{out}: holds thesis-notes.md, which publish did not make" in line, line
+    assert _snapshot(out) == kept
+
+
+@pytest.mark.e2e
+def test_a_missing_field_is_one_line_before_anything_is_replaced(finished, tmp_path,
+                                                                 monkeypatch):
+    """metrics.json without eval.num_examples was a KeyError after model.pt, params.yaml,
+    provenance.json and metrics.json had been replaced, the card still stating the old
+    figures. Every field is read first: one line, the published folder as it was."""
+    project, out = finished, tmp_path / "models" / "baseline"
+    monkeypatch.chdir(project)  # where the eval record's model path is relative to
+    assert publish("baseline", project / "data/ablations/baseline/model.pt",
+                   project / "reports/ablations/baseline", out).is_file()
+    before = _snapshot(out)
+    damaged = tmp_path / "r5"
+    shutil.copytree(project / "reports/ablations/baseline", damaged)
+    m = json.loads((damaged / "metrics.json").read_text())
+    del m["eval"]["num_examples"]
+    (damaged / "metrics.json").write_text(json.dumps(m))
+    proc = _run(project, "-m", "cifar10_tutorial.report.publish", "baseline", "--model",
+                "data/ablations/baseline/model.pt", "--results", str(damaged), "--out",
+                str(out), "--replace")
+    line = _one_error_line(proc)
+    assert f"{damaged / 'metrics.json'}: expected eval.num_examples, found none" in line, line
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["baseline"]  # no temp folder
+
+
+@pytest.mark.e2e
+def test_a_model_of_other_params_at_the_same_step_is_not_published(finished, tmp_path):
+    """A model of another seed, trained to the same step and put where the variant's model
+    was, was published with the variant's card (stating a precision it does not have):
+    the model file's params must be those variant.json records."""
+    import torch
+
+    project = finished
+    results, model = tmp_path / "results", tmp_path / "run" / "model.pt"
+    shutil.copytree(project / "reports/ablations/baseline", results)
+    model.parent.mkdir()
+    shutil.copyfile(project / "data/ablations/baseline/model.pt", model)
+    ev = json.loads((results / "eval" / "provenance.json").read_text())
+    ev["model"] = str(model)  # these results are of the model at this path
+    (results / "eval" / "provenance.json").write_text(json.dumps(ev))
+    assert publish("baseline", model, results, tmp_path / "ok").is_file()
+    other = torch.load(model, weights_only=True)
+    other["params"]["train"]["seed"] = 7  # as a seed-7 run of the same step records it
+    torch.save(other, model)
+    proc = _run(project, "-m", "cifar10_tutorial.report.publish", "baseline", "--model",
+                str(model), "--results", str(results), "--out", str(tmp_path / "p"))
+    line = _one_error_line(proc)
+    assert f"{model}: trained with train.seed = 7, but {results / 'variant.json'} records " \
+           f"seed = 0" in line, line
+    assert not (tmp_path / "p").exists()
 
 
 def _artifact():
@@ -162,3 +294,44 @@ def test_the_published_weights_are_what_their_card_says(tmp_path):
     if len(images) > 1:  # a model at ~80% gets most of 20 images right
         right = sum(ln.split(": ")[1].split()[0] == c for ln, c in zip(lines[1:], labels[1:]))
         assert right >= 14, proc.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not (ROOT / "models" / PUBLISHED).exists(),
+                    reason="the project's weights are not published yet")
+def test_the_projects_published_weights_are_not_replaced_without_a_question(finished, tmp_path):
+    """The project's own published folder (written before publish kept a manifest): a new
+    tutorial_100k run is not published over it without --replace; the line names the
+    folder and the weights it holds, and nothing in it changes."""
+    out = tmp_path / "models" / PUBLISHED
+    shutil.copytree(ROOT / "models" / PUBLISHED, out)
+    before = _snapshot(out)
+    steps = json.loads((out / "provenance.json").read_text())["steps"]
+    line = _one_error_line(_run(finished, "-m", "cifar10_tutorial.report.publish", PUBLISHED,
+                                "--out", str(out)))
+    assert line.startswith(f"error: {out}: already holds published weights (step {steps:,}, "), line
+    assert _snapshot(out) == before
+    replaced = _run(finished, "-m", "cifar10_tutorial.report.publish", PUBLISHED,
+                    "--out", str(out), "--replace")
+    assert replaced.returncode == 0, replaced.stderr
+    assert "**14 steps**" in (out / "README.md").read_text()
+    assert sorted(p.name for p in out.parent.iterdir()) == [PUBLISHED]
+
+
+def test_what_publish_may_replace_is_only_what_its_manifest_names(tmp_path):
+    """The manifest decides what a --replace removes, so one naming files publish never
+    writes (here '..') is refused, as is a link for --out; each before anything is read
+    or written (the model and results given do not exist)."""
+    out = tmp_path / "m"
+    out.mkdir()
+    (out / "published.json").write_text(json.dumps({"files": {"..": "0", "model.pt": "0"}}))
+    (out / "model.pt").write_bytes(b"weights")
+    before = _snapshot(out)
+    with pytest.raises(PipelineError, match=r"m/published.json: not a manifest publish wrote"):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", out, replace=True)
+    assert _snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    (tmp_path / "link").symlink_to(out)
+    with pytest.raises(PipelineError, match=r"link: a link, where publish writes a folder"):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", tmp_path / "link",
+                replace=True)
+    assert _snapshot(out) == before

@@ -568,7 +568,9 @@ def test_killed_training_resumes_to_the_same_weights(synth_data, tmp_path, how):
 
 
 def test_a_huge_learning_rate_is_a_clear_error_not_a_tensorboard_traceback(synth_data, tmp_path):
-    params = tiny_params(train={"initial_lr": 1e30, "max_steps": 20, "log_every": 1}, run={"checkpoint_every": 1000, "summary_every": 1})
+    with pytest.raises(ParamsError, match=r"train.initial_lr: expected a number in \(0, 1000000\]"):
+        tiny_params(train={"initial_lr": 1e30})  # past any rate: refused at load
+    params = tiny_params(train={"initial_lr": 1e6, "max_steps": 20, "log_every": 1}, run={"checkpoint_every": 1000, "summary_every": 1})
     with pytest.raises(TrainingError, match=r"(the loss became (nan|inf)|holds values up "
                                             r"to \S+) at step \d+.*diverged"):
         train(params, synth_data, paths(tmp_path), progress=False)

@@ -7,7 +7,7 @@
     cifar10 report                     # the exercise report (reports/dvc.yaml's command)
     cifar10 benchmark
     cifar10 trial                      # the exercise trial's wall time, in a throwaway clone
-    cifar10 publish tutorial_100k
+    cifar10 publish baseline           # a finished variant's weights and card, in models/baseline
     cifar10 ci synthetic
 
 The stage commands run the stage scripts of the checkout (``stages/NAME.py``) with the
@@ -40,8 +40,8 @@ COMMANDS = {
               "cifar10 trial --steps 5", "speed.trial"),
     "predict": ("classify image files", "cifar10 predict cat.jpg --top 3",
                 "evaluation.predict"),
-    "publish": ("publish a variant's weights with their card", "cifar10 publish tutorial_100k",
-                "report.publish"),
+    "publish": ("publish a finished variant's weights with their card (in models/NAME)",
+                "cifar10 publish baseline", "report.publish"),
     "results-page": ("regenerate docs/results.md from the committed reports",
                      "cifar10 results-page", "report.results_page"),
     "ci": ("the CI regression runs", "cifar10 ci synthetic", "ci"),

@@ -1,13 +1,19 @@
 """Checking params values against the annotations of the sections in :mod:`.params`:
-every key against the dataclass fields, every value against its field's type, with an
-error that names the key (and, for what YAML reads oddly, how to write it)."""
+every key against the dataclass fields, every value against its field's type and range,
+with an error that names the key (and, for what YAML reads oddly, how to write it).
+
+A number's range is declared beside its field, ``Annotated[int, Range(1, 1024)]``, and
+checked here, at load, for every section and every ablation variant alike: a value far
+outside what the code can use (a million threads, a timeout of 1e300 seconds) would
+otherwise fail late, deep in a library, as a traceback or a hang."""
 from __future__ import annotations
 
 import dataclasses
 import math
 import types
 import typing
-from typing import Any, Literal, Union
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Optional, Union
 
 from .errors import PipelineError
 
@@ -16,8 +22,70 @@ class ParamsError(PipelineError):
     """params.yaml has an unknown key, a missing key or a value of the wrong type."""
 
 
+class RangeError(ParamsError):
+    """A number of the right type outside its field's :class:`Range`."""
+
+    def __init__(self, key: str, expected: str, value: Any, why: str):
+        self.key, self.expected, self.value, self.why = key, expected, value, why
+        super().__init__(self.text())
+
+    def text(self, alternative: str = "") -> str:
+        return (f"{self.key}: expected {self.expected}{alternative}, found {self.value!r}"
+                f"{f' ({self.why})' if self.why else ''}; set it within that range")
+
+
+def _number(x: float) -> str:
+    """A bound as YAML would take it: 86400, 1000000, 0.5 (not 1e+06)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take: from ``lo`` to ``hi``, each end included unless
+    ``lo_open``/``hi_open``; ``why``: what the bound protects, said in the error."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+    why: str = ""
+
+    def text(self, integer: bool) -> str:
+        """The range in words, as the error and docs/params.md say it."""
+        if integer:
+            return f"an integer from {self.lo} to {self.hi}"
+        return (f"a number in {'(' if self.lo_open else '['}{_number(self.lo)}, {_number(self.hi)}"
+                f"{')' if self.hi_open else ']'}")
+
+    def check(self, value: Any, key: str) -> None:
+        above = value > self.lo if self.lo_open else value >= self.lo
+        below = value < self.hi if self.hi_open else value <= self.hi
+        if not (above and below):
+            raise RangeError(key, self.text(isinstance(value, int)), value, self.why)
+
+
+def field_range(tp: Any) -> Optional[tuple[Range, bool]]:
+    """The :class:`Range` of an annotation (looking inside ``Optional[...]``, ``list[...]``
+    and ``dict[..., ...]``) and whether its numbers are integers; None when it has none."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *extras = typing.get_args(tp)
+        for extra in extras:
+            if isinstance(extra, Range):
+                return extra, base is int
+        return None
+    if origin in (Union, types.UnionType, list, tuple, dict):
+        for arg in typing.get_args(tp):
+            found = field_range(arg)
+            if found is not None:
+                return found
+    return None
+
+
 def type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        return type_name(typing.get_args(tp)[0])
     if origin is Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
     if origin in (Union, types.UnionType):
@@ -49,26 +117,41 @@ def _yaml_hint(value: Any) -> str:
     return ""
 
 
+def _convert_union(value: Any, tp: Any, key: str) -> Any:
+    """``value`` as the first of the union's types that takes it."""
+    args = typing.get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _convert(value, arg, key)
+        except ParamsError as exc:
+            errors.append(exc)
+    out_of_range = [e for e in errors if isinstance(e, RangeError)]
+    if out_of_range:  # the right type, out of its range: say the range
+        raise ParamsError(out_of_range[0].text(" or null" if type(None) in args else ""))
+    raise ParamsError(f"{key}: expected {type_name(tp)}, found {value!r}")
+
+
 def _convert(value: Any, tp: Any, key: str) -> Any:
     """Return ``value`` checked against the annotation ``tp`` (recursing into dataclasses)."""
     origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *extras = typing.get_args(tp)
+        value = _convert(value, base, key)
+        for extra in extras:
+            if isinstance(extra, Range):
+                extra.check(value, key)
+        return value
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ParamsError(f"{key}: expected a mapping, found {value!r}")
         return build(tp, value, key)
     if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(value, arg, key)
-            except ParamsError as exc:
-                errors.append(exc)
-        raise ParamsError(f"{key}: expected {type_name(tp)}, found {value!r}")
+        return _convert_union(value, tp, key)
     if origin is Literal:
         if value not in typing.get_args(tp):
             raise ParamsError(f"{key}: expected one of {type_name(tp)}, found {value!r}")
@@ -108,7 +191,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
 
 
 def build(cls: type, mapping: dict, prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)  # extras: the Range of a field
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(mapping) - set(fields), key=str)
     if unknown:

@@ -5,17 +5,60 @@ the file is a frozen dataclass below; the loader checks every key against the
 dataclass fields and every value against the field's type, so a misspelled key
 (``dvc exp run -S +train.batchsize=64``) or a wrong type fails at once with a
 message that names the key and the valid ones, instead of being ignored.
+
+Every number's range is declared beside its field (``Annotated[int, Range(...)]``) and
+checked by the same loader (:mod:`.param_types`); docs/params.md lists them.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from .param_types import ParamsError, build as _build, read_params_yaml
+from .param_types import ParamsError, Range, build as _build, read_params_yaml
+
+
+# Upper bounds far above any run of this network, yet low enough that a typo (an extra
+# six zeros) fails at load rather than deep in torch, the OS or a loop that never ends.
+STEPS = Range(1, 10**9)  # counts of steps (the reference's longest run: 10**6)
+BATCH = Range(1, 65536)
+UNIT = Range(0.0, 1.0)  # fractions
+DECAY = Range(0.0, 1.0, hi_open=True, why="1 would never update the averages")
+# wide: a rate that diverges is caught by the loop (the loss or the weights turn non-finite:
+# a clear error); only a rate past any such test is a typo
+LEARNING_RATE = Range(0.0, 1e6, lo_open=True)
+WEIGHT_DECAY = Range(0.0, 10.0)
+EPOCHS = Range(0.0, 1e6, lo_open=True)
+# torch's collectives and torchrun's rendezvous keep their timeouts in fixed-width
+# integers (1e300 s overflowed in every process and every restart); a day is past any
+# stall a run survives
+TIMEOUT = Range(0.0, 86400.0, lo_open=True, why="seconds, at most a day")
+
+
+def _check_url(url: str) -> None:
+    """``data.url``, when a URL (``scheme://...``), must parse, and carry no password:
+    a malformed one was a ValueError traceback at download, and one with credentials had
+    them echoed in errors and logs (and read by urllib as part of the host)."""
+    if "://" not in url:
+        return  # official, or a plain path
+    # never echo what stands before an '@': it may hold a password
+    shown = re.sub(r"(://).*@", r"\1...@", url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (parsing the port is what raises for a bad one)
+    except ValueError as exc:  # its text may quote a part of the password: not after an '@'
+        why = f" ({exc})" if "@" not in url else ""
+        raise ParamsError(f"data.url: expected a URL, found {shown!r}, which does not "
+                          f"parse{why}; correct it, or give a plain path") from None
+    if parts.password is not None or (parts.username is not None
+                                      and parts.scheme in ("http", "https", "file")):
+        raise ParamsError(f"data.url: credentials in URLs are not supported (found "
+                          f"{shown!r}); remove them, and serve the archive where it needs "
+                          f"none, or fetch it yourself and give data.url its local path")
 
 
 @dataclass(frozen=True)
@@ -39,6 +82,7 @@ class DataParams:
                               f"found {self.md5!r}")
         if not self.url:
             raise ParamsError("data.url: expected official, a URL or a path, found an empty string")
+        _check_url(self.url)
         if self.dataset == "svhn" and self.md5 not in (None, "official"):
             raise ParamsError("data.md5: SVHN has several files; use official (their official "
                               "md5s) or null (no check)")
@@ -60,13 +104,10 @@ class InputParams:
 
 
     shuffle: Literal["queue", "permutation"] = "queue"
-    min_fraction_of_examples_in_queue: float = 0.4  # queue fill before the first batch
+    # queue fill before the first batch
+    min_fraction_of_examples_in_queue: Annotated[float, UNIT] = 0.4
     flip: Optional[bool] = None  # random left-right flips; null: the data set's default
 
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.min_fraction_of_examples_in_queue <= 1.0:
-            raise ParamsError("input.min_fraction_of_examples_in_queue: expected a number in "
-                              f"[0, 1], found {self.min_fraction_of_examples_in_queue}")
 
 
 @dataclass(frozen=True)
@@ -74,41 +115,26 @@ class TrainParams:
     """Training (docs/reference.md, "Training")."""
 
 
-    batch_size: int = 128  # per device
-    num_devices: int = 1  # processes (one per GPU, or CPU processes) under torchrun
-    max_steps: int = 100000
-    initial_lr: float = 0.1
-    lr_decay_factor: float = 0.1
-    epochs_per_decay: float = 350.0
-    weight_decay: float = 0.004  # on local3/local4 weights, times sum(W^2)/2
-    moving_average_decay: float = 0.9999
-    seed: int = 0
+    batch_size: Annotated[int, BATCH] = 128  # per device
+    # processes (one per GPU, or CPU processes) under torchrun; at launch also no more than
+    # the node's GPUs (or, on the CPU, its CPUs): training/distributed.py check_devices
+    num_devices: Annotated[int, Range(1, 1024)] = 1
+    max_steps: Annotated[int, STEPS] = 100000
+    initial_lr: Annotated[float, LEARNING_RATE] = 0.1
+    # below 0 the rate turned negative at the first decay; 0 stopped learning there
+    lr_decay_factor: Annotated[float, Range(0.0, 1.0, lo_open=True)] = 0.1
+    epochs_per_decay: Annotated[float, EPOCHS] = 350.0
+    weight_decay: Annotated[float, WEIGHT_DECAY] = 0.004  # on local3/local4 weights, x sum(W^2)/2
+    moving_average_decay: Annotated[float, DECAY] = 0.9999
+    seed: Annotated[int, Range(0, 2**63 - 1, why="torch.manual_seed takes 64 bits")] = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    log_every: int = 10
+    log_every: Annotated[int, STEPS] = 10
     schedule: Literal["tutorial", "fast"] = "tutorial"  # fast: the `fast:` section (docs/training.md)
-    max_epochs: Optional[float] = None  # set: the run length in epochs, instead of max_steps
+    # set: the run length in epochs, instead of max_steps
+    max_epochs: Optional[Annotated[float, EPOCHS]] = None
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast of the forward pass (GPUs)
     channels_last: bool = True  # NHWC activations (faster convolutions on CPU and GPU)
 
-    def __post_init__(self) -> None:
-        for name in ("batch_size", "num_devices", "max_steps", "log_every"):
-            if getattr(self, name) < 1:
-                raise ParamsError(f"train.{name}: expected >= 1, found {getattr(self, name)}")
-        if self.initial_lr <= 0 or self.epochs_per_decay <= 0:
-            raise ParamsError("train.initial_lr and train.epochs_per_decay must be > 0")
-        if not 0 < self.lr_decay_factor <= 1:  # negative: the rate turns negative at a decay
-            raise ParamsError(f"train.lr_decay_factor: expected a number in (0, 1], found "
-                              f"{self.lr_decay_factor}")
-        if self.weight_decay < 0:
-            raise ParamsError(f"train.weight_decay: expected >= 0, found {self.weight_decay}")
-        if not 0.0 <= self.moving_average_decay < 1.0:
-            raise ParamsError("train.moving_average_decay: expected a number in [0, 1), found "
-                              f"{self.moving_average_decay}")
-        if self.max_epochs is not None and self.max_epochs <= 0:
-            raise ParamsError(f"train.max_epochs: expected > 0 or null, found {self.max_epochs}")
-        if not 0 <= self.seed < 2**63:
-            raise ParamsError(f"train.seed: expected an integer from 0 to 2**63 - 1, found "
-                              f"{self.seed}")
 
 
 @dataclass(frozen=True)
@@ -117,24 +143,19 @@ class RunParams:
     docs/training.md#what-each-stages-hash-covers)."""
 
 
-    checkpoint_every: int = 1000  # steps between checkpoints (and the last step)
-    summary_every: int = 100  # steps between TensorBoard summaries
-    max_restarts: int = 3  # torchrun restarts of a failed multi-process job (then resume)
-    collective_timeout_s: float = 300.0  # a rank that stops answering fails the job after this
-    join_timeout_s: float = 600.0  # several nodes: how long each waits for the others to join
+    checkpoint_every: Annotated[int, STEPS] = 1000  # steps between checkpoints (and the last step)
+    summary_every: Annotated[int, STEPS] = 100  # steps between TensorBoard summaries
+    # torchrun restarts of a failed multi-process job (then resume)
+    max_restarts: Annotated[int, Range(0, 100)] = 3
+    # a rank that stops answering fails the job after this
+    collective_timeout_s: Annotated[float, TIMEOUT] = 300.0
+    # several nodes: how long each waits for the others to join
+    join_timeout_s: Annotated[float, TIMEOUT] = 600.0
     # workers that fill the shuffle queue; 0: filled inline between steps (the same batches
-    # either way, and inline is the fastest on CPU; the tutorial used 16 threads)
-    queue_threads: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("checkpoint_every", "summary_every"):
-            if getattr(self, name) < 1:
-                raise ParamsError(f"run.{name}: expected >= 1, found {getattr(self, name)}")
-        if self.max_restarts < 0 or self.collective_timeout_s <= 0 or self.join_timeout_s <= 0:
-            raise ParamsError("run.max_restarts must be >= 0, run.collective_timeout_s and "
-                              "run.join_timeout_s > 0")
-        if self.queue_threads < 0:
-            raise ParamsError(f"run.queue_threads: expected >= 0, found {self.queue_threads}")
+    # either way, and inline is the fastest on CPU; the tutorial used 16 threads). Bounded:
+    # a million threads failed as a traceback once the OS refused one
+    queue_threads: Annotated[int, Range(0, 64, why="more threads than cores only contend "
+                                                    "for them")] = 0
 
 
 @dataclass(frozen=True)
@@ -142,22 +163,17 @@ class FastParams:
     """``train.schedule: fast``: the same network and data, a modern optimiser and schedule."""
 
 
-    peak_lr: float = 0.05
-    momentum: float = 0.9
+    peak_lr: Annotated[float, LEARNING_RATE] = 0.05
+    momentum: Annotated[float, Range(0.0, 1.0, hi_open=True)] = 0.9
     nesterov: bool = True
-    warmup_epochs: float = 1.0  # linear from 0 to peak_lr, then linear down to the end
-    final_lr_fraction: float = 0.0  # the rate at the last step, as a fraction of peak_lr
-    label_smoothing: float = 0.1
-    weight_decay: float = 1e-3  # on every weight matrix and kernel (not biases), x sum(W^2)/2
-    moving_average_decay: float = 0.999
-
-    def __post_init__(self) -> None:
-        if self.peak_lr <= 0 or not 0 <= self.momentum < 1 or self.warmup_epochs < 0:
-            raise ParamsError("fast: expected peak_lr > 0, 0 <= momentum < 1, warmup_epochs >= 0")
-        if not 0 <= self.final_lr_fraction <= 1 or not 0 <= self.label_smoothing < 1:
-            raise ParamsError("fast: expected final_lr_fraction in [0, 1], label_smoothing in [0, 1)")
-        if self.weight_decay < 0 or not 0 <= self.moving_average_decay < 1:
-            raise ParamsError("fast: expected weight_decay >= 0, moving_average_decay in [0, 1)")
+    # linear from 0 to peak_lr, then linear down to the end
+    warmup_epochs: Annotated[float, Range(0.0, 1e6)] = 1.0
+    # the rate at the last step, as a fraction of peak_lr
+    final_lr_fraction: Annotated[float, UNIT] = 0.0
+    label_smoothing: Annotated[float, Range(0.0, 1.0, hi_open=True)] = 0.1
+    # on every weight matrix and kernel (not biases), x sum(W^2)/2
+    weight_decay: Annotated[float, WEIGHT_DECAY] = 1e-3
+    moving_average_decay: Annotated[float, DECAY] = 0.999
 
 
 @dataclass(frozen=True)
@@ -165,20 +181,18 @@ class EvalParams:
     """Evaluation (docs/reference.md, "Evaluation")."""
 
 
-    batch_size: int = 250
+    batch_size: Annotated[int, BATCH] = 250
     device: Literal["auto", "cpu", "cuda"] = "auto"  # the eval stage's (train.device: train's)
-    interval_secs: float = 300.0  # watch mode: seconds between evaluations
+    # watch mode: seconds between evaluations; 0 spun a core on 'waiting', below 0 and
+    # past the platform's time_t were tracebacks
+    interval_secs: Annotated[float, Range(0.0, 86400.0, lo_open=True,
+                                          why="seconds, at most a day")] = 300.0
     flip_tta: bool = False  # also report precision of image + mirror image (*_flip metrics)
-    every_steps: int = 5000  # > 0: the train stage evaluates the held-out split this often
-    targets: list[float] = field(default_factory=lambda: [0.80, 0.84, 0.85, 0.86])  # time to these
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ParamsError(f"eval.batch_size: expected >= 1, found {self.batch_size}")
-        if not self.interval_secs > 0:  # 0 spun a core on 'waiting'; below 0 was a traceback
-            raise ParamsError(f"eval.interval_secs: expected > 0, found {self.interval_secs}")
-        if self.every_steps < 0 or any(not 0 < t <= 1 for t in self.targets):
-            raise ParamsError("eval.every_steps must be >= 0 and eval.targets precisions in (0, 1]")
+    # > 0: the train stage evaluates the held-out split this often; 0: never
+    every_steps: Annotated[int, Range(0, 10**9)] = 5000
+    # time to these held-out precisions
+    targets: list[Annotated[float, Range(0.0, 1.0, lo_open=True)]] = field(
+        default_factory=lambda: [0.80, 0.84, 0.85, 0.86])
 
 
 @dataclass(frozen=True)
@@ -186,21 +200,14 @@ class AblationParams:
     """What every ablation variant shares."""
 
 
-    max_steps: int = 10000  # the training budget of each variant (replaces train.max_steps)
+    # the training budget of each variant (replaces train.max_steps)
+    max_steps: Annotated[int, STEPS] = 10000
     # set: a trial of the whole exercise pipeline; every variant trains at most this many
     # steps, those with a budget of their own (tutorial_100k, schedule_*) included
-    trial_steps: Optional[int] = None
+    trial_steps: Optional[Annotated[int, STEPS]] = None
     # in a trial (trial_steps set): precision over the first this many held-out images
     # only (null: all of them); evaluating is most of a trial's time
-    trial_eval_images: Optional[int] = 2000
-
-    def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ParamsError(f"ablation.max_steps: expected >= 1, found {self.max_steps}")
-        for key in ("trial_steps", "trial_eval_images"):
-            value = getattr(self, key)
-            if value is not None and value < 1:
-                raise ParamsError(f"ablation.{key}: expected >= 1 or null, found {value}")
+    trial_eval_images: Optional[Annotated[int, Range(1, 10**9)]] = 2000
 
 
 @dataclass(frozen=True)
@@ -211,7 +218,7 @@ class RegressionParams:
     baseline: Optional[str] = None  # a JSON file of metrics; null: show the metrics, gate nothing
     # metric -> allowed change from the baseline: negative = the largest drop allowed (higher
     # is better), positive = the largest rise allowed (lower is better)
-    tolerances: dict[str, float] = field(default_factory=lambda: {
+    tolerances: dict[str, Annotated[float, Range(-1e6, 1e6)]] = field(default_factory=lambda: {
         "eval.precision_at_1": -0.02, "eval.precision_at_1_raw": -0.03,
         "train.loss_avg": 0.15})
 

@@ -7,5 +7,6 @@
 - ``results``: what the sections share: the variants' results loaded, tables, plots;
 - ``equivalence``: the record of commits checked to train alike;
 - ``results_page``: docs/results.md, generated from the committed reports;
-- ``publish``: published weights and their card.
+- ``publish``: published weights and their card, the folder built aside and swapped in;
+  ``publish_records``: what it reads, checked whole before anything is written.
 """

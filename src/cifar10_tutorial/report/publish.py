@@ -2,15 +2,24 @@
 beside its params, provenance and metrics, and a model card (README.md) that states its
 held-out precision, every figure read from those files.
 
-    python -m cifar10_tutorial.report.publish tutorial_100k \\
-        --model data/ablations/tutorial_100k/model.pt \\
-        --results reports/ablations/tutorial_100k --out models/tutorial_100k \\
-        [--check-data data/prepared]
+    cifar10 publish baseline            # after `dvc repro reports/dvc.yaml`: models/baseline
+    cifar10 publish tutorial_100k --replace --check-data data/prepared
 
-Before anything is written the files must belong together: the model's step is the step
-its train and eval records name, the eval record names this model file, and both records
-name the same data. With --check-data the model is evaluated again on that prepared data
-and must give the precision its metrics state, to the last digit.
+--results defaults to the variant's results folder (reports/dvc.yaml's ablation stage),
+--model to the model file its eval record names, --out to models/NAME.
+
+Before anything is written, everything is read and checked (:mod:`.publish_records`): the
+results are of the variant named (variant.json), the model was trained under its
+settings, its step is the step the train and eval records name, the eval record names
+this model file, both records name the same data, and every field the card states is
+there. With --check-data the model is evaluated again on that prepared data and must give
+the precision its metrics state, to the last digit.
+
+The folder is then built aside, in a temporary folder next to --out, and renamed into
+place whole: an interrupted or failed publish leaves --out as it was. Replacing a folder
+that holds published weights takes --replace; a folder holding files publish did not
+write (its manifest, published.json, lists those it did) is refused, and nothing else in
+it is ever removed.
 
 A fresh clone then uses the weights before training anything:
 ``python -m cifar10_tutorial.evaluation.predict cat.jpg --model models/tutorial_100k/model.pt``.
@@ -18,77 +27,36 @@ A fresh clone then uses the weights before training anything:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
+import os
+import shlex
 import shutil
+import sys
+import tempfile
 from pathlib import Path
 from typing import Optional
 
 from ..cli import run_stage
-from ..errors import PipelineError
-from ..files import write_text_atomic
-from ..ownership import ensure_writable, refuse_foreign
-from ..model_files import load_model_file
-from .results import device_text
 from ..curves import held_out_curve
+from ..errors import PipelineError
+from ..ownership import ensure_writable
+from ..model_files import load_model_file
+from .publish_records import RERUN, Records, read_json, read_records, sha256
+from .results import device_text
 
 CARD = "README.md"
+MANIFEST = "published.json"
 FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", CARD)
-USE = ("the same command that wrote it: `python -m cifar10_tutorial.report.publish NAME --model ... "
-       "--results ... --out ...` after the variant has finished (`dvc repro reports/dvc.yaml`)")
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PipelineError(f"{path}: not found; publish a variant that has finished, with "
-                            f"{USE}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PipelineError(f"{path}: not valid JSON ({exc}); rerun the variant "
-                            f"(`dvc repro reports/dvc.yaml`)") from None
-
-
-def check_together(model: Path, results: Path) -> tuple[dict, dict, dict, dict]:
-    """The model file and the variant's records, checked to come from one run: (model file,
-    train provenance, eval provenance, metrics)."""
-    ckpt = load_model_file(model)
-    train = _json(results / "train" / "provenance.json")
-    ev = _json(results / "eval" / "provenance.json")
-    metrics = _json(results / "metrics.json")
-    step = int(ckpt["step"])
-    for name, rec in (("train/provenance.json", train), ("eval/provenance.json", ev)):
-        if rec.get("steps") != step:
-            raise PipelineError(f"{results / name}: records step {rec.get('steps')}, but "
-                                f"{model} is at step {step}: they come from different runs; "
-                                f"publish the model of the run whose results these are")
-    if Path(ev.get("model", "")).resolve() != model.resolve():
-        raise PipelineError(f"{results / 'eval/provenance.json'}: evaluated {ev.get('model')}, "
-                            f"not {model}; give --model the file the eval record names")
-    if train.get("data_hash") != ev.get("data_hash"):
-        raise PipelineError(f"{results}: trained on data {train.get('data_hash')} but "
-                            f"evaluated on {ev.get('data_hash')}; rerun the variant")
-    if "eval" not in metrics or "precision_at_1" not in metrics["eval"]:
-        raise PipelineError(f"{results / 'metrics.json'}: expected eval.precision_at_1; "
-                            f"found {', '.join(metrics) or 'nothing'}; rerun the variant")
-    return ckpt, train, ev, metrics
+REPORT_DVC_YAML = Path("reports/dvc.yaml")
 
 
 def check_precision(model: Path, data_dir: Path, ev: dict, metrics: dict) -> None:
     """Evaluate ``model`` again on ``data_dir``: it must give the stated precision."""
     import torch
 
-    from ..evaluation.evaluate import evaluate_checkpoint
     from ..data.prepared import load_prepared
+    from ..evaluation.evaluate import evaluate_checkpoint
 
     data = load_prepared(data_dir)
     if data.content_hash != ev.get("data_hash"):
@@ -120,16 +88,22 @@ def _segments(train: dict) -> list[str]:
 
 
 def _curve(results: Path) -> list[str]:
-    """The held-out precision at each evaluation while training, from the DVCLive TSVs."""
-    c = held_out_curve(results / "train")
-    if c is None:
-        return []
-    if "precision_at_1_raw" not in c:
-        c["precision_at_1_raw"] = math.nan
-    rows = ["| step | averaged | raw |", "|---|---|---|"]
-    rows += [f"| {int(r.step):,} | {_pct(r.precision_at_1)} | "
-             f"{'' if math.isnan(r.precision_at_1_raw) else _pct(r.precision_at_1_raw)} |"
-             for r in c.sort_values("step").itertuples()]
+    """The held-out precision at each evaluation while training, from the DVCLive TSVs
+    (read before anything is written: a damaged one is one line, not a half-made card)."""
+    try:
+        c = held_out_curve(results / "train")
+        if c is None:
+            return []
+        if "precision_at_1_raw" not in c:
+            c["precision_at_1_raw"] = math.nan
+        rows = ["| step | averaged | raw |", "|---|---|---|"]
+        rows += [f"| {int(r.step):,} | {_pct(r.precision_at_1)} | "
+                 f"{'' if math.isnan(r.precision_at_1_raw) else _pct(r.precision_at_1_raw)} |"
+                 for r in c.sort_values("step").itertuples()]
+    except (KeyError, ValueError, TypeError) as exc:  # pandas' ParserError is a ValueError
+        raise PipelineError(f"{results / 'train' / 'plots' / 'metrics' / 'held_out'}: its "
+                            f"held-out curves cannot be read ({type(exc).__name__}: {exc}); "
+                            f"{RERUN}") from None
     return ["Held-out precision @ 1 while it trained (from its DVCLive curves):", "", *rows, ""]
 
 
@@ -154,39 +128,41 @@ def _artifact(out: Path, dvc_yaml: Path = Path("dvc.yaml")) -> str:
     return f" Declared as the DVC artifact `{names[0]}` in `dvc.yaml`." if names else ""
 
 
-def model_card(name: str, out: Path, results: Path, ckpt: dict, rec: dict) -> str:
-    """The card: ``rec`` holds the records (train, eval, metrics, variant) and the
-    published file's sha256 and size."""
-    train, ev, metrics = rec["train"], rec["eval"], rec["metrics"]
-    p, e, t = ckpt["params"], metrics["eval"], metrics.get("train", {})
+def model_card(r: Records, out: Path, curve: list[str]) -> str:
+    """The card, from records whose every field :func:`read_records` checked."""
+    name, results, ckpt = r.name, r.results, r.ckpt
+    train, ev, metrics = r.train, r.eval, r.metrics
+    p, e, t = ckpt["params"], metrics["eval"], metrics["train"]
     tr = p["train"]
     flip = (f" With the mirror image averaged in (test-time flips): {_pct(e['precision_at_1_flip'])}"
             f" averaged, {_pct(e['precision_at_1_raw_flip'])} raw." if "precision_at_1_flip" in e
             else "")
     return "\n".join([
         f"# Published weights: `{name}`", "",
-        f"<!-- written by `python -m cifar10_tutorial.report.publish {name}` from the files beside it "
+        f"<!-- written by `cifar10 publish {name}` from the files beside it "
         f"and {results}; do not edit by hand -->", "",
         f"The tutorial's CNN trained by this project's `{name}` exercise variant for "
-        f"**{int(ckpt['step']):,} steps** (batch {tr['batch_size']}, {t.get('epochs', 0):.1f} "
+        f"**{int(ckpt['step']):,} steps** (batch {tr['batch_size']}, {t['epochs']:.1f} "
         f"epochs), with both its raw weights and their moving averages (decay "
         f"{tr['moving_average_decay']}).{_artifact(out)}", "",
         "| held-out precision @ 1 | averaged weights | raw weights |", "|---|---|---|",
         f"| {int(e['num_examples']):,} dev held-out images | **{_pct(e['precision_at_1'])}** | "
         f"{_pct(e['precision_at_1_raw'])} |", "",
         f"Measured on the dev split's held-out images (data hash `{ev['data_hash']}`): it "
-        f"trained on {int(rec['variant']['num_train']):,} other images of the "
+        f"trained on {int(r.variant['num_train']):,} other images of the "
         f"official training set, and the official test set was never used here, so this is "
         f"not the tutorial's test-set figure (docs/data.md says how the dev split is made).{flip}",
-        "", *_curve(results),
+        "", *curve,
         _made(train), "", *_segments(train), "",
         "## Files", "",
-        f"- `model.pt`: {rec['size']:,} bytes, sha256 `{rec['sha256']}`: raw weights (`model`), moving "
+        f"- `model.pt`: {r.size:,} bytes, sha256 `{r.sha256}`: raw weights (`model`), moving "
         f"averages (`ema`), params, classes and step; read with `torch.load(..., "
         f"weights_only=True)`.",
         "- `params.yaml`: the params it trained under (as stored in `model.pt`).",
         "- `provenance.json`: the training's record (commit, machine, data hash, segments).",
-        "- `metrics.json`: its training and held-out metrics.", "",
+        "- `metrics.json`: its training and held-out metrics.",
+        f"- `{MANIFEST}`: what publish wrote here, each file's sha256: all that a later "
+        f"`cifar10 publish {name} --replace` replaces.", "",
         "## Use it", "", "```bash",
         f"python -m cifar10_tutorial.evaluation.predict cat.jpg --model {out}/model.pt --top 3",
         f"python stages/eval.py --model {out}/model.pt --out {out.name}-eval",
@@ -195,44 +171,172 @@ def model_card(name: str, out: Path, results: Path, ckpt: dict, rec: dict) -> st
         "use the averaged weights, and report the raw ones too (`predict --raw`).", ""])
 
 
-def publish(name: str, model: Path, results: Path, out: Path,
-            check_data: Optional[Path] = None) -> Path:
-    model, results, out = Path(model), Path(results), Path(out)
-    refuse_foreign(out, set(FILES), "publish")
-    ckpt, train, ev, metrics = check_together(model, results)
-    variant = _json(results / "variant.json")
-    if check_data is not None:
-        check_precision(model, Path(check_data), ev, metrics)
-    ensure_writable(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / "model.pt.tmp"
-    shutil.copyfile(model, tmp)
-    tmp.replace(out / "model.pt")
+
+
+# ----------------------------------------------------------------- the published folder
+
+
+def _described(name, step, precision) -> str:
+    """Published weights in words, from what their records say (where they say it)."""
+    words = [f"{name}" if isinstance(name, str) else "",
+             f"step {step:,}" if isinstance(step, int) else "",
+             f"{_pct(precision)} held-out" if isinstance(precision, float) else ""]
+    return ", ".join(w for w in words if w) or "unnamed"
+
+
+def _held(out: Path) -> tuple[set[str], str]:
+    """What in ``out`` publish wrote (its manifest's files; a folder published before
+    there was a manifest: the files publish wrote then), and those weights in words.
+    Anything else in it is refused, in one line naming it: publish never removes it."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise PipelineError(f"{out}: a {'link' if out.is_symlink() else 'file'}, where publish "
+                            f"writes a folder; give --out a folder of its own. Nothing was "
+                            f"changed.")
+    if not out.exists():
+        return set(), ""
+    entries = {p.name for p in out.iterdir()}
+    if MANIFEST in entries:
+        manifest = read_json(out / MANIFEST)
+        own = manifest.get("files")
+        # publish writes those five files and no others: a manifest naming anything else
+        # (another file, '..') is not one it wrote, and must not decide what is removed
+        if not isinstance(own, dict) or not set(own) <= set(FILES):
+            raise PipelineError(f"{out / MANIFEST}: not a manifest publish wrote (expected "
+                                f"files naming some of {', '.join(FILES)}); move {out} away "
+                                f"or give another --out. Nothing was changed.")
+        own = {*own, MANIFEST}
+        what = _described(manifest.get("name"), manifest.get("step"),
+                          manifest.get("precision_at_1"))
+    else:  # as publish wrote it before it kept a manifest: those five files
+        own = set(FILES)
+        try:
+            what = _described(None, read_json(out / "provenance.json").get("steps"),
+                              read_json(out / "metrics.json")["eval"]["precision_at_1"])
+        except (PipelineError, KeyError, TypeError):
+            what = "published before publish kept a manifest"
+    foreign = sorted(entries - own)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
+                                          else "")
+        raise PipelineError(f"{out}: holds {shown}, which publish did not make; give --out a "
+                            f"folder of its own, or move those elsewhere first. Nothing was "
+                            f"changed.")
+    return entries & own, what
+
+
+def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None:
+    """The published files, into ``folder`` (the temporary one beside ``out``)."""
     import yaml
 
-    write_text_atomic(out / "params.yaml", yaml.safe_dump(ckpt["params"], sort_keys=False))
-    write_text_atomic(out / "provenance.json", json.dumps(train, indent=2) + "\n")
-    write_text_atomic(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    rec = {"train": train, "eval": ev, "metrics": metrics, "variant": variant,
-           "sha256": sha256(out / "model.pt"), "size": (out / "model.pt").stat().st_size}
-    card = model_card(name, out, results, ckpt, rec)
-    write_text_atomic(out / CARD, card)
+    shutil.copyfile(r.model, folder / "model.pt")
+    if sha256(folder / "model.pt") != r.sha256:
+        raise PipelineError(f"{r.model}: changed while it was published (another run writing "
+                            f"it?); publish it again once it is finished. Nothing was changed.")
+    texts = {"params.yaml": yaml.safe_dump(r.ckpt["params"], sort_keys=False),
+             "provenance.json": json.dumps(r.train, indent=2) + "\n",
+             "metrics.json": json.dumps(r.metrics, indent=2) + "\n",
+             CARD: model_card(r, out, curve)}
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+    manifest = {"name": r.name, "step": int(r.ckpt["step"]),
+                "precision_at_1": r.metrics["eval"]["precision_at_1"],
+                "model": str(r.model), "results": str(r.results),
+                "files": {name: sha256(folder / name) for name in FILES}}
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _swap_in(staged: Path, out: Path, own: set[str]) -> None:
+    """``staged`` renamed to ``out``; a folder already there is renamed aside first and
+    then only the files publish wrote in it are removed."""
+    if not out.exists():
+        os.rename(staged, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced-", dir=out.parent))
+    old.rmdir()  # a free name beside out, on the same file system
+    os.rename(out, old)
+    try:
+        os.rename(staged, out)
+    except OSError:
+        os.rename(old, out)
+        raise
+    try:
+        for name in own:
+            (old / name).unlink(missing_ok=True)
+        old.rmdir()
+    except OSError:  # something appeared in it meanwhile: not publish's to remove
+        print(f"note: the weights published before are now in {old}, which holds what "
+              f"publish did not make; left as it is", file=sys.stderr)
+
+
+def publish(name: str, model: Path, results: Path, out: Path,
+            check_data: Optional[Path] = None, replace: bool = False) -> Path:
+    """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
+    model, results, out = Path(model), Path(results), Path(out)
+    own, held = _held(out)
+    r = read_records(name, model, results)
+    curve = _curve(results)
+    if own and not replace:
+        raise PipelineError(
+            f"{out}: already holds published weights ({held}); give --replace to replace them "
+            f"with {name} at step {int(r.ckpt['step']):,} "
+            f"({_pct(r.metrics['eval']['precision_at_1'])} held-out), or another --out. "
+            f"Nothing was changed.")
+    if check_data is not None:
+        check_precision(model, Path(check_data), r.eval, r.metrics)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    ensure_writable(out.parent)
+    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.publishing-", dir=out.parent))
+    try:
+        _write_folder(staged, r, out, curve)
+        own, _ = _held(out)  # again: what a user put there meanwhile is not replaced either
+        _swap_in(staged, out, own)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)  # gone already once swapped in
     return out / CARD
+
+
+def variant_results(name: str, dvc_yaml: Path = REPORT_DVC_YAML) -> Path:
+    """The results folder reports/dvc.yaml's ablation stage gives variant ``name``."""
+    import yaml
+
+    try:
+        cmd = yaml.safe_load(dvc_yaml.read_text())["stages"]["ablation"]["do"]["cmd"]
+        words = shlex.split(cmd.replace("${key}", name))
+        return Path(words[words.index("--out") + 1])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, IndexError):
+        raise PipelineError(f"{dvc_yaml}: no ablation stage's --out to take the results of "
+                            f"{name} from; run this from the repository root, or give "
+                            f"--results") from None
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", help="the variant (params.yaml `ablations:`), e.g. tutorial_100k")
-    ap.add_argument("--model", type=Path, required=True, help="its model.pt")
-    ap.add_argument("--results", type=Path, required=True,
-                    help="its results folder (the ablation stage's --out)")
-    ap.add_argument("--out", type=Path, required=True, help="the folder to publish into")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="its results folder (default: the ablation stage's --out in "
+                         "reports/dvc.yaml)")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="its model.pt (default: the file its eval record names)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the folder to publish into (default: models/NAME)")
+    ap.add_argument("--replace", action="store_true",
+                    help="replace the weights published there before (only the files "
+                         "publish wrote)")
     ap.add_argument("--check-data", type=Path, default=None,
                     help="prepared data to evaluate the model on again before publishing")
     args = ap.parse_args(argv)
-    card = publish(args.name, args.model, args.results, args.out, args.check_data)
-    print(f"published {args.model} in {args.out} ({card} states its precision)")
+    results = args.results or variant_results(args.name)
+    if args.model is not None:
+        model = args.model
+    else:
+        record = results / "eval" / "provenance.json"
+        model = Path(str(read_json(record).get("model") or ""))
+        if not str(model) or str(model) == ".":
+            raise PipelineError(f"{record}: names no model file; {RERUN}, or give --model")
+    out = args.out or Path("models") / args.name
+    card = publish(args.name, model, results, out, args.check_data, args.replace)
+    print(f"published {model} in {out} ({card} states its precision)")
 
 
 if __name__ == "__main__":

@@ -94,8 +94,9 @@ def this_process() -> Dist:
 
 def check_devices(tr, per_node: Optional[int] = None) -> None:
     """Fail before anything starts when this node's share of ``train.num_devices`` asks for
-    more GPUs than exist (or for any GPU where there is none): before torchrun, whose
-    restarts would repeat it."""
+    more GPUs than exist (or for any GPU where there is none), or, on the CPU, for more
+    processes than the machine has CPUs: before torchrun, whose restarts would repeat it,
+    and which would otherwise try to start them all (10**18 processes hung the launch)."""
     if tr.device == "cuda":
         pick_device("cuda")
     want = tr.num_devices if per_node is None else per_node
@@ -107,6 +108,16 @@ def check_devices(tr, per_node: Optional[int] = None) -> None:
                 f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); set "
                 f"train.num_devices={have}, or train.device=cpu to run {tr.num_devices} CPU "
                 f"processes.")
+        return
+    # the machine's CPUs, not this process's share of them: nodes on one machine each
+    # pinned to their own CPUs (taskset, docs/devices.md) still run their processes
+    cpus = os.cpu_count() or 1
+    if want > cpus:
+        node = "" if per_node is None or per_node == tr.num_devices else " on each node"
+        raise PipelineError(
+            f"train.num_devices is {tr.num_devices}: {want} CPU processes{node}, but this "
+            f"machine has {cpus} CPUs; set train.num_devices to at most {cpus} per node "
+            f"(each process needs a CPU of its own).")
 
 
 def torchrun_command(num_devices: int, max_restarts: int, script: str, args: list[str],
@@ -216,7 +227,7 @@ def init_distributed(tr, run) -> tuple[Dist, torch.device]:
         return d, device
     import torch.distributed as dist
 
-    check_devices(tr)
+    check_devices(tr, int(os.environ.get("LOCAL_WORLD_SIZE", d.world)))  # this node's share
     if d.world != tr.num_devices:
         raise PipelineError(f"torchrun started {d.world} processes but train.num_devices is "
                             f"{tr.num_devices}; set train.num_devices={d.world} (the global batch "

@@ -1,0 +1,169 @@
+"""What publish reads, read and checked whole before anything is written: the model file
+and the finished variant's records (train and eval provenance, metrics, variant.json),
+checked to be one run of the variant named, and every field the model card states
+checked to be there and of its kind.
+
+A field found missing only while the card was written left the published folder half
+replaced (new weights beside the old card's figures); a model swapped in under the same
+step was published with another run's card. Hence: everything here, first.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import PipelineError
+from ..model_files import load_model_file
+
+RERUN = "rerun the variant (`dvc repro reports/dvc.yaml`)"
+USE = ("the same command that wrote it: `cifar10 publish NAME` (or `python -m "
+       "cifar10_tutorial.report.publish NAME`) after the variant has finished "
+       "(`dvc repro reports/dvc.yaml`)")
+# variant.json's key -> where the model file's params hold the same setting: a model
+# trained under other settings (another seed, batch, head...) is not the variant's
+VARIANT_PARAMS = {"seed": ("train", "seed"), "batch_size": ("train", "batch_size"),
+                  "schedule": ("train", "schedule"), "world_size": ("train", "num_devices"),
+                  "shuffle": ("input", "shuffle"),
+                  "min_fraction_of_examples_in_queue": ("input",
+                                                        "min_fraction_of_examples_in_queue"),
+                  "head": ("model", "head"), "output": ("model", "output"),
+                  "lrn": ("model", "lrn")}
+NUMBER, INTEGER, TEXT = (int, float), int, str
+
+
+@dataclass(frozen=True)
+class Records:
+    """A finished variant's model and records, checked to belong together."""
+
+    name: str
+    model: Path
+    results: Path
+    ckpt: dict
+    train: dict
+    eval: dict
+    metrics: dict
+    variant: dict
+    sha256: str
+    size: int
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_json(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PipelineError(f"{path}: not found; publish a variant that has finished, with "
+                            f"{USE}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PipelineError(f"{path}: not valid JSON ({exc}); {RERUN}") from None
+    if not isinstance(doc, dict):
+        raise PipelineError(f"{path}: expected a JSON object, found {type(doc).__name__}; "
+                            f"{RERUN}")
+    return doc
+
+
+def field(doc: dict, key: str, path: Path, kind: Any) -> Any:
+    """``doc``'s dotted ``key``, which must be there and of ``kind`` (a type or tuple of
+    types; numbers finite): one line naming the file and key otherwise."""
+    value: Any = doc
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise PipelineError(f"{path}: expected {key}, found none; {RERUN}")
+        value = value[part]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds) \
+            or (isinstance(value, float) and not math.isfinite(value)):
+        raise PipelineError(f"{path}: expected {key} to be "
+                            f"{' or '.join(k.__name__ for k in kinds)}, found {value!r}; {RERUN}")
+    return value
+
+
+def _check_one_run(model: Path, results: Path, ckpt: dict, train: dict, ev: dict) -> None:
+    """The model's step is the step both records name, the eval record names this model
+    file, and both records name the same data."""
+    step = int(ckpt["step"])
+    for name, rec in (("train/provenance.json", train), ("eval/provenance.json", ev)):
+        if rec.get("steps") != step:
+            raise PipelineError(f"{results / name}: records step {rec.get('steps')}, but "
+                                f"{model} is at step {step}: they come from different runs; "
+                                f"publish the model of the run whose results these are")
+    if Path(ev.get("model", "")).resolve() != model.resolve():
+        raise PipelineError(f"{results / 'eval/provenance.json'}: evaluated {ev.get('model')}, "
+                            f"not {model}; give --model the file the eval record names")
+    if train.get("data_hash") != ev.get("data_hash"):
+        raise PipelineError(f"{results}: trained on data {train.get('data_hash')} but "
+                            f"evaluated on {ev.get('data_hash')}; {RERUN}")
+
+
+def _check_variant(name: str, model: Path, results: Path, ckpt: dict, variant: dict) -> None:
+    """The results are of the variant named, and the model was trained under its settings."""
+    path = results / "variant.json"
+    recorded = field(variant, "variant", path, TEXT)
+    if recorded != name:
+        raise PipelineError(f"{path}: these are the results of the variant {recorded!r}, not "
+                            f"{name!r}; publish them as {recorded} (`cifar10 publish "
+                            f"{recorded}`), or give --results the folder of {name}")
+    params = ckpt["params"]
+    for key, (section, setting) in VARIANT_PARAMS.items():
+        if key not in variant:
+            continue  # a record written before the key was
+        trained = (params.get(section) or {}).get(setting) if isinstance(params, dict) else None
+        if trained != variant[key]:
+            raise PipelineError(f"{model}: trained with {section}.{setting} = {trained!r}, but "
+                                f"{path} records {key} = {variant[key]!r}: the model is not the "
+                                f"one these results are of; give --model the variant's own "
+                                f"model (or rerun the variant)")
+
+
+def _check_card_fields(r: Records) -> None:
+    """Every field the card states, there and of its kind."""
+    res, m = r.results, r.results / "metrics.json"
+    for key in ("eval.precision_at_1", "eval.precision_at_1_raw", "train.epochs"):
+        field(r.metrics, key, m, NUMBER)
+    field(r.metrics, "eval.num_examples", m, INTEGER)
+    if "precision_at_1_flip" in r.metrics["eval"]:
+        for key in ("eval.precision_at_1_flip", "eval.precision_at_1_raw_flip"):
+            field(r.metrics, key, m, NUMBER)
+    field(r.eval, "data_hash", res / "eval" / "provenance.json", TEXT)
+    field(r.variant, "num_train", res / "variant.json", INTEGER)
+    tp = res / "train" / "provenance.json"
+    field(r.train, "wall_time_s", tp, NUMBER)
+    for i, segment in enumerate(r.train.get("segments") or []):
+        key = f"segments[{i}]"
+        if not isinstance(segment, dict):
+            raise PipelineError(f"{tp}: expected {key} to be a mapping, found {segment!r}; "
+                                f"{RERUN}")
+        for part in ("from_step", "to_step"):
+            field(segment, part, tp, INTEGER)
+        if segment.get("wall_time_s") is not None:
+            field(segment, "wall_time_s", tp, NUMBER)
+    for key in ("train.batch_size", "train.moving_average_decay"):
+        field(r.ckpt["params"], key, r.model, NUMBER)
+
+
+def read_records(name: str, model: Path, results: Path) -> Records:
+    """The model file and the variant's records, checked to be one run of ``name``, with
+    every field the card needs."""
+    model, results = Path(model), Path(results)
+    ckpt = load_model_file(model)
+    digest, size = sha256(model), model.stat().st_size
+    train = read_json(results / "train" / "provenance.json")
+    ev = read_json(results / "eval" / "provenance.json")
+    metrics = read_json(results / "metrics.json")
+    variant = read_json(results / "variant.json")
+    _check_one_run(model, results, ckpt, train, ev)
+    _check_variant(name, model, results, ckpt, variant)
+    records = Records(name, model, results, ckpt, train, ev, metrics, variant, digest, size)
+    _check_card_fields(records)
+    return records
