@@ -135,10 +135,11 @@ def merge_base(event: Event) -> str:
 
 def store(event: Event, metrics: Path, attempts: int = 3) -> str:
     """Commit ``metrics`` as ``official/<sha>.json`` on the baselines branch and push it;
-    on a race with another push job, fetch and commit again. The path it was stored at."""
+    when another push job pushed in between (rejected), fetch and commit again. The path it
+    was stored at."""
     path = f"{CONFIG}/{event.sha}.json"
     blob = git("hash-object", "-w", str(metrics))
-    for attempt in range(attempts):
+    for attempt in range(1, attempts + 1):
         parent = event.tracking(event.branch) if fetch(event, event.branch) else None
         with tempfile.TemporaryDirectory() as tmp:
             index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
@@ -155,11 +156,13 @@ def store(event: Event, metrics: Path, attempts: int = 3) -> str:
         if proc.returncode == 0:
             git("update-ref", event.tracking(event.branch), commit)
             return path
-        if attempt == attempts - 1 or "rejected" not in proc.stderr:
-            raise PipelineError(f"could not push the baseline {path} to {event.remote} "
-                                f"{event.branch}: {' '.join(proc.stderr.split())[:300]}; the "
-                                f"gate job needs `permissions: contents: write`")
-    raise AssertionError("unreachable")
+        if attempt == attempts or "rejected" not in proc.stderr:
+            break
+    fix = ("other jobs kept pushing first: rerun this job" if "rejected" in proc.stderr
+           else "the gate job needs `permissions: contents: write`")
+    raise PipelineError(f"could not push the baseline {path} to {event.remote} "
+                        f"{event.branch} ({attempt} attempt(s)): "
+                        f"{' '.join(proc.stderr.split())[:300]}; {fix}")
 
 
 def improvements(metrics: Path, baseline: Path) -> list[str]:

@@ -341,3 +341,40 @@ def test_without_a_baseline_it_says_so_and_a_better_pull_request_passes_improved
            f"past the tolerance: eval.precision_at_1 (+0.3650), eval.precision_at_1_raw " \
            f"(+0.2100), train.loss_avg (-0.4941)" in text, text
     assert "| eval.precision_at_1 | 0.1000 | 0.4650 | +0.3650 | >= -0.0200 | ok |" in text
+
+
+def test_a_push_that_loses_a_race_for_the_branch_stores_again(tmp_path):
+    """Two push jobs store at once: the one whose push is rejected (the other pushed between
+    its fetch and its push; here a pre-push hook does, once) fetches and commits again, and
+    both baselines are kept."""
+    project = tmp_path / "dev"
+    project.mkdir()
+    sh(project, "git", "init", "-q")
+    for n in range(2):
+        (project / "a.txt").write_text(f"{n}\n")
+        commit(project, f"c{n}")
+    c0, c1 = sh(project, "git", "rev-list", "--reverse", "HEAD").split()
+    origin, runner = remote_and_checkout(tmp_path, project)
+    other = tmp_path / "other"
+    sh(tmp_path, "git", "clone", "-q", str(origin), str(other))
+    metrics = tmp_path / "m.json"
+    metrics.write_text(json.dumps({"eval.precision_at_1": 0.5}))
+    hook = runner / ".git/hooks/pre-push"
+    hook.write_text(f"""#!/bin/sh
+[ -e {tmp_path}/raced ] && exit 0
+touch {tmp_path}/raced
+unset GIT_DIR GIT_INDEX_FILE
+{sys.executable} -c "import importlib.util, sys, pathlib
+spec = importlib.util.spec_from_file_location('g', '{ROOT / '.ci/github_gate.py'}')
+m = importlib.util.module_from_spec(spec); sys.modules['g'] = m; spec.loader.exec_module(m)
+m.ROOT = pathlib.Path('{other}')
+e = m.Event('push', '{c0}', 'refs/heads/main', 'main', 'main', 'ci-baselines', 'origin', 50)
+m.store(e, pathlib.Path('{metrics}'))"
+""")
+    hook.chmod(0o755)
+    gate = github_gate(runner)
+    assert gate.store(event(gate, "push", c1, "refs/heads/main"), metrics) == f"official/{c1}.json"
+    assert (tmp_path / "raced").exists()  # the other job did push first
+    listing = sh(origin, "git", "ls-tree", "-r", "--name-only", "ci-baselines").split()
+    assert listing == sorted([f"official/{c0}.json", f"official/{c1}.json"])
+    assert sh(origin, "git", "rev-list", "--count", "ci-baselines") == "2"
