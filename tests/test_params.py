@@ -56,8 +56,8 @@ def test_wrong_types_are_errors(data, expected):
     ("eval", "interval_secs", 0, r"eval.interval_secs: expected > 0, found 0"),
     ("eval", "interval_secs", -1, r"eval.interval_secs: expected > 0, found -1"),
     # B16: a tolerance keyed by a number was a TypeError from re
-    ("regression", "tolerances", {1: {"max_drop": 0.02}}, r"regression.tolerances.1: expected a metric named "
-                                             r"train.<key> or eval.<key>"),
+    ("regression", "tolerances", {1: {"max_drop": 0.02}},
+     r"regression.tolerances.1: expected a metric named train.<key> or eval.<key>"),
 ])
 def test_numbers_that_would_misbehave_later_name_their_key(section, key, value, expected):
     """Hostile cases W11, W12, B49, B50: a negative weight decay diverged naming the wrong

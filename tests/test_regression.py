@@ -136,8 +136,8 @@ def test_tolerances_are_validated():
                                               r"max_drop: expected a positive number"):
             params_from_dict({"regression": {"tolerances": {"eval.precision_at_1":
                                                             {"max_drop": zero}}}})
-    with pytest.raises(ParamsError, match=r"regression.tolerances.train.step: expected "
-                                          r"\{max_drop: N\} \(higher is better\) or \{max_rise: N\}"):
+    with pytest.raises(ParamsError, match=r"regression.tolerances.train.step: expected \{max_drop: "
+                                          r"N\} \(higher is better\) or \{max_rise: N\}"):
         params_from_dict({"regression": {"tolerances": {"train.step": {"max_drop": 1,
                                                                       "max_rise": 1}}}})
     reg = params_from_dict({"regression": {"tolerances": {"train.step": {"max_rise": 5}}}})
@@ -178,7 +178,8 @@ def test_a_forgotten_minus_no_longer_passes_a_collapse(tmp_path):
         gate(base, {"eval.precision_at_1": 5.0}, write_run(tmp_path, precision=0.195))
     with pytest.raises(RegressionError, match=r"0.9900 \| 0.1950 \| -0.7950 \| >= -0.0200 \| "
                                               r"\*\*FAIL\*\*"):
-        gate(base, {"eval.precision_at_1": {"max_drop": 0.02}}, write_run(tmp_path, precision=0.195))
+        gate(base, {"eval.precision_at_1": {"max_drop": 0.02}},
+             write_run(tmp_path, precision=0.195))
 
 
 def test_a_baseline_with_no_tolerances_is_an_error_not_a_pass(tmp_path):

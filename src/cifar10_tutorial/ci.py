@@ -159,13 +159,13 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
         project = scratch / "project"
         project.mkdir()
         copy_worktree(root, project)
-        for stale in _outputs(project):  # the committed ones: what is kept is this run's
-            stale.unlink(missing_ok=True)
         md5 = build_archive(config, real_archive, scratch / "archive.tar.gz")
         if md5 is None:
             print(f"CI configuration {name}: SKIPPED, nothing gated by it: it runs on a real "
                   f"archive, and none was given (--real-archive; see docs/ci.md)")
             return 0
+        for stale in _outputs(project):  # the committed ones: what is kept is this run's
+            stale.unlink(missing_ok=True)
         overrides = {**(config.get("params") or {}),
                      "data.url": str(scratch / "archive.tar.gz"), "data.md5": md5}
         apply_overrides(project / "params.yaml", overrides)
