@@ -65,8 +65,8 @@ def test_wrong_types_are_errors(data, expected):
     ("eval", "interval_secs", -1, r"eval.interval_secs: expected a number in \(0, 86400\], "
                                   r"found -1.0"),
     # a tolerance keyed by a number was a TypeError from re
-    ("regression", "tolerances", {1: -0.02}, r"regression.tolerances.1: expected a metric named "
-                                             r"train.<key> or eval.<key>"),
+    ("regression", "tolerances", {1: {"max_drop": 0.02}},
+     r"regression.tolerances.1: expected a metric named train.<key> or eval.<key>"),
 ])
 def test_numbers_that_would_misbehave_later_name_their_key(section, key, value, expected):
     """A negative weight decay diverged naming the wrong

@@ -13,7 +13,7 @@ from cifar10_tutorial.regression import (RegressionError, collect_metrics, compa
                                          markdown_table, update_baseline)
 from conftest import ROOT
 
-TOL = {"eval.precision_at_1": -0.02, "train.loss_avg": 0.15}
+TOL = {"eval.precision_at_1": {"max_drop": 0.02}, "train.loss_avg": {"max_rise": 0.15}}
 
 
 def write_run(tmp_path, precision=0.80, loss=1.0, drop=()):
@@ -65,7 +65,7 @@ def test_a_missing_metric_fails(tmp_path):
     with pytest.raises(RegressionError, match=r"\| eval.precision_at_1 \| 0.8000 \| - \| - .*"
                                               r"missing from this run"):
         gate(write_baseline(tmp_path), TOL, write_run(tmp_path, drop=("precision_at_1",)))
-    rows = compare({"eval.precision_at_1": 0.8}, {}, {"eval.precision_at_1": -0.02})
+    rows = compare({"eval.precision_at_1": 0.8}, {}, {"eval.precision_at_1": {"max_drop": 0.02}})
     assert not rows[0].ok and "missing from the baseline" in markdown_table(rows)
 
 
@@ -128,10 +128,88 @@ def test_update_writes_the_gated_metrics(tmp_path):
 
 
 def test_tolerances_are_validated():
-    with pytest.raises(ParamsError, match="regression.tolerances.precision"):
-        params_from_dict({"regression": {"tolerances": {"precision": -0.1}}})
-    with pytest.raises(ParamsError, match="non-zero"):
-        params_from_dict({"regression": {"tolerances": {"eval.precision_at_1": 0}}})
+    with pytest.raises(ParamsError, match="regression.tolerances.precision: expected a metric "
+                                          "named train.<key> or eval.<key>"):
+        params_from_dict({"regression": {"tolerances": {"precision": {"max_drop": 0.1}}}})
+    for zero in (0, -0.02, float("nan"), True, "0.02"):
+        with pytest.raises(ParamsError, match=r"regression.tolerances.eval.precision_at_1."
+                                              r"max_drop: expected a positive number"):
+            params_from_dict({"regression": {"tolerances": {"eval.precision_at_1":
+                                                            {"max_drop": zero}}}})
+    with pytest.raises(ParamsError, match=r"regression.tolerances.train.step: expected \{max_drop: "
+                                          r"N\} \(higher is better\) or \{max_rise: N\}"):
+        params_from_dict({"regression": {"tolerances": {"train.step": {"max_drop": 1,
+                                                                      "max_rise": 1}}}})
+    reg = params_from_dict({"regression": {"tolerances": {"train.step": {"max_rise": 5}}}})
+    assert reg.regression.tolerances["train.step"].signed == 5.0  # a name that says nothing
+
+
+@pytest.mark.parametrize("metric, value, expected", [
+    # the minus forgotten: a drop of precision was allowed up to +5
+    ("eval.precision_at_1", 5.0, r"expected \{max_drop: N\} \(higher is better: a drop is the "
+                                 r"regression\), found the bare number 5.0, whose sign said the "
+                                 r"direction; write `eval.precision_at_1: \{max_drop: 5.0\}`"),
+    ("eval.precision_at_1", -0.02, r"found the bare number -0.02.*write `eval.precision_at_1: "
+                                   r"\{max_drop: 0.02\}`"),
+    ("train.loss_avg", -0.15, r"expected \{max_rise: N\} \(lower is better: a rise is the "
+                              r"regression\), found the bare number -0.15.*\{max_rise: 0.15\}"),
+    ("eval.precision_at_1_raw", {"max_rise": 0.03},
+     r"expected \{max_drop: N\} .*found \{max_rise: 0.03\}, which gates nothing that matters; "
+     r"write `eval.precision_at_1_raw: \{max_drop: 0.03\}`"),
+    ("train.loss", {"max_drop": 0.1}, r"expected \{max_rise: N\} .*found \{max_drop: 0.1\}"),
+    ("eval.precision_at_1", {"max_drop": 5.0}, r"max_drop: expected a fraction below 1 .*lets "
+                                               r"every drop pass"),
+    ("eval.precision_at_1", {"max_dorp": 0.02}, r"expected \{max_drop: N\} .*found "
+                                                r"\{'max_dorp': 0.02\}"),
+])
+def test_a_tolerance_in_the_wrong_direction_is_one_line_with_its_fix(metric, value, expected):
+    """A bare signed number let a forgotten minus pass anything: `eval.precision_at_1: 5.0`
+    passed a fall from 0.99 to 0.195. The direction is explicit and checked against what
+    the metric's name says."""
+    with pytest.raises(ParamsError, match=rf"^regression.tolerances.{metric}.*{expected}") as err:
+        params_from_dict({"regression": {"baseline": "b.json", "tolerances": {metric: value}}})
+    assert "\n" not in str(err.value)
+
+
+def test_a_forgotten_minus_no_longer_passes_a_collapse(tmp_path):
+    """The case of the issue, through the gate: a precision fallen from 0.99 to 0.195."""
+    base = write_baseline(tmp_path, **{"eval.precision_at_1": 0.99})
+    with pytest.raises(ParamsError, match="found the bare number 5.0"):
+        gate(base, {"eval.precision_at_1": 5.0}, write_run(tmp_path, precision=0.195))
+    with pytest.raises(RegressionError, match=r"0.9900 \| 0.1950 \| -0.7950 \| >= -0.0200 \| "
+                                              r"\*\*FAIL\*\*"):
+        gate(base, {"eval.precision_at_1": {"max_drop": 0.02}},
+             write_run(tmp_path, precision=0.195))
+
+
+def test_a_baseline_with_no_tolerances_is_an_error_not_a_pass(tmp_path):
+    """`regression.tolerances: {}` with a baseline set compared nothing and exited 0."""
+    with pytest.raises(ParamsError, match=r"^regression.tolerances: expected at least one "
+                                          r"metric while regression.baseline is set \(b.json\), "
+                                          r"found none: the gate would compare nothing and pass"):
+        params_from_dict({"regression": {"baseline": "b.json", "tolerances": {}}})
+    assert params_from_dict({"regression": {"baseline": None, "tolerances": {}}})  # shows only
+    with pytest.raises(RegressionError, match="tolerances is empty while the baseline"):
+        gate(write_baseline(tmp_path), {}, write_run(tmp_path))
+    # the stage itself: one line, exit 1, no table that says ok
+    (tmp_path / "params.yaml").write_text(
+        f"regression: {{baseline: {write_baseline(tmp_path)}, tolerances: {{}}}}\n")
+    files = write_run(tmp_path)
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/regression.py"), "--train-metrics",
+                           str(files["train"]), "--eval-metrics", str(files["eval"]), "--out",
+                           "gate.md"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "error: " in proc.stderr and "tolerances: expected at least one metric" in proc.stderr
+    assert not (tmp_path / "gate.md").exists()
+
+
+def test_variants_keep_the_checked_tolerances():
+    """An ablation variant's params are rebuilt from the checked ones (dataclasses.asdict):
+    the tolerances survive the round trip."""
+    from cifar10_tutorial.params import variant_params
+
+    params = params_from_dict({"ablations": {"v": {"model": {"lrn": False}}}})
+    assert variant_params(params, "v").regression.tolerances == params.regression.tolerances
 
 
 def test_the_stage_exits_1_with_the_table(tmp_path):
@@ -273,15 +351,20 @@ def test_the_official_gate_downloads_once_and_runs_until_a_baseline_is_committed
                               md5=info["md5"])
         (tmp_path / "served-params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
         init_repo(project)
-        env = {**os.environ, "CIFAR10_CI_PARAMS": str(tmp_path / "served-params.yaml"),
+        # not GitHub's variables (these tests run on GitHub too): without them the script
+        # gates against a committed baseline (tests/test_github_gate.py: with them)
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")},
+               "CIFAR10_CI_PARAMS": str(tmp_path / "served-params.yaml"),
                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
         cache = tmp_path / "cache"
         for _ in range(2):
             proc = subprocess.run(["bash", ".ci/official-gate", str(cache)], cwd=project, env=env,
                                   capture_output=True, text=True, timeout=600)
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-            assert "CI configuration official: NO BASELINE yet (reports/baseline/ci-official" \
-                   ".json is not committed): it ran (ok) and gated nothing" in proc.stdout
+            assert "CI configuration official: NO BASELINE (reports/baseline/ci-official" \
+                   ".json is not committed; measure one with" in proc.stdout
+            assert "GATED NOTHING; the pipeline ran through" in proc.stdout
+            assert "(ok)" not in proc.stdout
         assert hits.count("/cifar-10-binary.tar.gz") == 1  # the second run kept the copy
         assert (cache / "cifar-10-binary.tar.gz").read_bytes() == \
             (served / "cifar-10-binary.tar.gz").read_bytes()
@@ -292,4 +375,21 @@ def test_the_official_gate_downloads_once_and_runs_until_a_baseline_is_committed
     gate = workflow["jobs"]["gate"]
     assert "CIFAR10_CI_OFFICIAL" in gate["env"] and any(
         s.get("uses", "").startswith("actions/cache") for s in gate["steps"])
-    assert "official-gate" in (ROOT / ".ci/run").read_text()
+    assert any(".ci/official-gate \"$CIFAR10_CI_OFFICIAL\"" in s.get("run", "")
+               for s in gate["steps"])
+
+
+def test_ci_options_for_a_baseline_kept_elsewhere_are_checked_in_one_line(tmp_path, capsys):
+    """--baseline and --metrics-out (what .ci/github_gate.py uses) take one configuration
+    and an existing file; anything else is one line, before any run."""
+    from cifar10_tutorial.ci import main
+
+    for argv, found in ((["synthetic", "real", "--metrics-out", "m.json"],
+                         "--baseline and --metrics-out take one configuration, found 2"),
+                        (["official", "--baseline", str(tmp_path / "nope.json")],
+                         "nope.json: no such file; give a baseline JSON file")):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 1 and err.startswith("error: ") and found in err, err
+        assert err.count("\n") == 1

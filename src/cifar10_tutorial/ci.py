@@ -4,6 +4,8 @@
     python -m cifar10_tutorial.ci synthetic                       # archive built here
     python -m cifar10_tutorial.ci real --real-archive REAL.tar.gz  # real images (docs/ci.md)
     python -m cifar10_tutorial.ci real --real-archive REAL.tar.gz --update-baseline
+    python -m cifar10_tutorial.ci official --real-archive A.tar.gz --baseline B.json \
+        --metrics-out M.json        # against a baseline kept elsewhere (.ci/github_gate.py)
 
 A configuration is ``.ci/configs/<name>.yaml``: which archive to build, whether to run the
 exercise pipeline too, and dotted overrides of ``params.yaml`` (the file itself is never
@@ -97,8 +99,58 @@ def _run(cmd: list[str], cwd: Path, env: dict) -> int:
     return subprocess.run(cmd, cwd=cwd, env=env).returncode
 
 
+def _outputs(project: Path) -> list[Path]:
+    """The run's train and eval metrics and the gate's table, in the scratch copy."""
+    return [project / stage_output(stage, suffix, project / "dvc.yaml")
+            for stage, suffix in (("train", "metrics.json"), ("eval", "metrics.json"),
+                                  ("regression", ".md"))]
+
+
+def _keep_results(project: Path, root: Path, name: str, metrics_out: Optional[Path]) -> None:
+    """The gate's table beside the checkout as ``regression-<name>.md`` (for a pull-request
+    comment, docs/ci.md), and the run's gated metrics (the keys of its
+    regression.tolerances, in the baseline's format) to ``metrics_out``: each only where
+    this run made it, also when the gate failed."""
+    from .params import load_params
+    from .regression import update_baseline
+
+    train, evals, table = _outputs(project)
+    kept = root / f"regression-{name}.md"
+    kept.unlink(missing_ok=True)  # an earlier run's table never stands for this one
+    if table.is_file():
+        shutil.copy2(table, kept)
+    if metrics_out is not None and train.is_file() and evals.is_file():
+        tolerances = load_params(project / "params.yaml").regression.tolerances
+        metrics_out.parent.mkdir(parents=True, exist_ok=True)
+        update_baseline(str(metrics_out), tolerances, {"train": train, "eval": evals})
+
+
+def _place_baseline(name: str, baseline: Optional[str], root: Path, project: Path,
+                    baseline_file: Optional[Path], no_baseline: Optional[str]) -> Optional[str]:
+    """Put the baseline to gate against into the scratch copy: ``baseline_file`` (one kept
+    outside git; on GitHub the merge base's) or the committed one. The reason it gates
+    nothing when there is none (``no_baseline``, or the committed file is missing)."""
+    if baseline_file is not None:
+        if not baseline:
+            raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline")
+        (project / baseline).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(baseline_file, project / baseline)
+        return None
+    if no_baseline is None and baseline and not (root / baseline).is_file():
+        # a configuration whose baseline was never measured (the official archive's can
+        # only be measured where it can be downloaded)
+        return (f"{baseline} is not committed; measure one with `python -m cifar10_tutorial.ci "
+                f"{name} --real-archive ARCHIVE --update-baseline` and commit it")
+    return no_baseline
+
+
 def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
-               keep: bool = False, real_archive: Optional[Path] = None) -> int:
+               keep: bool = False, real_archive: Optional[Path] = None,
+               baseline_file: Optional[Path] = None, no_baseline: Optional[str] = None,
+               metrics_out: Optional[Path] = None) -> int:
+    """Run configuration ``name``; its exit status. ``baseline_file`` gates against that
+    file instead of the committed one; ``no_baseline`` (the reason) gates nothing;
+    ``metrics_out`` receives the run's gated metrics when its pipeline ran through."""
     root = root.resolve()
     config = load_config(name, root)
     scratch = Path(tempfile.mkdtemp(prefix=f"ci-{name}-"))
@@ -112,20 +164,22 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
             print(f"CI configuration {name}: SKIPPED, nothing gated by it: it runs on a real "
                   f"archive, and none was given (--real-archive; see docs/ci.md)")
             return 0
+        for stale in _outputs(project):  # the committed ones: what is kept is this run's
+            stale.unlink(missing_ok=True)
         overrides = {**(config.get("params") or {}),
                      "data.url": str(scratch / "archive.tar.gz"), "data.md5": md5}
         apply_overrides(project / "params.yaml", overrides)
         env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
         baseline = overrides.get("regression.baseline")
-        if baseline and not update_baseline and not (root / baseline).is_file():
-            # a configuration whose baseline was never measured (the official archive's can
-            # only be measured where it can be downloaded): it runs, shows, and gates nothing
+        if not update_baseline:
+            no_baseline = _place_baseline(name, baseline, root, project, baseline_file,
+                                          no_baseline)
+        if no_baseline is not None:  # it runs and shows its metrics; it never says "ok"
             apply_overrides(project / "params.yaml", {"regression.baseline": None})
             rc = _run(["dvc", "repro"], project, env)
-            print(f"CI configuration {name}: NO BASELINE yet ({baseline} is not committed): it "
-                  f"ran ({'ok' if rc == 0 else 'FAILED'}) and gated nothing; measure one with "
-                  f"`python -m cifar10_tutorial.ci {name} --real-archive ARCHIVE "
-                  f"--update-baseline` and commit it")
+            _keep_results(project, root, name, metrics_out)
+            print(f"CI configuration {name}: NO BASELINE ({no_baseline}): GATED NOTHING; the "
+                  f"pipeline {'ran through' if rc == 0 else 'FAILED'}")
             return rc
         if update_baseline:
             if not baseline:
@@ -138,9 +192,7 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
                 print(f"updated {baseline}; review `git diff {baseline}` and commit it")
             return rc
         rc = _run(["dvc", "repro"], project, env)  # download .. eval, then the gate
-        table = project / stage_output("regression", ".md", project / "dvc.yaml")
-        if table.is_file():  # for a pull-request comment (docs/ci.md)
-            shutil.copy2(table, root / f"regression-{name}.md")
+        _keep_results(project, root, name, metrics_out)
         if rc == 0 and config.get("report"):
             rc = _run(["dvc", "repro", "reports/dvc.yaml:report"], project, env)
         verdict = "passed" if rc == 0 else "FAILED"
@@ -160,11 +212,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", action="store_true", help="keep the scratch project for inspection")
     ap.add_argument("--real-archive", type=Path, help="the archive (official binary layout) of "
                     "the configurations that run on real images; without it they are skipped")
+    ap.add_argument("--baseline", type=Path, help="gate against this baseline file instead "
+                    "of the configuration's committed one (one configuration)")
+    ap.add_argument("--no-baseline", metavar="REASON", help="gate nothing, saying why (the "
+                    "run still shows its metrics)")
+    ap.add_argument("--metrics-out", type=Path, help="write the run's gated metrics here, in "
+                    "the baseline's format (one configuration)")
     args = ap.parse_args(argv)
 
     def go() -> None:
+        if (args.baseline or args.metrics_out) and len(args.config) != 1:
+            raise PipelineError("--baseline and --metrics-out take one configuration, found "
+                                f"{len(args.config)} ({' '.join(args.config)}); run each alone")
+        if args.baseline and not args.baseline.is_file():
+            raise PipelineError(f"--baseline {args.baseline}: no such file; give a baseline "
+                                f"JSON file (stages/regression.py --update writes one)")
         failed = [c for c in args.config
-                  if run_config(c, Path("."), args.update_baseline, args.keep, args.real_archive)]
+                  if run_config(c, Path("."), args.update_baseline, args.keep, args.real_archive,
+                                args.baseline, args.no_baseline, args.metrics_out)]
         if failed:
             raise PipelineError(f"CI configuration(s) failed: {', '.join(failed)}")
     run_stage(go)

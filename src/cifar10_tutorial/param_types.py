@@ -5,11 +5,13 @@ with an error that names the key (and, for what YAML reads oddly, how to write i
 A number's range is declared beside its field, ``Annotated[int, Range(1, 1024)]``, and
 checked here, at load, for every section and every ablation variant alike: a value far
 outside what the code can use (a million threads, a timeout of 1e300 seconds) would
-otherwise fail late, deep in a library, as a traceback or a hang."""
+otherwise fail late, deep in a library, as a traceback or a hang. Also the regression
+gate's tolerances, whose direction is checked against the metric's name."""
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -188,6 +190,82 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             raise ParamsError(f"{key}: expected a string, found {value!r}")
         return value
     raise TypeError(f"param_types.py cannot check the type {tp!r} of {key}")  # a bug here, not user input
+
+
+# Which way is worse, for the metrics whose meaning is known from their name: a tolerance in
+# the other direction gates nothing (a rise of a precision is never a regression), and
+# a bare signed number made that slip silent (`eval.precision_at_1: 0.02`, the minus
+# forgotten, let a fall from 0.99 to 0.2 pass).
+HIGHER_IS_BETTER = "precision"  # precision_at_1, precision_at_1_raw, ..._flip
+LOWER_IS_BETTER = "loss"  # loss, loss_avg, loss_raw
+
+
+def worse_direction(metric: str) -> Optional[str]:
+    """``max_drop`` for a metric whose fall is the regression (a precision), ``max_rise``
+    for one whose rise is (a loss), None when its name does not say."""
+    key = metric.split(".", 1)[-1]
+    if HIGHER_IS_BETTER in key:
+        return "max_drop"
+    if LOWER_IS_BETTER in key:
+        return "max_rise"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """How far one gated metric may move from its baseline in the direction that is worse:
+    exactly one of ``max_drop`` (higher is better) and ``max_rise`` (lower is better), a
+    positive number."""
+
+    max_drop: Optional[float] = None
+    max_rise: Optional[float] = None
+
+    @property
+    def signed(self) -> float:
+        """The allowed change as a signed bound: -max_drop (change >= it) or +max_rise."""
+        return -self.max_drop if self.max_drop is not None else self.max_rise
+
+    @property
+    def direction(self) -> str:
+        return "max_drop" if self.max_drop is not None else "max_rise"
+
+
+def parse_tolerance(metric: Any, value: Any) -> Tolerance:
+    """``{max_drop: N}`` or ``{max_rise: N}`` for ``metric``, or one line naming the key,
+    what was expected and found, and what to write."""
+    key = f"regression.tolerances.{metric}"
+    if not (isinstance(metric, str) and re.fullmatch(r"(train|eval)\.[A-Za-z0-9_]+", metric)):
+        raise ParamsError(f"{key}: expected a metric named train.<key> or eval.<key> (the "
+                          f"train or eval stage's metrics.json), found {metric!r}")
+    want = worse_direction(metric)
+    why = {"max_drop": "higher is better: a drop is the regression",
+           "max_rise": "lower is better: a rise is the regression"}
+    expected = (f"{{{want}: N}} ({why[want]})" if want
+                else "{max_drop: N} (higher is better) or {max_rise: N} (lower is better)")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        fix = want or ("max_drop" if value < 0 else "max_rise")
+        raise ParamsError(f"{key}: expected {expected}, found the bare number {value!r}, "
+                          f"whose sign said the direction; write "
+                          f"`{metric}: {{{fix}: {abs(value)!r}}}`")
+    if isinstance(value, dict):  # dataclasses.asdict's form (variants) holds both keys
+        value = {k: v for k, v in value.items() if v is not None}
+    if not isinstance(value, dict) or len(value) != 1 or \
+            next(iter(value)) not in ("max_drop", "max_rise"):
+        raise ParamsError(f"{key}: expected {expected}, found {value!r}")
+    (direction, number), = value.items()
+    if isinstance(number, bool) or not isinstance(number, (int, float)) \
+            or not math.isfinite(number) or number <= 0:
+        raise ParamsError(f"{key}.{direction}: expected a positive number (the largest "
+                          f"{direction[4:]} allowed), found {number!r}")
+    if want and direction != want:
+        raise ParamsError(f"{key}: expected {expected}, found {{{direction}: {number!r}}}, "
+                          f"which gates nothing that matters; write "
+                          f"`{metric}: {{{want}: {number!r}}}`")
+    if want == "max_drop" and number >= 1:
+        raise ParamsError(f"{key}.max_drop: expected a fraction below 1 (a precision lies in "
+                          f"[0, 1], so {number!r} lets every drop pass), found {number!r}; "
+                          f"write e.g. `{metric}: {{max_drop: 0.02}}`")
+    return Tolerance(**{direction: float(number)})
 
 
 def build(cls: type, mapping: dict, prefix: str) -> Any:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from .param_types import ParamsError, Range, build as _build, read_params_yaml
+from .param_types import (ParamsError, Range, Tolerance, build as _build, parse_tolerance,
+                          read_params_yaml)
 
 
 # Upper bounds far above any run of this network, yet low enough that a typo (an extra
@@ -214,22 +215,23 @@ class AblationParams:
 class RegressionParams:
     """The regression gate (the `regression` stage): this run's metrics against a baseline."""
 
-
     baseline: Optional[str] = None  # a JSON file of metrics; null: show the metrics, gate nothing
-    # metric -> allowed change from the baseline: negative = the largest drop allowed (higher
-    # is better), positive = the largest rise allowed (lower is better)
-    tolerances: dict[str, Annotated[float, Range(-1e6, 1e6)]] = field(default_factory=lambda: {
-        "eval.precision_at_1": -0.02, "eval.precision_at_1_raw": -0.03,
-        "train.loss_avg": 0.15})
+    # metric -> {max_drop: N} (higher is better) or {max_rise: N} (lower is better); read
+    # as Any and checked here, so that a bare signed number is refused with its fix
+    tolerances: dict[str, Any] = field(default_factory=lambda: {
+        "eval.precision_at_1": {"max_drop": 0.02}, "eval.precision_at_1_raw": {"max_drop": 0.03},
+        "train.loss_avg": {"max_rise": 0.15}})
 
     def __post_init__(self) -> None:
-        for name, tol in self.tolerances.items():
-            if not (isinstance(name, str) and re.fullmatch(r"(train|eval)\.[A-Za-z0-9_]+", name)) \
-                    or tol == 0:
-                raise ParamsError(f"regression.tolerances.{name}: expected a metric named "
-                                  f"train.<key> or eval.<key> and a non-zero change (negative: "
-                                  f"the largest drop allowed, positive: the largest rise), "
-                                  f"found {tol}")
+        parsed = {name: value if isinstance(value, Tolerance) else parse_tolerance(name, value)
+                  for name, value in self.tolerances.items()}
+        object.__setattr__(self, "tolerances", parsed)  # frozen: set once, here
+        if self.baseline is not None and not parsed:
+            raise ParamsError(f"regression.tolerances: expected at least one metric while "
+                              f"regression.baseline is set ({self.baseline}), found none: the "
+                              f"gate would compare nothing and pass; add one, e.g. "
+                              f"`eval.precision_at_1: {{max_drop: 0.02}}`, or set "
+                              f"regression.baseline: null")
 
 
 @dataclass(frozen=True)

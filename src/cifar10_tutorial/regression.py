@@ -2,12 +2,13 @@
 
 Metrics are named ``train.<key>`` (from the train stage's metrics.json) and
 ``eval.<key>`` (the eval stage's). ``regression.tolerances`` gives
-each gated metric its allowed change from the baseline: a negative number is
-the largest drop allowed (higher is better, e.g. precision), a positive one
-the largest rise (lower is better, e.g. loss). The gate fails when a metric
-moves past its tolerance, when a gated metric is missing from the run or from
-the baseline, or when the run produced no metrics at all; it prints a
-Markdown table either way.
+each gated metric its allowed change from the baseline, in the direction that
+is worse: ``{max_drop: N}`` (higher is better, e.g. precision) or
+``{max_rise: N}`` (lower is better, e.g. loss); params.py refuses the wrong
+direction for a metric whose name says it. The gate fails when a metric moves
+past its tolerance, when a gated metric is missing from the run or from the
+baseline, when the run produced no metrics at all, or when a baseline is set
+and nothing is gated; it prints a Markdown table either way.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Optional
 
 from .files import write_text_atomic
 from .errors import PipelineError
+from .param_types import Tolerance, parse_tolerance
 
 class RegressionError(PipelineError):
     """The gate failed; the message holds the table."""
@@ -69,10 +71,18 @@ class Row:
         return self.now - self.baseline
 
 
+def as_tolerances(tolerances: dict) -> dict[str, Tolerance]:
+    """``regression.tolerances`` as params.py checked them (a mapping given in code, e.g.
+    ``{"eval.precision_at_1": {"max_drop": 0.02}}``, is checked the same way)."""
+    return {m: t if isinstance(t, Tolerance) else parse_tolerance(m, t)
+            for m, t in tolerances.items()}
+
+
 def compare(now: dict[str, float], baseline: dict[str, float],
-            tolerances: dict[str, float]) -> list[Row]:
+            tolerances: dict) -> list[Row]:
     rows = []
-    for metric, tol in tolerances.items():
+    for metric, tolerance in as_tolerances(tolerances).items():
+        tol = tolerance.signed
         base, cur = baseline.get(metric), now.get(metric)
         if cur is None:
             rows.append(Row(metric, base, None, tol, False, "missing from this run"))
@@ -130,9 +140,16 @@ def metrics_diff_md(baseline: Path, files: dict[str, Path]) -> str:
             + (proc.stdout.strip() or "(no metrics committed at that revision to compare with)"))
 
 
-def gate(baseline_path: Optional[str], tolerances: dict[str, float],
+def gate(baseline_path: Optional[str], tolerances: dict,
          files: dict[str, Path]) -> str:
     """The report (Markdown); raises :class:`RegressionError` with it when the gate fails."""
+    tolerances = as_tolerances(tolerances)
+    if baseline_path is not None and not tolerances:
+        # params.py refuses this too; a caller in code gets the same answer, never a pass
+        raise RegressionError(f"regression.tolerances is empty while the baseline "
+                              f"{baseline_path} is set: nothing would be compared; give each "
+                              f"gated metric a tolerance, e.g. eval.precision_at_1: "
+                              f"{{max_drop: 0.02}}")
     now = collect_metrics(files)
     if not now:
         raise RegressionError(
@@ -165,7 +182,7 @@ def gate(baseline_path: Optional[str], tolerances: dict[str, float],
     return text
 
 
-def update_baseline(baseline_path: str, tolerances: dict[str, float],
+def update_baseline(baseline_path: str, tolerances: dict,
                     files: dict[str, Path]) -> dict[str, float]:
     """Write this run's gated metrics to the baseline file (atomically); return them."""
     now = collect_metrics(files)

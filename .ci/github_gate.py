@@ -1,0 +1,265 @@
+"""The official gate on GitHub, gated the way DVC users compare a branch with main: against
+the baseline of the merge base, kept on a git branch of its own (docs/ci.md, "The gate on
+GitHub").
+
+    python .ci/github_gate.py ARCHIVE    (in the venv; .ci/official-gate calls it)
+
+- A push to the default branch runs the `official` configuration on ARCHIVE and keeps its
+  gated metrics as that commit's baseline: `official/<sha>.json`, committed to the branch
+  `ci-baselines` and pushed with the job's token (git plumbing on a scratch index: the
+  checkout's files and branch are never touched). The push is retried on a race with
+  another push job.
+- A pull request (or a push to any other branch) finds the baseline of its merge base with
+  the base branch, or of the nearest first-parent ancestor of it that has one (a newer
+  commit's own run may still be going), gates its run against it under
+  `regression.tolerances`, and exits 1 when a metric regressed. With none stored, it runs,
+  gates nothing, and says so in one line.
+
+Either way it appends a verdict line and the gate's table to $GITHUB_STEP_SUMMARY and
+writes them to regression-comment.md, which the workflow posts on the pull request.
+
+Environment: GITHUB_EVENT_NAME, GITHUB_REF, GITHUB_SHA, GITHUB_BASE_REF and
+GITHUB_STEP_SUMMARY, as GitHub sets them; CIFAR10_CI_DEFAULT_BRANCH (the workflow passes the
+repository's default branch; main without it), CIFAR10_CI_BASELINES (the branch,
+ci-baselines), CIFAR10_CI_REMOTE (origin) and CIFAR10_CI_LOOKBACK (how many first-parent
+ancestors of the merge base are searched, 50).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's code is what is gated
+
+from cifar10_tutorial.cli import run_stage  # noqa: E402
+from cifar10_tutorial.errors import PipelineError  # noqa: E402
+
+CONFIG = "official"
+COMMENT = "regression-comment.md"
+BOT = {"GIT_AUTHOR_NAME": "github-actions[bot]", "GIT_COMMITTER_NAME": "github-actions[bot]",
+       "GIT_AUTHOR_EMAIL": "41898282+github-actions[bot]@users.noreply.github.com",
+       "GIT_COMMITTER_EMAIL": "41898282+github-actions[bot]@users.noreply.github.com"}
+
+
+@dataclass
+class Event:
+    """What GitHub says about the run, from its environment variables."""
+    name: str  # push, pull_request, ...
+    sha: str
+    ref: str  # refs/heads/main, refs/pull/7/merge
+    base: str  # the branch to compare with: the pull request's base, else the default
+    default: str
+    branch: str  # where baselines are kept
+    remote: str
+    lookback: int
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "Event":
+        default = env.get("CIFAR10_CI_DEFAULT_BRANCH") or "main"
+        sha = env.get("GITHUB_SHA") or git("rev-parse", "HEAD")
+        return cls(name=env.get("GITHUB_EVENT_NAME", ""), sha=sha, ref=env.get("GITHUB_REF", ""),
+                   base=env.get("GITHUB_BASE_REF") or default, default=default,
+                   branch=env.get("CIFAR10_CI_BASELINES") or "ci-baselines",
+                   remote=env.get("CIFAR10_CI_REMOTE") or "origin",
+                   lookback=int(env.get("CIFAR10_CI_LOOKBACK") or 50))
+
+    @property
+    def stores(self) -> bool:
+        """A push to the default branch keeps its metrics; every other run is gated."""
+        return self.name == "push" and self.ref == f"refs/heads/{self.default}"
+
+    def tracking(self, branch: str) -> str:
+        return f"refs/remotes/{self.remote}/{branch}"
+
+
+def git(*args: str, env: Optional[dict] = None, check: bool = True) -> str:
+    proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    if check and proc.returncode != 0:
+        raise PipelineError(f"`git {' '.join(args)}` failed: "
+                            f"{' '.join(proc.stderr.split())[:300]}")
+    return proc.stdout.strip()
+
+
+def fetch(event: Event, branch: str) -> bool:
+    """The remote's ``branch`` into its tracking ref; False when the remote has none (the
+    baselines branch before the first push to the default branch stored one)."""
+    proc = subprocess.run(["git", "fetch", "-q", event.remote,
+                           f"+refs/heads/{branch}:{event.tracking(branch)}"],
+                          cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode == 0:
+        return True
+    if "couldn't find remote ref" in proc.stderr:
+        git("update-ref", "-d", event.tracking(branch), check=False)  # gone there: gone here
+        return False
+    raise PipelineError(f"`git fetch {event.remote} {branch}` failed: "
+                        f"{' '.join(proc.stderr.split())[:300]}")
+
+
+def stored(event: Event) -> set[str]:
+    """The commits that have a baseline on the baselines branch (as fetched)."""
+    names = git("ls-tree", "--name-only", f"{event.tracking(event.branch)}:{CONFIG}", check=False)
+    return {n[:-len(".json")] for n in names.splitlines() if n.endswith(".json")}
+
+
+def find_baseline(event: Event, start: str) -> tuple[Optional[str], int]:
+    """The newest first-parent ancestor of ``start`` (itself included) that has a stored
+    baseline and how many commits before ``start`` it is; (None, how many commits were
+    searched) when none has."""
+    have = stored(event)
+    history = git("rev-list", "--first-parent", f"--max-count={event.lookback}",
+                  start).splitlines()
+    for distance, sha in enumerate(history):
+        if sha in have:
+            return sha, distance
+    return None, len(history)
+
+
+def merge_base(event: Event) -> str:
+    if git("rev-parse", "--is-shallow-repository") == "true":
+        raise PipelineError("the checkout is shallow (actions/checkout's fetch-depth: 1), so "
+                            "the merge base cannot be found; set `fetch-depth: 0` on the "
+                            "gate job's checkout (.github/workflows/ci.yml)")
+    if not fetch(event, event.base):
+        raise PipelineError(f"the remote {event.remote} has no branch {event.base} to compare "
+                            f"with; set GITHUB_BASE_REF or CIFAR10_CI_DEFAULT_BRANCH to it")
+    return git("merge-base", "HEAD", event.tracking(event.base))
+
+
+def store(event: Event, metrics: Path, attempts: int = 3) -> str:
+    """Commit ``metrics`` as ``official/<sha>.json`` on the baselines branch and push it;
+    when another push job pushed in between (rejected), fetch and commit again. The path it
+    was stored at."""
+    path = f"{CONFIG}/{event.sha}.json"
+    blob = git("hash-object", "-w", str(metrics))
+    for attempt in range(1, attempts + 1):
+        parent = event.tracking(event.branch) if fetch(event, event.branch) else None
+        with tempfile.TemporaryDirectory() as tmp:
+            index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            git("read-tree", *([parent] if parent else ["--empty"]), env=index)
+            git("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=index)
+            tree = git("write-tree", env=index)
+        commit = git("commit-tree", tree, *(["-p", parent] if parent else []), "-m",
+                     f"Baseline of {event.sha[:12]} ({CONFIG})\n\nMeasured by the gate job "
+                     f"on {event.ref}: the gated metrics of .ci/configs/{CONFIG}.yaml.",
+                     env=BOT)
+        proc = subprocess.run(["git", "push", "-q", event.remote,
+                               f"{commit}:refs/heads/{event.branch}"],
+                              cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode == 0:
+            git("update-ref", event.tracking(event.branch), commit)
+            return path
+        if attempt == attempts or "rejected" not in proc.stderr:
+            break
+    fix = ("other jobs kept pushing first: rerun this job" if "rejected" in proc.stderr
+           else "the gate job needs `permissions: contents: write`")
+    raise PipelineError(f"could not push the baseline {path} to {event.remote} "
+                        f"{event.branch} ({attempt} attempt(s)): "
+                        f"{' '.join(proc.stderr.split())[:300]}; {fix}")
+
+
+def improvements(metrics: Path, baseline: Path) -> list[str]:
+    """The gated metrics that moved the better way by more than their tolerance."""
+    from cifar10_tutorial.params import load_params
+
+    now, base = json.loads(metrics.read_text()), json.loads(baseline.read_text())
+    out = []
+    for metric, tol in load_params(ROOT / "params.yaml").regression.tolerances.items():
+        if metric in now and metric in base:
+            change = now[metric] - base[metric]
+            better = change if tol.direction == "max_drop" else -change
+            if better > abs(tol.signed):
+                out.append(f"{metric} ({change:+.4f})")
+    return out
+
+
+def run(archive: Path, **how) -> tuple[int, str]:
+    """The configuration's run (``how``: run_config's baseline_file, no_baseline,
+    metrics_out); its exit status and the gate's table (empty when none was made)."""
+    from cifar10_tutorial.ci import run_config
+
+    rc = run_config(CONFIG, ROOT, real_archive=archive, **how)
+    table = ROOT / f"regression-{CONFIG}.md"
+    return rc, table.read_text().strip() if table.is_file() else ""
+
+
+def measure_and_store(event: Event, archive: Path, work: Path) -> tuple[int, str, str]:
+    metrics = work / "metrics.json"
+    rc, table = run(archive, no_baseline=f"a push to {event.default} measures its baseline",
+                    metrics_out=metrics)
+    if rc != 0 or not metrics.is_file():
+        return 1, (f"**FAILED**: the pipeline failed on {event.sha[:12]}; no baseline stored "
+                   f"for it (see the job's log)"), table
+    path = store(event, metrics)
+    return 0, (f"**BASELINE STORED** for {event.sha[:12]} on {event.default}: `{path}` on the "
+               f"branch `{event.branch}`; pull requests based on this commit are gated against "
+               f"it"), table
+
+
+def gate(event: Event, archive: Path, work: Path) -> tuple[int, str, str]:
+    base = merge_base(event)
+    fetch(event, event.branch)
+    sha, distance = find_baseline(event, base)
+    if sha is None:
+        rc, table = run(archive, no_baseline="none stored for the merge base")
+        return rc, (f"**NO BASELINE**: none stored on the branch `{event.branch}` for the merge "
+                    f"base {base[:12]} with {event.base} nor the {distance - 1} commit(s) before "
+                    f"it, so this run GATED NOTHING" + (
+                        "" if rc == 0 else "; and its pipeline FAILED (see the job's log)")), table
+    baseline, metrics = work / "baseline.json", work / "metrics.json"
+    baseline.write_text(git("show", f"{event.tracking(event.branch)}:{CONFIG}/{sha}.json") + "\n")
+    rc, table = run(archive, baseline_file=baseline, metrics_out=metrics)
+    which = (f"the baseline of {sha[:12]} on {event.base}, "
+             + ("the merge base" if distance == 0 else
+                f"{distance} commit(s) before the merge base {base[:12]}, which has none yet"))
+    if "REGRESSION in " in table:
+        failed = table.split("REGRESSION in ", 1)[1].split(". ", 1)[0]
+        return 1, (f"**REGRESSED** against {which}: {failed} moved past the tolerance. If "
+                   f"that is intended, merge it all the same: the push to {event.default} "
+                   f"stores its metrics as the new baseline, no file to commit"), table
+    if rc != 0 or not metrics.is_file():
+        return 1, (f"**FAILED**: the pipeline failed before the gate; nothing was compared "
+                   f"with {which} (see the job's log)"), table
+    better = improvements(metrics, baseline)
+    return 0, (f"**PASSED** against {which}" + (
+        f"; improved past the tolerance: {', '.join(better)}" if better else "")), table
+
+
+def report(event: Event, verdict: str, table: str) -> None:
+    """The verdict and the table: the job's summary (appended) and the comment's file."""
+    text = (f"### Regression gate, `{CONFIG}` configuration, {event.sha[:12]}\n\n{verdict}\n\n"
+            + (table or "(no table: the pipeline stopped before the regression stage)") + "\n")
+    (ROOT / COMMENT).write_text(text)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as f:
+            f.write(text + "\n")
+    print(verdict.replace("**", ""))
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        raise PipelineError("usage: python .ci/github_gate.py ARCHIVE (the official archive)")
+    archive = Path(sys.argv[1]).resolve()
+    event = Event.from_env()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            rc, verdict, table = (measure_and_store if event.stores else gate)(
+                event, archive, Path(tmp))
+        except PipelineError as exc:  # said where a reader of the pull request looks, too
+            report(event, f"**FAILED**: {exc}", "")
+            raise
+    report(event, verdict, table)
+    if rc != 0:
+        raise PipelineError(verdict.replace("**", ""))
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,380 @@
+"""The official gate on GitHub (.ci/github_gate.py, docs/ci.md "The gate on GitHub"): a
+push to the default branch stores its baseline on the branch ci-baselines, a pull request
+is gated against the baseline of its merge base. Here GitHub is a local bare repository
+(the remote the runner's checkout pushes to and fetches from), the official archive a
+local HTTP server's, and the workflow's own step commands run with GitHub's environment
+variables set."""
+import functools
+import http.server
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, commit, copy_project, init_repo
+
+TOLERATED = {"eval.precision_at_1", "eval.precision_at_1_raw", "train.loss_avg"}
+
+
+def sh(cwd, *cmd):
+    """``git ...`` or another command in ``cwd``; it must succeed; its stdout."""
+    proc = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.strip()
+
+
+def clean_env(**extra):
+    """This process's environment without GitHub's variables (the tests run on GitHub too:
+    a real summary must not receive theirs), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CIFAR10_CI_"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    return {**env, **extra}
+
+
+def github_gate(root: Path):
+    """.ci/github_gate.py as a module, working in the checkout ``root``."""
+    spec = importlib.util.spec_from_file_location("github_gate", ROOT / ".ci/github_gate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    module.ROOT = root
+    return module
+
+
+def remote_and_checkout(tmp_path, project: Path) -> tuple[Path, Path]:
+    """A bare repository standing for GitHub, holding ``project``'s main branch, and the
+    runner's checkout of it (full history, as `fetch-depth: 0` gives)."""
+    origin = tmp_path / "origin.git"
+    sh(tmp_path, "git", "init", "-q", "--bare", str(origin))
+    sh(origin, "git", "symbolic-ref", "HEAD", "refs/heads/main")  # GitHub's default branch
+    sh(project, "git", "branch", "-M", "main")
+    sh(project, "git", "remote", "add", "origin", str(origin))
+    sh(project, "git", "push", "-q", "origin", "main")
+    runner = tmp_path / "runner"
+    sh(tmp_path, "git", "clone", "-q", str(origin), str(runner))
+    return origin, runner
+
+
+def pull_request(project: Path, runner: Path, branch: str, number: int) -> str:
+    """GitHub's merge ref of ``branch`` into main (refs/pull/N/merge), checked out in the
+    runner's checkout the way actions/checkout does; its sha."""
+    sh(project, "git", "push", "-q", "origin", branch)
+    sh(project, "git", "checkout", "-q", "--detach", "main")
+    sh(project, "git", "-c", "user.name=t", "-c", "user.email=t@t", "merge", "-q", "--no-ff",
+       branch, "-m", f"Merge {branch} into main")
+    merge = sh(project, "git", "rev-parse", "HEAD")
+    sh(project, "git", "push", "-q", "origin", f"HEAD:refs/pull/{number}/merge")
+    sh(project, "git", "checkout", "-q", "main")
+    sh(runner, "git", "fetch", "-q", "origin", "+refs/heads/*:refs/remotes/origin/*",
+       f"+refs/pull/{number}/merge:refs/remotes/pull/{number}/merge")
+    sh(runner, "git", "checkout", "-q", "--detach", merge)
+    return merge
+
+
+def event(module, name, sha, ref, base="", lookback=50):
+    return module.Event(name=name, sha=sha, ref=ref, base=base or "main", default="main",
+                        branch="ci-baselines", remote="origin", lookback=lookback)
+
+
+# ------------------------------------------------------------ the lookup, without a run
+
+
+def test_baselines_are_stored_on_a_branch_and_found_by_the_merge_base(tmp_path):
+    """The storage and the lookup: a push stores `official/<sha>.json` on ci-baselines
+    (creating the branch, then adding to it) without touching the checkout; a pull request
+    finds the merge base's, or the nearest first-parent ancestor's while the merge base has
+    none, or says there is none."""
+    project = tmp_path / "dev"
+    project.mkdir()
+    sh(project, "git", "init", "-q")
+    (project / "a.txt").write_text("1\n")
+    commit(project, "c1")
+    c1 = sh(project, "git", "rev-parse", "HEAD")
+    (project / "a.txt").write_text("2\n")
+    commit(project, "c2")
+    c2 = sh(project, "git", "rev-parse", "HEAD")
+    origin, runner = remote_and_checkout(tmp_path, project)
+    gate = github_gate(runner)
+    metrics = tmp_path / "m.json"
+    metrics.write_text(json.dumps({"eval.precision_at_1": 0.5}))
+
+    pr = event(gate, "pull_request", "x", "refs/pull/1/merge")
+    assert gate.find_baseline(pr, c2) == (None, 2)  # no branch yet: nothing stored
+
+    sh(runner, "git", "checkout", "-q", "--detach", c1)
+    status = sh(runner, "git", "status", "--porcelain")
+    assert gate.store(event(gate, "push", c1, "refs/heads/main"), metrics) == f"official/{c1}.json"
+    assert sh(runner, "git", "status", "--porcelain") == status  # the checkout untouched
+    assert json.loads(sh(origin, "git", "show", f"ci-baselines:official/{c1}.json")) == \
+        {"eval.precision_at_1": 0.5}
+
+    (project / "b.txt").write_text("feature\n")
+    sh(project, "git", "checkout", "-q", "-b", "feature")
+    commit(project, "feature")
+    pull_request(project, runner, "feature", 1)
+    base = gate.merge_base(pr)
+    assert base == c2
+    assert gate.find_baseline(pr, base) == (c1, 1)  # c2's own run has not stored one
+    assert gate.find_baseline(event(gate, "pull_request", "x", "", lookback=1), base) == \
+        (None, 1)
+
+    metrics.write_text(json.dumps({"eval.precision_at_1": 0.6}))
+    assert gate.store(event(gate, "push", c2, "refs/heads/main"), metrics) == f"official/{c2}.json"
+    assert gate.find_baseline(pr, base) == (c2, 0)
+    listing = sh(origin, "git", "ls-tree", "-r", "--name-only", "ci-baselines")
+    assert listing.split() == sorted([f"official/{c1}.json", f"official/{c2}.json"])
+    assert sh(origin, "git", "rev-list", "--count", "ci-baselines") == "2"
+
+
+def test_a_shallow_checkout_is_one_line_naming_fetch_depth(tmp_path):
+    project = tmp_path / "dev"
+    project.mkdir()
+    sh(project, "git", "init", "-q")
+    for n in range(2):
+        (project / "a.txt").write_text(f"{n}\n")
+        commit(project, f"c{n}")
+    origin, _ = remote_and_checkout(tmp_path, project)
+    shallow = tmp_path / "shallow"
+    sh(tmp_path, "git", "clone", "-q", "--depth", "1", f"file://{origin}", str(shallow))
+    gate = github_gate(shallow)
+    with pytest.raises(gate.PipelineError, match=r"^the checkout is shallow .*set `fetch-depth: "
+                                                 r"0` on the gate job's checkout"):
+        gate.merge_base(event(gate, "pull_request", "x", "refs/pull/1/merge"))
+
+
+def test_improvements_are_the_moves_past_the_tolerance_the_better_way(tmp_path):
+    gate = github_gate(ROOT)  # the project's params.yaml: its tolerances
+    base, now = tmp_path / "b.json", tmp_path / "m.json"
+    base.write_text(json.dumps({"eval.precision_at_1": 0.50, "eval.precision_at_1_raw": 0.50,
+                                "train.loss_avg": 2.0}))
+    now.write_text(json.dumps({"eval.precision_at_1": 0.60, "eval.precision_at_1_raw": 0.51,
+                               "train.loss_avg": 1.5}))
+    assert gate.improvements(now, base) == ["eval.precision_at_1 (+0.1000)",
+                                            "train.loss_avg (-0.5000)"]
+
+
+# ------------------------------------------------- the workflow's steps, as GitHub runs them
+
+
+def workflow_step(needle: str) -> tuple[dict, dict]:
+    """The gate job of .github/workflows/ci.yml and its step whose command holds ``needle``."""
+    job = yaml.safe_load((ROOT / ".github/workflows/ci.yml").read_text())["jobs"]["gate"]
+    steps = [s for s in job["steps"] if needle in s.get("run", "")]
+    assert len(steps) == 1, [s.get("name") for s in job["steps"]]
+    return job, steps[0]
+
+
+def expand(text: str, context: dict) -> str:
+    """GitHub's ``${{ ... }}`` expressions of the workflow, from ``context``; one this test
+    does not know fails it (a new one in the workflow needs a value here)."""
+    def value(match):
+        name = match.group(1).strip()
+        assert name in context, f"the workflow uses ${{{{ {name} }}}}: give it a value here"
+        return context[name]
+    return re.sub(r"\$\{\{(.+?)\}\}", value, text)
+
+
+def run_step(step: dict, job: dict, checkout: Path, github: dict, extra: dict):
+    """The step's `run:` as the runner runs it: bash -eo pipefail in the checkout, the job's
+    env (its expressions expanded) and GitHub's variables in the environment."""
+    context = {"github.workspace": str(checkout), "github.event.repository.default_branch": "main"}
+    env = clean_env(**{k: expand(str(v), context) for k, v in job.get("env", {}).items()},
+                    GITHUB_ACTIONS="true", GITHUB_WORKSPACE=str(checkout), **github, **extra)
+    script = checkout.parent / "step.sh"
+    script.write_text(expand(step["run"], context))
+    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)],
+                          cwd=checkout, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture
+def served_archive(tmp_path):
+    """A local HTTP server (127.0.0.1) serving an archive in the official layout, and a
+    params file whose data section points at it (CIFAR10_CI_PARAMS)."""
+    from cifar10_tutorial.data.synthetic import make_cifar10_archive
+
+    served = tmp_path / "served"
+    served.mkdir()
+    info = make_cifar10_archive(served / "cifar-10-binary.tar.gz", train_per_batch=100,
+                                test=200, seed=1)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                            functools.partial(Quiet, directory=str(served)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["data"].update(url=f"http://127.0.0.1:{httpd.server_port}/cifar-10-binary.tar.gz",
+                          md5=info["md5"])
+    path = tmp_path / "served-params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    yield path
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def gate_project(tmp_path) -> Path:
+    """The project with its .ci/ and workflow, the `official` configuration made tiny (30
+    steps on the served archive: at the default learning rate it learns, at 1e-5 it does
+    not), as a git + DVC repository."""
+    project = copy_project(tmp_path / "dev")
+    shutil.copytree(ROOT / ".ci", project / ".ci", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / ".github", project / ".github")
+    config = yaml.safe_load((project / ".ci/configs/official.yaml").read_text())
+    config["params"].update({"train.max_steps": 30, "train.batch_size": 32, "train.log_every": 10,
+                             "run.checkpoint_every": 30, "eval.every_steps": 0,
+                             "input.min_fraction_of_examples_in_queue": 0.1})
+    (project / ".ci/configs/official.yaml").write_text(yaml.safe_dump(config))
+    init_repo(project)
+    return project
+
+
+def github_env(name: str, sha: str, ref: str, summary: Path, base: str = "") -> dict:
+    return {"GITHUB_EVENT_NAME": name, "GITHUB_SHA": sha, "GITHUB_REF": ref,
+            "GITHUB_BASE_REF": base, "GITHUB_STEP_SUMMARY": str(summary)}
+
+
+def link_venv(checkout: Path) -> None:
+    """The step sources .venv/bin/activate, which .ci/run made on the runner: this venv."""
+    (checkout / ".venv").symlink_to(Path(sys.executable).parent.parent)
+
+
+@pytest.mark.e2e
+def test_a_push_stores_the_baseline_and_a_worse_pull_request_fails_with_the_table(
+        tmp_path, served_archive):
+    """The sequence of the issue, by the workflow as written: a push to main stores its
+    baseline on ci-baselines; a pull request that lowers train.initial_lr to 1e-5 is gated
+    against it and fails, with the table in the job's summary and in the comment's file."""
+    project = gate_project(tmp_path)
+    origin, runner = remote_and_checkout(tmp_path, project)
+    link_venv(runner)
+    job, step = workflow_step(".ci/official-gate")
+    assert step["if"] == "${{ !cancelled() }}"  # also after a failed test step
+    extra = {"CIFAR10_CI_PARAMS": str(served_archive)}
+
+    main = sh(runner, "git", "rev-parse", "HEAD")
+    summary = tmp_path / "summary-push.md"
+    proc = run_step(step, job, runner, github_env("push", main, "refs/heads/main", summary), extra)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"**BASELINE STORED** for {main[:12]} on main: `official/{main}.json` on the " \
+           f"branch `ci-baselines`" in summary.read_text()
+    stored = json.loads(sh(origin, "git", "show", f"ci-baselines:official/{main}.json"))
+    assert set(stored) == TOLERATED and stored["eval.precision_at_1"] > 0.3, stored
+    assert sh(runner, "git", "status", "--porcelain", "--untracked-files=no") == ""
+
+    sh(project, "git", "checkout", "-q", "-b", "lower-lr")
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw["train"]["initial_lr"] = 1.0e-5
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    commit(project, "Lower the learning rate")
+    merge = pull_request(project, runner, "lower-lr", 7)
+    summary = tmp_path / "summary-pr.md"
+    proc = run_step(step, job, runner, github_env("pull_request", merge, "refs/pull/7/merge",
+                                                  summary, base="main"), extra)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = summary.read_text()
+    assert f"**REGRESSED** against the baseline of {main[:12]} on main, the merge base: " \
+           f"eval.precision_at_1" in text, text
+    assert re.search(r"\| eval.precision_at_1 \| 0\.\d{4} \| 0\.\d{4} \| -0\.\d{4} \| >= -0.0200 "
+                     r"\| \*\*FAIL\*\*: dropped more than allowed \|", text), text
+    assert "error: REGRESSED against the baseline of" in proc.stderr
+    assert (runner / "regression-comment.md").read_text().strip() == text.strip()
+    _, comment = workflow_step("cml comment update")
+    assert "regression-comment.md" in comment["run"] and comment["continue-on-error"] is True
+    assert comment["if"] == "${{ !cancelled() && github.event_name == 'pull_request' }}"
+
+
+@pytest.mark.e2e
+def test_without_a_baseline_it_says_so_and_a_better_pull_request_passes_improved(
+        tmp_path, served_archive):
+    """The other decisions, by the same step: a pull request before main stored any
+    baseline runs and says in one line that it gated nothing (never "ok"); once main (here
+    at a learning rate of 1e-5) has stored its baseline, the same pull request (back to the
+    default rate) passes and names what improved."""
+    project = gate_project(tmp_path)
+    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw["train"]["initial_lr"] = 1.0e-5
+    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    commit(project, "A learning rate that learns nothing in 30 steps")
+    origin, runner = remote_and_checkout(tmp_path, project)
+    link_venv(runner)
+    job, step = workflow_step(".ci/official-gate")
+    extra = {"CIFAR10_CI_PARAMS": str(served_archive)}
+    main = sh(runner, "git", "rev-parse", "HEAD")
+
+    sh(project, "git", "checkout", "-q", "-b", "restore-lr")
+    shutil.copy2(ROOT / "params.yaml", project / "params.yaml")
+    commit(project, "Restore the learning rate")
+    merge = pull_request(project, runner, "restore-lr", 3)
+    pr_env = functools.partial(github_env, "pull_request", merge, "refs/pull/3/merge", base="main")
+    proc = run_step(step, job, runner, pr_env(tmp_path / "summary-none.md"), extra)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = (tmp_path / "summary-none.md").read_text()
+    verdicts = [line for line in text.splitlines() if line.startswith("**")]
+    assert verdicts == [f"**NO BASELINE**: none stored on the branch `ci-baselines` for the "
+                        f"merge base {main[:12]} with main nor the 1 commit(s) before it, so this "
+                        f"run GATED NOTHING"], text
+    assert not re.search(r"\bok\b", text, flags=re.I), text
+    assert "| eval.precision_at_1 | 0.4650 |" in text  # the run's metrics, shown, not gated
+    assert (runner / "regression-comment.md").read_text().strip() == text.strip()
+
+    sh(runner, "git", "checkout", "-q", "main")
+    proc = run_step(step, job, runner, github_env("push", main, "refs/heads/main",
+                                                  tmp_path / "summary-push.md"), extra)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads(sh(origin, "git", "show", f"ci-baselines:official/{main}.json"))[
+        "eval.precision_at_1"] == pytest.approx(0.1)
+
+    sh(runner, "git", "checkout", "-q", "--detach", merge)
+    proc = run_step(step, job, runner, pr_env(tmp_path / "summary-pr.md"), extra)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = (tmp_path / "summary-pr.md").read_text()
+    assert f"**PASSED** against the baseline of {main[:12]} on main, the merge base; improved " \
+           f"past the tolerance: eval.precision_at_1 (+0.3650), eval.precision_at_1_raw " \
+           f"(+0.2100), train.loss_avg (-0.4941)" in text, text
+    assert "| eval.precision_at_1 | 0.1000 | 0.4650 | +0.3650 | >= -0.0200 | ok |" in text
+
+
+def test_a_push_that_loses_a_race_for_the_branch_stores_again(tmp_path):
+    """Two push jobs store at once: the one whose push is rejected (the other pushed between
+    its fetch and its push; here a pre-push hook does, once) fetches and commits again, and
+    both baselines are kept."""
+    project = tmp_path / "dev"
+    project.mkdir()
+    sh(project, "git", "init", "-q")
+    for n in range(2):
+        (project / "a.txt").write_text(f"{n}\n")
+        commit(project, f"c{n}")
+    c0, c1 = sh(project, "git", "rev-list", "--reverse", "HEAD").split()
+    origin, runner = remote_and_checkout(tmp_path, project)
+    other = tmp_path / "other"
+    sh(tmp_path, "git", "clone", "-q", str(origin), str(other))
+    metrics = tmp_path / "m.json"
+    metrics.write_text(json.dumps({"eval.precision_at_1": 0.5}))
+    hook = runner / ".git/hooks/pre-push"
+    hook.write_text(f"""#!/bin/sh
+[ -e {tmp_path}/raced ] && exit 0
+touch {tmp_path}/raced
+unset GIT_DIR GIT_INDEX_FILE
+{sys.executable} -c "import importlib.util, sys, pathlib
+spec = importlib.util.spec_from_file_location('g', '{ROOT / '.ci/github_gate.py'}')
+m = importlib.util.module_from_spec(spec); sys.modules['g'] = m; spec.loader.exec_module(m)
+m.ROOT = pathlib.Path('{other}')
+e = m.Event('push', '{c0}', 'refs/heads/main', 'main', 'main', 'ci-baselines', 'origin', 50)
+m.store(e, pathlib.Path('{metrics}'))"
+""")
+    hook.chmod(0o755)
+    gate = github_gate(runner)
+    assert gate.store(event(gate, "push", c1, "refs/heads/main"), metrics) == f"official/{c1}.json"
+    assert (tmp_path / "raced").exists()  # the other job did push first
+    listing = sh(origin, "git", "ls-tree", "-r", "--name-only", "ci-baselines").split()
+    assert listing == sorted([f"official/{c0}.json", f"official/{c1}.json"])
+    assert sh(origin, "git", "rev-list", "--count", "ci-baselines") == "2"
