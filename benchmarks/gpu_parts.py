@@ -18,7 +18,7 @@ from cifar10_tutorial.speed.steps import project_step, window
 from cifar10_tutorial.params import Params
 from cifar10_tutorial.data.prepared import Prepared
 from cifar10_tutorial.training.paths import TrainPaths
-from cifar10_tutorial.training.inputs import make_batches
+from cifar10_tutorial.training.inputs import input_options, make_batches
 from cifar10_tutorial.training.train import train
 from gpu_plan import Sizes
 
@@ -60,7 +60,7 @@ def losses_against_cpu(params: Params, data: Prepared, device: torch.device, ste
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     cpu = torch.device("cpu")
     images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
-    batches = make_batches(params, data, images, labels)
+    batches = make_batches(images, labels, **input_options(params, data))
     ref, got = [], []
     try:
         _, cpu_step = project_step(params, data, cpu, with_loss=True)

@@ -10,7 +10,7 @@ from cifar10_tutorial.params import params_from_dict
 from cifar10_tutorial.data.preprocess import prepare, prepare_dataset, prepare_svhn
 from cifar10_tutorial.data.prepared import PrepareError, load_prepared
 from cifar10_tutorial.data.synthetic import make_cifar100_archive, make_svhn_files, write_tar_gz
-from cifar10_tutorial.training.inputs import make_batches
+from cifar10_tutorial.training.inputs import input_options, make_batches
 
 FAST = DownloadOptions(timeout=5, retries=1, backoff=0.01, progress=False)
 
@@ -99,11 +99,11 @@ def test_svhn_is_not_flipped_by_default(tmp_path):
     for shuffle in ("permutation", "queue"):
         params = params_from_dict({"input": {"shuffle": shuffle,                                              "min_fraction_of_examples_in_queue": 0.1},
                                    "train": {"batch_size": 8}})
-        batches = make_batches(params, data, images, labels)
+        batches = make_batches(images, labels, **input_options(params, data))
         assert batches.flip is False
         batches.close()
     forced = params_from_dict({"input": {"shuffle": "permutation", "flip": True}})
-    batches = make_batches(forced, data, images, labels)
+    batches = make_batches(images, labels, **input_options(forced, data))
     assert batches.flip is True
     batches.close()
 

@@ -16,9 +16,10 @@ from cifar10_tutorial.training.deadline import Continuation
 from cifar10_tutorial.training.paths import TrainPaths
 from cifar10_tutorial.checkpoint_files import load_checkpoint
 from cifar10_tutorial.errors import TrainingError
-from cifar10_tutorial.training.optimization import (WeightAverage, averaging_decay, ema_decay, learning_rate,
-                                    loss_terms, make_optimizer, make_step, total_steps,
-                                    training_model)
+from cifar10_tutorial.training.optimization import (WeightAverage, averaging_decay, ema_decay,
+                                                   learning_rate, loss_terms, make_optimizer,
+                                                   make_step, schedule, step_options,
+                                                   total_steps, training_model)
 from cifar10_tutorial.training.train import train
 from conftest import tiny_params, write_train_project
 
@@ -29,18 +30,18 @@ def paths(tmp_path) -> TrainPaths:
 
 def test_learning_rate_staircase_of_the_reference():
     p = params_from_dict({})  # the defaults: 0.1, x0.1 every 350 epochs
-    assert learning_rate(0, p, 50000, 128) == 0.1
-    assert learning_rate(136_717, p, 50000, 128) == 0.1  # decay_steps = int(50000/128*350)
-    assert learning_rate(136_718, p, 50000, 128) == pytest.approx(0.01)
-    assert learning_rate(100_000, p, 50000, 128) == 0.1  # constant over a 100K-step run
-    assert learning_rate(2 * 136_718, p, 50000, 128) == pytest.approx(0.001)
+    assert learning_rate(0, schedule(p, 50000, 128)) == 0.1
+    assert learning_rate(136_717, schedule(p, 50000, 128)) == 0.1  # decay_steps = int(50000/128*350)
+    assert learning_rate(136_718, schedule(p, 50000, 128)) == pytest.approx(0.01)
+    assert learning_rate(100_000, schedule(p, 50000, 128)) == 0.1  # constant over a 100K-step run
+    assert learning_rate(2 * 136_718, schedule(p, 50000, 128)) == pytest.approx(0.001)
 
 
 def test_fast_schedule_warms_up_then_decays_linearly_over_the_run():
     p = params_from_dict({"train": {"schedule": "fast", "max_epochs": 10},
                           "fast": {"peak_lr": 0.2, "warmup_epochs": 1, "final_lr_fraction": 0.0}})
     assert total_steps(p.train, 1000, 100) == 100  # 10 epochs of 10 steps
-    rates = [learning_rate(s, p, 1000, 100) for s in range(100)]
+    rates = [learning_rate(s, schedule(p, 1000, 100)) for s in range(100)]
     assert rates[0] == pytest.approx(0.2 / 11) and rates[9] == pytest.approx(0.2 * 10 / 11)
     assert rates[10] == pytest.approx(0.2) and max(rates) == pytest.approx(0.2)
     assert rates[-1] == pytest.approx(0.0, abs=1e-12)
@@ -187,7 +188,7 @@ def _one_step(params, x, y, steps=1):
     """Loss of the first step and the weights after ``steps`` steps, from the same start."""
     model = training_model(params, 10, torch.device("cpu"))
     opt = make_optimizer(model, params)
-    step = make_step(model, model, opt, params, torch.device("cpu"))
+    step = make_step(model, model, opt, torch.device("cpu"), **step_options(params))
     first = step(x, y)[0].item()
     for _ in range(steps - 1):
         step(x, y)

@@ -48,7 +48,7 @@ from ..files import write_text_atomic
 from ..provenance import code_version, device_description
 from ..scoring import predict_logits
 from ..training.host_memory import keep_freed_memory
-from ..training.inputs import make_batches
+from ..training.inputs import input_options, make_batches
 from ..params import Params
 from ..data.prepared import Prepared
 from .baselines import tensorflow_figures, typical_step
@@ -63,7 +63,7 @@ from ..training.optimization import training_model
 def with_input(params: Params, data: Prepared, images, labels, device):
     """(step using the real input pipeline, the pipeline to close, its fill time in seconds)."""
     model, step = project_step(params, data, device)
-    batches = make_batches(params, data, images, labels, None)
+    batches = make_batches(images, labels, **input_options(params, data))
     t0 = time.perf_counter()
     batches.get(0)  # the queue's fill, reported apart
     fill = time.perf_counter() - t0
@@ -148,7 +148,7 @@ def _project_against_fixed_batch(params: Params, data: Prepared, images, labels,
     positions = iter(range(10 ** 6 + 1, 10 ** 9))  # stream positions far from the timed ones
     try:
         perm = dataclasses.replace(params, input=dataclasses.replace(params.input, shuffle="permutation"))
-        fixed = make_batches(perm, data, images, labels)
+        fixed = make_batches(images, labels, **input_options(perm, data))
         x0, y0 = fixed.get(0)
         fixed.close()
         _, step = project_step(params, data, device)

@@ -9,7 +9,8 @@ import torch
 
 from ..data.prepared import Prepared
 from ..params import Params
-from ..training.optimization import WeightAverage, averaging_decay, make_optimizer, make_step, training_model
+from ..training.optimization import (WeightAverage, averaging_decay, make_optimizer, make_step,
+                                     step_options, training_model)
 
 
 def window(step: Callable[[], None], batch: int, steps: int, sync: Callable[[], None]) -> float:
@@ -42,7 +43,7 @@ def project_step(params: Params, data: Prepared, device: torch.device, with_loss
     optimizer = make_optimizer(model, params)
     ema = WeightAverage(model, averaging_decay(params))
     net = torch.compile(model) if compile_forward else model
-    train_step = make_step(net, model, optimizer, params, device)
+    train_step = make_step(net, model, optimizer, device, **step_options(params))
     if compile_mode is not None:
         train_step = torch.compile(train_step, mode=compile_mode)
     count = {"n": 0}

@@ -311,24 +311,37 @@ def shard_file_counts(file_counts: list[int], rank: int, world: int) -> list[int
     return [len(range(rank, c, world)) for c in file_counts]
 
 
-def make_batches(params: "Params", data: "Prepared", images: torch.Tensor, labels: torch.Tensor,
-                 state: Optional[dict] = None, rank: int = 0, world: int = 1):
+def input_options(params: "Params", data: "Prepared") -> dict:
+    """:func:`make_batches`'s settings from ``input`` and ``train`` (flips: the data set's
+    default unless ``input.flip`` says)."""
+    inp = params.input
+    return {"shuffle": inp.shuffle, "batch_size": params.train.batch_size,
+            "seed": params.train.seed,
+            "flip": inp.flip if inp.flip is not None else bool(data.meta.get("flip", True)),
+            "min_fraction_in_queue": inp.min_fraction_of_examples_in_queue,
+            "queue_threads": params.run.queue_threads,
+            "file_counts": data.meta.get("file_counts", {}).get("train")}
+
+
+def make_batches(images: torch.Tensor, labels: torch.Tensor, *, shuffle: str, batch_size: int,
+                 seed: int, flip: bool, min_fraction_in_queue: float, queue_threads: int,
+                 file_counts: Optional[list] = None, state: Optional[dict] = None,
+                 rank: int = 0, world: int = 1):
     """The batch source of rank ``rank`` of ``world``: its slice of each global batch
-    (permutation), or a shuffle queue over its own disjoint shard of the records (queue),
-    resumed from ``state`` (a checkpoint's) when given."""
-    inp, tr = params.input, params.train
-    flip = inp.flip if inp.flip is not None else bool(data.meta.get("flip", True))
-    if inp.shuffle == "permutation":
-        return PermutationBatches(images, labels, tr.batch_size, tr.seed, flip=flip,
+    (``shuffle: permutation``), or a shuffle queue over its own disjoint shard of the
+    records (``queue``: ``file_counts``, the records of each file in order), resumed from
+    ``state`` (a checkpoint's) when given."""
+    if shuffle == "permutation":
+        return PermutationBatches(images, labels, batch_size, seed, flip=flip,
                                   rank=rank, world=world)
-    file_counts = data.meta.get("file_counts", {}).get("train") or [len(labels)]
+    file_counts = file_counts or [len(labels)]
     if world > 1:  # every world-th record of each file
         starts = [0, *torch.tensor(file_counts).cumsum(0).tolist()[:-1]]
         idx = torch.cat([torch.arange(s + rank, s + c, world, device=images.device)
                          for s, c in zip(starts, file_counts)])
         images, labels = images[idx], labels[idx]
         file_counts = shard_file_counts(file_counts, rank, world)
-    min_after = int(inp.min_fraction_of_examples_in_queue * len(labels))
-    return ShuffleQueue(images, labels, tr.batch_size, tr.seed, min_after_dequeue=min_after,
-                        file_counts=file_counts, num_threads=params.run.queue_threads, flip=flip,
+    min_after = int(min_fraction_in_queue * len(labels))
+    return ShuffleQueue(images, labels, batch_size, seed, min_after_dequeue=min_after,
+                        file_counts=file_counts, num_threads=queue_threads, flip=flip,
                         state=state or None, rank=rank)

@@ -6,6 +6,7 @@ the train step that puts them together.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -29,26 +30,51 @@ def total_steps(tr, num_train: int, global_batch: int) -> int:
     return tr.max_steps
 
 
-def learning_rate(step: int, params: Params, num_train: int, global_batch: int,
-                  total: Optional[int] = None) -> float:
-    """The rate of step ``step`` (0-based).
+@dataclass(frozen=True)
+class Schedule:
+    """The run's length and learning rates, as plain numbers computed once
+    (:func:`schedule`): ``steps`` in all, ``steps_per_epoch`` (training images / global
+    batch), and the rate's rule: the tutorial's staircase (``initial_lr`` x
+    ``decay_factor`` every ``decay_steps``) or the fast schedule's linear warm-up to
+    ``peak_lr`` over ``warmup_steps``, then linear decay to ``final_lr_fraction`` x
+    ``peak_lr`` at the last step."""
 
-    tutorial: initial x factor^floor(step / decay_steps), decay_steps =
-    int(batches/epoch x epochs_per_decay). fast: linear warm-up from 0 to
-    ``fast.peak_lr`` over ``warmup_epochs``, then linear decay to
-    ``final_lr_fraction x peak_lr`` at the last of ``total`` steps.
-    """
-    tr = params.train
+    steps: int
+    steps_per_epoch: float
+    kind: str = "tutorial"
+    initial_lr: float = 0.1
+    decay_factor: float = 0.1
+    decay_steps: int = 1
+    peak_lr: float = 0.0
+    warmup_steps: float = 0.0
+    final_lr_fraction: float = 0.0
+
+
+def schedule(params: Params, num_train: int, global_batch: int) -> Schedule:
+    """The run's :class:`Schedule` from ``train`` (and ``fast``), for ``num_train``
+    training images in batches of ``global_batch`` (``train.batch_size`` x processes)."""
+    tr, f = params.train, params.fast
+    steps = total_steps(tr, num_train, global_batch)
+    per_epoch = num_train / global_batch
     if tr.schedule == "tutorial":
-        decay_steps = max(1, int(num_train / global_batch * tr.epochs_per_decay))
-        return tr.initial_lr * tr.lr_decay_factor ** (step // decay_steps)
-    f = params.fast
-    total = total or total_steps(tr, num_train, global_batch)
-    warm = min(f.warmup_epochs * num_train / global_batch, total - 1)
+        return Schedule(steps, per_epoch, "tutorial", tr.initial_lr, tr.lr_decay_factor,
+                        max(1, int(per_epoch * tr.epochs_per_decay)))
+    return Schedule(steps, per_epoch, "fast", peak_lr=f.peak_lr,
+                    warmup_steps=min(f.warmup_epochs * num_train / global_batch, steps - 1),
+                    final_lr_fraction=f.final_lr_fraction)
+
+
+def learning_rate(step: int, s: Schedule) -> float:
+    """The rate of step ``step`` (0-based). tutorial: initial x factor^floor(step /
+    decay_steps), decay_steps = int(batches/epoch x epochs_per_decay). fast: linear warm-up
+    from 0 to the peak, then linear decay to the final fraction of it at the last step."""
+    if s.kind == "tutorial":
+        return s.initial_lr * s.decay_factor ** (step // s.decay_steps)
+    warm = s.warmup_steps
     if step < warm:
-        return f.peak_lr * (step + 1) / (warm + 1)
-    frac = (step - warm) / max(1.0, total - 1 - warm)
-    return f.peak_lr * (1.0 - min(frac, 1.0) * (1.0 - f.final_lr_fraction))
+        return s.peak_lr * (step + 1) / (warm + 1)
+    frac = (step - warm) / max(1.0, s.steps - 1 - warm)
+    return s.peak_lr * (1.0 - min(frac, 1.0) * (1.0 - s.final_lr_fraction))
 
 
 def ema_decay(decay: float, num_updates: int) -> float:
@@ -192,26 +218,33 @@ def training_model(params: Params, num_classes: int, device: torch.device) -> Ci
     return model.to(memory_format=torch.channels_last) if params.train.channels_last else model
 
 
-def make_step(net: torch.nn.Module, model: CifarNet, optimizer: SGD,
-              params: Params, device: torch.device):
-    """The train step ``step(x, y) -> (loss, cross-entropy, weight decay)``: forward
-    (under bf16 autocast with ``train.precision: bf16``), the loss in float32 (the
-    schedule's label smoothing and weight decay), backward, one SGD update. ``net`` may
-    be the DistributedDataParallel wrapper of ``model``."""
+def step_options(params: Params) -> dict:
+    """:func:`make_step`'s settings from ``train`` (and, under the fast schedule, ``fast``):
+    the weight decay and on which weights, label smoothing, precision and memory layout."""
     tr = params.train
-    bf16 = tr.precision == "bf16"
-    if tr.schedule == "fast":
-        wd, smoothing = params.fast.weight_decay, params.fast.label_smoothing
-        decayed = [p for p in model.parameters() if p.dim() > 1]
-    else:
-        wd, smoothing, decayed = tr.weight_decay, 0.0, None
+    fast = tr.schedule == "fast"
+    return {"weight_decay": params.fast.weight_decay if fast else tr.weight_decay,
+            "label_smoothing": params.fast.label_smoothing if fast else 0.0,
+            "decay_every_matrix": fast, "bf16": tr.precision == "bf16",
+            "channels_last": tr.channels_last}
+
+
+def make_step(net: torch.nn.Module, model: CifarNet, optimizer: SGD, device: torch.device, *,
+              weight_decay: float, label_smoothing: float, decay_every_matrix: bool,
+              bf16: bool, channels_last: bool):
+    """The train step ``step(x, y) -> (loss, cross-entropy, weight decay)``: forward
+    (under bf16 autocast with ``bf16``), the loss in float32 (``label_smoothing``, and
+    ``weight_decay`` on local3/local4, or with ``decay_every_matrix`` on every weight
+    matrix and kernel), backward, one SGD update. ``net`` may be the
+    DistributedDataParallel wrapper of ``model``."""
+    decayed = [p for p in model.parameters() if p.dim() > 1] if decay_every_matrix else None
 
     def step(x: torch.Tensor, y: torch.Tensor):
-        if tr.channels_last:
+        if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             logits = net(x, return_logits=True)
-        ce, l2 = loss_terms(model, logits.float(), y, wd, smoothing, decayed)
+        ce, l2 = loss_terms(model, logits.float(), y, weight_decay, label_smoothing, decayed)
         loss = ce + l2
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DistributedDataParallel averages the gradients here

@@ -37,8 +37,8 @@ from .monitoring import HeldOut, Monitor, Summaries
 from .. import provenance
 from ..params import Params
 from ..data.prepared import Prepared
-from .optimization import (WeightAverage, averaging_decay, learning_rate, make_optimizer, make_step,
-                    total_steps, training_model)
+from .optimization import (Schedule, WeightAverage, averaging_decay, learning_rate,
+                           make_optimizer, make_step, schedule, step_options, training_model)
 
 log = logging.getLogger(__name__)
 
@@ -112,21 +112,93 @@ class _Stop:
 
 
 class _Run:
-    """The loop's counters, carried from phase to phase (and into checkpoints)."""
+    """The run's state: the network, its optimizer and averages, the loop's counters, the
+    values derived from the params once (the schedule: length, steps per epoch, the global
+    batch) and what rank 0 records; carried from phase to phase, and into checkpoints."""
 
-    def __init__(self, step: int, loss_avg: Optional[float], elapsed: float, reached: dict,
+    def __init__(self, counters: dict, sched: Schedule, batch_size: int, d: Dist,
                  device: torch.device):
-        self.start = self.step = step
-        self.elapsed = elapsed  # seconds of the sessions before this one
-        self.reached = reached
+        self.start = self.step = counters["step"]
+        self.elapsed = counters["elapsed"]  # seconds of the sessions before this one
+        self.reached = counters["reached"]
         self.loss = None  # the last step's loss, on the device
+        loss_avg = counters["loss_avg"]
         self.loss_avg = torch.tensor(loss_avg if loss_avg is not None else float("nan"),
                                      device=device)  # moving average, decay 0.9
         self.first_batch_s: Optional[float] = None
+        self.sched, self.d, self.device = sched, d, device
+        self.batch_size, self.global_batch = batch_size, batch_size * d.world
         self.t0 = time.perf_counter()
 
     def seconds(self) -> float:
         return self.elapsed + time.perf_counter() - self.t0
+
+    def log(self, monitor: Monitor, summaries: Optional[Summaries], lr: float, ce, wd, x,
+            log_step: bool, stop_now: bool) -> bool:
+        """The log line and DVCLive row (log steps), TensorBoard summaries (summary steps);
+        returns whether any rank was asked to stop."""
+        value, stop_now = agree(self.loss, stop_now, self.d, self.device)  # averaged over ranks
+        if not math.isfinite(value):
+            raise TrainingError(f"the loss became {value} at step {self.step} (lr {lr:g}): "
+                                f"training diverged. Lower train.initial_lr or check the input "
+                                f"data.")
+        loss_avg = self.loss_avg.item()
+        dt, eps = monitor.examples_per_sec(self.global_batch)
+        if log_step:
+            monitor.log_line(self.step, value, loss_avg, lr, ce.item(), dt, eps,
+                             self.batch_size / dt if self.d.active else None)
+        if summaries is not None:
+            summaries.write(self.step, {"learning_rate": lr, "loss/total": value,
+                                        "loss/total_avg": loss_avg,
+                                        "loss/cross_entropy": ce.item(),
+                                        "loss/weight_decay": wd.item(),
+                                        "examples_per_sec": eps}, x)
+        return stop_now
+
+    def checkpoint(self, model, optimizer, ema, inputs: list, signature: dict, params: Params,
+                   data: Prepared, held_out: HeldOut, summaries: Summaries,
+                   segments: Segments) -> dict:
+        """What a checkpoint holds: enough to go on exactly (weights, optimizer, averages,
+        every rank's input state, the counters) and what made it (signature, params)."""
+        return {"step": self.step, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "ema": ema.averaged_model_state(model),
+                "input": inputs, "signature": signature, "params": run_params(params),
+                "classes": data.classes, "num_classes": data.num_classes,
+                "world_size": self.d.world, "loss_avg": self.loss_avg.item(),
+                "elapsed": self.seconds(), "targets_reached": json.dumps(self.reached),
+                "eval_seconds": held_out.seconds, "torch_rng": torch.get_rng_state(),
+                "tensorboard_run": summaries.run, "segments": segments.to_checkpoint(self.step)}
+
+    def metrics(self, model, held_out: Optional[HeldOut], eval_before: float,
+                num_train: int) -> dict:
+        """The run's metrics (DVCLive's metrics.json, beside its ``step``): numbers only,
+        each once. What describes the run rather than measures it (device, schedule, world
+        size, commit) is in provenance.json; the time of held-out evaluations is left out of
+        the speed figures."""
+        total_time = self.seconds()
+        session = (time.perf_counter() - self.t0
+                   - (held_out.seconds - eval_before if held_out else 0.0))
+        done = self.step - self.start
+        metrics = {
+            "epochs": self.step * self.global_batch / num_train,
+            "loss": self.loss.item() if self.loss is not None else float("nan"),  # the last step's
+            "loss_avg": self.loss_avg.item(),  # its moving average (decay 0.9)
+            "examples_per_sec": done * self.global_batch / max(session, 1e-9),
+            "examples_per_sec_per_device": done * self.batch_size / max(session, 1e-9),
+            "wall_time_s": total_time,
+            "time_to_first_batch_s": self.first_batch_s if self.first_batch_s is not None else 0.0,
+            "num_params": num_params(model),
+            "macs_per_image": macs_per_image(model),
+        }
+        if held_out is not None and held_out.every:
+            metrics.update({"held_out_eval_seconds": held_out.seconds,
+                            "train_seconds": total_time - held_out.seconds,
+                            "held_out": {k: held_out.last[k]
+                                         for k in ("precision_at_1", "precision_at_1_raw")
+                                         if k in held_out.last}})
+            if held_out.reached:  # an empty {} is no number: DVC warns about it, so leave it out
+                metrics["time_to_target"] = held_out.reached
+        return metrics
 
 
 def _same_job(signature: dict, data: Prepared, ckpt: Optional[dict], d: Dist,
@@ -138,14 +210,15 @@ def _same_job(signature: dict, data: Prepared, ckpt: Optional[dict], d: Dist,
 
 def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional[bool],
            d: Dist, device: torch.device, cont: Continuation, final: Optional[dict]) -> dict:
-    tr = params.train
+    tr, inp = params.train, params.input
     # ---- set up: the network, its optimizer and averages; resume or start afresh
     torch.manual_seed(tr.seed)
     model = training_model(params, data.num_classes, device)
     optimizer = make_optimizer(model, params)
     ema = WeightAverage(model, averaging_decay(params)) if d.main else None
-    num_train, global_batch = len(data.train_labels), tr.batch_size * d.world
-    max_steps = total_steps(tr, num_train, global_batch)
+    num_train = len(data.train_labels)
+    sched = schedule(params, num_train, tr.batch_size * d.world)  # derived once, here
+    max_steps = sched.steps
     signature = run_signature(params, data.content_hash, device, d.world)
     mirror = Mirror.writable(cont.mirror) if cont.mirror and d.main else None
     ckpt = resume_point(paths, signature, max_steps, d, device, mirror)
@@ -153,11 +226,17 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 else {"step": 0, "loss_avg": None, "elapsed": 0.0, "reached": {}})
     segments = Segments.start(ckpt, counters["step"], device, d.world)
     _same_job(signature, data, ckpt, d, segments.current.get("commit"))  # one job on all nodes
-    train_step = make_step(replicate(model, device, d), model, optimizer, params, device)
+    train_step = make_step(replicate(model, device, d), model, optimizer, device,
+                           **step_options(params))
     images, labels = (torch.from_numpy(a).to(device) for a in (data.train_images, data.train_labels))
-    run = _Run(**counters, device=device)
-    batches = make_batches(params, data, images, labels,
-                           ckpt["input"][d.rank] if ckpt else None, d.rank, d.world)
+    run = _Run(counters, sched, tr.batch_size, d, device)
+    batches = make_batches(
+        images, labels, shuffle=inp.shuffle, batch_size=tr.batch_size, seed=tr.seed,
+        flip=inp.flip if inp.flip is not None else bool(data.meta.get("flip", True)),
+        min_fraction_in_queue=inp.min_fraction_of_examples_in_queue,
+        queue_threads=params.run.queue_threads,
+        file_counts=data.meta.get("file_counts", {}).get("train"),
+        state=ckpt["input"][d.rank] if ckpt else None, rank=d.rank, world=d.world)
     monitor = Monitor(paths.live_dir, run.start, max_steps, ckpt is not None, d.main, progress)
     summaries = held_out = None
     if d.main:
@@ -168,14 +247,14 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     def save() -> None:
         inputs = gather_on_main(batches.state(), d)  # a collective: every rank takes part
         if d.main:
-            _save(_checkpoint(run, model, optimizer, ema, inputs, signature, params, data, d,
-                              held_out, summaries, segments), paths, mirror, max_steps)
+            _save(run.checkpoint(model, optimizer, ema, inputs, signature, params, data,
+                                 held_out, summaries, segments), paths, mirror, max_steps)
 
     # ---- the steps
     try:
         with _Stop() as stop:
             while run.step < max_steps:
-                lr = learning_rate(run.step, params, num_train, global_batch, max_steps)
+                lr = learning_rate(run.step, sched)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 x, y = batches.get(run.step)
@@ -198,12 +277,12 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 stop_now = stop.requested is not None or cont.due()
                 if log_step or summary_step or (stop_now and not d.active):
                     # several processes agree on stopping at these steps only
-                    stop_now = _log(run, monitor, summaries if summarize else None, lr, ce, wd,
-                                    x, log_step, stop_now, tr.batch_size, d, device)
+                    stop_now = run.log(monitor, summaries if summarize else None, lr, ce, wd,
+                                       x, log_step, stop_now)
                 else:
                     stop_now = False
                 if held_out is not None and held_out.due(run.step, max_steps):
-                    held_out.run(run.step, model, ema, num_train / global_batch, run.seconds(),
+                    held_out.run(run.step, model, ema, sched.steps_per_epoch, run.seconds(),
                                  monitor, last=run.step == max_steps)
                 if run.step % params.run.checkpoint_every == 0 or run.step == max_steps:
                     save()
@@ -215,7 +294,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
         if summaries is not None:
             summaries.close()
     # ---- finish: the run's metrics and (rank 0) the trained model
-    metrics = _metrics(run, model, held_out, eval_before, tr.batch_size, num_train, d)
+    metrics = run.metrics(model, held_out, eval_before, num_train)
     if d.main:
         _save_model(model, ema, params, data, run.step, paths)
         monitor.finish(run.step, metrics, paths.speed_file)
@@ -225,7 +304,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
         provenance.write(paths.live_dir, provenance.record(
             data.content_hash, signature["params"], device, code=code, steps=run.step,
             epochs=metrics["epochs"], wall_time_s=metrics["wall_time_s"], world_size=d.world,
-            global_batch_size=global_batch, schedule=tr.schedule, device_type=device.type,
+            global_batch_size=run.global_batch, schedule=tr.schedule, device_type=device.type,
             segments=segments.at(run.step)))
         log.info("trained %d steps in %.1f s: %s", run.step, metrics["wall_time_s"],
                  json.dumps(metrics))
@@ -250,26 +329,6 @@ def _save_model(model, ema: WeightAverage, params: Params, data: Prepared, step:
                        "num_classes": data.num_classes}, paths.model)
 
 
-def _log(run: _Run, monitor: Monitor, summaries: Optional[Summaries], lr: float, ce, wd, x,
-         log_step: bool, stop_now: bool, batch_size: int, d: Dist, device) -> bool:
-    """The log line and DVCLive row (log steps), TensorBoard summaries (summary steps);
-    returns whether any rank was asked to stop."""
-    value, stop_now = agree(run.loss, stop_now, d, device)  # the loss averaged over ranks
-    if not math.isfinite(value):
-        raise TrainingError(f"the loss became {value} at step {run.step} (lr {lr:g}): training "
-                            f"diverged. Lower train.initial_lr or check the input data.")
-    loss_avg = run.loss_avg.item()
-    dt, eps = monitor.examples_per_sec(batch_size * d.world)
-    if log_step:
-        monitor.log_line(run.step, value, loss_avg, lr, ce.item(), dt, eps,
-                         batch_size / dt if d.active else None)
-    if summaries is not None:
-        summaries.write(run.step, {"learning_rate": lr, "loss/total": value,
-                                   "loss/total_avg": loss_avg, "loss/cross_entropy": ce.item(),
-                                   "loss/weight_decay": wd.item(), "examples_per_sec": eps}, x)
-    return stop_now
-
-
 def _stop(stop: _Stop, run: _Run, save, checkpoint_every: int, max_steps: int,
           monitor: Monitor, paths: TrainPaths) -> None:
     """Checkpoint (unless this step just did) and exit: with 128 + the signal's number
@@ -287,47 +346,3 @@ def _stop(stop: _Stop, run: _Run, save, checkpoint_every: int, max_steps: int,
     if monitor.main:
         monitor.say(f"paused at step {run.step} of {max_steps}; run the same command to continue")
     exit_paused(monitor.main)
-
-
-def _checkpoint(run: _Run, model, optimizer, ema, inputs: list, signature: dict,
-                params: Params, data: Prepared, d: Dist, held_out: HeldOut,
-                summaries: Summaries, segments: Segments) -> dict:
-    return {"step": run.step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "ema": ema.averaged_model_state(model), "input": inputs, "signature": signature,
-            "params": run_params(params), "classes": data.classes,
-            "num_classes": data.num_classes, "world_size": d.world,
-            "loss_avg": run.loss_avg.item(), "elapsed": run.seconds(),
-            "targets_reached": json.dumps(run.reached), "eval_seconds": held_out.seconds,
-            "torch_rng": torch.get_rng_state(), "tensorboard_run": summaries.run,
-            "segments": segments.to_checkpoint(run.step)}
-
-
-def _metrics(run: _Run, model, held_out: Optional[HeldOut], eval_before: float,
-             batch_size: int, num_train: int, d: Dist) -> dict:
-    """The run's metrics (DVCLive's metrics.json, beside its ``step``): numbers only, each
-    once. What describes the run rather than measures it (device, schedule, world size,
-    commit) is in provenance.json; the time of held-out evaluations is left out of the
-    speed figures."""
-    total_time = run.seconds()
-    session = time.perf_counter() - run.t0 - (held_out.seconds - eval_before if held_out else 0.0)
-    done, global_batch = run.step - run.start, batch_size * d.world
-    metrics = {
-        "epochs": run.step * global_batch / num_train,
-        "loss": run.loss.item() if run.loss is not None else float("nan"),  # the last step's
-        "loss_avg": run.loss_avg.item(),  # its moving average (decay 0.9)
-        "examples_per_sec": done * global_batch / max(session, 1e-9),
-        "examples_per_sec_per_device": done * batch_size / max(session, 1e-9),
-        "wall_time_s": total_time,
-        "time_to_first_batch_s": run.first_batch_s if run.first_batch_s is not None else 0.0,
-        "num_params": num_params(model),
-        "macs_per_image": macs_per_image(model),
-    }
-    if held_out is not None and held_out.every:
-        metrics.update({"held_out_eval_seconds": held_out.seconds,
-                        "train_seconds": total_time - held_out.seconds,
-                        "held_out": {k: held_out.last[k]
-                                     for k in ("precision_at_1", "precision_at_1_raw")
-                                     if k in held_out.last}})
-        if held_out.reached:  # an empty {} is no number: DVC warns about it, so leave it out
-            metrics["time_to_target"] = held_out.reached
-    return metrics
