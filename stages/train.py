@@ -38,9 +38,11 @@ def main() -> None:
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, "train")
     nodes = nodes_from_stage(args.nnodes, args.rdzv_endpoint, args.rdzv_id)
-    if not launched_by_torchrun():  # the launching process holds it for its ranks
-        hold_run_lock(args.out, " ".join(["stages/train.py", *sys.argv[1:]]),
-                      socket.gethostname() if nodes.count > 1 else None)
+    if not launched_by_torchrun():  # the launching process holds them for its ranks
+        # one lock per folder the run writes: two runs of other --out must not share --live
+        command = " ".join(["stages/train.py", *sys.argv[1:]])
+        for folder in (args.out, args.live):
+            hold_run_lock(folder, command, socket.gethostname() if nodes.count > 1 else None)
     relaunch_on_devices(params.train, params.run, __file__, sys.argv[1:], nodes)
     train(params, load_prepared(args.data), stage_paths(args.out, args.live), continuation=cont)
     run_ended(cont)

@@ -42,6 +42,60 @@ def test_a_second_run_stops_naming_the_first_and_a_killed_one_frees_the_folder(t
     assert not out.exists()  # the lock is beside the folder, never inside it
 
 
+def test_a_symlinked_alias_of_the_folder_takes_the_same_lock(tmp_path):
+    out = tmp_path / "data" / "train"
+    out.mkdir(parents=True)
+    alias = tmp_path / "alias"
+    alias.symlink_to(out)
+    first = _holder(out)
+    try:
+        with pytest.raises(PipelineError, match=rf"^{alias}: another run is writing there "
+                                                rf"\(pid {first.pid}"):
+            hold_run_lock(alias, "the second run")
+    finally:
+        first.kill()
+        first.wait()
+    assert not (tmp_path / ".alias.run-lock").exists()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo"])
+def test_a_lock_path_that_is_no_regular_file_is_one_line_and_left_as_it_was(tmp_path, kind):
+    """A symbolic link there is not followed: the file it names keeps its bytes."""
+    foreign = tmp_path / "thesis.txt"
+    foreign.write_bytes(b"my thesis\n")
+    lock = tmp_path / ".train.run-lock"
+    if kind == "symlink":
+        lock.symlink_to(foreign)
+    elif kind == "folder":
+        lock.mkdir()
+    else:
+        os.mkfifo(lock)
+    want = {"symlink": "a symbolic link", "folder": "a folder",
+            "fifo": "not a regular file"}[kind]
+    with pytest.raises(PipelineError, match=rf"^{lock}: the run lock of .*train is {want}"):
+        hold_run_lock(tmp_path / "train", "a run")
+    assert foreign.read_bytes() == b"my thesis\n"
+    assert lock.is_symlink() or lock.is_dir() or lock.is_fifo()
+
+
+@pytest.mark.e2e
+def test_two_train_runs_of_other_outs_do_not_share_the_live_folder(synth_data, tmp_path):
+    """Each folder a run writes has its lock: a second run with its own --out and the same
+    --live (DVCLive's curves) stops at once instead of interleaving one loss.tsv."""
+    proj = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params()))
+    first = _holder(proj / "reports" / "train")
+    try:
+        proc = subprocess.run([sys.executable, "stages/train.py", "--out", "data/train2"],
+                              cwd=proj, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines()[-1].startswith(
+            f"error: reports/train: another run is writing there (pid {first.pid}")
+        assert not (proj / "data" / "train2" / "model.pt").exists()
+    finally:
+        first.kill()
+        first.wait()
+
+
 @pytest.mark.e2e
 def test_the_train_stage_beside_a_running_one_exits_at_once(synth_data, tmp_path):
     """`dvc repro` beside a hand-run stage: both ran and interleaved their logs."""

@@ -60,7 +60,7 @@ def ensure_writable(*folders: Path) -> None:
 
 
 RUN_LOCK_SUFFIX = ".run-lock"
-_held: dict = {}  # folder -> its open lock file, held until the process ends
+_held: dict = {}  # resolved folder -> its open lock file, held until the process ends
 
 
 def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> None:
@@ -69,26 +69,45 @@ def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> Non
     included, so a killed run never leaves it stuck). A second run on the same folder stops
     at once with one line naming the first (its pid, start and command). ``host``: one lock
     per machine (``.<folder name>.<host>.run-lock``), for the nodes of one job that share
-    the folder on a network file system."""
+    the folder on a network file system.
+
+    The lock belongs to the folder itself, not to the name it is given by: a symlinked
+    alias of the folder takes the same lock. The lock file is opened without following a
+    link and must be a regular file, so that it never writes into a file it did not make;
+    anything else at its path stops the run in one line, nothing changed."""
     import fcntl
+    import stat
     import time
 
-    folder = Path(folder)
-    path = folder.parent / f".{folder.name}{'.' + host if host else ''}{RUN_LOCK_SUFFIX}"
+    from .errors import PipelineError
+
+    real = Path(os.path.realpath(folder))
+    key = f"{real}|{host or ''}"
+    if key in _held:  # this process holds it already (--out and --live the same folder)
+        return
+    path = real.parent / f".{real.name}{'.' + host if host else ''}{RUN_LOCK_SUFFIX}"
     path.parent.mkdir(parents=True, exist_ok=True)
-    f = open(path, "a+")
+    fix = "remove it (or give this run another output folder); nothing was changed"
+    try:  # O_NONBLOCK: a FIFO there must not hang the open
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        what = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a folder"}.get(exc.errno, exc.strerror)
+        raise PipelineError(f"{path}: the run lock of {folder} is {what}, expected a regular "
+                            f"file this project writes; {fix}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise PipelineError(f"{path}: the run lock of {folder} is not a regular file (a FIFO, "
+                            f"a device or a socket); {fix}")
+    f = os.fdopen(fd, "r+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
-        from .errors import PipelineError
         raise PipelineError(f"{folder}: another run is writing there ({holder}); wait for it "
                             f"to end, or give this one another output folder") from None
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n")
     f.flush()
-    _held[str(folder)] = f
-
+    _held[key] = f

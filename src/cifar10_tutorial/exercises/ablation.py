@@ -88,8 +88,9 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
         work = kept
     if not launched_by_torchrun():  # the launching process holds them for its ranks
         command = " ".join(["stages/" + Path(script).name, *sys.argv[1:]])
-        # --work's lock too in a trial: a full run there writes the same --out (and data)
-        for folder in dict.fromkeys((args.work, work)):
+        # --work's lock too in a trial: a full run there writes the same --out (and data);
+        # and --out's, which two variants of other --work must not share
+        for folder in dict.fromkeys((args.work, work, args.out)):
             hold_run_lock(folder, command)
     relaunch_on_devices(variant.train, variant.run, script, sys.argv[1:])
     run_variant(params, args.name, load_data(params), VariantPaths(work, args.out),
