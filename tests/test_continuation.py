@@ -74,13 +74,13 @@ def test_the_stage_fixes_a_relative_deadline_once_for_every_process(monkeypatch)
     assert cont.mirror == "s3://bucket/runs/tutorial_100k"
     assert os.environ[continuation_settings.STOP_AT_ENV] == f"@{cont.deadline:.3f}"
     # a torchrun relaunch repeats the options: its processes keep the parent's deadline
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(continuation_settings, "launched_by_torchrun", lambda: True)
     again = from_stage("2h", "s3://bucket/runs/", "tutorial_100k")
     assert again.deadline == pytest.approx(cont.deadline, abs=1e-3)
+    monkeypatch.undo()
     # nothing set: no deadline, no mirror
-    for name in ("LOCAL_RANK", "WORLD_SIZE", continuation_settings.STOP_AT_ENV, MIRROR_ENV):
-        monkeypatch.delenv(name)
+    for name in (continuation_settings.STOP_AT_ENV, MIRROR_ENV):
+        monkeypatch.delenv(name, raising=False)
     assert from_stage(None, None, "train") == Continuation()
 
 

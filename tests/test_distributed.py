@@ -410,3 +410,25 @@ def test_a_lost_node_of_two_with_separate_folders_resumes_to_the_uninterrupted_w
     for key in ("model", "ema"):
         for name in a[key]:
             torch.testing.assert_close(a[key][name], b[key][name], rtol=0, atol=0)
+
+
+def test_torchrun_is_told_by_its_own_marker_not_by_leftover_variables(monkeypatch, tmp_path):
+    """LOCAL_RANK and WORLD_SIZE left in an environment (a notebook) do not make a process
+    one of torchrun's: it keeps its run lock and its deadline. Nor does torchrun's marker
+    under a parent that is not torchrun (this test's); a process torchrun starts is one."""
+    from cifar10_tutorial.training.distributed import launched_by_torchrun
+
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert not launched_by_torchrun()
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "left-over")
+    assert not launched_by_torchrun()
+    monkeypatch.undo()
+    probe = tmp_path / "probe.py"
+    probe.write_text("from cifar10_tutorial.training.distributed import launched_by_torchrun\n"
+                     "print(launched_by_torchrun())\n")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node=1", str(probe)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stderr[-2000:]

@@ -143,3 +143,23 @@ def test_a_train_output_folder_holding_foreign_files_is_refused_untouched(synth_
         f"give {option} a folder of its own (as in dvc.yaml), or move those elsewhere first. "
         f"Nothing was changed.")
     assert {p: p.read_bytes() for p in target.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.e2e
+def test_torchrun_variables_left_in_the_environment_skip_neither_lock_nor_deadline(
+        synth_data, tmp_path):
+    """LOCAL_RANK and WORLD_SIZE left over (a notebook started under torchrun): the stage
+    still pauses at its deadline, and still stops beside a run holding its folder."""
+    proj = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params()))
+    env = {**os.environ, "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    paused = subprocess.run([sys.executable, "stages/train.py", "--stop-at", "0"], cwd=proj,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert paused.returncode == 75, paused.stderr[-2000:]
+    first = _holder(proj / "data" / "train")
+    try:
+        proc = subprocess.run([sys.executable, "stages/train.py"], cwd=proj, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1 and "another run is writing there" in proc.stderr
+    finally:
+        first.kill()
+        first.wait()

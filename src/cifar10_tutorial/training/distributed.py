@@ -81,7 +81,17 @@ def nodes_from_stage(count: Optional[int], endpoint: Optional[str],
 
 
 def launched_by_torchrun() -> bool:
-    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+    """Whether torchrun's agent started this process: told by the agent's own marker
+    (``TORCHELASTIC_RUN_ID``, set for each process it starts) and, where /proc shows it, by
+    a parent process that is torchrun. ``LOCAL_RANK`` and ``WORLD_SIZE`` alone, left in an
+    environment (a notebook, a shell profile), would skip the run lock and the deadline."""
+    if not all(k in os.environ for k in ("LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID")):
+        return False
+    try:
+        parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:  # no /proc (macOS): the marker alone
+        return True
+    return b"torch.distributed.run" in parent or b"torchrun" in parent
 
 
 def this_process() -> Dist:
