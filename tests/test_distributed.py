@@ -432,3 +432,20 @@ def test_torchrun_is_told_by_its_own_marker_not_by_leftover_variables(monkeypatc
                            "--nproc_per_node=1", str(probe)],
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "True", proc.stderr[-2000:]
+
+
+@pytest.mark.e2e
+def test_killing_the_stage_stops_torchrun_and_its_workers(synth_data, tmp_path):
+    """kill -9 of the stage (its lock goes with it) must not leave torchrun and its workers
+    writing the run's folder beside the next run."""
+    proj = project(tmp_path, synth_data, input={"shuffle": "permutation"},
+                   train={"batch_size": 16, "num_devices": 2, "max_steps": 100000,
+                          "log_every": 1},
+                   run={"checkpoint_every": 1000, "summary_every": 100000})
+    proc, workers = start_until(proj, ": step 3,")
+    everyone = psutil.Process(proc.pid).children(recursive=True)
+    assert len(workers) == 2 and len(everyone) >= 3  # torchrun and its two workers
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(everyone, timeout=60)
+    assert alive == [], [p.cmdline() for p in alive]
