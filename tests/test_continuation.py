@@ -2,6 +2,8 @@
 fresh folder, and ending exactly as one uninterrupted run."""
 import json
 import os
+import socket
+import re
 import shutil
 import subprocess
 import sys
@@ -273,9 +275,9 @@ def test_the_stage_pauses_at_its_deadline_and_continues_elsewhere(synth_data, tm
 
 
 def test_mirror_on_an_fsspec_url(tmp_path, synth_data):
-    """Not only folders: any fsspec file system (here its in-memory one)."""
+    """Not only folders: a mirror given as an fsspec URL (here file://, as s3:// or gs://)."""
     params = tiny_params(train={"max_steps": 12}, run={"checkpoint_every": 4})
-    url = f"memory://runs-{os.getpid()}/train"
+    url = f"file://{tmp_path}/runs/train"
     with pytest.raises(SystemExit):
         train(params, synth_data, paths(tmp_path / "a"), progress=False,
               continuation=pause_after(5, url))
@@ -286,19 +288,33 @@ def test_mirror_on_an_fsspec_url(tmp_path, synth_data):
     shutil.rmtree(tmp_path / "a")
 
 
+@pytest.mark.parametrize("url, message", [
+    ("memory://runs", "is in memory, which goes with this process"),
+    ("zip://x", "is on zip://, expected durable storage"),
+    ("github://a/b", "is on github://, expected durable storage"),
+    ("http://127.0.0.1:9/m", "is on http://, expected durable storage"),
+    ("   ", "is blank"),
+    ("file://otherhost/tmp/x", "names the host 'otherhost', which this machine cannot write"),
+])
+def test_a_mirror_where_no_run_could_continue_is_one_line(url, message, monkeypatch):
+    monkeypatch.delenv(MIRROR_ENV, raising=False)
+    with pytest.raises(PipelineError, match=re.escape(message)):
+        from_stage(None, url, "train")
+
+
 def test_a_mirror_url_whose_file_system_is_not_installed_is_one_clear_error():
-    with pytest.raises(PipelineError, match=r"nosuchfs://bucket/runs/train: the checkpoint "
-                                            r"mirror \(--mirror or CIFAR10_CHECKPOINT_MIRROR\) "
-                                            r"cannot be opened"):
-        Mirror("nosuchfs://bucket/runs/train")
+    with pytest.raises(PipelineError, match=r"gs://bucket/runs/train: the checkpoint mirror "
+                                            r"\(--mirror or CIFAR10_CHECKPOINT_MIRROR\) cannot be "
+                                            r"opened: .*gcsfs"):
+        Mirror("gs://bucket/runs/train")
 
 
-@pytest.mark.parametrize("where", ["file", "proc", "http"])
+@pytest.mark.parametrize("where", ["file", "proc", "webhdfs"])
 def test_a_mirror_that_cannot_be_written_is_refused_at_the_start(synth_data, tmp_path, where):
     """A file, an unwritable place or a server that is not there
     failed with a traceback at the first checkpoint, after the run had trained."""
     url = {"file": str(tmp_path / "mf"), "proc": "/proc/mirror",
-           "http": "http://127.0.0.1:9/m"}[where]
+           "webhdfs": "webhdfs://127.0.0.1:9/m"}[where]
     (tmp_path / "mf").write_text("a file")
     with pytest.raises(PipelineError, match=rf"^{url}: the checkpoint mirror .*cannot be written "
                                             r"\(.*\); give a folder or bucket this machine can write"):
@@ -308,15 +324,95 @@ def test_a_mirror_that_cannot_be_written_is_refused_at_the_start(synth_data, tmp
         paths(tmp_path / "r").checkpoints.iterdir())
 
 
-@pytest.mark.parametrize("state", ['{"step": "abc"}', "[1, 2]", "{}", '{"step": -3}'])
-def test_a_mirror_json_without_a_step_is_passed_over(tmp_path, state, caplog):
-    """ValueError, TypeError, KeyError."""
-    caplog.set_level("INFO")
-    (tmp_path / "m").mkdir()
-    (tmp_path / "m" / "checkpoint.pt").write_bytes(b"x")
-    (tmp_path / "m" / "mirror.json").write_text(state)
-    assert Mirror(str(tmp_path / "m")).pull(tmp_path / "ck", tmp_path / "live") is None
-    assert "mirror.json holds no step" in caplog.text
+def _another_runs_folder(mirror: Path) -> dict:
+    """A folder holding another run's checkpoint and curves (bytes to check against)."""
+    (mirror / "plots" / "metrics").mkdir(parents=True)
+    (mirror / "checkpoint.pt").write_bytes(b"another run's only durable checkpoint")
+    (mirror / "plots" / "metrics" / "loss.tsv").write_text("step\tloss\n1\t2.3\n")
+    return _bytes(mirror)
+
+
+def _bytes(folder: Path) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("state", [None, '{"step": tr', '{"step": "abc"}', '{"step": true}',
+                                   '{"step": 1.5}', "[1, 2]", "{}", '{"step": -3}'])
+def test_a_mirror_whose_files_no_manifest_proves_ours_is_left_alone(synth_data, tmp_path,
+                                                                     state):
+    """Another run's checkpoint beside a mirror.json that is missing, truncated, not a
+    manifest or holds an odd step: the run stops at its start, every byte there as it was
+    (it used to pass over such a mirror, then push over or clear that checkpoint)."""
+    mirror = tmp_path / "m"
+    mirror.mkdir()
+    if state is not None:
+        (mirror / "mirror.json").write_text(state)
+    before = _another_runs_folder(mirror)
+    with pytest.raises(TrainingError, match=rf"^{mirror}: .*so nothing shows whose files are "
+                                            r"there, and this run would replace them"):
+        train(tiny_params(train={"max_steps": 6}, run={"checkpoint_every": 2}), synth_data,
+              paths(tmp_path / "r"), progress=False, continuation=Continuation(mirror=str(mirror)))
+    assert _bytes(mirror) == before
+    assert not paths(tmp_path / "r").model.exists()
+
+
+def test_a_run_removes_only_what_its_manifest_lists(synth_data, tmp_path):
+    """A file of the user's in the run's mirror folder, in plots/ too, outlives the run's
+    end (the end used to remove all of plots/)."""
+    mirror = tmp_path / "m"
+    params = tiny_params(train={"max_steps": 8, "log_every": 1}, run={"checkpoint_every": 2})
+    with pytest.raises(SystemExit):
+        train(params, synth_data, paths(tmp_path / "a"), progress=False,
+              continuation=pause_after(3, mirror))
+    listed = json.loads((mirror / "mirror.json").read_text())["files"]
+    assert "checkpoint.pt" in listed and any(f.startswith("plots/") for f in listed)
+    (mirror / "plots" / "thesis-figure.csv").write_text("mine\n")
+    (mirror / "README").write_text("notes\n")
+    cont = Continuation(mirror=str(mirror))
+    assert train(params, synth_data, paths(tmp_path / "a"), progress=False,
+                 continuation=cont)["step"] == 8
+    run_ended(cont)
+    assert _bytes(mirror) == {Path("plots/thesis-figure.csv"): b"mine\n",
+                              Path("README"): b"notes\n"}
+
+
+@pytest.mark.parametrize("base", ["live", "out", "inside_out"])
+def test_a_mirror_that_is_or_holds_an_output_folder_is_refused(synth_data, tmp_path, base):
+    """`--mirror reports` made the run's folder reports/train, its --live: the end of the
+    run removed the finished run's curves."""
+    p = paths(tmp_path / "r")
+    url = {"live": p.live_dir, "out": p.out_dir, "inside_out": p.out_dir / "mirror"}[base]
+    with pytest.raises(PipelineError, match=r"is, holds or lies in the run's"):
+        train(tiny_params(train={"max_steps": 4}), synth_data, p, progress=False,
+              continuation=Continuation(mirror=str(url)))
+
+
+def test_a_mirror_another_live_process_writes_is_refused(synth_data, tmp_path):
+    """Two runs started on one mirror: the second stops at once, naming the first."""
+    mirror = tmp_path / "m"
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time\n"
+                               "from cifar10_tutorial.ownership import hold_run_lock\n"
+                               "hold_run_lock(sys.argv[1], 'the first run')\n"
+                               "print('held', flush=True)\ntime.sleep(600)\n", str(mirror)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(PipelineError, match=rf"{mirror}: another run is writing there "
+                                                rf"\(pid {holder.pid}"):
+            train(tiny_params(train={"max_steps": 4}), synth_data, paths(tmp_path / "r"),
+                  progress=False, continuation=Continuation(mirror=str(mirror)))
+    finally:
+        holder.kill()
+        holder.wait()
+    # a lease of another live process on this host (a mirror on a shared disk, say)
+    mirror2 = tmp_path / "m2"
+    mirror2.mkdir()
+    (mirror2 / "mirror.json").write_text(json.dumps(
+        {"lease": {"host": socket.gethostname(), "pid": os.getppid(), "heartbeat": 0}}))
+    with pytest.raises(TrainingError, match=r"another run is writing there \(host .*, pid "):
+        train(tiny_params(train={"max_steps": 4}), synth_data, paths(tmp_path / "r2"),
+              progress=False, continuation=Continuation(mirror=str(mirror2)))
 
 
 def stranded_runs(runs: Path, params) -> list[str]:

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Optional
 
 from .distributed import launched_by_torchrun
-from .mirror import MIRROR_ENV
+from .mirror import MIRROR_ENV, check_mirror_url
 from .paths import queued_experiment
 from ..errors import PipelineError
 
@@ -109,7 +109,9 @@ def from_stage(stop_at: Optional[str], mirror: Optional[str], run_name: str) -> 
     deadline = parse_deadline(text) if text else None
     if deadline is not None:
         os.environ[STOP_AT_ENV] = f"@{deadline:.3f}"
-    base = mirror or os.environ.get(MIRROR_ENV)
+    base = mirror if mirror is not None else os.environ.get(MIRROR_ENV)
+    if base is not None and (mirror is not None or base):  # an empty variable: no mirror
+        base = check_mirror_url(base)
     if mirror:
         os.environ[MIRROR_ENV] = mirror
     if (exp := queued_experiment()) is not None:  # queued experiments run side by side

@@ -220,7 +220,7 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     sched = schedule(params, num_train, tr.batch_size * d.world)  # derived once, here
     max_steps = sched.steps
     signature = run_signature(params, data.content_hash, device, d.world)
-    mirror = Mirror.writable(cont.mirror) if cont.mirror and d.main else None
+    mirror = Mirror.writable(cont.mirror, paths) if cont.mirror and d.main else None
     ckpt = resume_point(paths, signature, max_steps, d, device, mirror)
     counters = (restore(ckpt, model, optimizer, ema) if ckpt is not None
                 else {"step": 0, "loss_avg": None, "elapsed": 0.0, "reached": {}})
@@ -293,6 +293,8 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
         batches.close()
         if summaries is not None:
             summaries.close()
+        if mirror is not None:  # paused, stopped or failed: another machine may continue now
+            mirror.release()
     # ---- finish: the run's metrics and (rank 0) the trained model
     metrics = run.metrics(model, held_out, eval_before, num_train)
     if d.main:
