@@ -30,6 +30,31 @@ def test_a_stage_command_runs_the_stage_script_with_its_pipeline_arguments(monke
     assert "--ablations" in stage_argv("report")  # reports/dvc.yaml's command
 
 
+@pytest.mark.parametrize("command", [["eval"], ["predict", "x.png"]])
+def test_a_command_outside_a_repository_root_is_one_line(command, monkeypatch):
+    """From reports/ the commands took reports/dvc.yaml for the project's."""
+    monkeypatch.chdir(ROOT / "reports")
+    with pytest.raises(PipelineError, match=rf"cifar10 {command[0]}: .*reports is not a "
+                                            r"repository root of this project \(no params.yaml, "
+                                            r"stages\); run it from the folder"):
+        main(command)
+
+
+def test_a_command_runs_the_code_of_the_checkout_it_is_in(tmp_path):
+    """Run from a second clone, the installed package (another clone's, `pip install -e`
+    there) ran its own stages and modules while provenance named this clone's commit."""
+    clone = tmp_path / "b"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    (clone / "src" / "cifar10_tutorial" / "errors.py").write_text(
+        (clone / "src" / "cifar10_tutorial" / "errors.py").read_text()
+        + "\nprint('code of clone b', flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", "from cifar10_tutorial.commands import entry; "
+                           "entry()", "publish", "nothing-here"], cwd=clone,
+                          capture_output=True, text=True, timeout=120)
+    assert "code of clone b" in proc.stdout, proc.stdout + proc.stderr
+    assert stage_argv("train")[0] == "stages/train.py"  # the current folder's script
+
+
 def test_a_module_command_shows_its_options_and_an_example(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["predict", "--help"])

@@ -10,19 +10,22 @@
     cifar10 publish baseline           # a finished variant's weights and card, in models/baseline
     cifar10 ci synthetic
 
-The stage commands run the stage scripts of the checkout (``stages/NAME.py``) with the
-arguments dvc.yaml (or reports/dvc.yaml) gives them, then the user's own; the others run a
-module of the package. Each loads only what it uses. ``cifar10 NAME --help`` shows a
+Every command but ``repro`` runs in a repository root (the folder of dvc.yaml, params.yaml
+and stages/), and runs that checkout's code, whichever clone the package was installed
+from: the stage commands run its stage scripts (``stages/NAME.py``) with the arguments
+dvc.yaml (or reports/dvc.yaml) gives them, then the user's own; the others run a module of
+its package (``src/``). Each loads only what it uses. ``cifar10 NAME --help`` shows a
 command's own options.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from .cli import STAGES_DIR, run_stage, stage_command
+from .cli import run_stage, stage_command
 from .errors import PipelineError
 
 # name -> (what it does, an example, the module whose main() it runs or the stage script)
@@ -63,7 +66,7 @@ def stage_argv(name: str) -> list[str]:
         args = stage_command(script, dvc_yaml) if dvc_yaml.is_file() else []
     except PipelineError:
         args = []  # a stage no pipeline runs (benchmark): its own defaults
-    return [str(STAGES_DIR / script), *args]
+    return [str(Path("stages") / script), *args]  # this checkout's, not the installed one's
 
 
 def main(argv=None) -> None:
@@ -76,12 +79,45 @@ def main(argv=None) -> None:
         raise PipelineError(f"cifar10 {name}: no such command; the commands are "
                             f"{', '.join(COMMANDS)} (cifar10 --help)")
     what, example, target = COMMANDS[name]
-    if rest[:1] in (["-h"], ["--help"]):  # above the command's own options
+    asks_help = rest[:1] in (["-h"], ["--help"])
+    if name != "repro" and not asks_help:
+        _at_a_repository_root(name)
+        _run_this_checkouts_package(argv)
+    if asks_help:  # above the command's own options
         print(f"cifar10 {name}: {what}; e.g. `{example}`\n", flush=True)
     if target == "stage":
         sys.exit(subprocess.run([sys.executable, *stage_argv(name), *rest]).returncode)
     importlib.import_module(f"{__package__}.{target}").main(rest)
 
 
+def _at_a_repository_root(name: str) -> None:
+    """The commands take their paths from dvc.yaml and run stages/: elsewhere (reports/, a
+    subfolder) they would read another pipeline's file for the project's."""
+    here = Path.cwd()
+    missing = [n for n in ("dvc.yaml", "params.yaml", "stages") if not (here / n).exists()]
+    if missing:
+        raise PipelineError(f"cifar10 {name}: {here} is not a repository root of this project "
+                            f"(no {', '.join(missing)}); run it from the folder that holds "
+                            f"dvc.yaml, params.yaml and stages/")
+
+
+def _run_this_checkouts_package(argv: list[str]) -> None:
+    """Where the checkout in the current folder has its own package (``src/``) and the one
+    running is another clone's (``pip install -e`` there), run this one's instead: the
+    code that runs is the code whose commit the results' provenance names."""
+    here = (Path.cwd() / "src" / "cifar10_tutorial").resolve()
+    running = Path(__file__).resolve().parent
+    if here.is_dir() and here != running:
+        src = str(here.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [src, os.environ.get("PYTHONPATH")]))}
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", f"{__package__}.commands", *argv], env)
+
+
 def entry() -> None:
     run_stage(main)
+
+
+if __name__ == "__main__":
+    entry()
