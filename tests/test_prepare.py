@@ -1,5 +1,8 @@
 import io
 import json
+import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -81,6 +84,25 @@ def test_rerun_replaces_previous_output(archive, tmp_path):
     with pytest.raises(PipelineError, match="holds notes.txt, which the preprocess"):
         prepare(archive["path"], out, CIFAR10)
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(archive, tmp_path):
+    """A preprocess killed mid-write (SIGKILL, or SIGTERM before Python's clean-up) left
+    its temporary folder (118 MB on the dev split), which no later run removed. The next
+    run removes those of processes that have gone, and nothing else."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    out = tmp_path / "prepared"
+    left = tmp_path / f".prepared.tmp-{gone.pid}-abc123"
+    left.mkdir()
+    (left / "train_images.npy").write_bytes(b"half")
+    live = tmp_path / f".prepared.tmp-{os.getpid()}-def456"  # a run still going
+    live.mkdir()
+    mine = [tmp_path / ".prepared.tmp", tmp_path / ".prepared.notes-1-2"]
+    for folder in mine:
+        folder.mkdir()
+    prepare(archive["path"], out, CIFAR10)
+    assert not left.exists() and live.exists() and all(f.exists() for f in mine)
 
 
 def test_truncated_record_file(tmp_path):

@@ -78,6 +78,23 @@ def test_a_lock_path_that_is_no_regular_file_is_one_line_and_left_as_it_was(tmp_
     assert lock.is_symlink() or lock.is_dir() or lock.is_fifo()
 
 
+def test_an_output_entry_linked_to_another_folder_is_one_line_and_left_alone(tmp_path):
+    """`reports/train/plots` a symbolic link to a folder of the user's: the train stage
+    failed with rmtree's traceback; it now stops before anything is touched."""
+    from cifar10_tutorial.ownership import refuse_foreign
+
+    theirs = tmp_path / "up"
+    theirs.mkdir()
+    (theirs / "thesis.csv").write_text("t\n")
+    live = tmp_path / "reports" / "train"
+    live.mkdir(parents=True)
+    (live / "plots").symlink_to(theirs)
+    with pytest.raises(PipelineError, match=rf"^{live}: holds plots, a symbolic link to a "
+                                            r"folder, which the train stage would replace"):
+        refuse_foreign(live, {"plots", "metrics.json"}, "train", "--live")
+    assert (theirs / "thesis.csv").read_text() == "t\n" and (live / "plots").is_symlink()
+
+
 @pytest.mark.e2e
 def test_two_train_runs_of_other_outs_do_not_share_the_live_folder(synth_data, tmp_path):
     """Each folder a run writes has its lock: a second run with its own --out and the same

@@ -22,6 +22,11 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
     if not folder.is_dir():
         raise PipelineError(f"{folder}: the {stage} stage's {option} must be a folder, found a "
                             f"file; give {option} a folder of its own (see dvc.yaml)")
+    linked = sorted(p.name for p in folder.iterdir() if p.is_symlink() and p.is_dir())
+    if linked:  # the stage replaces its folders whole: never through a link to elsewhere
+        raise PipelineError(f"{folder}: holds {', '.join(linked)}, a symbolic link to a folder, "
+                            f"which the {stage} stage would replace; move the link away (the "
+                            f"folder it points to stays as it is). Nothing was changed.")
     foreign = sorted(p.name for p in folder.iterdir() if p.name not in ours)
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5

@@ -131,10 +131,33 @@ def parse_class_names(raw: bytes, num_classes: int, source: str) -> list[str]:
 
 
 def _fresh_dir(out: Path, kind: str) -> Path:
-    """A new, empty folder beside ``out`` under a name no user has (``.prepared.tmp-x1y2``):
-    a folder of the user's called ``prepared.tmp`` or ``prepared.old`` is never touched."""
+    """A new, empty folder beside ``out`` under a name no user has and that names the
+    process making it (``.prepared.tmp-<pid>-x1y2``): a folder of the user's called
+    ``prepared.tmp`` or ``prepared.old`` is never touched. Such folders a killed run left
+    (SIGKILL, or SIGTERM before Python's clean-up) are removed here, once their process
+    has gone."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{kind}-"))
+    _sweep_left_behind(out)
+    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{kind}-{os.getpid()}-"))
+
+
+def _sweep_left_behind(out: Path) -> None:
+    for left in out.parent.glob(f".{out.name}.*-*-*"):
+        kind, _, rest = left.name[len(out.name) + 2:].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind in ("tmp", "old") and pid.isdigit() and left.is_dir() \
+                and not left.is_symlink() and not _alive(int(pid)):
+            shutil.rmtree(left, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _replace_dir(tmp: Path, out: Path) -> None:
