@@ -561,3 +561,42 @@ def test_a_partial_folder_that_is_a_file_or_cannot_be_made_is_one_line(archive, 
     if Path("/proc").is_dir():
         with pytest.raises(PipelineError, match=r"/proc: cannot write there"):
             fetch_dataset(data, tmp_path / "r10", Path("/proc/x"), FAST)
+
+
+def _tar_gz_of(path, members):
+    """A gzip tar of ``members``: (name, bytes) for a file, (name, "-> target") for a
+    symbolic link, (name, "=> target") for a hard link."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tf:
+        for name, body in members:
+            info = tarfile.TarInfo(name)
+            if isinstance(body, str):
+                info.type = tarfile.SYMTYPE if body.startswith("->") else tarfile.LNKTYPE
+                info.linkname = body[3:]
+                tf.addfile(info)
+            else:
+                info.size = len(body)
+                tf.addfile(info, io.BytesIO(body))
+    return path
+
+
+@pytest.mark.parametrize("members, expected", [
+    ([("cifar-10-batches-bin/data_batch_1.bin", "=> /etc/passwd")],
+     "member cifar-10-batches-bin/data_batch_1.bin is a hard link"),
+    ([("cifar-10-batches-bin/data_batch_3.bin", "-> /etc/shadow")],
+     "member cifar-10-batches-bin/data_batch_3.bin is a symbolic link"),
+    ([("cifar-10-batches-bin/data_batch_1.bin", b"\0" * 3073),
+      ("cifar-10-batches-bin/data_batch_1.bin", b"\1" * 3073)],
+     "member cifar-10-batches-bin/data_batch_1.bin appears twice"),
+])
+def test_link_and_duplicate_members_are_named(tmp_path, members, expected):
+    """They were refused as 'the archive has no ...data_batch_N.bin', or (a member twice,
+    its second copy every label 0) taken silently."""
+    from cifar10_tutorial.data.datasets import CIFAR10
+    from cifar10_tutorial.data.download import check_gzip_tar
+
+    path = _tar_gz_of(tmp_path / "a.tar.gz", members)
+    with pytest.raises(DownloadError, match=f"^src: {expected}"):
+        check_gzip_tar(path, "src", CIFAR10)

@@ -56,12 +56,22 @@ def check_gzip_tar(path: Path, source: str, spec=None) -> None:
     try:
         with tarfile.open(path, "r:gz") as tf:
             for member in tf:
+                # ./cifar-10-batches-bin/... (tar -C d -czf x .) is the same member
+                name = str(PurePosixPath(member.name))
+                if not (member.isfile() or member.isdir()):  # a link, a FIFO, a device
+                    kind = ("a hard link" if member.islnk() else "a symbolic link"
+                            if member.issym() else "not a regular file")
+                    raise DownloadError(f"{source}: member {name} is {kind}; an archive of "
+                                        f"{spec.name if spec else 'this data set'} holds "
+                                        f"regular files only. {MIRROR_HINT}")
                 if member.isfile():
+                    if name in sizes:  # which copy would count? tar keeps the last, silently
+                        raise DownloadError(f"{source}: member {name} appears twice; an archive "
+                                            f"holds each file once. {MIRROR_HINT}")
                     data = tf.extractfile(member)
                     while data.read(CHUNK):
                         pass
-                    # ./cifar-10-batches-bin/... (tar -C d -czf x .) is the same member
-                    sizes[str(PurePosixPath(member.name))] = member.size
+                    sizes[name] = member.size
             while tf.fileobj.read(CHUNK):  # to gzip's end: its CRC and length are checked there
                 pass
     except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
