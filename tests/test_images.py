@@ -96,3 +96,20 @@ def test_a_fifo_is_refused_instead_of_hanging(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(PipelineError, match=r"f.png: not a regular file \(a folder, FIFO or device\)"):
         load_image(fifo)
+
+
+@pytest.mark.parametrize("fill, count", [("nan", 64), ("inf", 1)])
+def test_nan_or_infinite_pixels_are_one_line(tmp_path, fill, count):
+    """An all-NaN float TIFF was predicted as 'airplane 0.105'; one +inf pixel gave numpy's
+    RuntimeWarning, then a prediction."""
+    a = np.full((8, 8), 0.5, np.float32)
+    if fill == "nan":
+        a[:] = np.nan
+    else:
+        a[3, 3] = np.inf
+    path = tmp_path / "img.tiff"
+    Image.frombytes("F", a.shape[::-1], a.tobytes()).save(path)
+    with pytest.raises(PipelineError, match=rf"^{path}: {count} of its 64 pixels are NaN or "
+                                            r"infinite, expected finite values"):
+        load_image(path)
+

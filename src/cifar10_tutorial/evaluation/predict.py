@@ -20,13 +20,17 @@ from ..model_files import load_trained
 from ..scoring import predict_logits
 
 
-def _to_8bit(img):
+def _to_8bit(img, path: Path):
     """An image of 16-bit, 32-bit integer or float pixels as 8-bit grey, scaled, not clipped:
     16-bit values (up to 65,535) by 1/257, floats in [0, 1] by 255, anything else from its
-    own minimum and maximum to 0..255."""
+    own minimum and maximum to 0..255. NaN or infinite pixels have no such scale."""
     from PIL import Image
 
     a = np.asarray(img).astype(np.float64)
+    bad = int(np.size(a) - np.isfinite(a).sum())
+    if bad:
+        raise PipelineError(f"{path}: {bad:,} of its {np.size(a):,} pixels are NaN or infinite, "
+                            f"expected finite values; give an image of finite pixels")
     lo, hi = float(a.min()), float(a.max())
     if img.mode == "F" and lo >= 0 and hi <= 1:
         a = a * 255
@@ -54,7 +58,7 @@ def load_image(path: Path, size: int = 32) -> np.ndarray:
             with Image.open(path) as img:
                 img = ImageOps.exif_transpose(img)
                 if img.mode in ("I", "F") or img.mode.startswith("I;16"):
-                    img = _to_8bit(img)
+                    img = _to_8bit(img, path)
                 img = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
                 return np.asarray(img).transpose(2, 0, 1).copy()
     except FileNotFoundError:
