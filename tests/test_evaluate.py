@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.evaluation.evaluate import evaluate, watch
 from cifar10_tutorial.evaluation.predict import predict
 from cifar10_tutorial.training.paths import TrainPaths
@@ -67,6 +68,19 @@ def test_watch_mode_evaluates_the_newest_checkpoint(synth_data, trained):
     acc.Reload()
     assert "eval/precision_at_1" in acc.Tags()["scalars"]
     assert acc.Scalars("eval/precision_at_1")[0].value == pytest.approx(results[0]["precision_at_1"])
+
+
+def test_watch_mode_refuses_a_checkpoint_of_other_classes(synth_data, trained, tmp_path):
+    """It logged 'precision @ 1 = 0.000' for a model of other classes, which the eval stage
+    refuses; it now refuses it the same way."""
+    ckpt = torch.load(sorted(trained.checkpoints.glob("ckpt-*.pt"))[-1], weights_only=True)
+    ckpt["classes"] = list(reversed(ckpt["classes"]))
+    (tmp_path / "ck").mkdir()
+    torch.save(ckpt, tmp_path / "ck" / "ckpt-00000060.pt")
+    with pytest.raises(PipelineError, match=r"ckpt-00000060.pt: a model of other classes than "
+                                            r"the prepared data's"):
+        watch(synth_data, tmp_path / "ck", tmp_path / "tb", interval_secs=0.1, batch_size=100,
+              device_name="cpu", max_evals=1)
 
 
 def test_predict_on_image_files_of_any_size(synth_data, trained, tmp_path):

@@ -86,15 +86,7 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     model's."""
     device = pick_device(device_name, key="eval.device")
     ckpt = load_model_file(Path(model_path), device)
-    if int(ckpt["num_classes"]) != data.num_classes:
-        raise PipelineError(f"{model_path}: a model of {ckpt['num_classes']} classes, but the "
-                            f"prepared data have {data.num_classes}; {REMAKE}.")
-    if list(ckpt["classes"]) != list(data.classes):  # else every class would be named wrongly
-        first = next(i for i, (a, b) in enumerate(zip(ckpt["classes"], data.classes)) if a != b)
-        raise PipelineError(f"{model_path}: a model of other classes than the prepared data's "
-                            f"(class {first}: {ckpt['classes'][first]!r} in the model, "
-                            f"{data.classes[first]!r} in the data); evaluate it on the data it "
-                            f"was trained for, or {REMAKE}.")
+    check_fits(ckpt, data, model_path)
     images = torch.from_numpy(data.test_images).to(device)
     labels = torch.from_numpy(data.test_labels).to(device)
     if made and made["step"] == int(ckpt["step"]) and ("precision_at_1_flip" in made) == flip_tta:
@@ -154,6 +146,20 @@ def _newest_readable(ckpts: list[Path], evaluated: set, damaged: set, device) ->
     return None
 
 
+def check_fits(ckpt: dict, data: Prepared, source) -> None:
+    """A model (or checkpoint) of the prepared data's classes, in their order: else its
+    precision would be measured against other labels, every class named wrongly."""
+    if int(ckpt["num_classes"]) != data.num_classes:
+        raise PipelineError(f"{source}: a model of {ckpt['num_classes']} classes, but the "
+                            f"prepared data have {data.num_classes}; {REMAKE}.")
+    if list(ckpt["classes"]) != list(data.classes):
+        first = next(i for i, (a, b) in enumerate(zip(ckpt["classes"], data.classes)) if a != b)
+        raise PipelineError(f"{source}: a model of other classes than the prepared data's "
+                            f"(class {first}: {ckpt['classes'][first]!r} in the model, "
+                            f"{data.classes[first]!r} in the data); evaluate it on the data it "
+                            f"was trained for, or {REMAKE}.")
+
+
 def watch(data: Prepared, checkpoints: Path, tensorboard: Path, interval_secs: float,
           batch_size: int = 250, device_name: str = "auto",
           max_evals: Optional[int] = None) -> list[dict]:
@@ -171,6 +177,8 @@ def watch(data: Prepared, checkpoints: Path, tensorboard: Path, interval_secs: f
             ckpts = list_checkpoints(checkpoints)
             ckpt = _newest_readable(ckpts, evaluated, damaged, device)
             if ckpt is not None:
+                if "num_classes" in ckpt and "classes" in ckpt:  # a run's checkpoints hold both
+                    check_fits(ckpt, data, ckpts[-1].parent / f"ckpt-{int(ckpt['step']):08d}.pt")
                 r = evaluate_checkpoint(ckpt, images, labels, batch_size, device)
                 step = int(ckpt["step"])
                 for key in ("precision_at_1", "precision_at_1_raw", "loss", "loss_raw"):
