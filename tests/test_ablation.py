@@ -240,6 +240,20 @@ def test_the_report_says_when_results_were_not_made_in_one_piece(tmp_path):
 
 
 
+def test_one_commit_with_uncommitted_changes_is_named_so(tmp_path):
+    """It said 'made by 1 different commits of the code'."""
+    from cifar10_tutorial.report.results import Results, provenance_section
+
+    for name, dirty in (("a", False), ("b", True)):
+        (tmp_path / name / "train").mkdir(parents=True)
+        (tmp_path / name / "train" / "provenance.json").write_text(json.dumps(
+            {"commit": "1" * 40, "dirty": dirty, "data_hash": "ab" * 8, "device": "cpu"}))
+    df = pd.DataFrame({"steps": [100, 100]}, index=["a", "b"])
+    text = "\n".join(provenance_section(Results(df, df, df.iloc[:0], tmp_path, tmp_path, tmp_path)))
+    assert "made by one commit of the code, some of them with uncommitted changes" in text
+    assert "different commits" not in text
+
+
 def test_commits_checked_to_train_alike_count_as_one_piece(tmp_path):
     from cifar10_tutorial.report.results import Results, provenance_section
 

@@ -185,6 +185,7 @@ def _gap(r: Results, run: dict, reached: int) -> str:
         parts.append(f"this project's `{REPRODUCTION}` reads {pct(mine)} on the same images. "
                      f"Of the gap to the tutorial's figure, the part between it and {pct(p)} is "
                      f"the reference's own on this data (the data and the split, not the code), "
-                     f"and {100 * (p - mine):+.1f} points lie between the two implementations "
-                     f"(one run each{weighed})")
+                     f"and {100 * abs(p - mine):.1f} points lie between the two implementations "
+                     f"({'this project' if mine >= p else 'the reference'} the higher; one run "
+                     f"each{weighed})")
     return "; ".join(parts) + "."

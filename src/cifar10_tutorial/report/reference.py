@@ -49,7 +49,19 @@ def _flat(value) -> str:
     return str(value)
 
 
+# what each figure is, as the report's table names it (the keys are the code's)
+LABELS = {
+    "precision": "precision @ 1", "precision_target": "the tutorial's precision, in the plots",
+    "precision_eval_docstring": "precision @ 1 in cifar10_eval.py", "budget": "the budget",
+    "summary_row": "the summary table's reference row", "averaging": "the moving averages' gain",
+    "averaging_row": "exercise 4's reference row", "devices": "seconds per batch on 1 and 2 GPUs",
+    "devices_rows": "exercise 5's reference rows", "local_head": "cuda-convnet's local head",
+    "queue_fill": "the queue's fill",
+}
+
+
 def reference_markdown() -> list[str]:
-    rows = [(key, _flat(value), source) for key, (value, source) in REFERENCE.items()]
+    rows = [(LABELS.get(key, key.replace("_", " ")), _flat(value), source)
+            for key, (value, source) in REFERENCE.items()]
     t = pd.DataFrame(rows, columns=["figure", "value", "where it comes from"])
     return ["## The reference's figures used above", "", markdown_table(t), ""]

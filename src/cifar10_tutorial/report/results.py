@@ -278,15 +278,19 @@ def _code_note(found: dict, equivalence: Optional[Path]) -> str:
         return ""
     n = len({(p.get("commit"), p.get("dirty")) for p in found.values()})
     if dirty or None in commits:
-        return f"The variants were made by {n} different commits of the code (some with " \
-               f"uncommitted changes, or outside git)."
+        which = ("one commit of the code" if len(commits - {None}) == 1 and None not in commits
+                 else f"{len(commits - {None})} commits of the code" if None not in commits
+                 else "code outside git")
+        return (f"The variants were made by {which}, some of them with uncommitted changes, "
+                f"so not all by committed code." if dirty else
+                f"The variants were made by {which}, some of them outside git.")
     record = load_record(equivalence) if equivalence is not None else []
     if same_training(commits, record):
         return (f"made by {n} commits of the code whose training was checked bit-identical "
                 f"(the fixed-seed pair of the CI's real configuration gives the same weights "
                 f"and averages at each; `{equivalence}`)")
     return (f"The variants were made by {n} different commits of the code, not checked to "
-            f"train alike (`python -m cifar10_tutorial.exercises.equivalence OLD NEW` checks two).")
+            f"train alike (`python devtools/equivalence.py OLD NEW` checks two).")
 
 
 def speed_ratio(r: Results, ratio: float, variant=None) -> str:
