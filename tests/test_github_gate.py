@@ -134,13 +134,18 @@ def test_baselines_are_stored_on_a_branch_and_found_by_the_merge_base(tmp_path):
     assert sh(origin, "git", "rev-list", "--count", "ci-baselines") == "2"
 
 
-def test_a_shallow_checkout_is_one_line_naming_fetch_depth(tmp_path):
-    project = tmp_path / "dev"
+def two_commits(project: Path) -> Path:
+    """A git repository of two commits of one file."""
     project.mkdir()
     sh(project, "git", "init", "-q")
     for n in range(2):
         (project / "a.txt").write_text(f"{n}\n")
         commit(project, f"c{n}")
+    return project
+
+
+def test_a_shallow_checkout_is_one_line_naming_fetch_depth(tmp_path):
+    project = two_commits(tmp_path / "dev")
     origin, _ = remote_and_checkout(tmp_path, project)
     shallow = tmp_path / "shallow"
     sh(tmp_path, "git", "clone", "-q", "--depth", "1", f"file://{origin}", str(shallow))
@@ -351,12 +356,7 @@ def test_a_push_that_loses_a_race_for_the_branch_stores_again(tmp_path):
     """Two push jobs store at once: the one whose push is rejected (the other pushed between
     its fetch and its push; here a pre-push hook does, once) fetches and commits again, and
     both baselines are kept."""
-    project = tmp_path / "dev"
-    project.mkdir()
-    sh(project, "git", "init", "-q")
-    for n in range(2):
-        (project / "a.txt").write_text(f"{n}\n")
-        commit(project, f"c{n}")
+    project = two_commits(tmp_path / "dev")
     c0, c1 = sh(project, "git", "rev-list", "--reverse", "HEAD").split()
     origin, runner = remote_and_checkout(tmp_path, project)
     other = tmp_path / "other"

@@ -11,6 +11,23 @@ from typing import Optional
 from .files import WRITE_HINTS
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def listed(names: list[str], most: int = 5) -> str:
+    """``a, b, c`` for an error line, at most ``most`` names and how many more."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most
+                                      else "")
+
+
 def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--out") -> None:
     """Stop before anything is touched when ``folder`` (a stage's output, which the stage
     replaces or prunes) holds entries the stage does not make (``ours``: their names)."""
@@ -29,9 +46,7 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
                             f"folder it points to stays as it is). Nothing was changed.")
     foreign = sorted(p.name for p in folder.iterdir() if p.name not in ours)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
-                                          else "")
-        raise PipelineError(f"{folder}: holds {shown}, which the {stage} stage did not make and "
+        raise PipelineError(f"{folder}: holds {listed(foreign)}, which the {stage} stage did not make and "
                             f"would delete; give {option} a folder of its own (as in dvc.yaml), "
                             f"or move those elsewhere first. Nothing was changed.")
 

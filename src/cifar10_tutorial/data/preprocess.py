@@ -24,7 +24,7 @@ import numpy as np
 
 from .datasets import DatasetSpec
 from ..files import md5_of, writing
-from ..ownership import refuse_foreign
+from ..ownership import process_alive, refuse_foreign
 from .prepared import META_NAME, PREPARED_NAMES, PrepareError
 
 log = logging.getLogger(__name__)
@@ -146,18 +146,9 @@ def _sweep_left_behind(out: Path) -> None:
         kind, _, rest = left.name[len(out.name) + 2:].partition("-")
         pid = rest.split("-", 1)[0]
         if kind in ("tmp", "old") and pid.isdigit() and left.is_dir() \
-                and not left.is_symlink() and not _alive(int(pid)):
+                and not left.is_symlink() and not process_alive(int(pid)):
             shutil.rmtree(left, ignore_errors=True)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _replace_dir(tmp: Path, out: Path) -> None:

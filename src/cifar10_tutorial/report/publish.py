@@ -40,7 +40,7 @@ from typing import Optional
 from ..cli import run_stage
 from ..curves import held_out_curve
 from ..errors import PipelineError
-from ..ownership import ensure_writable
+from ..ownership import ensure_writable, listed
 from ..model_files import load_model_file
 from .publish_records import RERUN, Records, read_json, read_records, sha256
 from .results import device_text
@@ -216,9 +216,7 @@ def _held(out: Path) -> tuple[set[str], str]:
             what = "published before publish kept a manifest"
     foreign = sorted(entries - own)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
-                                          else "")
-        raise PipelineError(f"{out}: holds {shown}, which publish did not make; give --out a "
+        raise PipelineError(f"{out}: holds {listed(foreign)}, which publish did not make; give --out a "
                             f"folder of its own, or move those elsewhere first. Nothing was "
                             f"changed.")
     return entries & own, what

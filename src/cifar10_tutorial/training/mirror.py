@@ -29,6 +29,7 @@ from .checkpoints import signature_differences
 from .distributed import this_process
 from ..checkpoint_files import list_checkpoints, load_checkpoint
 from ..errors import PipelineError, TrainingError
+from ..ownership import hold_run_lock, process_alive
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,6 @@ class Mirror:
         writing; else the manifest is (re)written with this run's signature and process
         before anything else, and returned as it was."""
         if self.local:  # one run at a time on a folder of this machine, from the start
-            from ..ownership import hold_run_lock
             hold_run_lock(Path(self.root), "the checkpoint mirror of a run")
         state = self.state()
         found = sorted(RUN_NAMES & set(self._entries()))
@@ -249,7 +249,7 @@ class Mirror:
             return
         host, pid, when = lease.get("host"), lease.get("pid"), lease.get("heartbeat")
         if host == socket.gethostname():
-            alive = isinstance(pid, int) and pid != os.getpid() and _alive(pid)
+            alive = isinstance(pid, int) and pid != os.getpid() and process_alive(pid)
         else:
             alive = isinstance(when, (int, float)) and time.time() - when < LEASE_FRESH_S
         if alive:
@@ -364,15 +364,6 @@ class Mirror:
             except (OSError, NotImplementedError):
                 pass
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _put_atomic(fs, local: str, remote: str) -> None:
