@@ -332,6 +332,74 @@ def test_a_node_alone_says_what_it_waits_for_and_gives_up_at_the_join_timeout(sy
     assert took < 120
 
 
+@pytest.mark.e2e
+def test_nodes_whose_params_differ_fail_once_in_one_line_without_restarts(synth_data, tmp_path):
+    """A params mismatch between nodes is the same at every attempt: torchrun's restarts
+    repeated it, and the stage ended in torchrun's traceback."""
+    base = tiny_params(train={"batch_size": 16, "num_devices": 2, "max_steps": 10},
+                       run={"max_restarts": 3})
+    other = to_dict(base)
+    other["train"]["initial_lr"] = 0.05
+    folders = [write_train_project(tmp_path / "node0", synth_data, to_dict(base)),
+               write_train_project(tmp_path / "node1", synth_data, other)]
+    cmd = [sys.executable, "stages/train.py", "--nnodes", "2", "--rdzv-endpoint",
+           f"127.0.0.1:{free_port()}", "--rdzv-id", "mismatch"]
+    nodes = [subprocess.Popen(cmd, cwd=f, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=ENV) for f in folders]
+    errs = [n.communicate(timeout=300)[1] for n in nodes]
+    for n, err in zip(nodes, errs):
+        assert n.returncode == 1, err[-3000:]
+        assert "Traceback" not in err and "ChildFailedError" not in err, err[-3000:]
+        assert err.count("where rank 0") == 1, err[-3000:]
+        last = err.strip().splitlines()[-1]
+        assert last.startswith("error: rank 1 (host ") and " has params " in last, last
+
+
+@pytest.mark.e2e
+def test_a_lost_node_takes_its_workers_with_it(synth_data, tmp_path):
+    """``kill -9`` of one node's stage and torchrun (their process group) left that node's
+    workers, in a session of their own, training on with the other node's."""
+    params = to_dict(tiny_params(train={"batch_size": 16, "num_devices": 2, "max_steps": 5000,
+                                        "log_every": 10},
+                                 run={"checkpoint_every": 100000, "summary_every": 100000,
+                                      "collective_timeout_s": 10, "join_timeout_s": 10,
+                                      "max_restarts": 0}))
+    folders = [write_train_project(tmp_path / f"node{i}", synth_data, params) for i in range(2)]
+    cmd = [sys.executable, "stages/train.py", "--nnodes", "2", "--rdzv-endpoint",
+           f"127.0.0.1:{free_port()}", "--rdzv-id", "lost"]
+    nodes = [subprocess.Popen(cmd, cwd=f, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env={**ENV, "OMP_NUM_THREADS": "1"},
+                              start_new_session=True) for f in folders]
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not any(  # rank 0's node logs the first steps
+                (f / "reports/train/plots/metrics/train/loss.tsv").is_file() for f in folders):
+            time.sleep(0.5)
+
+        def workers(node):  # the node's processes: the stage's tree and torchrun's workers
+            return [p for p in psutil.process_iter(["cmdline", "cwd"])
+                    if p.info["cwd"] == str(folders[node]) and p.pid != nodes[node].pid
+                    and any("train.py" in a for a in p.info["cmdline"] or [])]
+
+        assert workers(0), "no worker of node 0 found"
+        os.killpg(nodes[0].pid, signal.SIGKILL)
+        nodes[0].wait(timeout=60)
+        gone = time.time() + 20
+        while workers(0) and time.time() < gone:
+            time.sleep(0.5)
+        assert not workers(0), [p.info["cmdline"] for p in workers(0)]
+        out = nodes[1].communicate(timeout=300)[0]
+        assert nodes[1].returncode not in (0, None), out[-3000:]
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                os.killpg(n.pid, signal.SIGKILL)
+        for f in folders:
+            for p in psutil.process_iter(["cwd"]):
+                if p.info["cwd"] == str(f):
+                    p.kill()
+
+
 def test_the_nodes_must_share_the_devices_evenly_and_name_an_endpoint():
     from cifar10_tutorial.training.distributed import Nodes, torchrun_command
 

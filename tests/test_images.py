@@ -51,6 +51,22 @@ def test_exif_orientation_is_applied(tmp_path):
     assert shown[:4].mean() > 200 and shown[-4:].mean() < 50  # upright: white on top
 
 
+def test_a_palette_image_with_transparency_is_read_without_library_warnings(tmp_path):
+    """A palette PNG with per-entry transparency put Pillow's UserWarning (and its source
+    path) on the predict command's stderr. Its colours are read as they are."""
+    import warnings
+
+    palette = [v for i in range(256) for v in (i, 255 - i, 7)]
+    img = Image.new("P", (8, 8), 200)
+    img.putpalette(palette)
+    path = tmp_path / "palette.png"
+    img.save(path, transparency=bytes([0] * 10 + [255] * 246))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = load_image(path, size=8)
+    assert got[:, 0, 0].tolist() == [200, 55, 7]
+
+
 def _png_with_chunk(path, kind: bytes, payload: bytes):
     import struct
 

@@ -449,6 +449,14 @@ def test_a_disk_that_fills_up_is_one_line_naming_the_output(tmp_path, small_disk
     proc = run_stage(project, "train", "--out", str(full / "tr"), "--live", str(tmp_path / "lv"))
     one_line(proc, full / "tr" / "checkpoints")
     assert not list((full / "tr" / "checkpoints").glob("*.tmp"))
+    full = small_disk("live", "4k")  # DVCLive's curves: its errors name no file
+    proc = run_stage(project, "train", "--out", str(tmp_path / "tr2"), "--live", str(full / "lv"))
+    one_line(proc, full / "lv")
+    full = small_disk("mirror", "1m")  # the mirror's file is named, not the local one
+    proc = run_stage(project, "train", "--out", str(tmp_path / "tr3"), "--live",
+                     str(tmp_path / "lv3"), "--mirror", str(full))
+    one_line(proc, full / "train" / "checkpoint.pt")
+    assert not list((full / "train").glob("*.tmp"))
     full = small_disk("eval", "8k")
     proc = run_stage(project, "eval", "--out", str(full / "ev"))
     one_line(proc, full / "ev")

@@ -59,6 +59,8 @@ def load_image(path: Path, size: int = 32) -> np.ndarray:
                 img = ImageOps.exif_transpose(img)
                 if img.mode in ("I", "F") or img.mode.startswith("I;16"):
                     img = _to_8bit(img, path)
+                if img.mode in ("P", "PA") and "transparency" in img.info:
+                    img = img.convert("RGBA")  # straight to RGB, Pillow warns on stderr
                 img = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
                 return np.asarray(img).transpose(2, 0, 1).copy()
     except FileNotFoundError:

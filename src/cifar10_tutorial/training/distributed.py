@@ -23,6 +23,7 @@ from ..errors import PipelineError
 PAUSED_EXIT = 75  # EX_TEMPFAIL: try again later; distinct from failures (1) and signals (128+N)
 PAUSE_MARK_ENV = "CIFAR10_PAUSE_MARK"
 JOIN_MARK_ENV = "CIFAR10_JOIN_MARK"  # a file the job's first local process touches once joined
+FAIL_MARK_ENV = "CIFAR10_FAIL_MARK"  # where a job's error that every rank raised alike goes
 NODES_ENV = {"count": "CIFAR10_NNODES", "endpoint": "CIFAR10_RDZV_ENDPOINT",
              "job_id": "CIFAR10_RDZV_ID"}
 
@@ -189,9 +190,9 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str], nodes: Nodes = No
     print("launching:", " ".join(cmd), file=sys.stderr, flush=True)
     sys.stdout.flush()
     with tempfile.TemporaryDirectory(prefix="cifar10-launch-") as tmp:
-        mark, joined = Path(tmp) / "paused", Path(tmp) / "joined"
+        mark, joined, failed = Path(tmp) / "paused", Path(tmp) / "joined", Path(tmp) / "failed"
         job = subprocess.Popen(cmd, env={**os.environ, PAUSE_MARK_ENV: str(mark),
-                                         JOIN_MARK_ENV: str(joined)},
+                                         JOIN_MARK_ENV: str(joined), FAIL_MARK_ENV: str(failed)},
                                preexec_fn=_die_with_parent)
 
         def pass_on(signum, _frame):
@@ -206,6 +207,9 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str], nodes: Nodes = No
         status = job.wait()
         paused = status == 0 and mark.exists()  # only a pause writes it
         formed = joined.exists()
+        error = failed.read_text().strip() if status == 0 and failed.exists() else None
+    if error:
+        raise PipelineError(error)
     if status and nodes.count > 1 and not formed:
         raise PipelineError(f"the job never formed: fewer than {nodes.count} nodes joined the "
                             f"rendezvous at {nodes.endpoint} (job id {nodes.job_id}) within "
@@ -240,6 +244,39 @@ def exit_paused(main: bool) -> None:
     raise SystemExit(0)
 
 
+def fail_alike(message: str) -> None:
+    """Fail the job with ``message``, an error every rank raises alike (a params mismatch
+    between nodes, a world size that is not train.num_devices). Under the stage's torchrun
+    the ranks end with 0 and the first local process leaves ``message`` for the stage, which
+    prints it once: any other status is a failure torchrun's agent restarts the job for, and
+    each restart would only repeat it. Elsewhere a :class:`PipelineError`."""
+    mark = os.environ.get(FAIL_MARK_ENV)
+    if not (launched_by_torchrun() and mark):
+        raise PipelineError(message)
+    if os.environ.get("LOCAL_RANK") == "0":
+        Path(mark).write_text(message + "\n")
+    raise SystemExit(0)
+
+
+def _die_with_agent() -> None:
+    """A watchdog thread: this process ends when torchrun's agent, its parent, is gone (a
+    ``kill -9`` of the stage's process group reaches the agent, not the workers, which run
+    in a session of their own). Otherwise the lost node's workers would go on training with
+    the other nodes' and leave them waiting at torchrun's exit barrier."""
+    import signal
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="die-with-agent").start()
+
+
 def init_distributed(tr, run) -> tuple[Dist, torch.device]:
     """Join the torchrun job if there is one: NCCL on GPUs, gloo on CPU; a rank silent for
     ``run.collective_timeout_s`` fails the job."""
@@ -251,9 +288,10 @@ def init_distributed(tr, run) -> tuple[Dist, torch.device]:
         return d, device
     import torch.distributed as dist
 
+    _die_with_agent()
     check_devices(tr, int(os.environ.get("LOCAL_WORLD_SIZE", d.world)))  # this node's share
     if d.world != tr.num_devices:
-        raise PipelineError(f"torchrun started {d.world} processes but train.num_devices is "
+        fail_alike(f"torchrun started {d.world} processes but train.num_devices is "
                             f"{tr.num_devices}; set train.num_devices={d.world} (the global batch "
                             f"and the checkpoints depend on it).")
     device = pick_device(tr.device, d.local_rank)
@@ -320,7 +358,7 @@ def same_job(facts: dict, d: Dist) -> None:
     for rank, theirs in enumerate(every):
         for key in facts:
             if key != "host" and theirs[key] != every[0][key]:
-                raise PipelineError(
+                fail_alike(
                     f"rank {rank} (host {theirs['host']}) has {key} {theirs[key]!r} where rank 0 "
                     f"(host {every[0]['host']}) has {every[0][key]!r}: every node must run the "
                     f"same commit, params and prepared data, and resume from the same checkpoint "

@@ -263,10 +263,12 @@ class Mirror:
 
     def _write_state(self, state: dict) -> None:
         self.fs.makedirs(self.root, exist_ok=True)
-        with self.fs.open(self._p(STATE + ".tmp"), "w") as f:
-            json.dump(state, f, indent=2)
-            f.write("\n")
-        self.fs.mv(self._p(STATE + ".tmp"), self._p(STATE))
+
+        def write(tmp: str) -> None:
+            with self.fs.open(tmp, "w") as f:
+                json.dump(state, f, indent=2)
+                f.write("\n")
+        _replace_remote(self.fs, self._p(STATE), write)
 
     def holds_another_run(self, state: Optional[dict], theirs, ours: dict) -> TrainingError:
         """The error of a run whose mirror folder holds another run's checkpoint, which its
@@ -367,8 +369,27 @@ class Mirror:
 
 
 def _put_atomic(fs, local: str, remote: str) -> None:
-    fs.put_file(local, remote + ".tmp")
-    fs.mv(remote + ".tmp", remote)
+    _replace_remote(fs, remote, lambda tmp: fs.put_file(local, tmp))
+
+
+def _replace_remote(fs, remote: str, write) -> None:
+    """``write(tmp)`` a temporary file beside ``remote``, then rename it into place. A failed
+    write (a full mirror disk) leaves no temporary file and names the mirror's file, not
+    the local one it was copied from."""
+    tmp = remote + ".tmp"
+    try:
+        write(tmp)
+    except (OSError, RuntimeError) as exc:
+        try:
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        except OSError:
+            pass
+        code = getattr(exc, "errno", None)
+        if isinstance(exc, OSError) and code is not None:
+            raise OSError(code, exc.strerror or os.strerror(code), remote) from None
+        raise
+    fs.mv(tmp, remote)
 
 
 def run_ended(cont) -> None:

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..errors import TrainingError
-from ..files import write_text_atomic
+from ..files import write_text_atomic, writing
 from ..scoring import precision_at_1
 from ..model import CifarNet
 from ..params import Params
@@ -92,11 +92,14 @@ class Monitor:
         self.window_t, self.window_steps = time.perf_counter(), 0
 
     def log(self, step: int, values: dict) -> None:
-        """One DVCLive row at ``step``."""
+        """One DVCLive row at ``step``. DVCLive's own writes raise without a file name; a
+        full disk names the curve or metrics file that failed."""
         self.live.step = step
         for k, v in values.items():
-            self.live.log_metric(k, v)
-        self.live.next_step()
+            with writing(Path(self.live.dir) / "plots" / "metrics" / f"{k}.tsv"):
+                self.live.log_metric(k, v)
+        with writing(Path(self.live.dir) / "metrics.json"):
+            self.live.next_step()
 
     def finish(self, step: int, metrics: dict, speed_file: Optional[Path] = None) -> None:
         """metrics.json: ``metrics`` and the step, nothing else (DVCLive would repeat the last
@@ -107,7 +110,8 @@ class Monitor:
             write_text_atomic(speed_file, json.dumps({**speed, "step": step}, indent=4) + "\n")
         self.live.step = step
         self.live.summary = summary
-        self.live.end()
+        with writing(Path(self.live.dir) / "metrics.json"):
+            self.live.end()
 
     def close(self) -> None:
         self.bar.close()
