@@ -91,6 +91,38 @@ def test_two_processes_at_64_equal_one_at_128(synth_data, tmp_path):
 
 
 @pytest.mark.e2e
+def test_dropout_on_two_processes_paused_and_continued_elsewhere_equals_one_run(
+        synth_data, tmp_path):
+    """Each rank draws its own dropout masks from the seed, its rank and the step: paused
+    in one folder and continued from the mirror in another, two processes end with the
+    weights of the uninterrupted run, bit for bit."""
+    params = to_dict(tiny_params(model={"dropout": 0.5}, input={"shuffle": "permutation"},
+                                 train={"batch_size": 16, "num_devices": 2, "max_steps": 150,
+                                        "log_every": 10},
+                                 run={"checkpoint_every": 40, "summary_every": 1000}))
+    whole, first, second = (write_train_project(tmp_path / n, synth_data, params)
+                            for n in ("whole", "first", "second"))
+    assert run(whole).returncode == 0
+    mirror = str(tmp_path / "mirror")
+    env = {k: v for k, v in ENV.items() if k != STOP_AT_ENV}
+    paused = subprocess.run([sys.executable, "stages/train.py", "--stop-at", "3s", "--mirror",
+                             mirror], cwd=first, capture_output=True, text=True, timeout=300,
+                            env=env)
+    assert paused.returncode == PAUSED_EXIT, paused.stderr[-3000:]
+    step = int((paused.stdout + paused.stderr).split("paused at step ")[1].split()[0])
+    assert 0 < step < 150
+    done = subprocess.run([sys.executable, "stages/train.py", "--mirror", mirror], cwd=second,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"at step {step}" in done.stderr
+    a, b = (load_checkpoint(f / "data/train/model.pt") for f in (whole, second))
+    assert a["step"] == b["step"] == 150
+    for key in ("model", "ema"):
+        for name in a[key]:
+            torch.testing.assert_close(a[key][name], b[key][name], rtol=0, atol=0)
+
+
+@pytest.mark.e2e
 def test_queue_input_on_two_processes_and_a_killed_rank_resumes(synth_data, tmp_path):
     proj = project(tmp_path, synth_data, input={"shuffle": "queue"},
                    train={"batch_size": 16, "num_devices": 2, "max_steps": 60, "log_every": 1}, run={"checkpoint_every": 10, "summary_every": 1000, "max_restarts": 1})

@@ -142,15 +142,20 @@ class CifarNet(nn.Module):
     returns probabilities; training always uses :meth:`logits`, so the loss is
     computed from log-softmax of the logits and stays numerically stable).
     lrn: False drops both normalization layers (an ablation).
+    dropout: the probability of zeroing each of local3's and local4's outputs while
+    training (not in the tutorial: 0, no layer, is its network); an example of
+    extending the network (docs/extending.md).
     """
 
     def __init__(self, num_classes: int = 10, head: Literal["fc", "local"] = "fc",
                  output: Literal["logits", "softmax"] = "logits", lrn: bool = True,
-                 image_size: int = 24):
+                 image_size: int = 24, dropout: float = 0.0):
         super().__init__()
         if head not in ("fc", "local") or output not in ("logits", "softmax"):
             raise ValueError(f"head must be fc|local and output logits|softmax, got {head}, {output}")
         self.head, self.output, self.use_lrn = head, output, lrn
+        # no module at 0: the tutorial's network, its draws and state_dict, unchanged
+        self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.num_classes = num_classes
         self.conv1 = nn.Conv2d(3, 64, 5, padding=2)
         self.norm1 = TFLocalResponseNorm(64) if lrn else nn.Identity()
@@ -199,10 +204,10 @@ class CifarNet(nn.Module):
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x)
         if self.head == "fc":
-            x = F.relu(self.local3(x.flatten(1)))
-            x = F.relu(self.local4(x))
+            x = self.drop(F.relu(self.local3(x.flatten(1))))
+            x = self.drop(F.relu(self.local4(x)))
         else:
-            x = F.relu(self.local4(F.relu(self.local3(x))))
+            x = self.drop(F.relu(self.local4(self.drop(F.relu(self.local3(x))))))
             x = x.flatten(1)
         return self.softmax_linear(x)
 
@@ -244,5 +249,5 @@ def train_flops_per_image(model: CifarNet, image_size: int = 24) -> int:
 
 
 def build_model(num_classes: int, head: str = "fc", output: str = "logits",
-                lrn: bool = True) -> CifarNet:
-    return CifarNet(num_classes=num_classes, head=head, output=output, lrn=lrn)
+                lrn: bool = True, dropout: float = 0.0) -> CifarNet:
+    return CifarNet(num_classes=num_classes, head=head, output=output, lrn=lrn, dropout=dropout)

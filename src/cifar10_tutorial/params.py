@@ -97,6 +97,9 @@ class ModelParams:
     head: Literal["fc", "local"] = "fc"  # local: exercise 2, locally connected local3/local4
     output: Literal["logits", "softmax"] = "logits"  # softmax: exercise 1
     lrn: bool = True  # false drops norm1 and norm2 (an ablation)
+    # not in the tutorial: zero each output of local3 and local4 with this probability
+    # while training (0: no dropout layer, the tutorial's network)
+    dropout: Annotated[float, Range(0.0, 1.0, hi_open=True)] = 0.0
 
 
 @dataclass(frozen=True)

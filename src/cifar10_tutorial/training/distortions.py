@@ -20,6 +20,12 @@ MAX_BRIGHTNESS_DELTA = 63.0
 CONTRAST_RANGE = (0.2, 1.8)
 
 
+# The streams of random draws, each seeded by (train.seed, stream, ...): 1 the example
+# order, 2 and 4 the distortions (permutation, queue), 3 the queue's picks, and
+# STEP_DRAWS the draws of the network itself in a step (dropout), by rank and step.
+STEP_DRAWS = 5
+
+
 def derive_seed(*ints: int) -> int:
     """A well-mixed 32-bit seed from a tuple of non-negative integers."""
     return int(np.random.SeedSequence([int(i) for i in ints]).generate_state(1)[0])

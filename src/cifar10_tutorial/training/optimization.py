@@ -213,8 +213,8 @@ def averaging_decay(params: Params) -> float:
 
 def training_model(params: Params, num_classes: int, device: torch.device) -> CifarNet:
     """The network on its device, in the memory layout of ``train.channels_last``."""
-    model = build_model(num_classes, params.model.head, params.model.output, params.model.lrn)
-    model = model.to(device)
+    m = params.model
+    model = build_model(num_classes, m.head, m.output, m.lrn, m.dropout).to(device)
     return model.to(memory_format=torch.channels_last) if params.train.channels_last else model
 
 

@@ -31,6 +31,7 @@ from .distributed import (Dist, agree, exit_paused, gather_on_main, init_distrib
 from ..errors import TrainingError
 from ..files import torch_save_atomic
 from .host_memory import keep_freed_memory
+from .distortions import STEP_DRAWS, derive_seed
 from .inputs import make_batches
 from ..model import macs_per_image, num_params
 from .monitoring import HeldOut, Monitor, Summaries
@@ -166,7 +167,7 @@ class _Run:
                 "classes": data.classes, "num_classes": data.num_classes,
                 "world_size": self.d.world, "loss_avg": self.loss_avg.item(),
                 "elapsed": self.seconds(), "targets_reached": json.dumps(self.reached),
-                "eval_seconds": held_out.seconds, "torch_rng": torch.get_rng_state(),
+                "eval_seconds": held_out.seconds,
                 "tensorboard_run": summaries.run, "segments": segments.to_checkpoint(self.step)}
 
     def metrics(self, model, held_out: Optional[HeldOut], eval_before: float,
@@ -265,6 +266,10 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 summarize = d.main and summary_step
                 if summarize:
                     summaries.capture()
+                # the step's own draws (model.dropout's masks), on CPU and GPU alike, from
+                # the seed, the rank and the step: a resumed run draws what the
+                # uninterrupted one drew, and each rank draws its own
+                torch.manual_seed(derive_seed(tr.seed, STEP_DRAWS, d.rank, run.step))
                 run.loss, ce, wd = train_step(x, y)
                 run.step += 1
                 if ema is not None:
