@@ -1,9 +1,9 @@
-"""DVC stage `ablation@NAME`: train ablation variant NAME (params.yaml `ablations:`) for
+"""DVC stage `ablation@NAME`: train ablation variant NAME (reports/params.yaml `ablations:`) for
 `ablation.max_steps` on the prepared data (--data), evaluate it with averaged and raw
 weights; results into --out (reports/ablations/NAME), model and checkpoints into --work
 (data/ablations/NAME, outside DVC).
 
-Variants on another data set (params.yaml `dataset_ablations:`) run through
+Variants on another data set (reports/params.yaml `dataset_ablations:`) run through
 stages/dataset_ablation.py, which fetches and prepares their data first.
 A variant with train.num_devices > 1 runs itself under torchrun, one process per device.
 --stop-at pauses it at a deadline (exit status 75; the same command continues), and
@@ -14,13 +14,13 @@ reports/dvc.yaml gives every path; by hand, give them too.
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
-from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
+from cifar10_tutorial.cli import EXERCISE_PARAMS, add_continuation, run_stage, stage_parser
 from cifar10_tutorial.data.prepared import load_prepared
 from cifar10_tutorial.exercises.ablation import run_variant_stage
 
 
 def main() -> None:
-    ap = stage_parser(__doc__)
+    ap = stage_parser(__doc__, EXERCISE_PARAMS)
     ap.add_argument("name", help="the variant, a key of `ablations:`")
     ap.add_argument("--data", type=Path, required=True, help="the prepared data")
     ap.add_argument("--work", type=Path, required=True, help="model, checkpoints (and data)")

@@ -1,4 +1,4 @@
-"""DVC stage `dataset_ablation@NAME`: variant NAME of params.yaml `dataset_ablations:`
+"""DVC stage `dataset_ablation@NAME`: variant NAME of reports/params.yaml `dataset_ablations:`
 (exercise 6: the network on another data set). It fetches its data set into --work/raw (a
 partial download waiting in --partial), prepares it into --work/prepared, then trains and
 evaluates as stages/ablation.py does: results into --out (reports/ablations/NAME), model and
@@ -8,13 +8,13 @@ reports/dvc.yaml gives every path; by hand, give them too.
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
-from cifar10_tutorial.cli import add_continuation, run_stage, stage_parser
+from cifar10_tutorial.cli import EXERCISE_PARAMS, add_continuation, run_stage, stage_parser
 from cifar10_tutorial.exercises.ablation import run_variant_stage
 from cifar10_tutorial.exercises.dataset import prepare_variant_data
 
 
 def main() -> None:
-    ap = stage_parser(__doc__)
+    ap = stage_parser(__doc__, EXERCISE_PARAMS)
     ap.add_argument("name", help="the variant, a key of `dataset_ablations:`")
     ap.add_argument("--work", type=Path, required=True, help="its data, model, checkpoints")
     ap.add_argument("--trial-work", type=Path, help="a trial's model and checkpoints "

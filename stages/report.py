@@ -5,13 +5,13 @@ schedule's search notes) and reads --equivalence (which commits train alike) and
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
-from cifar10_tutorial.cli import run_stage, stage_parser
+from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_parser
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.report.report import make_report
 
 
 def main() -> None:
-    ap = stage_parser(__doc__)
+    ap = stage_parser(__doc__, EXERCISE_PARAMS)
     ap.add_argument("--ablations", type=Path, required=True, help="every variant's results")
     ap.add_argument("--search", type=Path, required=True, help="the fast schedule's search notes")
     ap.add_argument("--equivalence", type=Path, required=True,

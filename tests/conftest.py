@@ -61,9 +61,17 @@ def pytest_xdist_make_scheduler(config, log):
 # ----------------------------------------------------------------------------- projects
 
 
+# the sections of the exercise pipeline's own params file, reports/params.yaml: the
+# variants' baseline, and (only there) the variants themselves
+EXERCISE_SECTIONS = ("model", "input", "train", "run", "fast", "eval")
+EXERCISES_ONLY = ("ablation", "ablations", "dataset_ablations")
+
+
 def set_params(project: Path, section: str, **values) -> None:
-    """Set ``section.key: value`` for each keyword in the project's params.yaml."""
-    path = project / "params.yaml"
+    """Set ``section.key: value`` for each keyword in the params file that holds
+    ``section``: params.yaml, or reports/params.yaml for the variants' sections."""
+    name = "reports/params.yaml" if section in EXERCISES_ONLY else "params.yaml"
+    path = project / name
     raw = yaml.safe_load(path.read_text())
     raw.setdefault(section, {}).update(values)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -109,7 +117,9 @@ def tiny_project(dest: Path, archive: dict | None = None, md5: bool = True, git:
                  **sections: dict) -> Path:
     """A copy of the project on a synthetic archive (``archive``: arguments of
     make_cifar10_archive; None: no data params set), ``sections`` of params.yaml updated,
-    as a git + DVC repository with a first commit (``git``)."""
+    and of reports/params.yaml too (the exercises' baseline: a tiny project's variants
+    train as small as its main run), as a git + DVC repository with a first commit
+    (``git``)."""
     project = copy_project(dest / "p")
     if archive is not None:
         path = dest / "cifar-10-binary.tar.gz"
@@ -117,9 +127,19 @@ def tiny_project(dest: Path, archive: dict | None = None, md5: bool = True, git:
         set_params(project, "data", url=str(path), md5=info["md5"] if md5 else None)
     for section, values in sections.items():
         set_params(project, section, **values)
+        if section in EXERCISE_SECTIONS:
+            set_exercise_params(project, section, **values)
     if git:
         init_repo(project)
     return project
+
+
+def set_exercise_params(project: Path, section: str, **values) -> None:
+    """Set ``section.key: value`` in the exercise pipeline's reports/params.yaml."""
+    path = project / "reports/params.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw.setdefault(section, {}).update(values)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
 @pytest.fixture
@@ -134,6 +154,7 @@ def archive(tmp_path):
 def copy_project(dest: Path) -> Path:
     """A copy of the project's pipeline files (no data, no venv) for stage-level tests."""
     for name in ("stages", "src", "dvc.yaml", "reports/dvc.yaml", "reports/baseline", "params.yaml",
+                 "reports/params.yaml",
                  "reports/fast_schedule_search.md", "reports/code_equivalence.json",
                  "reports/devices_timing.json", "reports/tf_reference",
                  ".dvcignore", ".gitignore", "data/.gitignore", "data/train/.gitignore"):
@@ -232,12 +253,12 @@ def exercise_run(tmp_path_factory):
                tutorial_100k={"train": {"max_steps": 14}, "eval": {"every_steps": 7}},
                schedule_fast_50={"train": {"schedule": "fast", "max_epochs": 3},
                                  "eval": {"every_steps": 3}})
-    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw = yaml.safe_load((project / "reports/params.yaml").read_text())
     for name in ("schedule_fast_80", "baseline_seed1", "precision_bf16"):  # one of each shape is enough
         del raw["ablations"][name]
     raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn", "url": str(tmp / "svhn"),
                                                   "md5": None}}}
-    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     commit(project, "tiny ablations")
     log = tmp / "reads.jsonl"
     env = recording_reads(log)

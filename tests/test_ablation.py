@@ -12,7 +12,7 @@ from conftest import ROOT, commit, dvc, run_queue, set_params
 
 
 def test_variants_override_the_baseline_and_share_the_budget():
-    params = load_params(ROOT / "params.yaml")
+    params = load_params(ROOT / "reports/params.yaml")
     assert {"baseline", "softmax", "local_head", "queue_fill_10pct", "queue_fill_1pct",
             "queue_fill_0pct", "devices_2x64", "no_lrn"} <= set(params.ablations)
     base = variant_params(params, "baseline")
@@ -92,9 +92,9 @@ def test_queued_variants_keep_their_models_and_checkpoints(tmp_path):
                            ablation={"max_steps": 4}, eval={"batch_size": 25},
                            train={"device": "cpu", "batch_size": 16},
                            run={"checkpoint_every": 2, "summary_every": 2})
-    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw = yaml.safe_load((project / "reports/params.yaml").read_text())
     raw["ablations"] = {"baseline": {}}
-    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     dvc(project, "repro", "dvc.yaml:preprocess")
     commit(project, "one variant, data prepared")
     dvc(project, "exp", "run", "--queue", "-n", "qfull", "reports/dvc.yaml:ablation@baseline")

@@ -251,26 +251,33 @@ def test_both_pipelines_are_up_to_date_after_the_run(recorded_run):
 
 
 @pytest.mark.e2e
-def test_the_quick_starts_run_length_leaves_the_exercises_up_to_date(recorded_run):
-    """The README's `dvc exp run -S train.max_steps=5000` made all 16
-    variants stale (each depended on the whole train section), so `dvc repro
-    reports/dvc.yaml` would have retrained them, tutorial_100k included."""
+def test_main_pipeline_experiments_leave_the_exercises_up_to_date(recorded_run):
+    """The README's `dvc exp run -S train.batch_size=64` (any change to params.yaml's
+    model, input, train, eval or fast) made all 16 variants stale, and `dvc repro
+    reports/dvc.yaml` would have retrained them, tutorial_100k included: the variants
+    now start from a baseline of their own, reports/params.yaml."""
     project, _, _ = recorded_run
-    params = project / "params.yaml"
-    text = params.read_text()
+    main, exercises = project / "params.yaml", project / "reports/params.yaml"
+    texts = main.read_text(), exercises.read_text()
     try:
-        raw = yaml.safe_load(text)
-        raw["train"].update(max_steps=5000, max_epochs=3)
-        params.write_text(yaml.safe_dump(raw, sort_keys=False))
+        raw = yaml.safe_load(texts[0])
+        raw["train"].update(max_steps=5000, max_epochs=3, batch_size=64, seed=7)
+        raw["model"].update(dropout=0.5)
+        raw["input"].update(shuffle="permutation")
+        raw["eval"].update(batch_size=100)
+        raw["fast"].update(peak_lr=0.2)
+        main.write_text(yaml.safe_dump(raw, sort_keys=False))
         out = dvc(project, "status", "reports/dvc.yaml").stdout
         assert "up to date" in out, out
         assert "train" in dvc(project, "status", "train").stdout  # the main run is stale
-        raw["train"]["seed"] = 7  # what reaches a variant's training still counts
-        params.write_text(yaml.safe_dump(raw, sort_keys=False))
+        raw = yaml.safe_load(texts[1])
+        raw["train"]["seed"] = 7  # the exercises' own baseline reaches every variant
+        exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
         out = dvc(project, "status", "reports/dvc.yaml").stdout
         assert "ablation@softmax" in out and "train.seed" in out, out
     finally:
-        params.write_text(text)
+        main.write_text(texts[0])
+        exercises.write_text(texts[1])
 
 
 # ----------------------------------------------------------------------------- own tree

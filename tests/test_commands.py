@@ -35,8 +35,8 @@ def test_a_command_outside_a_repository_root_is_one_line(command, monkeypatch):
     """From reports/ the commands took reports/dvc.yaml for the project's."""
     monkeypatch.chdir(ROOT / "reports")
     with pytest.raises(PipelineError, match=rf"cifar10 {command[0]}: .*reports is not a "
-                                            r"repository root of this project \(no params.yaml, "
-                                            r"stages\); run it from the folder"):
+                                            r"repository root of this project \(no stages\); "
+                                            r"run it from the folder"):
         main(command)
 
 
@@ -80,9 +80,9 @@ def _trial_project(tmp_path):
                            ablation={"max_steps": 4}, eval={"batch_size": 25},
                            train={"device": "cpu", "batch_size": 16},
                            run={"checkpoint_every": 2})
-    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw = yaml.safe_load((project / "reports/params.yaml").read_text())
     raw["ablations"] = {"baseline": {}, "no_lrn": {"model": {"lrn": False}}}
-    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     dvc(project, "repro", "dvc.yaml:preprocess")
     commit(project, "two variants, data prepared")
     return project

@@ -440,7 +440,7 @@ def test_runs_under_way_still_resume_at_this_commit(tmp_path):
     from cifar10_tutorial.params import load_params, params_from_dict, variant_params
     from conftest import ROOT
 
-    assert stranded_runs(ROOT / "runs", load_params(ROOT / "params.yaml")) == []
+    assert stranded_runs(ROOT / "runs", load_params(ROOT / "reports/params.yaml")) == []
     params = params_from_dict({"ablations": {"held": {}, "moved": {"model": {"lrn": False}}}})
     state = {"model": {"w": torch.zeros(1)}, "ema": {"w": torch.zeros(1)}, "step": 4}
     for name in ("held", "moved"):

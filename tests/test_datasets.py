@@ -152,12 +152,12 @@ def test_svhn_end_to_end_through_dvc_and_as_a_dataset_variant(tmp_path):
         tmp_path, dict(train_per_batch=40, test=40, seed=5), ablation={"max_steps": 6},
         train=dict(max_steps=6, batch_size=16, log_every=3, device="cpu"), run=dict(checkpoint_every=100, summary_every=100),
         input=dict(min_fraction_of_examples_in_queue=0.1))
-    raw = yaml.safe_load((project / "params.yaml").read_text())
+    raw = yaml.safe_load((project / "reports/params.yaml").read_text())
     raw["ablations"] = {"baseline": {}}
     # opt-in: the variant brings its whole data section
     raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn", "url": str(tmp_path / "svhn"),
                                                   "md5": None}}}
-    (project / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     commit(project, "tiny")
     # the main pipeline on SVHN, only data.dataset (and the local files) changed
     out = dvc(project, "exp", "run", "-S", "data.dataset=svhn", "-S", f"data.url={tmp_path / 'svhn'}",

@@ -400,8 +400,10 @@ def test_a_lost_node_takes_its_workers_with_it(synth_data, tmp_path):
     cmd = [sys.executable, "stages/train.py", "--nnodes", "2", "--rdzv-endpoint",
            f"127.0.0.1:{free_port()}", "--rdzv-id", "lost"]
     nodes = [subprocess.Popen(cmd, cwd=f, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env={**ENV, "OMP_NUM_THREADS": "1"},
-                              start_new_session=True) for f in folders]
+                              text=True, start_new_session=True,
+                              # the killed launcher's temporary folder stays in here
+                              env={**ENV, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)})
+             for f in folders]
     try:
         deadline = time.time() + 300
         while time.time() < deadline and not any(  # rank 0's node logs the first steps

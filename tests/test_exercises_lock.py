@@ -27,7 +27,7 @@ def test_a_clone_lacks_only_the_data_to_be_up_to_date(tmp_path):
     when code, params or results change without the lock being refreshed."""
     clone = clone_of_head(tmp_path / "clone")
     lock = yaml.safe_load((clone / "reports" / "dvc.lock").read_text())["stages"]
-    params = yaml.safe_load((clone / "params.yaml").read_text())
+    params = yaml.safe_load((clone / "reports" / "params.yaml").read_text())
     assert set(lock) == {f"ablation@{v}" for v in params["ablations"]} | {"report"}
     missing = [{"changed deps": {"data/prepared": "deleted"}}]
     found = status(clone)

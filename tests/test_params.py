@@ -94,7 +94,7 @@ def test_trial_steps_cap_every_variant_of_the_project():
     budget (tutorial_100k, schedule_* in epochs) included; null leaves every budget alone."""
     from cifar10_tutorial.params import variant_params
 
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw = yaml.safe_load((ROOT / "reports/params.yaml").read_text())
     full = params_from_dict(raw)
     assert full.ablation.trial_steps is None
     assert variant_params(full, "tutorial_100k").train.max_steps == 100000

@@ -135,7 +135,7 @@ def test_a_trials_banner_names_the_knob_that_capped_it(tmp_path):
             f"with a budget of their own included, and each was evaluated on {images:,} "
             "held-out images (`ablation.trial_eval_images`), fewer than the 2,000 below "
             "which") in top
-    assert "`dvc exp run -S ablation.trial_steps=null reports/dvc.yaml:report`" in top
+    assert "`dvc exp run -S reports/params.yaml:ablation.trial_steps=null reports/dvc.yaml:report`" in top
     assert "ablation.max_steps" not in top and "*Answer:*" not in text
     # a trial long enough to answer still says what capped it
     exercises(tmp_path / "b", MIN_STEPS, {"local_head": 0.10, "no_lrn": 0.005})
@@ -243,7 +243,7 @@ def test_variants_without_results_are_named_at_the_top(tmp_path):
                  "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
     text = make_report(root, tmp_path / "out", overrides).read_text()
     top = text.split("## The tutorial at its own budget", 1)[0]
-    assert "**Not made in one piece.** 6 of the 10 variants of params.yaml `ablations:` " \
+    assert "**Not made in one piece.** 6 of the 10 variants of reports/params.yaml `ablations:` " \
            "have no results (not run): `softmax`, `devices_2x64`, `local_head`, " \
            "`tutorial_100k`, `queue_fill_0pct`, `schedule_fast`." in top
     assert "All variants were made by one commit" not in text

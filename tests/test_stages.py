@@ -308,18 +308,19 @@ def test_exp_apply_before_a_first_commit_keeps_logs_and_checkpoints(tmp_path):
 
 @pytest.mark.e2e
 def test_params_without_the_exercise_lists_say_what_is_missing(tmp_path):
-    """DVC reads reports/dvc.yaml for any command: a params.yaml without `ablations:` (or an
-    empty one) fails there, and the message names the key and the file; `ablations: {}`
-    runs no variant and breaks nothing."""
+    """DVC reads reports/dvc.yaml for any command: a reports/params.yaml without
+    `ablations:` (or an empty one) fails there, and the message names the key and the
+    file; `ablations: {}` runs no variant and breaks nothing."""
     project = tiny_project(tmp_path)
-    params = yaml.safe_load((project / "params.yaml").read_text())
+    exercises = project / "reports/params.yaml"
+    params = yaml.safe_load(exercises.read_text())
     for text in ("", yaml.safe_dump({k: v for k, v in params.items() if k != "ablations"})):
-        (project / "params.yaml").write_text(text)
+        exercises.write_text(text)
         proc = subprocess.run([DVC, "status"], cwd=project, capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode != 0
         assert "could not find 'ablations' in 'params.yaml'" in proc.stdout + proc.stderr
-    (project / "params.yaml").write_text(yaml.safe_dump({**params, "ablations": {}}))
+    exercises.write_text(yaml.safe_dump({**params, "ablations": {}}))
     proc = subprocess.run([DVC, "status"], cwd=project, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

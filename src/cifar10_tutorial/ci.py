@@ -8,7 +8,8 @@
         --metrics-out M.json        # against a baseline kept elsewhere (.ci/github_gate.py)
 
 A configuration is ``.ci/configs/<name>.yaml``: which archive to build, whether to run the
-exercise pipeline too, and dotted overrides of ``params.yaml`` (the file itself is never
+exercise pipeline too, and dotted overrides of ``params.yaml`` (``params``) and of the
+exercise pipeline's ``reports/params.yaml`` (``exercise_params``) (the files are never
 edited: the run happens in a scratch copy of the working tree, a git repository of its own,
 so that the developer's data, cache and experiments are untouched). Exit status 1 when the
 pipeline or the gate fails; the gate prints its Markdown table either way.
@@ -27,7 +28,7 @@ from typing import Optional
 
 import yaml
 
-from .cli import run_stage, stage_output
+from .cli import EXERCISE_PARAMS, run_stage, stage_output
 from .errors import PipelineError
 from .files import md5_of
 
@@ -40,10 +41,10 @@ def load_config(name: str, root: Path) -> dict:
         known = sorted(p.stem for p in (root / CONFIGS).glob("*.yaml"))
         raise PipelineError(f"{path}: no such CI configuration; known: {', '.join(known)}")
     config = yaml.safe_load(path.read_text())
-    unknown = set(config) - {"archive", "archive_args", "report", "params"}
+    unknown = set(config) - {"archive", "archive_args", "report", "params", "exercise_params"}
     if unknown or config.get("archive") not in ("synthetic", "given"):
         raise PipelineError(f"{path}: expected keys archive (synthetic | given), archive_args, "
-                            f"report, params; found {sorted(config)} (archive: "
+                            f"report, params, exercise_params; found {sorted(config)} (archive: "
                             f"{config.get('archive')!r})")
     return config
 
@@ -169,6 +170,8 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
         overrides = {**(config.get("params") or {}),
                      "data.url": str(scratch / "archive.tar.gz"), "data.md5": md5}
         apply_overrides(project / "params.yaml", overrides)
+        if config.get("exercise_params"):
+            apply_overrides(project / EXERCISE_PARAMS, config["exercise_params"])
         env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
         baseline = overrides.get("regression.baseline")
         if not update_baseline:

@@ -28,13 +28,15 @@ SRC_DIR = Path(__file__).resolve().parents[1]
 STAGES_DIR = SRC_DIR.parent / "stages"
 
 DVC_YAML = Path("dvc.yaml")
+# the exercise pipeline's own params (reports/dvc.yaml): its baseline and the variants
+EXERCISE_PARAMS = "reports/params.yaml"
 
 
-def stage_parser(description: str) -> argparse.ArgumentParser:
+def stage_parser(description: str, params: str = "params.yaml") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", default="params.yaml",
-                    help="the params file to read (default: params.yaml)")
+    ap.add_argument("--params", default=params,
+                    help=f"the params file to read (default: {params})")
     return ap
 
 

@@ -1,4 +1,4 @@
-"""The data of a data-set variant (exercise 6, params.yaml ``dataset_ablations:``): fetched
+"""The data of a data-set variant (exercise 6, reports/params.yaml ``dataset_ablations:``): fetched
 and prepared under the variant's own folder. A module of its own, imported by that stage
 only: the other variants' hashes do not cover the download and parsing code."""
 from __future__ import annotations

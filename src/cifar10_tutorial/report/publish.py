@@ -310,7 +310,7 @@ def variant_results(name: str, dvc_yaml: Path = REPORT_DVC_YAML) -> Path:
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("name", help="the variant (params.yaml `ablations:`), e.g. tutorial_100k")
+    ap.add_argument("name", help="the variant (reports/params.yaml `ablations:`), e.g. tutorial_100k")
     ap.add_argument("--results", type=Path, default=None,
                     help="its results folder (default: the ablation stage's --out in "
                          "reports/dvc.yaml)")

@@ -29,19 +29,19 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                 trial_steps: Optional[int] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
     results under ``ablations_root`` (data-set variants' results are there too);
-    ``variants``: params.yaml's ``ablations`` (name -> overrides), which sorts them into
+    ``variants``: reports/params.yaml's ``ablations`` (name -> overrides), which sorts them into
     exercises, seeds and runs of their own budget; ``equivalence``: the record of commits
     checked to train bit-identically (:mod:`.equivalence`); ``devices_timing``: exercise 5's
     timing of both set-ups on one idle machine (:mod:`.devices_timing`); ``tf_reference``:
     the folder of the reference implementation's runs (:mod:`.against_reference`);
-    ``trial_steps``: params.yaml ``ablation.trial_steps``, named in the banner when set."""
+    ``trial_steps``: reports/params.yaml ``ablation.trial_steps``, named in the banner when set."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
     not_run = []
     if variants is not None:
         # a variant without results is named at the top and its sections say so
         not_run = [v for v in variants if v not in df.index]
         if len(not_run) == len(variants):
-            raise PipelineError(f"{ablations_root}: no results for any variant of params.yaml "
+            raise PipelineError(f"{ablations_root}: no results for any variant of reports/params.yaml "
                                 f"`ablations:`; run `dvc repro reports/dvc.yaml:report`.")
         df = df.loc[[v for v in variants if v in df.index]]
     r = make_results(df, variants or {}, ablations_root, out, not_run, trial_steps)
@@ -58,7 +58,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     return report
 
 
-BF16 = "precision_bf16"  # params.yaml `ablations:`: the baseline under bf16 autocast
+BF16 = "precision_bf16"  # reports/params.yaml `ablations:`: the baseline under bf16 autocast
 
 
 def _intro(r: Results) -> list[str]:
@@ -254,7 +254,7 @@ def _exercise6_dataset(r: Results, every: pd.DataFrame, dataset_variants: list[s
         return md + [f"*Not run here:* no results for the data-set variants ({names}). They are "
                      f"opt-in, since they fetch their own data (SVHN's files from "
                      f"http://ufldl.stanford.edu/housenumbers/): add one to `dataset_ablations:` "
-                     f"in params.yaml (`svhn: {{data: {{dataset: svhn}}}}`, with `url:` pointing "
+                     f"in reports/params.yaml (`svhn: {{data: {{dataset: svhn}}}}`, with `url:` pointing "
                      f"at a local copy of the files where that host is out of reach), then "
                      f"`dvc repro reports/dvc.yaml`: this section then shows its table.", ""]
     base = r.base

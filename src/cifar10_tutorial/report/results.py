@@ -135,8 +135,8 @@ class Results:
     tables: Path
     plots: Path
     seeds: pd.DataFrame = None
-    not_run: tuple = ()  # variants of params.yaml `ablations:` without results
-    trial_steps: Optional[int] = None  # params.yaml ablation.trial_steps: a trial's cap
+    not_run: tuple = ()  # variants of reports/params.yaml `ablations:` without results
+    trial_steps: Optional[int] = None  # reports/params.yaml ablation.trial_steps: a trial's cap
 
     @property
     def base(self):
@@ -211,12 +211,13 @@ def banner(r: Results) -> list[str]:
                 f"each was evaluated on {images:,} held-out images "
                 f"(`ablation.trial_eval_images`){', ' + short if r.withheld else '. '}"
                 f"For the full runs set it back to null: `dvc exp run -S "
-                f"ablation.trial_steps=null reports/dvc.yaml:report`.", ""]
+                f"reports/params.yaml:ablation.trial_steps=null reports/dvc.yaml:report`.", ""]
     if not r.withheld:
         return []
     return [f"> **Too short to answer.** The exercise variants ran "
             f"{int(r.exercises['steps'].min()):,} steps, {short}"
-            f"Raise `ablation.max_steps` and rerun `dvc repro reports/dvc.yaml`.", ""]
+            f"Raise `ablation.max_steps` (reports/params.yaml) and rerun "
+            f"`dvc repro reports/dvc.yaml`.", ""]
 
 
 def provenance_section(r: Results, equivalence: Optional[Path] = None) -> list[str]:
@@ -240,7 +241,7 @@ def provenance_section(r: Results, equivalence: Optional[Path] = None) -> list[s
         names = ", ".join(f"`{n}`" for n in r.not_run)
         total = len(r.df) + len(r.not_run)
         one = len(r.not_run) == 1
-        notes.append(f"{len(r.not_run)} of the {total} variants of params.yaml `ablations:` "
+        notes.append(f"{len(r.not_run)} of the {total} variants of reports/params.yaml `ablations:` "
                      f"{'has' if one else 'have'} no results (not run): {names}. "
                      f"{'Its section says' if one else 'Their sections say'} so; run "
                      f"{'it' if one else 'them'} with `dvc repro reports/dvc.yaml`.")

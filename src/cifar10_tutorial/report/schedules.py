@@ -27,7 +27,7 @@ def reproduction(r: Results) -> list[str]:
           ""]
     rep = r.reproduction
     if rep is None:
-        return md + [f"*Not run:* the `{REPRODUCTION}` variant has no results (params.yaml "
+        return md + [f"*Not run:* the `{REPRODUCTION}` variant has no results (reports/params.yaml "
                      f"`ablations:`; hours on a CPU).", ""]
     c = variant_curve(r, REPRODUCTION)
     if c is not None:

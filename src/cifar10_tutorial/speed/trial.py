@@ -1,13 +1,13 @@
 """``cifar10 trial``: the wall time of the exercise trial, as a user runs it.
 
-The trial, ``dvc exp run -S ablation.trial_steps=N reports/dvc.yaml:report``, trains every
-variant of ``ablations:`` for N steps, evaluates each once and writes the report. This
-runs exactly that command in a throwaway clone of the checkout (its HEAD, with this
-workspace's ``params.yaml``, ``dvc.lock``, DVC cache and the main pipeline's data linked
-in), so
-that neither the workspace nor its committed results change, and prints the wall time,
-the stages DVC ran and the slowest of them. ``--out`` keeps the figures with their
-provenance (a JSON file).
+The trial, ``dvc exp run -S reports/params.yaml:ablation.trial_steps=N
+reports/dvc.yaml:report``, trains every variant of ``ablations:`` for N steps, evaluates
+each once and writes the report. This runs exactly that command in a throwaway clone of
+the checkout as the workspace is (its code and params, edits not yet committed included;
+its ``dvc.lock``, DVC cache and the main pipeline's data linked in), so that neither the
+workspace nor its committed results change, and prints the wall time, the stages DVC ran
+and the slowest of them. ``--out`` keeps the figures with their provenance (a JSON file);
+a failed trial keeps its log and names it.
 
     cifar10 trial                       # 5 steps a variant
     cifar10 trial --steps 200 --out reports/trial_benchmark.json
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..cli import stage_output
+from ..cli import EXERCISE_PARAMS, stage_output
 from ..errors import PipelineError
 from ..files import write_text_atomic
 
@@ -50,16 +50,28 @@ def _link_tree(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest, copy_function=link, symlinks=True)
 
 
+def _git_paths(root: Path, *args: str) -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-z", *args], cwd=root, capture_output=True,
+                         check=True).stdout.decode()
+    return [p for p in out.split("\0") if p]
+
+
 def clone_for_trial(root: Path, dest: Path) -> Path:
-    """A clone of ``root``'s HEAD in ``dest`` with ``root``'s params.yaml, dvc.lock and
-    main-pipeline data: the trial's starting point, as the user's workspace is."""
+    """A clone of ``root`` in ``dest`` as the workspace is: its HEAD, then every file the
+    workspace changed, added (not ignored) or deleted, its dvc.lock and main-pipeline data:
+    the trial's starting point, the user's code and params as they are."""
     folders = [stage_output(s, dvc_yaml=root / "dvc.yaml") for s in DATA_STAGES]
     if not (root / "dvc.lock").is_file() or not (root / folders[-1] / "meta.json").is_file():
         raise PipelineError(f"{root}: no dvc.lock or {folders[-1]}/meta.json: run `dvc repro` "
                             f"first (the trial trains on the main pipeline's prepared data)")
     subprocess.run(["git", "clone", "--quiet", "--shared", str(root), str(dest)], check=True)
-    for name in ("params.yaml", "dvc.lock"):
-        shutil.copy2(root / name, dest / name)
+    deleted = set(_git_paths(root, "--deleted"))
+    for name in deleted:
+        (dest / name).unlink(missing_ok=True)
+    for name in [*_git_paths(root, "--modified", "--others", "--exclude-standard"), "dvc.lock"]:
+        if name not in deleted and (root / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, dest / name)
     for folder in folders:
         if (root / folder).is_dir():
             _link_tree(root / folder, dest / folder)
@@ -74,10 +86,12 @@ def clone_for_trial(root: Path, dest: Path) -> Path:
 
 
 def run_trial(clone: Path, steps: int, log: Path, say=print) -> dict:
-    """Time ``dvc exp run -S ablation.trial_steps=STEPS reports/dvc.yaml:report`` in
+    """Time ``dvc exp run -S reports/params.yaml:ablation.trial_steps=STEPS
+    reports/dvc.yaml:report`` in
     ``clone``: the wall time, and each stage DVC ran with the seconds until the next began
     (the last: until the command ended). Its output goes to ``log``."""
-    cmd = [_dvc(), "exp", "run", "-S", f"ablation.trial_steps={steps}", "reports/dvc.yaml:report"]
+    cmd = [_dvc(), "exp", "run", "-S", f"{EXERCISE_PARAMS}:ablation.trial_steps={steps}",
+           "reports/dvc.yaml:report"]
     stages: list[list] = []
     t0 = time.perf_counter()
     with open(log, "w", encoding="utf-8") as out:
@@ -111,6 +125,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     root = Path.cwd()
     tmp = Path(tempfile.mkdtemp(prefix="cifar10-trial-"))
+    failed = True
     try:
         clone = clone_for_trial(root, tmp / "repo")
         print(f"the trial, {args.steps} steps a variant, in a clone ({clone}):", flush=True)
@@ -126,9 +141,12 @@ def main(argv=None) -> None:
                                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                     "data": _data_hash(root)}
             write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
+        failed = False
     finally:
         if args.keep:
             print(f"kept: {tmp}")
+        elif failed and (tmp / "trial.log").is_file():  # the log the error names stays
+            shutil.rmtree(tmp / "repo", ignore_errors=True)
         else:
             shutil.rmtree(tmp, ignore_errors=True)
 
