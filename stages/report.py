@@ -25,7 +25,7 @@ def main() -> None:
     args = ap.parse_args()
     params = load_params(args.params)
     path = make_report(args.ablations, args.out, dict(params.ablations),
-                       list(params.dataset_ablations), args.search, args.equivalence,
+                       dict(params.dataset_ablations), args.search, args.equivalence,
                        args.devices_timing, args.tf_reference, params.ablation.trial_steps)
     print(f"wrote {path}")
 

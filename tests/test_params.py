@@ -11,13 +11,17 @@ from cifar10_tutorial.params import Params, ParamsError, load_params, params_fro
 from conftest import ROOT, copy_project, run_stage, set_params
 
 
-def test_project_params_file_is_valid():
-    params = load_params(ROOT / "params.yaml")
-    assert params.data.dataset == "cifar10"
-    assert params.data.url == "official" and params.data.md5 == "official"
+def test_project_params_files_are_valid_and_the_default_source_is_the_official_one():
+    """Both params files load (whatever a user has set in them, e.g. a local data.url as
+    docs/data.md says), and ``official`` resolves to CIFAR-10's official archive."""
     from cifar10_tutorial.data.datasets import sources
-    assert sources(params.data) == [("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
-                                     "c32a1d4ab5d03f1284b67883e8d87530", "cifar-10-binary.tar.gz")]
+    from cifar10_tutorial.params import DataParams
+
+    load_params(ROOT / "params.yaml")
+    load_params(ROOT / "reports/params.yaml")
+    assert DataParams().url == "official" and DataParams().md5 == "official"
+    assert sources(DataParams()) == [("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",
+                                      "c32a1d4ab5d03f1284b67883e8d87530", "cifar-10-binary.tar.gz")]
 
 
 def test_defaults_when_sections_are_absent():

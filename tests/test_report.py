@@ -356,3 +356,32 @@ def test_bf16_is_placed_against_the_band_of_the_fp32_seeds(tmp_path, precision, 
     assert rows[1].startswith("baseline,fp32,70.0%") and rows[-1].startswith("precision_bf16,bf16,")
     # without the variant, no section
     assert "## bf16 autocast" not in make_report(root, tmp_path / "o2", OVERRIDES).read_text()
+
+
+def test_a_variant_of_ones_own_gets_its_own_section_and_no_exercise_table(tmp_path):
+    """A user's `dropout` variant (the queue settings of the baseline, one more option)
+    landed as a second 0.4-fill row of exercise 3's table, in exercise 4's and in the
+    exercises' loss plot, and got no section: variants were picked by their attributes."""
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    write_variant(tmp_path / "a", "queue_fill_0pct", 0.69, 10_000,
+                  min_fraction_of_examples_in_queue=0.0)
+    write_variant(tmp_path / "a", "dropout", 0.75, 10_000)
+    overrides = {**OVERRIDES, "queue_fill_0pct": {"input": {"min_fraction_of_examples_in_queue": 0.0}},
+                 "dropout": {"model": {"dropout": 0.5}}}
+    text = make_report(tmp_path / "a", tmp_path / "out", overrides).read_text()
+    for heading in ("## Exercise 3", "## Exercise 4", "## Exercise 1", "## Exercise 2"):
+        assert "dropout" not in section(text, heading), heading
+    assert "| baseline |" in section(text, "## Exercise 3")  # the 0.4 fill, once
+    mine = section(text, "## Your variants")
+    assert "### `dropout`" in mine and "It changes `model.dropout: 0.5`." in mine
+    assert "| dropout | 10,000 | 75.0% |" in mine and "| baseline | 10,000 | 70.0% |" in mine
+    # +5 points against a 2-point seed spread
+    assert "moves by +5.00 points against the baseline (beyond the 2.0-points spread" in mine
+    assert "![dropout](plots/variant_dropout.png)" in mine
+    assert (tmp_path / "out" / "plots" / "variant_dropout.png").is_file()
+    assert "| dropout |" in section(text, "## All variants")
+    # a project without variants of its own has no such section
+    (tmp_path / "b").mkdir()
+    exercises(tmp_path / "b", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    assert "## Your variants" not in make_report(tmp_path / "b", tmp_path / "out2",
+                                                 OVERRIDES).read_text()

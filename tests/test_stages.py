@@ -1,5 +1,6 @@
 """The stages as users run them: entry points, `dvc repro`, `dvc exp run`, a remote."""
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -187,6 +188,63 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
         "params.yaml: `git checkout params.yaml` undoes it" in again.stdout + again.stderr
 
 
+def _readme_block(after: str) -> list[str]:
+    """The lines of the README's first bash block after the sentence starting ``after``."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(after):].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+@pytest.mark.e2e
+def test_the_readmes_compare_loop_and_recovery_work_as_written_in_a_fresh_clone(tmp_path):
+    """In a fresh clone the diffs compared against a HEAD without metrics, the exp show
+    line was 296 columns wide, queued experiments downloaded the data again, and the
+    recovery after a failed experiment kept its dvc.lock and model."""
+    project = tiny_project(tmp_path, dict(train_per_batch=100, test=100, seed=2),
+                           train=dict(max_steps=8, batch_size=32, log_every=4, device="cpu"),
+                           run=dict(checkpoint_every=4, summary_every=4),
+                           input=dict(min_fraction_of_examples_in_queue=0.1))
+    dvc(project, "repro")
+
+    def sh(line, ok=True):
+        proc = subprocess.run(["bash", "-c", line.replace("dvc ", f"{DVC} ")], cwd=project,
+                              capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "COLUMNS": "120"})
+        assert proc.returncode == 0 or not ok, line + "\n" + proc.stdout + proc.stderr
+        return proc
+
+    loop = _readme_block("## Change a parameter and compare")
+    assert loop[0].startswith("git add dvc.lock reports/ && git commit")
+    for line in loop:
+        out = sh(line)
+        assert "failed to load" not in out.stdout + out.stderr, line + out.stdout + out.stderr
+        if line.startswith("dvc exp show"):
+            widths = [len(row) for row in out.stdout.splitlines()]
+            assert widths and max(widths) <= 120, out.stdout
+    params = sh("dvc params diff")
+    assert "failed to load" not in params.stdout + params.stderr and "batch_size" in params.stdout
+    # queued experiments start from the committed run: its data are not made again
+    for seed in (1, 2):
+        dvc(project, "exp", "run", "--queue", "-n", f"seed{seed}", "-S", f"train.seed={seed}")
+    run_queue(project)
+    for seed in (1, 2):
+        log = dvc(project, "queue", "logs", f"seed{seed}").stdout
+        assert "Running stage 'train'" in log and "Running stage 'download'" not in log, log
+    # a failed experiment (train runs, eval fails), then the README's recovery
+    model, per_class = project / "data/train/model.pt", project / "reports/eval/per_class.csv"
+    sh("git checkout -- . && dvc checkout")
+    before = model.read_bytes(), per_class.read_bytes()
+    failed = sh("dvc exp run -S train.batch_size=16 -S eval.device=cuda", ok=False)
+    assert failed.returncode != 0 and "eval.device is cuda" in failed.stdout + failed.stderr
+    assert model.read_bytes() != before[0]
+    recovery = _readme_block("An unknown or misspelled key")
+    assert len(recovery) == 1
+    sh(recovery[0])
+    assert (model.read_bytes(), per_class.read_bytes()) == before
+    assert sh("git status --porcelain").stdout == ""
+    assert "up to date" in dvc(project, "status", "dvc.yaml").stdout
+
+
 @pytest.mark.e2e
 def test_a_dvc_remote_shares_data_and_model_with_a_fresh_clone(tmp_path):
     """dvc push to a local-folder remote; a fresh clone pulls, and dvc repro recomputes nothing."""
@@ -339,8 +397,7 @@ def test_the_published_weights_come_out_of_a_clone_as_the_docs_say(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(project), str(clone)], check=True)
     want = (ROOT / "models/tutorial_100k/model.pt").read_bytes()
-    assert "dvc get https://github.com/OWNER/REPO models/tutorial_100k/model.pt" in \
-        (ROOT / "README.md").read_text()
+    assert "dvc get REPOSITORY models/tutorial_100k/model.pt" in (ROOT / "README.md").read_text()
     (tmp_path / "get").mkdir()
     dvc(tmp_path / "get", "get", str(clone), "models/tutorial_100k/model.pt", "-o", "model-100k.pt")
     assert (tmp_path / "get/model-100k.pt").read_bytes() == want

@@ -20,6 +20,7 @@ from .results import (Results, banner, load_curve, load_variants, make_results, 
 from .against_reference import against_reference
 from .multi_device import exercise5_devices
 from .schedules import reproduction, time_to_accuracy
+from .yours import your_variants
 
 
 def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None,
@@ -50,15 +51,21 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
           + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
           + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)
-          + _exercise6_dataset(r, every, dataset_variants or []) + _no_lrn(r) + _bf16(r)
-          + time_to_accuracy(r, search) + against_reference(r, tf_reference)
-          + reference_markdown())
+          + _exercise6_dataset(r, every, [n for n in dataset_variants or []
+                                           if n in TUTORIAL_DATASET_VARIANTS])
+          + _no_lrn(r) + _bf16(r) + time_to_accuracy(r, search)
+          + your_variants(r, every, [n for n in dataset_variants or []
+                                     if n not in TUTORIAL_DATASET_VARIANTS])
+          + against_reference(r, tf_reference) + reference_markdown())
     report = out / "report.md"
     write_text_atomic(report, "\n".join(md))
     return report
 
 
 BF16 = "precision_bf16"  # reports/params.yaml `ablations:`: the baseline under bf16 autocast
+# exercise 3's variants: the baseline's queue (0.4 of the training set) and three lower fills
+QUEUE_FILL = ("baseline", "queue_fill_10pct", "queue_fill_1pct", "queue_fill_0pct")
+TUTORIAL_DATASET_VARIANTS = ("svhn",)  # exercise 6's
 
 
 def _intro(r: Results) -> list[str]:
@@ -171,9 +178,7 @@ def _exercise3_queue_fill(r: Results) -> list[str]:
           "*Question:* how much sooner does the first step come with a smaller "
           "`min_fraction_of_examples_in_queue`, and does it cost accuracy?", ""]
     ex = r.exercises
-    q = ex[(ex["shuffle"] == "queue") & (ex["head"] == "fc") & (ex["output"] == "logits")
-           & ex["lrn"] & (ex["world_size"] == 1) & (ex["seed"] == (r.base.seed if r.base
-                                                                    is not None else 0))]
+    q = ex.loc[[n for n in QUEUE_FILL if n in ex.index]]
     q = q.sort_values("min_fraction_of_examples_in_queue", ascending=False)
     if len(q) < 2:
         return md + ["*Not run:* fewer than two queue-fill variants have results.", ""]

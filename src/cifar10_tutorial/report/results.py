@@ -118,6 +118,15 @@ def marker(points: int) -> Optional[str]:
 # averages have barely started (window ~ steps / 9) and the loss still falls fast.
 MIN_STEPS = 2000
 REPRODUCTION = "tutorial_100k"  # the variant that runs the tutorial at its own budget
+# The variants the report's sections compare, each section naming its own: a variant of
+# any other name (a user's) is in no exercise's table and gets a section of its own
+# ("Your variants"), whatever it changes. A variant that changes only the seed counts
+# among the seed runs under any name, and one named schedule_* among the schedules of the
+# time-to-accuracy section (a longer or shorter `fast` run is a point of its search).
+TUTORIAL_VARIANTS = ("baseline", "baseline_seed1", "baseline_seed2", REPRODUCTION, "softmax",
+                     "local_head", "queue_fill_10pct", "queue_fill_1pct", "queue_fill_0pct",
+                     "devices_2x64", "no_lrn", "precision_bf16")
+SCHEDULES = "schedule_"
 
 
 @dataclass
@@ -135,6 +144,8 @@ class Results:
     tables: Path
     plots: Path
     seeds: pd.DataFrame = None
+    yours: pd.DataFrame = None  # the variants of no section of the tutorial's
+    overrides: dict = None  # each variant's overrides of the baseline (reports/params.yaml)
     not_run: tuple = ()  # variants of reports/params.yaml `ablations:` without results
     trial_steps: Optional[int] = None  # reports/params.yaml ablation.trial_steps: a trial's cap
 
@@ -183,20 +194,25 @@ class Results:
 
 def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: Path,
                  not_run: list[str] = (), trial_steps: Optional[int] = None) -> Results:
-    """Sort the variants by what they are, from their params overrides; ``not_run``: the
-    variants of ``overrides`` that have no results; ``trial_steps``: the cap of a trial."""
-    own = [n for n in df.index if {"max_steps", "max_epochs"} & set(overrides.get(n, {}).get("train", {}))]
+    """Sort the variants: the tutorial's (:data:`TUTORIAL_VARIANTS`, by name) by their
+    budget and purpose, from their params overrides, and the rest (``yours``); ``not_run``:
+    the variants of ``overrides`` that have no results; ``trial_steps``: the cap of a trial."""
+    seeds = [n for n in df.index if n == "baseline" or overrides.get(n) and
+             overrides[n] == {"train": {"seed": overrides[n].get("train", {}).get("seed")}}]
+    ours = [n for n in df.index
+            if n in TUTORIAL_VARIANTS or n.startswith(SCHEDULES) or n in seeds]
+    tutorial = df.loc[ours]
+    own = [n for n in ours if {"max_steps", "max_epochs"} & set(overrides.get(n, {}).get("train", {}))]
     # timed: evaluated on the held-out split while training (a run that reached no target
     # has no time_to_target at all; older metrics files hold an empty dict)
     timed = df.loc[[n for n in own if pd.notna(df.loc[n].get("train_seconds", float("nan")))]]
-    seeds = [n for n in df.index if n == "baseline" or overrides.get(n) and
-             overrides[n] == {"train": {"seed": overrides[n].get("train", {}).get("seed")}}]
     # a variant that changes only the arithmetic's precision is a check of it (the report's
     # bf16 section), not an exercise: it stays out of the exercises' tables and plots
-    checks = [n for n in df.index if "precision" in overrides.get(n, {}).get("train", {})]
-    return Results(df, df.drop(index=[n for n in df.index if n in own or n in checks]), timed,
-                   root, out / "tables", out / "plots", df.loc[seeds], tuple(not_run),
-                   trial_steps)
+    checks = [n for n in ours if "precision" in overrides.get(n, {}).get("train", {})]
+    return Results(df, tutorial.drop(index=[n for n in ours if n in own or n in checks]), timed,
+                   root, out / "tables", out / "plots", df.loc[seeds],
+                   df.loc[[n for n in df.index if n not in ours]], dict(overrides),
+                   tuple(not_run), trial_steps)
 
 
 def banner(r: Results) -> list[str]:

@@ -1,0 +1,74 @@
+"""The report's sections for variants of no exercise ("Your variants"): one section each,
+for any variant whose name none of the tutorial's sections uses (:data:`.results.
+TUTORIAL_VARIANTS`), with no code change: what it changes (its overrides of the
+baseline), its result beside the baseline's weighed against the seed spread, and its
+curves beside the baseline's."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .results import Results, load_curve, markdown_table, marker, pct, plot
+
+
+def flat(overrides: dict, prefix: str = "") -> dict:
+    """``{"model": {"dropout": 0.5}}`` as ``{"model.dropout": 0.5}``."""
+    out = {}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def your_variants(r: Results, every: pd.DataFrame, dataset_variants) -> list[str]:
+    """A section per variant of ``r.yours`` and per data-set variant of ``dataset_variants``
+    (a mapping name -> overrides, or names) with results in ``every``; nothing when there
+    is none."""
+    overrides = dict(r.overrides or {})
+    if isinstance(dataset_variants, dict):
+        overrides.update(dataset_variants)
+    names = list(r.yours.index) if r.yours is not None else []
+    names += [n for n in dataset_variants if n in every.index and n not in names]
+    if not names:
+        return []
+    md = ["## Your variants", "",
+          "Variants that none of the tutorial's sections compares, each against the "
+          "baseline under its own budget.", ""]
+    for name in names:
+        md += _section(r, name, every.loc[name], flat(overrides.get(name) or {}))
+    return md
+
+
+def _section(r: Results, name: str, v: pd.Series, changes: dict) -> list[str]:
+    base = r.base
+    what = (", ".join(f"`{k}: {val}`" for k, val in changes.items())
+            or "nothing (the baseline's settings)")
+    rows = ([("baseline", base)] if base is not None else []) + [(name, v)]
+    t = pd.DataFrame({"variant": [n for n, _ in rows],
+                      "steps": [f"{int(x['steps']):,}" for _, x in rows],
+                      "precision @ 1 (averaged)": [pct(x["precision_at_1"]) for _, x in rows],
+                      "precision @ 1 (raw)": [pct(x["precision_at_1_raw"]) for _, x in rows],
+                      "final loss (avg)": [f"{x['final_loss_avg']:.3f}" for _, x in rows],
+                      "train examples/sec": [f"{x['examples_per_sec']:,.0f}" for _, x in rows]})
+    t.to_csv(r.tables / f"variant_{name}.csv", index=False)
+    md = [f"### `{name}`", "", f"It changes {what}.", "", markdown_table(t), ""]
+    if base is not None:
+        d = 100 * (v["precision_at_1"] - base.precision_at_1)
+        budget = ("" if int(v["steps"]) == int(base.steps) else
+                  f" (after {int(v['steps']):,} steps, the baseline after {int(base.steps):,}: "
+                  f"the budgets differ)")
+        md += [r.answer(f"precision @ 1 (averaged weights) moves by {d:+.2f} points against "
+                        f"the baseline{budget} {r.noise(d, 'precision_at_1')}."), ""]
+    png = f"variant_{name}.png"
+
+    def draw(ax):
+        for label, series in (("baseline", "baseline"), (name, name)):
+            curve = load_curve(r.root, series)
+            if curve is not None and (series == name or base is not None):
+                ax.plot(curve["step"], curve["loss_avg"], label=label, lw=1.2,
+                        marker=marker(len(curve)), ms=3)
+    if plot(r.plots / png, (7, 4), draw, f"Training loss: {name} and the baseline", "step",
+            "total loss (moving average, decay 0.9)", legend=True):
+        md += [f"![{name}](plots/{png})", ""]
+    return md
