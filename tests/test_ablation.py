@@ -98,7 +98,7 @@ def test_queued_variants_keep_their_models_and_checkpoints(tmp_path):
     dvc(project, "repro", "dvc.yaml:preprocess")
     commit(project, "one variant, data prepared")
     dvc(project, "exp", "run", "--queue", "-n", "qfull", "reports/dvc.yaml:ablation@baseline")
-    dvc(project, "exp", "run", "--queue", "-n", "qtrial", "-S", "ablation.trial_steps=2",
+    dvc(project, "exp", "run", "--queue", "-n", "qtrial", "-S", "reports/params.yaml:ablation.trial_steps=2",
         "reports/dvc.yaml:ablation@baseline")
     status = run_queue(project, jobs=1)
     assert status.count("Success") == 2 and "Failed" not in status, status

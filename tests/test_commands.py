@@ -104,7 +104,8 @@ def test_the_trial_benchmark_times_the_users_command_in_a_clone(tmp_path):
     assert set(result["stages"]) == {"reports/dvc.yaml:ablation@baseline",
                                      "reports/dvc.yaml:ablation@no_lrn", "reports/dvc.yaml:report"}
     assert result["steps"] == 2 and result["wall_s"] >= sum(result["stages"].values()) > 0
-    assert result["command"] == "dvc exp run -S ablation.trial_steps=2 reports/dvc.yaml:report"
+    assert result["command"] == ("dvc exp run -S reports/params.yaml:ablation.trial_steps=2 "
+                                 "reports/dvc.yaml:report")
     assert len(result["provenance"]["data"]) == 32 and result["provenance"]["cpus"] >= 1
     assert "the trial: 3 stages in " in proc.stdout
     status = subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True,
@@ -131,8 +132,8 @@ def test_a_trial_through_dvc_evaluates_trial_eval_images_and_says_so(tmp_path):
     (full / "model.pt").unlink()
     kept = {p.relative_to(full): p.read_bytes() for p in full.rglob("*") if p.is_file()}
     assert Path("checkpoints/ckpt-00000002.pt") in kept
-    dvc(project, "exp", "run", "-S", "ablation.trial_steps=2", "-S",
-        "ablation.trial_eval_images=20", "reports/dvc.yaml:report")
+    dvc(project, "exp", "run", "-S", "reports/params.yaml:ablation.trial_steps=2", "-S",
+        "reports/params.yaml:ablation.trial_eval_images=20", "reports/dvc.yaml:report")
     # the trial's model and checkpoints are its own; the full run's are as they were
     assert {p.relative_to(full): p.read_bytes() for p in full.rglob("*") if p.is_file()} == kept
     assert (project / "data/trials/baseline/model.pt").is_file()

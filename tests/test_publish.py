@@ -304,17 +304,23 @@ def test_the_published_weights_are_what_their_card_says(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.skipif(not (ROOT / "models" / PUBLISHED).exists(),
                     reason="the project's weights are not published yet")
-def test_the_projects_published_weights_are_not_replaced_without_a_question(finished, tmp_path):
-    """The project's own published folder (written before publish kept a manifest): a new
-    tutorial_100k run is not published over it without --replace; the line names the
-    folder and the weights it holds, and nothing in it changes."""
+@pytest.mark.parametrize("manifest", [True, False])
+def test_the_projects_published_weights_are_not_replaced_without_a_question(finished, tmp_path,
+                                                                            manifest):
+    """The project's own published folder (as committed, and as publish wrote it before it
+    kept a manifest): a new tutorial_100k run is not published over it without --replace;
+    the line names the folder and the weights it holds, and nothing in it changes."""
     out = tmp_path / "models" / PUBLISHED
     shutil.copytree(ROOT / "models" / PUBLISHED, out)
+    if not manifest:
+        (out / "published.json").unlink(missing_ok=True)
     before = _snapshot(out)
     steps = json.loads((out / "provenance.json").read_text())["steps"]
     line = _one_error_line(_run(finished, "-m", "cifar10_tutorial.report.publish", PUBLISHED,
                                 "--out", str(out)))
-    assert line.startswith(f"error: {out}: already holds published weights (step {steps:,}, "), line
+    named = f"{PUBLISHED}, " if manifest else ""
+    assert line.startswith(f"error: {out}: already holds published weights ({named}step "
+                           f"{steps:,}, "), line
     assert _snapshot(out) == before
     replaced = _run(finished, "-m", "cifar10_tutorial.report.publish", PUBLISHED,
                     "--out", str(out), "--replace")

@@ -167,14 +167,15 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
     # what the README shows: the params and metrics that differ, not every column
     header = dvc(project, "exp", "show", "--only-changed", "--csv").stdout.splitlines()[0]
     columns = header.split(",")
-    assert "train.batch_size" in columns and "data.dataset" not in columns, columns
+    # two params files hold train.*: DVC names the file in the column
+    assert "params.yaml:train.batch_size" in columns and "data.dataset" not in columns, columns
     assert "held_out.precision_at_1" in columns and "schedule" not in columns, columns
     # the README's form that fits a terminal: the changed param beside four metrics
     line = next(x for x in (ROOT / "README.md").read_text().splitlines()
                 if x.startswith("dvc exp show --only-changed --drop"))
     header = dvc(project, *shlex.split(line)[1:], "--csv").stdout.splitlines()[0]
     assert header.split(",") == ["Experiment", "rev", "typ", "epochs", "loss_avg", "precision_at_1",
-                                 "precision_at_1_raw", "train.batch_size"], header
+                                 "precision_at_1_raw", "params.yaml:train.batch_size"], header
     bad = subprocess.run([DVC, "exp", "run", "-S", "+train.batchsize=64"], cwd=project,
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0
@@ -377,7 +378,7 @@ def test_params_without_the_exercise_lists_say_what_is_missing(tmp_path):
         proc = subprocess.run([DVC, "status"], cwd=project, capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode != 0
-        assert "could not find 'ablations' in 'params.yaml'" in proc.stdout + proc.stderr
+        assert "reports/dvc.yaml': Could not find 'ablations'" in proc.stdout + proc.stderr
     exercises.write_text(yaml.safe_dump({**params, "ablations": {}}))
     proc = subprocess.run([DVC, "status"], cwd=project, capture_output=True, text=True,
                           timeout=120)

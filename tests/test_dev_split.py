@@ -1,0 +1,73 @@
+"""The dev split from a copy of the public CIFAR-10-images repository (cifar10 dev-split):
+the same archive from the repository's folder, its train/ folder or its zip; its test/
+folder never read; one line for an incomplete copy; and, with the real images beside the
+checkout, the md5 of the split the committed figures were measured on
+(tests/test_exercises_lock.py builds it with the command, then prepares it)."""
+import io
+import tarfile
+import zipfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from cifar10_tutorial.data.dev_split import build_dev_split
+from cifar10_tutorial.data.synthetic import CLASSES
+from cifar10_tutorial.errors import PipelineError
+
+
+def _jpeg(value: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.full((32, 32, 3), value, np.uint8)).save(buf, "JPEG", quality=95)
+    return buf.getvalue()
+
+
+def make_repository(root, per_class=3):
+    """The repository's layout: train/<class>/NNNN.jpg and test/<class>/NNNN.jpg, the
+    test images all white (so that any of them in the split shows)."""
+    for c, name in enumerate(CLASSES):
+        for i in range(per_class):
+            for split, value in (("train", 10 * c + i), ("test", 255)):
+                path = root / split / name / f"{i:04d}.jpg"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(_jpeg(value))
+    return root
+
+
+def records(archive):
+    with tarfile.open(archive) as tf:
+        names = tf.getnames()
+        read = {n.split("/")[-1]: tf.extractfile(n).read() for n in names if n.endswith(".bin")}
+    train = np.frombuffer(b"".join(read[f"data_batch_{i}.bin"] for i in range(1, 6)),
+                          np.uint8).reshape(-1, 3073)
+    return names, train, np.frombuffer(read["test_batch.bin"], np.uint8).reshape(-1, 3073)
+
+
+def test_folder_train_folder_and_zip_give_one_archive_without_the_test_folder(tmp_path):
+    repo = make_repository(tmp_path / "CIFAR-10-images-master")
+    with zipfile.ZipFile(tmp_path / "repo.zip", "w") as z:
+        for path in sorted(repo.rglob("*.jpg")):
+            z.write(path, path.relative_to(tmp_path).as_posix())
+    md5s = [build_dev_split(src, tmp_path / f"out{i}.tar.gz", train=20, test=10, per_class=3)
+            for i, src in enumerate((repo, repo / "train", tmp_path / "repo.zip"))]
+    assert len(set(md5s)) == 1
+    names, train, test = records(tmp_path / "out0.tar.gz")
+    assert sorted(n.split("/")[-1] for n in names) == sorted(
+        [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin", "batches.meta.txt"])
+    assert len(train) == 20 and len(test) == 10
+    both = np.concatenate([train, test])
+    # every record an image of its own class folder (value 10 * class + i), none from test/
+    assert (np.abs(both[:, 1:].astype(int).mean(axis=1) - 10 * both[:, 0] - 1) <= 2).all()
+    assert both[:, 1:].max() < 200
+    assert len({r.tobytes() for r in both}) == 30  # 30 different images of the 30
+
+
+def test_an_incomplete_copy_is_one_line_naming_the_class(tmp_path):
+    repo = make_repository(tmp_path / "repo")
+    (repo / "train" / "cat" / "0001.jpg").unlink()
+    with pytest.raises(PipelineError, match=r"expected 3 images in each class folder of "
+                                            r"train/; found cat: 2"):
+        build_dev_split(repo, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+    with pytest.raises(PipelineError, match=r"expected a train/ folder in it"):
+        build_dev_split(repo / "test" / "cat", tmp_path / "o.tar.gz", train=20, test=5)
+    assert not (tmp_path / "o.tar.gz").exists()
