@@ -1,0 +1,55 @@
+"""docs/extending.md, followed: its code is the code of the package (the worked example,
+model.dropout, is real), and its variant, added to a tiny project's reports/params.yaml
+as the page shows and run with the page's commands, gets its own report section."""
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import DVC, ROOT, commit, dvc, tiny_project
+
+PAGE = ROOT / "docs" / "extending.md"
+
+
+def blocks(kind: str) -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", PAGE.read_text(), flags=re.S)
+
+
+@pytest.mark.parametrize("index, source", [(0, "src/cifar10_tutorial/params.py"),
+                                           (1, "src/cifar10_tutorial/model.py")])
+def test_the_pages_code_is_the_packages(index, source):
+    code = (ROOT / source).read_text()
+    lines = [ln.strip() for ln in blocks("python")[index].splitlines()
+             if ln.strip() and ln.strip() != "..."]
+    assert lines and all(ln in code for ln in lines), [ln for ln in lines if ln not in code]
+
+
+@pytest.mark.e2e
+def test_the_pages_variant_gets_its_own_report_section(tmp_path):
+    project = tiny_project(tmp_path, dict(train_per_batch=60, test=50, seed=2),
+                           ablation={"max_steps": 4}, eval={"batch_size": 25, "every_steps": 0},
+                           train={"device": "cpu", "batch_size": 16, "log_every": 2},
+                           run={"checkpoint_every": 2, "summary_every": 2})
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    page = yaml.safe_load(blocks("yaml")[0])
+    raw["ablations"] = {"baseline": {}, **page["ablations"]}  # the baseline, and the page's
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    dvc(project, "repro", "dvc.yaml:preprocess")
+    commit(project, "a variant of my own")
+    for line in blocks("bash")[0].splitlines():
+        command = line.split("#")[0].split()
+        assert command[0] == "dvc"
+        proc = subprocess.run([DVC, *command[1:]], cwd=project, capture_output=True, text=True,
+                              timeout=900)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    name = next(iter(page["ablations"]))
+    made = json.loads((project / f"reports/ablations/{name}/metrics.json").read_text())
+    assert made["train"]["step"] == 4
+    report = (project / "reports/report.md").read_text()
+    mine = report.split("## Your variants", 1)[1].split("\n## ", 1)[0]
+    assert f"### `{name}`" in mine and "It changes `model.dropout: 0.5`." in mine
+    for heading in ("## Exercise 1", "## Exercise 2", "## Exercise 3", "## Exercise 4"):
+        assert name not in report.split(heading, 1)[1].split("\n## ", 1)[0], heading
