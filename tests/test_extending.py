@@ -53,3 +53,48 @@ def test_the_pages_variant_gets_its_own_report_section(tmp_path):
     assert f"### `{name}`" in mine and "It changes `model.dropout: 0.5`." in mine
     for heading in ("## Exercise 1", "## Exercise 2", "## Exercise 3", "## Exercise 4"):
         assert name not in report.split(heading, 1)[1].split("\n## ", 1)[0], heading
+
+
+@pytest.mark.e2e
+def test_check_code_records_the_lock_only_for_code_that_trains_identically(tmp_path):
+    """An edit that changes no result (a comment) made every variant stale, and the only
+    way out needed the project's own data; `cifar10 check-code` trains a fixed
+    configuration with both codes and records the lock only when they agree."""
+    import sys
+
+    project = tiny_project(tmp_path, dict(train_per_batch=60, test=50, seed=2),
+                           ablation={"max_steps": 4}, eval={"batch_size": 25, "every_steps": 0},
+                           train={"device": "cpu", "batch_size": 16, "log_every": 2},
+                           run={"checkpoint_every": 2, "summary_every": 2})
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["ablations"] = {"baseline": {}}
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    dvc(project, "repro", "dvc.yaml:preprocess")
+    dvc(project, "repro", "reports/dvc.yaml")
+    commit(project, "the exercises' results")
+    lock = (project / "reports/dvc.lock").read_text()
+
+    def check():
+        return subprocess.run([sys.executable, "-c", "from cifar10_tutorial.commands import "
+                               "entry; entry()", "check-code"], cwd=project,
+                              capture_output=True, text=True, timeout=900)
+
+    loop = project / "src/cifar10_tutorial/training/train.py"
+    loop.write_text(loop.read_text() + "\n# a comment changes no result\n")
+    assert "ablation@baseline" in dvc(project, "status", "reports/dvc.yaml").stdout
+    proc = check()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "identical: the raw and averaged weights" in proc.stdout
+    assert "up to date" in dvc(project, "status", "reports/dvc.yaml").stdout
+    commit(project, "a comment")
+    recorded = (project / "reports/dvc.lock").read_text()
+    assert recorded != lock
+    # a change of the math: refused in one line, the lock left as it was
+    model = project / "src/cifar10_tutorial/model.py"
+    model.write_text(model.read_text().replace("LRN_BETA = 0.75", "LRN_BETA = 0.74"))
+    proc = check()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "does not train as" in proc.stderr.strip().splitlines()[-1]
+    assert (project / "reports/dvc.lock").read_text() == recorded
+    assert "ablation@baseline" in dvc(project, "status", "reports/dvc.yaml").stdout

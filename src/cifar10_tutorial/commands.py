@@ -42,6 +42,9 @@ COMMANDS = {
     "dev-split": ("build the dev split (this project's data) from a copy of the public "
                   "CIFAR-10-images repository", "cifar10 dev-split CIFAR-10-images-master.zip",
                   "data.dev_split"),
+    "check-code": ("check that the workspace's code trains bit-identically to the commit "
+                   "of the exercise results; if so, record their lock as up to date",
+                   "cifar10 check-code", "exercises.code_check"),
     "trial": ("time the exercise trial (every variant a few steps) in a throwaway clone",
               "cifar10 trial --steps 5", "speed.trial"),
     "predict": ("classify image files", "cifar10 predict cat.jpg --top 3",
