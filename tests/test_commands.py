@@ -2,6 +2,7 @@
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +112,26 @@ def test_the_trial_benchmark_times_the_users_command_in_a_clone(tmp_path):
     status = subprocess.run(["git", "status", "--porcelain"], cwd=project, capture_output=True,
                             text=True).stdout
     assert status == "" and not (project / "reports/ablations").exists()
+
+
+@pytest.mark.e2e
+def test_the_trial_times_the_workspaces_code_and_keeps_the_log_it_names(tmp_path):
+    """With uncommitted code the trial ran HEAD's (failing on a new key, or timing the old
+    code) and, failing, named a log it had already deleted."""
+    project = _trial_project(tmp_path)
+    stage = project / "stages" / "ablation.py"  # an edit not committed: the trial runs it
+    stage.write_text(stage.read_text().replace(
+        "def main() -> None:\n",
+        "def main() -> None:\n    raise SystemExit('the workspace edit ran')\n", 1))
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.trial", "--steps", "2"],
+                          cwd=project, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the trial failed") and "its output: " in last, last
+    log = Path(last.split("its output: ")[1])
+    assert log.is_file() and "the workspace edit ran" in log.read_text()
+    assert not (log.parent / "repo").exists()  # the clone itself is removed
+    shutil.rmtree(log.parent)
 
 
 @pytest.mark.e2e
