@@ -81,7 +81,7 @@ def _fixed_data(tmp: Path, data: Optional[Path]) -> Path:
     if data is not None:
         if not (Path(data) / "meta.json").is_file():
             raise PipelineError(f"--data {data}: not prepared data (no meta.json); give the "
-                                f"folder the preprocess stage writes, e.g. data/prepared")
+                                f"folder the preprocess stage writes (its output in dvc.yaml)")
         return Path(data).resolve()
     from ..data.datasets import CIFAR10
     from ..data.preprocess import prepare
