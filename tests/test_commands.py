@@ -188,3 +188,19 @@ def test_the_trial_benchmark_wants_the_main_pipelines_data_first(tmp_path):
                                             r"`dvc repro` first"):
         clone_for_trial(project, tmp_path / "clone")
     assert not (tmp_path / "clone").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], r"--steps 0: give 1 or more steps a variant"),
+    (["--steps", "1", "--out", "/proc/trial.json"], r"^/proc: cannot write there"),
+])
+def test_a_trial_that_cannot_succeed_is_refused_before_it_starts(argv, message, monkeypatch,
+                                                                 tmp_path):
+    """--steps 0 failed inside DVC after the clone was made; an --out that cannot be written
+    was a traceback after the whole trial, its figures lost."""
+    from cifar10_tutorial.speed import trial
+
+    monkeypatch.chdir(tmp_path)  # no project here: refused before one is looked for
+    with pytest.raises(PipelineError, match=message):
+        trial.main(argv)
+    assert list(tmp_path.iterdir()) == []

@@ -551,3 +551,17 @@ def test_killing_the_stage_stops_torchrun_and_its_workers(synth_data, tmp_path):
     proc.wait()
     gone, alive = psutil.wait_procs(everyone, timeout=60)
     assert alive == [], [p.cmdline() for p in alive]
+
+
+@pytest.mark.parametrize("endpoint", ["not a host", "127.0.0.1:99999", "h:", ":29400",
+                                      "h:0", "h/x:1"])
+def test_an_endpoint_that_is_not_host_port_is_one_line_before_torchrun(endpoint):
+    """torchrun answered with a ValueError traceback, then the stage waited for the join
+    timeout."""
+    from cifar10_tutorial.training.distributed import Nodes
+
+    with pytest.raises(PipelineError, match=r"expected HOST:PORT \(a host name or address, a "
+                                            r"port from 1 to 65535\)"):
+        Nodes(2, endpoint).per_node(2)
+    for fine in ("node0.cluster:29400", "127.0.0.1:1", "[::1]:29400"):
+        assert Nodes(2, fine).per_node(2) == 1

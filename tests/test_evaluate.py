@@ -103,6 +103,13 @@ def test_predict_on_image_files_of_any_size(synth_data, trained, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.startswith(f"{files[0]}: {ranked[0][0][0]} ")
+    odd = tmp_path / "a\nb.png"  # one line a file, whatever its name
+    odd.write_bytes(files[1].read_bytes())
+    cli = subprocess.run([sys.executable, "-m", "cifar10_tutorial.evaluation.predict", str(odd),
+                          "--model", str(trained.model), "--top", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0 and cli.stdout.count("\n") == 1, cli.stdout + cli.stderr
+    assert cli.stdout.startswith(repr(str(odd)) + ": ")
     bad = subprocess.run([sys.executable, "-m", "cifar10_tutorial.evaluation.predict", str(tmp_path / "x.png"),
                           "--model", str(trained.model)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "x.png: no such file" in bad.stderr

@@ -272,3 +272,37 @@ def test_more_cpu_processes_than_the_machine_has_cpus_stop_before_torchrun(tmp_p
                                  "https://example.org/a@b/cifar.tar.gz", "/data/user@host/x.tar.gz"])
 def test_urls_without_a_password_are_taken(url):
     assert params_from_dict({"data": {"url": url}}).data.url == url
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "loop", "huge"])
+def test_a_params_file_that_is_no_file_is_one_line(tmp_path, kind):
+    """A FIFO blocked the stage until killed, /dev/zero ate the memory, a loop of links
+    was a traceback."""
+    import os
+
+    path = tmp_path / "params.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+        expected = "not a regular file"
+    elif kind == "device":
+        path = "/dev/zero"
+        expected = "not a regular file"
+    elif kind == "loop":
+        os.symlink(tmp_path / "b", path)
+        os.symlink(path, tmp_path / "b")
+        expected = "a loop of symbolic links"
+    else:
+        path.write_text("# " + "x" * (2 << 20) + "\n")
+        expected = "larger than 1,048,576 bytes"
+    with pytest.raises(ParamsError, match=rf"^{path}: {expected}.*give --params a YAML file"):
+        load_params(path)
+
+
+def test_a_params_file_that_is_a_link_is_read_with_a_warning(tmp_path, caplog):
+    """A params.yaml linked to a shared file: `dvc exp run -S` rewrote the shared file."""
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("train: {seed: 3}\n")
+    (tmp_path / "params.yaml").symlink_to(shared)
+    caplog.set_level("WARNING")
+    assert load_params(tmp_path / "params.yaml").train.seed == 3
+    assert f"is a link to {shared}: `dvc exp run -S`" in caplog.text

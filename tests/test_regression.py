@@ -393,3 +393,41 @@ def test_ci_options_for_a_baseline_kept_elsewhere_are_checked_in_one_line(tmp_pa
         err = capsys.readouterr().err
         assert exit_.value.code == 1 and err.startswith("error: ") and found in err, err
         assert err.count("\n") == 1
+
+
+def test_a_baseline_that_is_a_device_is_one_line():
+    """regression.baseline: /dev/zero read until memory ran out."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.regression import read_json_object
+
+    with pytest.raises(PipelineError, match=r"^/dev/zero: not a regular file .*expected a JSON "
+                                            r"file of metrics; fix it"):
+        read_json_object("/dev/zero", "fix it")
+
+
+def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
+    """`git rm` of ci-synthetic.json made `cifar10 ci synthetic` gate nothing and exit 0
+    (skipping the exercise pipeline too), with a hint for real archives."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    clone = tmp_path / "c"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    (clone / "reports/baseline/ci-synthetic.json").unlink()
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "synthetic"], cwd=clone,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == ("error: reports/baseline/ci-synthetic.json: missing, and CI configuration "
+                    "synthetic gates against it: restore it (`git checkout -- reports/baseline/"
+                    "ci-synthetic.json`) or measure a new one with `python -m cifar10_tutorial.ci "
+                    "synthetic --update-baseline` and commit it"), last
+    assert "$ dvc repro" not in proc.stdout  # nothing ran
+    notgz = tmp_path / "passwd"
+    notgz.write_text("root:x:0:0\n")
+    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "real", "--real-archive",
+                           str(notgz)], cwd=clone, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"--real-archive {notgz}: not a gzip tar" in proc.stderr.strip().splitlines()[-1]

@@ -385,3 +385,16 @@ def test_a_variant_of_ones_own_gets_its_own_section_and_no_exercise_table(tmp_pa
     exercises(tmp_path / "b", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     assert "## Your variants" not in make_report(tmp_path / "b", tmp_path / "out2",
                                                  OVERRIDES).read_text()
+
+
+def test_the_intro_states_the_budgets_the_variants_ran(tmp_path):
+    """A 6-step baseline beside 10,000-step variants: the intro still read "Every variant
+    ... is trained for 10,000 steps"."""
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    import shutil
+
+    shutil.rmtree(tmp_path / "a" / "softmax")
+    write_variant(tmp_path / "a", "softmax", 0.70, 6, output="softmax")
+    text = make_report(tmp_path / "a", tmp_path / "out", OVERRIDES).read_text()
+    intro = text.split("\n## ", 1)[0]
+    assert "trained for **6 to 10,000 steps**" in intro and "Every variant" not in intro

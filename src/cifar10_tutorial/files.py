@@ -19,6 +19,32 @@ def md5_of(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def read_small_file(path, limit: int) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (a params or
+    metrics file). A FIFO would block the read for ever, /dev/zero fill the memory, a
+    loop of links raise: each is an ``OSError`` naming the file and what it is instead
+    (the callers turn it into their one-line error)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(exc.errno, "a loop of symbolic links", str(path)) from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "a folder", str(path))
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)", str(path))
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit:,} bytes: not a file of this kind",
+                      str(path))
+    return data
+
+
 # errors of writing outputs that the user fixes outside the project (what to do, one
 # phrase each): the stages' one-line errors (cli.run_stage) and ensure_writable
 WRITE_HINTS = {

@@ -288,6 +288,9 @@ def build(cls: type, mapping: dict, prefix: str) -> Any:
     return cls(**kwargs)
 
 
+PARAMS_LIMIT = 1 << 20  # bytes: a params file is a few KB; more is not one
+
+
 def read_params_yaml(path) -> Any:
     """A params file parsed the way DVC reads it, strictly: UTF-8 text, no duplicate keys
     (DVC's reader refuses them too; PyYAML keeps the last silently), no aliases (``*name``:
@@ -314,8 +317,10 @@ def read_params_yaml(path) -> Any:
         return loader.construct_mapping(node, deep=deep)
 
     Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    from .files import read_small_file
+
     try:
-        text = open(path, "rb").read().decode("utf-8")
+        text = read_small_file(path, PARAMS_LIMIT).decode("utf-8")
     except FileNotFoundError:
         raise ParamsError(f"{path}: no such file (run the stages from the repository root)") from None
     except IsADirectoryError:
@@ -323,6 +328,8 @@ def read_params_yaml(path) -> Any:
     except UnicodeDecodeError as exc:
         raise ParamsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
                           f"save it as UTF-8") from None
+    except OSError as exc:  # a FIFO, a device, a loop of links, a huge file
+        raise ParamsError(f"{path}: {exc.strerror}; give --params a YAML file") from None
     try:
         raw = yaml.load(text, Loader=Strict)  # noqa: S506 (Strict is a SafeLoader)
     except yaml.YAMLError as exc:

@@ -319,8 +319,16 @@ def params_from_dict(raw: Optional[dict]) -> Params:
 
 
 def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate ``path``; every problem is a :class:`ParamsError` naming the file."""
+    """Read and validate ``path``; every problem is a :class:`ParamsError` naming the file.
+    A params file that is a link is read, with a warning: `dvc exp run -S` rewrites the
+    file it points at (another project's, a shared one), reformatted."""
     path = Path(path)
+    if path.is_symlink():
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "warning: %s is a link to %s: `dvc exp run -S` and `dvc exp apply` rewrite that "
+            "file; keep a copy of your own here to keep it as it is", path, os.path.realpath(path))
     raw = read_params_yaml(path)
     try:
         return params_from_dict(raw)

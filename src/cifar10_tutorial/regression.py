@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .files import write_text_atomic
+from .files import read_small_file, write_text_atomic
 from .errors import PipelineError
 from .param_types import Tolerance, parse_tolerance
 
@@ -27,15 +27,23 @@ class RegressionError(PipelineError):
     """The gate failed; the message holds the table."""
 
 
+METRICS_LIMIT = 16 << 20  # bytes: a metrics file is a few KB
+
+
 def read_json_object(path: Path, fix: str) -> dict:
     """A JSON file whose top level is an object, or one line naming the file, what was
     expected and found, and ``fix`` (what to do)."""
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
     except IsADirectoryError:
         raise PipelineError(f"{path}: a folder, expected a JSON file; {fix}") from None
+    except FileNotFoundError:
+        raise PipelineError(f"{path}: no such file; {fix}") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise PipelineError(f"{path}: not valid JSON ({str(exc)[:100]}); {fix}") from None
+    except OSError as exc:  # a FIFO, a device (/dev/zero), a loop of links, a huge file
+        raise PipelineError(f"{path}: {exc.strerror}, expected a JSON file of metrics; "
+                            f"{fix}") from None
     if not isinstance(data, dict):
         raise PipelineError(f"{path}: expected a JSON object of metrics, found a "
                             f"{type(data).__name__}; {fix}")

@@ -110,7 +110,14 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     model = a.model or stage_output("train", "model.pt")
     for path, ranked in zip(a.images, predict(a.images, model, a.top, not a.raw)):
-        print(f"{path}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked))
+        print(f"{shown(path)}: " + ", ".join(f"{name} {p:.3f}" for name, p in ranked))
+
+
+def shown(path: Path) -> str:
+    """A file name as one line of output: a name with a control character (a newline) is
+    quoted, as Python writes it, rather than split over two lines."""
+    text = str(path)
+    return repr(text) if any(ord(c) < 32 or ord(c) == 127 for c in text) else text
 
 
 if __name__ == "__main__":

@@ -74,9 +74,13 @@ def _intro(r: Results) -> list[str]:
     seeds = (f"the baseline also under {more} more seed{'s' if more > 1 else ''}, whose "
              f"spread is the noise each answer is weighed against" if more
              else "one seed each (no seed runs: effects cannot be told from noise)")
-    budget = (f"Every variant of the exercises is trained for **{ex['steps'].max():,} steps** "
+    lo, hi = (int(ex["steps"].min()), int(ex["steps"].max())) if len(ex) else (0, 0)
+    budget = ("" if not len(ex) else
+              f"Every variant of the exercises is trained for **{hi:,} steps** "
               f"({ex['epochs'].max():.1f} epochs, global batch "
-              f"{int(ex['global_batch_size'].max())}); " if len(ex) else "")
+              f"{int(ex['global_batch_size'].max())}); " if lo == hi else
+              f"The variants of the exercises are trained for **{lo:,} to {hi:,} steps** "
+              f"(budgets that differ: the next table gives each); ")
     return ["# The tutorial's exercises, measured", "", *banner(r),
             f"{budget}{seeds}. Training set: {int(df['num_train'].iloc[0]):,} images; "
             f"evaluation: {int(df['num_examples'].iloc[0]):,} held-out images, with the "

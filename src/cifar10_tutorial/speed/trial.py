@@ -123,6 +123,14 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, help="write the figures here (JSON)")
     ap.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
     args = ap.parse_args(argv)
+    if args.steps < 1:  # DVC would fail on it after the clone is made, its log gone
+        raise PipelineError(f"--steps {args.steps}: give 1 or more steps a variant")
+    if args.out is not None:  # before minutes of trial, not after: the figures would be lost
+        from ..ownership import ensure_writable
+
+        if args.out.is_dir():
+            raise PipelineError(f"--out {args.out}: a folder; give the JSON file to write")
+        ensure_writable(args.out.parent)
     root = Path.cwd()
     tmp = Path(tempfile.mkdtemp(prefix="cifar10-trial-"))
     failed = True

@@ -44,10 +44,24 @@ class Nodes:
         if self.count > 1 and not self.endpoint:
             raise PipelineError(f"--nnodes {self.count} needs --rdzv-endpoint HOST:PORT (or "
                                 f"{NODES_ENV['endpoint']}), the same on every node")
+        if self.count > 1:
+            _check_endpoint(self.endpoint)
         if num_devices % self.count:
             raise PipelineError(f"train.num_devices is {num_devices}, which {self.count} nodes "
                                 f"cannot share evenly; set it to a multiple of --nnodes")
         return num_devices // self.count
+
+
+def _check_endpoint(endpoint: str) -> None:
+    """``HOST:PORT`` (a name or address, ``[v6]`` in brackets; a port 1-65535), before
+    torchrun parses it into a traceback."""
+    host, sep, port = endpoint.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535) \
+            or any(c.isspace() or c in "/@[]" for c in host):
+        raise PipelineError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT (a host name "
+                            f"or address, a port from 1 to 65535), the same on every node, "
+                            f"e.g. node0.cluster:29400")
 
 
 @dataclass(frozen=True)
