@@ -183,7 +183,7 @@ def improvements(metrics: Path, baseline: Path) -> list[str]:
 def run(archive: Path, **how) -> tuple[int, str]:
     """The configuration's run (``how``: run_config's baseline_file, no_baseline,
     metrics_out); its exit status and the gate's table (empty when none was made)."""
-    from cifar10_tutorial.ci import run_config
+    from ci import run_config  # .ci/ci.py, beside this script
 
     rc = run_config(CONFIG, ROOT, real_archive=archive, **how)
     table = ROOT / f"regression-{CONFIG}.md"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from cifar10_tutorial.cli import package_env, scratch_train_project
+from scratch import package_env, scratch_train_project
 from cifar10_tutorial.errors import PipelineError
 
 WEIGHTS_ATOL = 2e-4  # tests/test_distributed.py: 30 steps at lr 0.02 stay within it on a CPU

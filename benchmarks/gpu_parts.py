@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
-from cifar10_tutorial.speed.baselines import typical_step
-from cifar10_tutorial.speed.benchmark import with_input
-from cifar10_tutorial.speed.steps import project_step, window
+from speed.baselines import typical_step
+from speed.benchmark import with_input
+from speed.steps import project_step, window
 from cifar10_tutorial.params import Params
 from cifar10_tutorial.data.prepared import Prepared
 from cifar10_tutorial.training.paths import TrainPaths

@@ -50,8 +50,9 @@ from typing import Optional
 
 import torch
 
-from cifar10_tutorial.speed.steps import window
-from cifar10_tutorial.cli import package_env, run_stage, scratch_train_project, stage_output
+from speed.steps import window
+from cifar10_tutorial.cli import run_stage, stage_output
+from scratch import package_env, scratch_train_project
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import write_text_atomic
 from cifar10_tutorial.params import Params, load_params, to_dict

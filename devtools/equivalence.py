@@ -1,6 +1,6 @@
 """Do two commits train bit-identically? Results made at different commits count as one
 piece only if the training math did not change between them: this runs the CI's fixed-seed
-real configuration (``python -m cifar10_tutorial.ci real --keep``: the whole pipeline on
+real configuration (``python .ci/ci.py real --keep``: the whole pipeline on
 the dev data, one thread) at each commit, in git worktrees of its own, compares the raw and
 averaged weights of the two ``model.pt`` tensor by tensor, and records the outcome.
 
@@ -39,7 +39,7 @@ SHARED = Path("../shared")  # beside the repository: tools/make_dev_archive.py, 
 REAL_SPLIT = ("--train", "5000", "--test", "1000")
 
 RECORD = Path("reports/code_equivalence.json")
-CHECK = "python -m cifar10_tutorial.ci real --keep"
+CHECK = "python .ci/ci.py real --keep"
 
 
 def real_archive(root: Path, scratch: Path) -> Path:
@@ -89,8 +89,12 @@ def run_at(root: Path, commit: str, scratch: Path, archive: Path) -> dict:
         env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1",
                "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
-        cmd = [sys.executable, "-m", "cifar10_tutorial.ci", "real", "--keep"]
-        if "--real-archive" in (tree / "src" / "cifar10_tutorial" / "ci.py").read_text():
+        script = tree / ".ci" / "ci.py"
+        cmd = [sys.executable, str(script), "real", "--keep"]
+        if not script.is_file():  # older commits: a module of the package
+            script = tree / "src" / "cifar10_tutorial" / "ci.py"
+            cmd[1:2] = ["-m", "cifar10_tutorial.ci"]
+        if "--real-archive" in script.read_text():
             cmd += ["--real-archive", str(archive)]
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
         kept = re.search(r"passed in \d+ s \(scratch kept: (.+)\)", proc.stdout)

@@ -18,7 +18,7 @@ def main() -> None:
                     help="the record of commits checked to train bit-identically")
     ap.add_argument("--devices-timing", type=Path, default=None,
                     help="exercise 5's timing of both set-ups on one idle machine "
-                         "(python -m cifar10_tutorial.exercises.devices_timing)")
+                         "(python benchmarks/devices_timing.py)")
     ap.add_argument("--tf-reference", type=Path, default=None,
                     help="the reference implementation's runs on the same data (one JSON each)")
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")

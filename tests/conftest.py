@@ -20,6 +20,10 @@ from cifar10_tutorial.data.synthetic import make_cifar10_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
+# The tools around the pipeline are scripts beside the package, each folder run by path:
+# the tests import their modules (speed, trial, publish, check_code, ci, results_page, ...).
+SCRIPT_FOLDERS = ("benchmarks", "tools", ".ci", "devtools")
+sys.path[:0] = [str(ROOT / folder) for folder in SCRIPT_FOLDERS]
 # tests/param_reads/sitecustomize.py records the params keys each process reads
 READS_ENV = "CIFAR10_TUTORIAL_PARAM_READS"
 
@@ -153,7 +157,8 @@ def archive(tmp_path):
 
 def copy_project(dest: Path) -> Path:
     """A copy of the project's pipeline files (no data, no venv) for stage-level tests."""
-    for name in ("stages", "src", "dvc.yaml", "reports/dvc.yaml", "reports/baseline", "params.yaml",
+    for name in ("stages", "src", "tools", "benchmarks", "dvc.yaml", "reports/dvc.yaml",
+                 "reports/baseline", "params.yaml",
                  "reports/params.yaml",
                  "reports/fast_schedule_search.md", "reports/code_equivalence.json",
                  "reports/devices_timing.json", "reports/tf_reference",

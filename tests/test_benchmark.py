@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from cifar10_tutorial.speed.benchmark import format_table, run_benchmark
+from speed.benchmark import format_table, run_benchmark
 from conftest import tiny_params
 
 
@@ -47,7 +47,7 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
     assert "GFLOP/s" in table and "of peak" in table and "roofline: peak " in table
     assert "(torch.mm " in table and ", convolution " in table
     # docs/results.md names the two kernels this result measured
-    from cifar10_tutorial.speed.roofline_table import roofline_markdown
+    from speed.roofline_table import roofline_markdown
     assert ("each the faster of `torch.mm` of two 256 x 256 matrices and a 3 x 3 convolution "
             "of 32 channels") in roofline_markdown(saved, "b.json")
     split = roof["time_breakdown"]
@@ -76,7 +76,7 @@ def test_benchmark_measures_every_pipeline_and_writes_json(synth_data, tmp_path)
 def test_compiled_against_eager_times_three_setups_in_both_precisions(synth_data):
     """Why the train stage has no compile option: the benchmark's measurement of it, here
     in bf16 alone (about 20 s on 2 CPU cores: three compilations; fp32 is the same code)."""
-    from cifar10_tutorial.speed.compiled import compiled_against_eager
+    from speed.compiled import compiled_against_eager
 
     params = tiny_params(train={"batch_size": 16})
     x, y = torch.randn(16, 3, 24, 24), torch.randint(0, 10, (16,))
@@ -90,7 +90,7 @@ def test_compiled_against_eager_times_three_setups_in_both_precisions(synth_data
         assert c["vs_eager"]["forward_compiled"] == med["forward_compiled"] / med["eager"]
         assert all(len(v) == 2 and min(v) > 0 for v in c["windows"].values())
         assert c["other_ms_per_step"]["eager"] > 0 and c["compile_s"]["forward_compiled"] > 0
-    from cifar10_tutorial.speed.benchmark import _compiled_lines
+    from speed.benchmark import _compiled_lines
     lines = _compiled_lines({"compiled": r})
     assert lines[0].startswith("torch.compile, bf16: forward compiled ") and "eager" in lines[0]
 
@@ -99,7 +99,7 @@ def test_matmul_peak_counts_2n3_operations(monkeypatch):
     """2 n^3 operations per product over the median time (a clock that ticks 0.5 s a call)."""
     import itertools
 
-    from cifar10_tutorial.speed import roofline
+    from speed import roofline
 
     ticks = itertools.count(0, 0.25)
     monkeypatch.setattr(roofline.time, "perf_counter", lambda: next(ticks))

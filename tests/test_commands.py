@@ -64,6 +64,20 @@ def test_a_module_command_shows_its_options_and_an_example(capsys):
     assert "e.g. `cifar10 predict cat.jpg --top 3`" in out and "--top TOP" in out
 
 
+@pytest.mark.parametrize("name, option", [
+    ("benchmark", "--tf-python"), ("trial", "--keep"), ("publish", "--replace"),
+    ("check-code", "--no-record"), ("ci", "--update-baseline"), ("results-page", "--out")])
+def test_a_script_command_runs_the_script_beside_the_package(name, option, capfd, monkeypatch):
+    """The tools around the pipeline left the package for benchmarks/, tools/, .ci/ and
+    devtools/: the command still runs each, this checkout's."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit) as exc:
+        main([name, "--help"])
+    out = capfd.readouterr().out
+    assert exc.value.code == 0 and option in out, out
+    assert COMMANDS[name][2].endswith(".py") and (ROOT / COMMANDS[name][2]).is_file()
+
+
 @pytest.mark.skipif(shutil.which("cifar10") is None, reason="the package is not installed")
 def test_the_console_script_is_installed_and_runs_a_stage_help():
     proc = subprocess.run(["cifar10", "eval", "--help"], cwd=ROOT, capture_output=True,
@@ -97,7 +111,7 @@ def test_the_trial_benchmark_times_the_users_command_in_a_clone(tmp_path):
 
     project = _trial_project(tmp_path)
     out = tmp_path / "trial.json"
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.trial", "--steps", "2",
+    proc = subprocess.run([sys.executable, "benchmarks/trial.py", "--steps", "2",
                            "--out", str(out)], cwd=project, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -123,7 +137,7 @@ def test_the_trial_times_the_workspaces_code_and_keeps_the_log_it_names(tmp_path
     stage.write_text(stage.read_text().replace(
         "def main() -> None:\n",
         "def main() -> None:\n    raise SystemExit('the workspace edit ran')\n", 1))
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.speed.trial", "--steps", "2"],
+    proc = subprocess.run([sys.executable, "benchmarks/trial.py", "--steps", "2"],
                           cwd=project, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -181,7 +195,7 @@ def test_a_trial_through_dvc_evaluates_trial_eval_images_and_says_so(tmp_path):
 
 def test_the_trial_benchmark_wants_the_main_pipelines_data_first(tmp_path):
     from conftest import copy_project
-    from cifar10_tutorial.speed.trial import clone_for_trial
+    from trial import clone_for_trial
 
     project = copy_project(tmp_path / "p")
     with pytest.raises(PipelineError, match=r"no dvc.lock or data/prepared/meta.json: run "
@@ -198,7 +212,7 @@ def test_a_trial_that_cannot_succeed_is_refused_before_it_starts(argv, message, 
                                                                  tmp_path):
     """--steps 0 failed inside DVC after the clone was made; an --out that cannot be written
     was a traceback after the whole trial, its figures lost."""
-    from cifar10_tutorial.speed import trial
+    import trial
 
     monkeypatch.chdir(tmp_path)  # no project here: refused before one is looked for
     with pytest.raises(PipelineError, match=message):

@@ -11,9 +11,7 @@ import pytest
 from cifar10_tutorial.params import to_dict
 from conftest import ROOT, tiny_params, write_train_project
 
-# The GPU run is a script folder beside the package (benchmarks/), run by path.
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from gpu_parts import LOSS_RTOL  # noqa: E402
+from gpu_parts import LOSS_RTOL  # benchmarks/, on the path by conftest
 
 GPU_RUN = str(ROOT / "benchmarks" / "gpu_run.py")
 

@@ -12,6 +12,11 @@ from cifar10_tutorial.cli import stage_command, stage_output
 from conftest import ROOT
 
 PACKAGE = ROOT / "src" / "cifar10_tutorial"
+# The scripts users run beside the package (`cifar10 publish`, `check-code`, `benchmark`,
+# `trial`), held to the package's rules; the GPU run (benchmarks/gpu_*) measures this
+# project on its own machines.
+USER_SCRIPTS = sorted(f for f in [*(ROOT / "tools").glob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+                      if not f.name.startswith("gpu_"))
 
 
 def module_name(f: Path, package: Path) -> str:
@@ -41,25 +46,20 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
 
 
 # The package's folders, and for each the folders (or single modules) it may import, with
-# the reason a reader sees; the modules at the top of the package are the shared ground below them all, and
-# import no folder (except ci.py: the CI gates' driver builds the synthetic gate's archive;
-# repro.py: `cifar10 repro` hands dvc repro the training stages' deadline).
+# the reason a reader sees; the modules at the top of the package are the shared ground below
+# them all, and import no folder (except repro.py: `cifar10 repro` hands dvc repro the
+# training stages' deadline). The tools around the pipeline (benchmarks/, tools/, .ci/,
+# devtools/) are scripts beside the package and import it, never the other way.
 FOLDERS = {
     "data": {},
     "training": {"data": "it trains on the prepared tensors"},
     "evaluation": {"data": "it evaluates on the prepared tensors"},
-    "speed": {"data": "it times on the prepared tensors",
-              "training": "it times the train step and the train stage"},
     "exercises": {"data": "a trial variant prepares its own data",
                   "training": "a variant is a training run",
                   "evaluation": "a variant is evaluated as the eval stage evaluates"},
-    "report": {"data": "publishing evaluates on the prepared tensors",
-               "evaluation": "publishing evaluates the published weights",
-               "speed": "the results page quotes the benchmark's roofline"},
+    "report": {},
 }
-GROUND_IMPORTS_A_FOLDER = {("ci", "data.synthetic"),
-                           # `cifar10 repro` runs dvc repro with the training stages' deadline
-                           ("repro", "training.deadline"), ("repro", "training.mirror"),
+GROUND_IMPORTS_A_FOLDER = {("repro", "training.deadline"), ("repro", "training.mirror"),
                            ("repro", "training.distributed")}
 # Within data/: the HTTP code (download, transfer) is the download stage's alone, so that
 # the preprocess stage's hash does not cover it.
@@ -166,7 +166,7 @@ def test_paths_live_in_dvc_yaml_only():
     assert {"data/raw", "data/prepared", "data/train/model.pt", "reports/eval",
             "reports/ablations"} <= paths
     found = []
-    for f in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "stages").glob("*.py")]):
+    for f in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "stages").glob("*.py"), *USER_SCRIPTS]):
         for s in code_strings(f):
             found += [f"{f.relative_to(ROOT)}: {p!r} in {s[:60]!r}" for p in paths
                       if re.search(rf"(^|[^\w/.]){re.escape(p)}($|[^\w])", s)]
@@ -199,23 +199,24 @@ def test_docs_point_only_at_files_of_the_repository():
                 broken.append(f"{doc.relative_to(ROOT)} -> {target}")
     assert broken == []
     texts = [*DOCS, ROOT / "params.yaml", ROOT / "dvc.yaml", ROOT / "reports/dvc.yaml",
-             *PACKAGE.rglob("*.py"), *(ROOT / "stages").glob("*.py"), *(ROOT / "tests").glob("*.py")]
+             *PACKAGE.rglob("*.py"), *(ROOT / "stages").glob("*.py"), *(ROOT / "tests").glob("*.py"),
+             *USER_SCRIPTS]
     citing = [str(p.relative_to(ROOT)) for p in texts
               if p.name != "test_layout.py" and "SPEC" + ".md" in p.read_text()]
     assert citing == []
 
 
 def test_the_results_page_is_generated_from_the_committed_reports():
-    from cifar10_tutorial.report.results_page import render
+    from results_page import render
 
     assert (ROOT / "docs/results.md").read_text() == render(ROOT), \
-        "docs/results.md is stale: run `python -m cifar10_tutorial.report.results_page`"
+        "docs/results.md is stale: run `python devtools/results_page.py`"
 
 
 def test_the_results_page_without_schedule_results(tmp_path):
     """A partial report (the schedule variants not run yet) has no time-to-accuracy table:
     the page says so instead of failing; with the table it quotes it and its plot."""
-    from cifar10_tutorial.report.results_page import _time_to_accuracy
+    from results_page import _time_to_accuracy
 
     rep = Path("reports")
     text = "\n".join(_time_to_accuracy(tmp_path, rep))
@@ -227,7 +228,7 @@ def test_the_results_page_without_schedule_results(tmp_path):
 
 
 def test_the_results_page_lists_published_weights_from_their_records(tmp_path):
-    from cifar10_tutorial.report.results_page import _published
+    from results_page import _published
 
     (tmp_path / "dvc.yaml").write_text(
         "artifacts:\n  w:\n    path: models/w/model.pt\n    type: model\n"
@@ -284,7 +285,8 @@ def dangling_pointers(root: Path) -> list[str]:
     docs = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
     texts = [*docs, root / "params.yaml", root / "dvc.yaml", root / "reports/dvc.yaml",
              root / ".ci/run", *sorted((root / ".github").rglob("*.yml")),
-             *sorted((root / "src").rglob("*.py")), *sorted((root / "stages").glob("*.py"))]
+             *sorted((root / "src").rglob("*.py")), *sorted((root / "stages").glob("*.py")),
+             *sorted((root / "tools").glob("*.py")), *sorted((root / "benchmarks").rglob("*.py"))]
     problems = []
     for doc in docs:
         for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
@@ -363,15 +365,17 @@ WORKSHOP = re.compile(r"\.\./shared|shared/tools|shared/data|\.carry\b|\blent\b|
                       re.IGNORECASE)
 
 
-def workshop_lines(package: Path) -> list[str]:
-    """Lines of the package that speak of this project's own development machines."""
+def workshop_lines(package: Path, files=None) -> list[str]:
+    """Lines of the package (or of ``files`` below it) that speak of this project's own
+    development machines."""
     return [f"{f.relative_to(package)}:{i}: {line.strip()[:80]}"
-            for f in sorted(package.rglob("*.py"))
+            for f in (files if files is not None else sorted(package.rglob("*.py")))
             for i, line in enumerate(f.read_text().splitlines(), 1) if WORKSHOP.search(line)]
 
 
 def test_the_package_speaks_of_users_machines_only(tmp_path):
     assert workshop_lines(PACKAGE) == []
+    assert workshop_lines(ROOT, USER_SCRIPTS) == []
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "tool.py").write_text(
         'x = 1\nDEV_ARCHIVE_TOOL = Path("../shared/tools/make_dev_archive.py")\n')

@@ -1,5 +1,5 @@
 """Published weights: a finished variant's model beside its records and a card that states
-its precision (cifar10_tutorial.report.publish), usable by predict and eval from anywhere; and the
+its precision (tools/publish.py), usable by predict and eval from anywhere; and the
 project's own published weights, when committed, checked against their card."""
 import hashlib
 import json
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.report.publish import publish
+from publish import publish  # tools/publish.py
 from conftest import DVC, ROOT, SHARED, run_stage, set_params, tiny_project
 
 PUBLISHED = "tutorial_100k"  # the variant whose weights the project publishes
@@ -52,7 +52,7 @@ def test_publish_a_finished_variant_and_use_it_from_elsewhere(finished, tmp_path
     project = finished
     results = project / "reports" / "ablations" / "tutorial_100k"
     out = tmp_path / "published"
-    proc = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+    proc = _run(project, "tools/publish.py", "tutorial_100k",
                 "--model", "data/ablations/tutorial_100k/model.pt", "--results", str(results),
                 "--out", str(out), "--check-data", "data/prepared")
     assert proc.returncode == 0, proc.stderr
@@ -156,16 +156,16 @@ def test_published_weights_are_replaced_only_on_request_and_only_by_their_varian
     Now the name must be the results' variant, and replacing a published folder takes
     --replace; without it, one line names the folder and nothing changes."""
     project, out = finished, tmp_path / "models" / "tutorial_100k"
-    first = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+    first = _run(project, "tools/publish.py", "tutorial_100k",
                  "--out", str(out))
     assert first.returncode == 0, first.stderr
     before = _snapshot(out)
-    wrong = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+    wrong = _run(project, "tools/publish.py", "tutorial_100k",
                  "--model", "data/ablations/baseline/model.pt",
                  "--results", "reports/ablations/baseline", "--out", str(out), "--replace")
     assert "variant.json: these are the results of the variant 'baseline', not " \
            "'tutorial_100k'" in _one_error_line(wrong)
-    again = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+    again = _run(project, "tools/publish.py", "tutorial_100k",
                  "--out", str(out))
     line = _one_error_line(again)
     precision = json.loads((out / "metrics.json").read_text())["eval"]["precision_at_1"]
@@ -173,7 +173,7 @@ def test_published_weights_are_replaced_only_on_request_and_only_by_their_varian
            f"{100 * precision:.2f}% held-out); give --replace to replace them with " \
            f"tutorial_100k at step 14" in line, line
     assert _snapshot(out) == before
-    replaced = _run(project, "-m", "cifar10_tutorial.report.publish", "tutorial_100k",
+    replaced = _run(project, "tools/publish.py", "tutorial_100k",
                     "--out", str(out), "--replace")
     assert replaced.returncode == 0, replaced.stderr
     assert _snapshot(out)["model.pt"] == before["model.pt"]
@@ -181,7 +181,7 @@ def test_published_weights_are_replaced_only_on_request_and_only_by_their_varian
     # a file of the user's in the published folder: refused, named, kept
     (out / "thesis-notes.md").write_text("mine")
     kept = _snapshot(out)
-    line = _one_error_line(_run(project, "-m", "cifar10_tutorial.report.publish",
+    line = _one_error_line(_run(project, "tools/publish.py",
                                 "tutorial_100k", "--out", str(out), "--replace"))
     assert f"{out}: holds thesis-notes.md, which publish did not make" in line, line
     assert _snapshot(out) == kept
@@ -203,7 +203,7 @@ def test_a_missing_field_is_one_line_before_anything_is_replaced(finished, tmp_p
     m = json.loads((damaged / "metrics.json").read_text())
     del m["eval"]["num_examples"]
     (damaged / "metrics.json").write_text(json.dumps(m))
-    proc = _run(project, "-m", "cifar10_tutorial.report.publish", "baseline", "--model",
+    proc = _run(project, "tools/publish.py", "baseline", "--model",
                 "data/ablations/baseline/model.pt", "--results", str(damaged), "--out",
                 str(out), "--replace")
     line = _one_error_line(proc)
@@ -231,7 +231,7 @@ def test_a_model_of_other_params_at_the_same_step_is_not_published(finished, tmp
     other = torch.load(model, weights_only=True)
     other["params"]["train"]["seed"] = 7  # as a seed-7 run of the same step records it
     torch.save(other, model)
-    proc = _run(project, "-m", "cifar10_tutorial.report.publish", "baseline", "--model",
+    proc = _run(project, "tools/publish.py", "baseline", "--model",
                 str(model), "--results", str(results), "--out", str(tmp_path / "p"))
     line = _one_error_line(proc)
     assert f"{model}: trained with train.seed = 7, but {results / 'variant.json'} records " \
@@ -316,13 +316,13 @@ def test_the_projects_published_weights_are_not_replaced_without_a_question(fini
         (out / "published.json").unlink(missing_ok=True)
     before = _snapshot(out)
     steps = json.loads((out / "provenance.json").read_text())["steps"]
-    line = _one_error_line(_run(finished, "-m", "cifar10_tutorial.report.publish", PUBLISHED,
+    line = _one_error_line(_run(finished, "tools/publish.py", PUBLISHED,
                                 "--out", str(out)))
     named = f"{PUBLISHED}, " if manifest else ""
     assert line.startswith(f"error: {out}: already holds published weights ({named}step "
                            f"{steps:,}, "), line
     assert _snapshot(out) == before
-    replaced = _run(finished, "-m", "cifar10_tutorial.report.publish", PUBLISHED,
+    replaced = _run(finished, "tools/publish.py", PUBLISHED,
                     "--out", str(out), "--replace")
     assert replaced.returncode == 0, replaced.stderr
     assert "**14 steps**" in (out / "README.md").read_text()

@@ -257,7 +257,7 @@ def test_ci_run_fails_with_the_table_on_a_deliberate_regression(tmp_path):
     (project / "reports/baseline/broken.json").write_text(json.dumps(
         {"eval.precision_at_1": 0.95, "eval.precision_at_1_raw": 0.95, "train.loss_avg": 2.4}))
     init_repo(project)
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "broken"], cwd=project,
+    proc = subprocess.run([sys.executable, str(ROOT / ".ci" / "ci.py"), "broken"], cwd=project,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "| eval.precision_at_1 | 0.9500 |" in proc.stdout
@@ -281,7 +281,7 @@ def test_a_real_configuration_takes_the_archive_it_is_given(tmp_path):
     """The real-image configurations run on the archive passed with --real-archive (copied
     into the scratch copy, its md5 pinned there), are skipped with a line without one, and a
     missing file is one line naming it."""
-    from cifar10_tutorial.ci import build_archive
+    from ci import build_archive
     from cifar10_tutorial.data.synthetic import make_cifar10_archive
     from cifar10_tutorial.errors import PipelineError
     from cifar10_tutorial.files import md5_of
@@ -297,7 +297,7 @@ def test_a_real_configuration_takes_the_archive_it_is_given(tmp_path):
 
 
 def test_ci_run_names_the_archive_it_lacks(tmp_path, capsys):
-    from cifar10_tutorial.ci import run_config
+    from ci import run_config
 
     project = tmp_path / "p"
     (project / ".ci/configs").mkdir(parents=True)
@@ -382,7 +382,7 @@ def test_the_official_gate_downloads_once_and_runs_until_a_baseline_is_committed
 def test_ci_options_for_a_baseline_kept_elsewhere_are_checked_in_one_line(tmp_path, capsys):
     """--baseline and --metrics-out (what .ci/github_gate.py uses) take one configuration
     and an existing file; anything else is one line, before any run."""
-    from cifar10_tutorial.ci import main
+    from ci import main
 
     for argv, found in ((["synthetic", "real", "--metrics-out", "m.json"],
                          "--baseline and --metrics-out take one configuration, found 2"),
@@ -416,18 +416,18 @@ def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
     clone = tmp_path / "c"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     (clone / "reports/baseline/ci-synthetic.json").unlink()
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "synthetic"], cwd=clone,
+    proc = subprocess.run([sys.executable, ".ci/ci.py", "synthetic"], cwd=clone,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last == ("error: reports/baseline/ci-synthetic.json: missing, and CI configuration "
                     "synthetic gates against it: restore it (`git checkout -- reports/baseline/"
-                    "ci-synthetic.json`) or measure a new one with `python -m cifar10_tutorial.ci "
+                    "ci-synthetic.json`) or measure a new one with `python .ci/ci.py "
                     "synthetic --update-baseline` and commit it"), last
     assert "$ dvc repro" not in proc.stdout  # nothing ran
     notgz = tmp_path / "passwd"
     notgz.write_text("root:x:0:0\n")
-    proc = subprocess.run([sys.executable, "-m", "cifar10_tutorial.ci", "real", "--real-archive",
+    proc = subprocess.run([sys.executable, ".ci/ci.py", "real", "--real-archive",
                            str(notgz)], cwd=clone, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"--real-archive {notgz}: not a gzip tar" in proc.stderr.strip().splitlines()[-1]

@@ -6,9 +6,13 @@ list is the one home of each; tests/test_layout.py checks it against the files):
 - ``data``: the archive fetched and checked, its records turned into tensors;
 - ``training``: the train stage;
 - ``evaluation``: the eval stage and predictions;
-- ``speed``: the throughput benchmark and the exercise trial's timing;
 - ``exercises``: the tutorial's exercises as variants of the train stage;
-- ``report``: the report, the results page and the published weights.
+- ``report``: the exercises' report.
+
+Beside the package, scripts of the checkout that measure, check or publish the project
+(`cifar10 NAME` runs them too): benchmarks/ (the throughput benchmark, the exercise
+trial's timing, exercise 5's timing, the GPU run), tools/ (published weights, the check
+that edited code still trains alike), .ci/ (CI's configured runs) and devtools/.
 
 Below them, the ground every folder may import:
 
@@ -25,9 +29,9 @@ Below them, the ground every folder may import:
 - ``cli``, ``files``, ``errors``: command lines, safe writes and md5s, errors;
 - ``ownership``: what a run may touch: its folders checked before anything is replaced,
   and one run per output folder;
-- ``regression``, ``ci``: the regression gate, and CI's configured runs;
-- ``commands``: the `cifar10` console command, which runs the stages and the modules'
-  commands by name (it imports them only when asked);
+- ``regression``: the regression gate (the regression stage, and CI's runs);
+- ``commands``: the `cifar10` console command, which runs the stages, the scripts beside
+  the package and the modules' commands by name (it imports them only when asked);
 - ``repro``: `cifar10 repro`, `dvc repro` with one deadline for all its stages and a
   paused stage's exit status (75) for a batch scheduler to requeue on (no stage imports
   it, so no stage's hash covers it).

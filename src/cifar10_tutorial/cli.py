@@ -10,9 +10,7 @@ run) find the pipeline's files from the stages' outputs there.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import shlex
 import shutil
 import sys
@@ -21,11 +19,6 @@ from typing import Callable, Optional
 
 from .errors import PipelineError
 from .files import WRITE_HINTS
-
-# Where the code lives in a checkout: the folder that holds the package (what a subprocess
-# needs on PYTHONPATH) and the stage scripts beside it.
-SRC_DIR = Path(__file__).resolve().parents[1]
-STAGES_DIR = SRC_DIR.parent / "stages"
 
 DVC_YAML = Path("dvc.yaml")
 # the exercise pipeline's own params (reports/dvc.yaml): its baseline and the variants
@@ -145,19 +138,8 @@ def run_stage(main: Callable[[], None]) -> None:
         sys.exit(1)
 
 
-def scratch_train_project(proj: Path, data_dir: Path, params: dict) -> Path:
-    """A throwaway folder where ``stages/train.py --data prepared --out run --live live``
-    runs: the stage scripts copied, ``data_dir`` (prepared data) linked as ``prepared`` and
-    ``params`` written as params.yaml. Run it with :func:`package_env`: the copy has no
-    src/ beside its stages (where the package is not installed it runs from the checkout)."""
-    proj.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(STAGES_DIR, proj / "stages", ignore=shutil.ignore_patterns("__pycache__"))
-    os.symlink(Path(data_dir).resolve(), proj / "prepared")
-    (proj / "params.yaml").write_text(json.dumps(params))  # JSON is YAML
-    return proj
-
-
-def package_env(env: dict) -> dict:
-    """``env`` with this package's folder first on PYTHONPATH, for a stage run elsewhere."""
-    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC_DIR),
-                                                                env.get("PYTHONPATH")]))}
+def dvc_executable() -> str:
+    """The DVC of this package's environment (beside its Python: a venv not activated),
+    else the one on PATH."""
+    beside = Path(sys.executable).with_name("dvc")
+    return str(beside) if beside.is_file() else shutil.which("dvc") or "dvc"

@@ -13,8 +13,9 @@
 Every command but ``repro`` runs in a repository root (the folder of dvc.yaml, params.yaml
 and stages/), and runs that checkout's code, whichever clone the package was installed
 from: the stage commands run its stage scripts (``stages/NAME.py``) with the arguments
-dvc.yaml (or reports/dvc.yaml) gives them, then the user's own; the others run a module of
-its package (``src/``). Each loads only what it uses. ``cifar10 NAME --help`` shows a
+dvc.yaml (or reports/dvc.yaml) gives them, then the user's own; the tools around the
+pipeline run its scripts (``benchmarks/``, ``tools/``, ``.ci/``, ``devtools/``); the rest run
+a module of its package (``src/``). Each loads only what it uses. ``cifar10 NAME --help`` shows a
 command's own options.
 """
 from __future__ import annotations
@@ -28,7 +29,9 @@ from pathlib import Path
 from .cli import run_stage, stage_command
 from .errors import PipelineError
 
-# name -> (what it does, an example, the module whose main() it runs or the stage script)
+# name -> (what it does, an example, what it runs: "stage" (stages/NAME.py with its
+# pipeline's arguments), a script of the checkout beside the package (the tools that
+# measure, check or publish the project: not the pipeline), or a module of the package)
 COMMANDS = {
     "train": ("train the network (the train stage)", "cifar10 train --stop-at 2h", "stage"),
     "eval": ("evaluate a model (the eval stage)", "cifar10 eval --model other/model.pt",
@@ -38,22 +41,22 @@ COMMANDS = {
     "repro": ("dvc repro; a stage paused at --stop-at exits 75: run it again to continue",
               "cifar10 repro --stop-at 3h50m --mirror s3://my-bucket/runs", "repro"),
     "benchmark": ("time the train step against typical pipelines", "cifar10 benchmark",
-                  "stage"),
+                  "benchmarks/benchmark.py"),
     "dev-split": ("build the dev split (this project's data) from a copy of the public "
                   "CIFAR-10-images repository", "cifar10 dev-split CIFAR-10-images-master.zip",
                   "data.dev_split"),
     "check-code": ("check that the workspace's code trains bit-identically to the commit "
                    "of the exercise results; if so, record their lock as up to date",
-                   "cifar10 check-code", "exercises.code_check"),
+                   "cifar10 check-code", "tools/check_code.py"),
     "trial": ("time the exercise trial (every variant a few steps) in a throwaway clone",
-              "cifar10 trial --steps 5", "speed.trial"),
+              "cifar10 trial --steps 5", "benchmarks/trial.py"),
     "predict": ("classify image files", "cifar10 predict cat.jpg --top 3",
                 "evaluation.predict"),
     "publish": ("publish a finished variant's weights with their card (in models/NAME)",
-                "cifar10 publish baseline", "report.publish"),
+                "cifar10 publish baseline", "tools/publish.py"),
     "results-page": ("regenerate docs/results.md from the committed reports",
-                     "cifar10 results-page", "report.results_page"),
-    "ci": ("the CI regression runs", "cifar10 ci synthetic", "ci"),
+                     "cifar10 results-page", "devtools/results_page.py"),
+    "ci": ("the CI regression runs", "cifar10 ci synthetic", ".ci/ci.py"),
 }
 REPORT_DVC_YAML = Path("reports/dvc.yaml")
 
@@ -68,10 +71,7 @@ def stage_argv(name: str) -> list[str]:
     """The stage script and the arguments its pipeline's command gives it."""
     script = f"{name}.py"
     dvc_yaml = REPORT_DVC_YAML if name == "report" else Path("dvc.yaml")
-    try:
-        args = stage_command(script, dvc_yaml) if dvc_yaml.is_file() else []
-    except PipelineError:
-        args = []  # a stage no pipeline runs (benchmark): its own defaults
+    args = stage_command(script, dvc_yaml) if dvc_yaml.is_file() else []
     return [str(Path("stages") / script), *args]  # this checkout's, not the installed one's
 
 
@@ -93,6 +93,8 @@ def main(argv=None) -> None:
         print(f"cifar10 {name}: {what}; e.g. `{example}`\n", flush=True)
     if target == "stage":
         sys.exit(subprocess.run([sys.executable, *stage_argv(name), *rest]).returncode)
+    if target.endswith(".py"):  # a script beside the package: this checkout's
+        sys.exit(subprocess.run([sys.executable, target, *rest]).returncode)
     importlib.import_module(f"{__package__}.{target}").main(rest)
 
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import Optional
 
+from .cli import dvc_executable
 from .training.mirror import MIRROR_ENV
 from .training.deadline import STOP_AT_ENV, parse_deadline
 from .training.distributed import PAUSED_EXIT
@@ -45,9 +44,7 @@ def stage_env(stop_at: Optional[str], mirror: Optional[str], env=None) -> dict:
 def repro(dvc_args: list[str], env: dict, out=None) -> int:
     """Run ``dvc repro DVC_ARGS``, passing its output on; 75 when a stage paused."""
     out = out or sys.stdout
-    beside = Path(sys.executable).with_name("dvc")  # the DVC of this package's environment
-    dvc = str(beside) if beside.is_file() else shutil.which("dvc") or "dvc"
-    proc = subprocess.Popen([dvc, "repro", *dvc_args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([dvc_executable(), "repro", *dvc_args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, bufsize=1)
     paused, stage = None, None
     for line in proc.stdout:

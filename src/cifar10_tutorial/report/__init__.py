@@ -5,8 +5,5 @@
   ``against_reference`` (the tutorial's own code on the same data), ``reference`` (the
   tutorial's published figures) and ``yours`` (a section for each variant of no exercise);
 - ``results``: what the sections share: the variants' results loaded, tables, plots;
-- ``equivalence``: the record of commits checked to train alike;
-- ``results_page``: docs/results.md, generated from the committed reports;
-- ``publish``: published weights and their card, the folder built aside and swapped in;
-  ``publish_records``: what it reads, checked whole before anything is written.
+- ``equivalence``: the record of commits checked to train alike.
 """

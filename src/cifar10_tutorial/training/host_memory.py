@@ -7,7 +7,7 @@ page-faults all of them in again, and anything else done between steps (the inpu
 pipeline's dequeue) moves glibc's adaptive thresholds so that it happens more. Telling
 malloc to serve blocks up to its largest mmap threshold (32 MB) from the heap and never to
 trim it keeps them mapped. The arithmetic is untouched (bit-identical results); the
-process keeps its peak memory until it ends. Measured by ``python stages/benchmark.py``
+process keeps its peak memory until it ends. Measured by ``python benchmarks/benchmark.py``
 (docs/benchmark.md).
 """
 from __future__ import annotations

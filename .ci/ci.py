@@ -1,10 +1,10 @@
 """CI regression runs: the whole pipeline under a small, fixed configuration, gated by the
 `regression` stage against a committed baseline.
 
-    python -m cifar10_tutorial.ci synthetic                       # archive built here
-    python -m cifar10_tutorial.ci real --real-archive REAL.tar.gz  # real images (docs/ci.md)
-    python -m cifar10_tutorial.ci real --real-archive REAL.tar.gz --update-baseline
-    python -m cifar10_tutorial.ci official --real-archive A.tar.gz --baseline B.json \
+    python .ci/ci.py synthetic                       # archive built here
+    python .ci/ci.py real --real-archive REAL.tar.gz  # real images (docs/ci.md)
+    python .ci/ci.py real --real-archive REAL.tar.gz --update-baseline
+    python .ci/ci.py official --real-archive A.tar.gz --baseline B.json \
         --metrics-out M.json        # against a baseline kept elsewhere (.ci/github_gate.py)
 
 A configuration is ``.ci/configs/<name>.yaml``: which archive to build, whether to run the
@@ -16,21 +16,26 @@ pipeline or the gate fails; the gate prints its Markdown table either way.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# This checkout's package, as the stage scripts run it (stages/_tree.py), whatever else
+# is installed: the code that runs is the code whose commit the results name.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 import argparse
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Optional
 
 import yaml
 
-from .cli import EXERCISE_PARAMS, run_stage, stage_output
-from .errors import PipelineError
-from .files import md5_of
+from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_output
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import md5_of
 
 CONFIGS = Path(".ci/configs")
 # configurations that may run without a committed baseline: the official archive's can
@@ -75,7 +80,7 @@ def build_archive(config: dict, given: Optional[Path], out: Path) -> Optional[st
     """The configuration's archive at ``out`` (synthetic: made here; given: a copy of the
     real archive passed with --real-archive); its md5, or None when none was given."""
     if config["archive"] == "synthetic":
-        from .data.synthetic import make_cifar10_archive
+        from cifar10_tutorial.data.synthetic import make_cifar10_archive
         return make_cifar10_archive(out, **(config.get("archive_args") or {}))["md5"]
     if given is None:
         return None
@@ -120,8 +125,8 @@ def _keep_results(project: Path, root: Path, name: str, metrics_out: Optional[Pa
     comment, docs/ci.md), and the run's gated metrics (the keys of its
     regression.tolerances, in the baseline's format) to ``metrics_out``: each only where
     this run made it, also when the gate failed."""
-    from .params import load_params
-    from .regression import update_baseline
+    from cifar10_tutorial.params import load_params
+    from cifar10_tutorial.regression import update_baseline
 
     train, evals, table = _outputs(project)
     kept = root / f"regression-{name}.md"
@@ -147,7 +152,7 @@ def _place_baseline(name: str, baseline: Optional[str], root: Path, project: Pat
         return None
     if no_baseline is None and baseline and not (root / baseline).is_file():
         config = load_config(name, root)
-        measure = (f"python -m cifar10_tutorial.ci {name}"
+        measure = (f"python .ci/ci.py {name}"
                    + (" --real-archive ARCHIVE" if config["archive"] == "given" else "")
                    + " --update-baseline")
         if name not in BASELINE_LESS:  # a gate that passes because its baseline went missing

@@ -4,16 +4,20 @@ batch, a typical torchvision DataLoader + PIL pipeline, TensorFlow (Keras + tf.d
 --tf-python), evaluation, and torch.compile against eager, one after another; prints a table,
 writes reports/benchmark.json.
 
-    python stages/benchmark.py [--windows 7 --steps 40 --warmup 10] [--tf-python PYTHON]
+    python benchmarks/benchmark.py [--windows 7 --steps 40 --warmup 10] [--tf-python PYTHON]
 
 TensorFlow is not a dependency of this project: give --tf-python a Python that has it, e.g.
     python3 -m venv ../tfvenv && ../tfvenv/bin/pip install tensorflow-cpu==2.21.0
-    python stages/benchmark.py --tf-python ../tfvenv/bin/python
+    python benchmarks/benchmark.py --tf-python ../tfvenv/bin/python
 """
-import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
+import sys
 from pathlib import Path
 
-from cifar10_tutorial.speed.benchmark import format_table, run_benchmark
+# This checkout's package, as the stage scripts run it (stages/_tree.py), whatever else
+# is installed: the code that runs is the code whose commit the results name.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from speed.benchmark import format_table, run_benchmark
 from cifar10_tutorial.cli import run_stage, stage_output, stage_parser
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.data.prepared import load_prepared

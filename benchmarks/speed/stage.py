@@ -22,10 +22,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from ..data.prepared import Prepared
-from ..params import Params
-from ..training.paths import TrainPaths
-from ..training.train import train
+from cifar10_tutorial.data.prepared import Prepared
+from cifar10_tutorial.params import Params
+from cifar10_tutorial.training.paths import TrainPaths
+from cifar10_tutorial.training.train import train
 from .steps import window
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import PipelineError
-from ..model_files import load_model_file
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.model_files import load_model_file
 
 RERUN = "rerun the variant (`dvc repro reports/dvc.yaml`)"
 USE = ("the same command that wrote it: `cifar10 publish NAME` (or `python -m "

@@ -7,9 +7,9 @@ from typing import Callable, Optional
 
 import torch
 
-from ..data.prepared import Prepared
-from ..params import Params
-from ..training.optimization import (WeightAverage, averaging_decay, make_optimizer, make_step,
+from cifar10_tutorial.data.prepared import Prepared
+from cifar10_tutorial.params import Params
+from cifar10_tutorial.training.optimization import (WeightAverage, averaging_decay, make_optimizer, make_step,
                                      step_options, training_model)
 
 

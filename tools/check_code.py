@@ -23,19 +23,25 @@ answer.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# This checkout's package, as the stage scripts run it (stages/_tree.py), whatever else
+# is installed: the code that runs is the code whose commit the results name.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 from typing import Optional
 
 import yaml
 
-from ..errors import PipelineError
+from cifar10_tutorial.cli import dvc_executable
+from cifar10_tutorial.errors import PipelineError
 
 LOCK = Path("reports/dvc.lock")
 # the fixed configuration: short, every part of a step exercised (queue input,
@@ -85,9 +91,9 @@ def _fixed_data(tmp: Path, data: Optional[Path]) -> Path:
             raise PipelineError(f"--data {data}: not prepared data (no meta.json); give the "
                                 f"folder the preprocess stage writes (its output in dvc.yaml)")
         return Path(data).resolve()
-    from ..data.datasets import CIFAR10
-    from ..data.preprocess import prepare
-    from ..data.synthetic import make_cifar10_archive
+    from cifar10_tutorial.data.datasets import CIFAR10
+    from cifar10_tutorial.data.preprocess import prepare
+    from cifar10_tutorial.data.synthetic import make_cifar10_archive
 
     make_cifar10_archive(tmp / "fixed.tar.gz", train_per_batch=100, test=50, seed=7)
     prepare(tmp / "fixed.tar.gz", tmp / "prepared", CIFAR10)
@@ -129,9 +135,8 @@ def stale_variants(root: Path) -> tuple[list[str], str]:
     """The variant stages ``dvc status reports/dvc.yaml`` finds changed in code files only,
     and what else it found, in words (a changed param, data or result; a data-set
     variant, whose data preparation the check does not run)."""
-    dvc = Path(sys.executable).with_name("dvc")
-    proc = subprocess.run([str(dvc) if dvc.is_file() else "dvc", "status", "--json",
-                           "reports/dvc.yaml"], cwd=root, capture_output=True, text=True)
+    proc = subprocess.run([dvc_executable(), "status", "--json", "reports/dvc.yaml"],
+                          cwd=root, capture_output=True, text=True)
     if proc.returncode:
         return [], f"dvc status failed: {proc.stderr.strip()}"
     stages, other = [], []
@@ -189,15 +194,13 @@ def main(argv=None) -> None:
                             f"pipeline ({other}); a changed param or data is a change the "
                             f"results depend on, and missing data must be prepared first "
                             f"(docs/exercises.md)")
-    dvc = Path(sys.executable).with_name("dvc")
     if stages:
-        subprocess.run([str(dvc) if dvc.is_file() else "dvc", "commit", "-f", "-q", *stages],
-                       cwd=root, check=True)
+        subprocess.run([dvc_executable(), "commit", "-f", "-q", *stages], cwd=root, check=True)
     print(f"recorded {len(stages)} variant stage(s) of {LOCK} as up to date for this code; "
           f"commit it with your change (`dvc repro -s reports/dvc.yaml:report` reruns the "
           f"report where its own code changed)")
 
 if __name__ == "__main__":
-    from ..cli import run_stage
+    from cifar10_tutorial.cli import run_stage
 
     run_stage(main)

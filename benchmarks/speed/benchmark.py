@@ -30,7 +30,7 @@ input gradient), 105.3 MFLOP per training example of the tutorial's network;
 2 x the forward multiply-adds for evaluation), and its fraction of the peak of
 its precision.
 
-``python stages/benchmark.py`` prints a table and writes ``reports/benchmark.json``.
+``python benchmarks/benchmark.py`` prints a table and writes ``reports/benchmark.json``.
 """
 from __future__ import annotations
 
@@ -43,21 +43,21 @@ from typing import Optional
 
 import torch
 
-from ..devices import pick_device
-from ..files import write_text_atomic
-from ..provenance import code_version, device_description
-from ..scoring import predict_logits
-from ..training.host_memory import keep_freed_memory
-from ..training.inputs import input_options, make_batches
-from ..params import Params
-from ..data.prepared import Prepared
+from cifar10_tutorial.devices import pick_device
+from cifar10_tutorial.files import write_text_atomic
+from cifar10_tutorial.provenance import code_version, device_description
+from cifar10_tutorial.scoring import predict_logits
+from cifar10_tutorial.training.host_memory import keep_freed_memory
+from cifar10_tutorial.training.inputs import input_options, make_batches
+from cifar10_tutorial.params import Params
+from cifar10_tutorial.data.prepared import Prepared
 from .baselines import tensorflow_figures, typical_step
 from .compiled import compiled_against_eager
 from .roofline import CONV_SHAPE, roofline
 from .stage import train_stage_speed
 from .steps import measure_windows, project_step, time_breakdown, window
 from .roofline_table import fraction, peak_words, stage_gaps
-from ..training.optimization import training_model
+from cifar10_tutorial.training.optimization import training_model
 
 
 def with_input(params: Params, data: Prepared, images, labels, device):
@@ -253,7 +253,7 @@ def format_table(r: dict) -> str:
         vs.append(f"bf16 / TensorFlow: {ra['project_bf16_vs_tensorflow']:.2f}x")
     if "tensorflow" not in med:
         vs.append("TensorFlow not measured (--tf-python)")
-    peak, fl = roof["peak_gflops"], roof["flops_per_example"]
+    fl = roof["flops_per_example"]
     lines += ["-" * 93,
               f"roofline: peak {peak_words(roof)}; {fl['train'] / 1e6:.1f} MFLOP per training example, "
               f"{fl['eval'] / 1e6:.1f} per evaluated image (each pipeline against the peak of "

@@ -19,8 +19,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..model import build_model, macs_per_image, train_flops_per_image
-from ..params import Params
+from cifar10_tutorial.model import build_model, macs_per_image, train_flops_per_image
+from cifar10_tutorial.params import Params
 
 CONV_SHAPE = (32, 256, 28, 3)  # batch, channels (in = out), height = width, kernel size
 

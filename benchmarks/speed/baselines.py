@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import PipelineError
-from ..cli import package_env
-from ..model import build_model
-from ..params import Params
-from ..data.prepared import Prepared
-from ..training.distortions import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
-from ..training.optimization import WeightAverage
+from cifar10_tutorial.errors import PipelineError
+from scratch import package_env
+from cifar10_tutorial.model import build_model
+from cifar10_tutorial.params import Params
+from cifar10_tutorial.data.prepared import Prepared
+from cifar10_tutorial.training.distortions import CONTRAST_RANGE, MAX_BRIGHTNESS_DELTA
+from cifar10_tutorial.training.optimization import WeightAverage
 
 
 def tensorflow_figures(tf_python: str, data_dir: Path, batch: int, warmup: int, windows: int,

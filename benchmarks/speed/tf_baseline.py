@@ -5,9 +5,9 @@ AUTOTUNE and prefetch, ``model.fit``), timed in windows of training steps.
 Runs in a Python that has TensorFlow (this project does not depend on it);
 imports only numpy and tensorflow, and prints one JSON object:
 
-    python -m cifar10_tutorial.speed.tf_baseline --data data/prepared [--batch-size 128]
+    python benchmarks/speed/tf_baseline.py --data data/prepared [--batch-size 128]
 
-``python stages/benchmark.py --tf-python /path/to/python`` runs it as part of
+``python benchmarks/benchmark.py --tf-python /path/to/python`` runs it as part of
 the benchmark. Figures of a run on this project's machine are in the README.
 """
 from __future__ import annotations

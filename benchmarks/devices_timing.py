@@ -2,7 +2,7 @@
 stage at 1 process x batch 128 (all cores as its threads) against 2 processes x batch 64
 (torchrun; the cores shared among them), a few short runs of each, alternating.
 
-    python -m cifar10_tutorial.exercises.devices_timing --data PREPARED --out reports/devices_timing.json
+    python benchmarks/devices_timing.py --data PREPARED --out reports/devices_timing.json
         [--steps 400] [--repeats 3] [--params params.yaml]
 
 The exercise variants (`baseline`, `devices_2x64`) answer whether the two set-ups learn
@@ -15,21 +15,27 @@ step time divided by the number of devices. A benchmark: run it on an idle machi
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# This checkout's package, as the stage scripts run it (stages/_tree.py), whatever else
+# is installed: the code that runs is the code whose commit the results name.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 import argparse
 import json
 import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Optional
 
-from ..cli import package_env, run_stage, scratch_train_project
-from ..errors import PipelineError
-from ..files import write_text_atomic
+from cifar10_tutorial.cli import run_stage
+from scratch import package_env, scratch_train_project
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import write_text_atomic
 
 SETUPS = {"1 x 128": {"num_devices": 1, "batch_size": 128},
           "2 x 64": {"num_devices": 2, "batch_size": 64}}
@@ -79,7 +85,7 @@ def measure(params_file: Path, data_dir: Path, steps: int, repeats: int) -> dict
                       flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    from ..provenance import code_version, cpu_model
+    from cifar10_tutorial.provenance import code_version, cpu_model
 
     out = {"steps": steps, "repeats": repeats, "machine": cpu_model(),
            "cores": os.cpu_count(), "load": list(os.getloadavg()),

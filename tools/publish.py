@@ -26,24 +26,29 @@ A fresh clone then uses the weights before training anything:
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# This checkout's package, as the stage scripts run it (stages/_tree.py), whatever else
+# is installed: the code that runs is the code whose commit the results name.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 import argparse
 import json
 import math
 import os
 import shlex
 import shutil
-import sys
 import tempfile
-from pathlib import Path
 from typing import Optional
 
-from ..cli import run_stage
-from ..curves import held_out_curve
-from ..errors import PipelineError
-from ..ownership import ensure_writable, listed
-from ..model_files import load_model_file
-from .publish_records import RERUN, Records, read_json, read_records, sha256
-from .results import device_text
+from cifar10_tutorial.cli import run_stage
+from cifar10_tutorial.curves import held_out_curve
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.ownership import ensure_writable, listed
+from cifar10_tutorial.model_files import load_model_file
+from publish_records import RERUN, Records, read_json, read_records, sha256
+from cifar10_tutorial.report.results import device_text
 
 CARD = "README.md"
 MANIFEST = "published.json"
@@ -55,8 +60,8 @@ def check_precision(model: Path, data_dir: Path, ev: dict, metrics: dict) -> Non
     """Evaluate ``model`` again on ``data_dir``: it must give the stated precision."""
     import torch
 
-    from ..data.prepared import load_prepared
-    from ..evaluation.evaluate import evaluate_checkpoint
+    from cifar10_tutorial.data.prepared import load_prepared
+    from cifar10_tutorial.evaluation.evaluate import evaluate_checkpoint
 
     data = load_prepared(data_dir)
     if data.content_hash != ev.get("data_hash"):

@@ -16,28 +16,30 @@ The main pipeline must have run here (``dvc repro``): the trial reads its prepar
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# This checkout's package, as the stage scripts run it (stages/_tree.py), whatever else
+# is installed: the code that runs is the code whose commit the results name.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 import argparse
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Optional
 
-from ..cli import EXERCISE_PARAMS, stage_output
-from ..errors import PipelineError
-from ..files import write_text_atomic
+from cifar10_tutorial.cli import EXERCISE_PARAMS, dvc_executable, stage_output
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import write_text_atomic
 
 RUNNING = "Running stage '"
 DATA_STAGES = ("download", "preprocess")  # the main pipeline's, whose outputs the trial reads
 
 
-def _dvc() -> str:
-    beside = Path(sys.executable).with_name("dvc")  # the DVC of this package's environment
-    return str(beside) if beside.is_file() else shutil.which("dvc") or "dvc"
 
 
 def _link_tree(src: Path, dest: Path) -> None:
@@ -78,9 +80,9 @@ def clone_for_trial(root: Path, dest: Path) -> Path:
     # the workspace's DVC cache (holding those outputs since `dvc repro`): without it DVC
     # finds them "not in cache" and runs their stages again. The trial's own outputs are
     # not cached (cache: false), so the cache gains nothing.
-    cache = subprocess.run([_dvc(), "cache", "dir"], cwd=root, capture_output=True, text=True,
+    cache = subprocess.run([dvc_executable(), "cache", "dir"], cwd=root, capture_output=True, text=True,
                            check=True).stdout.strip()
-    subprocess.run([_dvc(), "cache", "dir", "--local", cache], cwd=dest, check=True,
+    subprocess.run([dvc_executable(), "cache", "dir", "--local", cache], cwd=dest, check=True,
                    capture_output=True)
     return dest
 
@@ -90,7 +92,7 @@ def run_trial(clone: Path, steps: int, log: Path, say=print) -> dict:
     reports/dvc.yaml:report`` in
     ``clone``: the wall time, and each stage DVC ran with the seconds until the next began
     (the last: until the command ended). Its output goes to ``log``."""
-    cmd = [_dvc(), "exp", "run", "-S", f"{EXERCISE_PARAMS}:ablation.trial_steps={steps}",
+    cmd = [dvc_executable(), "exp", "run", "-S", f"{EXERCISE_PARAMS}:ablation.trial_steps={steps}",
            "reports/dvc.yaml:report"]
     stages: list[list] = []
     t0 = time.perf_counter()
@@ -115,7 +117,7 @@ def run_trial(clone: Path, steps: int, log: Path, say=print) -> dict:
 
 
 def main(argv=None) -> None:
-    from .. import provenance
+    from cifar10_tutorial import provenance
 
     ap = argparse.ArgumentParser(prog="cifar10 trial", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,7 +128,7 @@ def main(argv=None) -> None:
     if args.steps < 1:  # DVC would fail on it after the clone is made, its log gone
         raise PipelineError(f"--steps {args.steps}: give 1 or more steps a variant")
     if args.out is not None:  # before minutes of trial, not after: the figures would be lost
-        from ..ownership import ensure_writable
+        from cifar10_tutorial.ownership import ensure_writable
 
         if args.out.is_dir():
             raise PipelineError(f"--out {args.out}: a folder; give the JSON file to write")
@@ -161,12 +163,12 @@ def main(argv=None) -> None:
 
 def _data_hash(root: Path) -> Optional[str]:
     """The prepared data's hash, as the runs' provenance records it."""
-    from ..data.prepared import load_prepared
+    from cifar10_tutorial.data.prepared import load_prepared
 
     return load_prepared(root / stage_output("preprocess", dvc_yaml=root / "dvc.yaml")).content_hash
 
 
 if __name__ == "__main__":
-    from ..cli import run_stage
+    from cifar10_tutorial.cli import run_stage
 
     run_stage(main)

@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from ..data.prepared import Prepared
-from ..params import Params
+from cifar10_tutorial.data.prepared import Prepared
+from cifar10_tutorial.params import Params
 from .steps import project_step, time_breakdown, window
 
 SETUPS = {"eager": {}, "forward_compiled": {"compile_forward": True},
