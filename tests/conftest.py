@@ -71,11 +71,12 @@ EXERCISE_SECTIONS = ("model", "input", "train", "run", "fast", "eval")
 EXERCISES_ONLY = ("ablation", "ablations", "dataset_ablations")
 
 
-def set_params(project: Path, section: str, **values) -> None:
+def set_params(project: Path, section: str, *, exercises: bool = False, **values) -> None:
     """Set ``section.key: value`` for each keyword in the params file that holds
-    ``section``: params.yaml, or reports/params.yaml for the variants' sections."""
-    name = "reports/params.yaml" if section in EXERCISES_ONLY else "params.yaml"
-    path = project / name
+    ``section``: params.yaml, or reports/params.yaml for the variants' sections (and for
+    any section with ``exercises``: the exercises' own baseline)."""
+    exercises = exercises or section in EXERCISES_ONLY
+    path = project / ("reports/params.yaml" if exercises else "params.yaml")
     raw = yaml.safe_load(path.read_text())
     raw.setdefault(section, {}).update(values)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -132,18 +133,10 @@ def tiny_project(dest: Path, archive: dict | None = None, md5: bool = True, git:
     for section, values in sections.items():
         set_params(project, section, **values)
         if section in EXERCISE_SECTIONS:
-            set_exercise_params(project, section, **values)
+            set_params(project, section, exercises=True, **values)
     if git:
         init_repo(project)
     return project
-
-
-def set_exercise_params(project: Path, section: str, **values) -> None:
-    """Set ``section.key: value`` in the exercise pipeline's reports/params.yaml."""
-    path = project / "reports/params.yaml"
-    raw = yaml.safe_load(path.read_text())
-    raw.setdefault(section, {}).update(values)
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
 @pytest.fixture
@@ -240,8 +233,6 @@ def exercise_run(tmp_path_factory):
     others runs, and SVHN as a data-set variant. A dict: tmp, project, log (the reads, one
     JSON line per process), out (the exercise pipeline's `dvc repro` output), names (its
     variants)."""
-    import os
-
     from cifar10_tutorial.data.synthetic import make_svhn_files
 
     tmp = tmp_path_factory.mktemp("exercises")

@@ -26,17 +26,24 @@ def test_the_pages_code_is_the_packages(index, source):
     assert lines and all(ln in code for ln in lines), [ln for ln in lines if ln not in code]
 
 
-@pytest.mark.e2e
-def test_the_pages_variant_gets_its_own_report_section(tmp_path):
+def project_with_variants(tmp_path, variants: dict):
+    """A tiny project whose exercises are ``variants`` (reports/params.yaml `ablations:`),
+    each 4 steps."""
     project = tiny_project(tmp_path, dict(train_per_batch=60, test=50, seed=2),
                            ablation={"max_steps": 4}, eval={"batch_size": 25, "every_steps": 0},
                            train={"device": "cpu", "batch_size": 16, "log_every": 2},
                            run={"checkpoint_every": 2, "summary_every": 2})
     exercises = project / "reports/params.yaml"
     raw = yaml.safe_load(exercises.read_text())
-    page = yaml.safe_load(blocks("yaml")[0])
-    raw["ablations"] = {"baseline": {}, **page["ablations"]}  # the baseline, and the page's
+    raw["ablations"] = variants  # these alone, not the project's
     exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return project
+
+
+@pytest.mark.e2e
+def test_the_pages_variant_gets_its_own_report_section(tmp_path):
+    page = yaml.safe_load(blocks("yaml")[0])
+    project = project_with_variants(tmp_path, {"baseline": {}, **page["ablations"]})
     dvc(project, "repro", "dvc.yaml:preprocess")
     commit(project, "a variant of my own")
     for line in blocks("bash")[0].splitlines():
@@ -62,14 +69,7 @@ def test_check_code_records_the_lock_only_for_code_that_trains_identically(tmp_p
     configuration with both codes and records the lock only when they agree."""
     import sys
 
-    project = tiny_project(tmp_path, dict(train_per_batch=60, test=50, seed=2),
-                           ablation={"max_steps": 4}, eval={"batch_size": 25, "every_steps": 0},
-                           train={"device": "cpu", "batch_size": 16, "log_every": 2},
-                           run={"checkpoint_every": 2, "summary_every": 2})
-    exercises = project / "reports/params.yaml"
-    raw = yaml.safe_load(exercises.read_text())
-    raw["ablations"] = {"baseline": {}}
-    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    project = project_with_variants(tmp_path, {"baseline": {}})
     dvc(project, "repro", "dvc.yaml:preprocess")
     dvc(project, "repro", "reports/dvc.yaml")
     commit(project, "the exercises' results")

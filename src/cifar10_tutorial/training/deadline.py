@@ -109,8 +109,8 @@ def from_stage(stop_at: Optional[str], mirror: Optional[str], run_name: str) -> 
     deadline = parse_deadline(text) if text else None
     if deadline is not None:
         os.environ[STOP_AT_ENV] = f"@{deadline:.3f}"
-    base = mirror if mirror is not None else os.environ.get(MIRROR_ENV)
-    if base is not None and (mirror is not None or base):  # an empty variable: no mirror
+    base = mirror if mirror is not None else os.environ.get(MIRROR_ENV) or None
+    if base is not None:  # an empty variable is no mirror; an empty --mirror is refused
         base = check_mirror_url(base)
     if mirror:
         os.environ[MIRROR_ENV] = mirror

@@ -88,6 +88,7 @@ class Mirror:
             detail = " ".join(str(exc).split())[:160] or type(exc).__name__
             raise PipelineError(f"{url}: {WHICH} cannot be opened: {detail}") from None
         self.files: set[str] = set()  # what this run wrote (or took over) here
+        self.manifest: dict = {}  # as this run last wrote it: no read back at each checkpoint
 
     def _p(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
@@ -269,6 +270,7 @@ class Mirror:
                 json.dump(state, f, indent=2)
                 f.write("\n")
         _replace_remote(self.fs, self._p(STATE), write)
+        self.manifest = state
 
     def holds_another_run(self, state: Optional[dict], theirs, ours: dict) -> TrainingError:
         """The error of a run whose mirror folder holds another run's checkpoint, which its
@@ -294,7 +296,7 @@ class Mirror:
         plots = live_dir / CURVES
         tsvs = sorted(plots.rglob("*.tsv")) if plots.is_dir() else []
         names = {f"{CURVES}/{t.relative_to(plots).as_posix()}" for t in tsvs} | {CHECKPOINT}
-        base = {k: v for k, v in (self._state_or_empty()).items() if k != "files"}
+        base = {k: v for k, v in self.manifest.items() if k != "files"}
         if not names <= self.files:  # listed before written: the manifest never lags
             self.files |= names
             self._write_state({**base, "files": sorted(self.files), "lease": self._lease()})
@@ -304,9 +306,6 @@ class Mirror:
             _put_atomic(fs, str(tsv), self._p(CURVES, rel))
         _put_atomic(fs, str(checkpoint), self._p(CHECKPOINT))
         self._write_state({**base, **state, "files": sorted(self.files), "lease": self._lease()})
-
-    def _state_or_empty(self) -> dict:
-        return self.state() or {}
 
     def release(self) -> None:
         """The run stops writing (a pause, a failure): the manifest keeps its files and
