@@ -66,7 +66,8 @@ def test_a_module_command_shows_its_options_and_an_example(capsys):
 
 @pytest.mark.parametrize("name, option", [
     ("benchmark", "--tf-python"), ("trial", "--keep"), ("publish", "--replace"),
-    ("check-code", "--no-record"), ("ci", "--update-baseline"), ("results-page", "--out")])
+    ("check-code", "--no-record"), ("ci", "--update-baseline"), ("results-page", "--out"),
+    ("dev-split", "--train")])
 def test_a_script_command_runs_the_script_beside_the_package(name, option, capfd, monkeypatch):
     """The tools around the pipeline left the package for benchmarks/, tools/, .ci/ and
     devtools/: the command still runs each, this checkout's."""

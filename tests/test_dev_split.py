@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cifar10_tutorial.data.dev_split import build_dev_split
+from dev_split import build_dev_split  # tools/dev_split.py
 from cifar10_tutorial.data.synthetic import CLASSES
 from cifar10_tutorial.errors import PipelineError
 

@@ -11,8 +11,9 @@ list is the one home of each; tests/test_layout.py checks it against the files):
 
 Beside the package, scripts of the checkout that measure, check or publish the project
 (`cifar10 NAME` runs them too): benchmarks/ (the throughput benchmark, the exercise
-trial's timing, exercise 5's timing, the GPU run), tools/ (published weights, the check
-that edited code still trains alike), .ci/ (CI's configured runs) and devtools/.
+trial's timing, exercise 5's timing, the GPU run), tools/ (the dev split, published
+weights, the check that edited code still trains alike), .ci/ (CI's configured runs) and
+devtools/.
 
 Below them, the ground every folder may import:
 

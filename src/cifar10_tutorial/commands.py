@@ -44,7 +44,7 @@ COMMANDS = {
                   "benchmarks/benchmark.py"),
     "dev-split": ("build the dev split (this project's data) from a copy of the public "
                   "CIFAR-10-images repository", "cifar10 dev-split CIFAR-10-images-master.zip",
-                  "data.dev_split"),
+                  "tools/dev_split.py"),
     "check-code": ("check that the workspace's code trains bit-identically to the commit "
                    "of the exercise results; if so, record their lock as up to date",
                    "cifar10 check-code", "tools/check_code.py"),

@@ -5,6 +5,6 @@
 - ``preprocess``: the preprocess stage: binary records into cached tensors;
 - ``prepared``: those tensors read back with their checks, as training and evaluation load them;
 - ``datasets``: CIFAR-10, CIFAR-100 and SVHN, what differs between them;
-- ``synthetic``: synthetic archives in the official layout (tests, the synthetic CI gate);
-- ``dev_split``: the dev split, this project's data, built from a public copy of the images.
+- ``synthetic``: synthetic archives in the official layout (tests, the synthetic CI gate,
+  the dev split's writer in tools/dev_split.py).
 """

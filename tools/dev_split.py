@@ -22,16 +22,22 @@ Then point the pipeline at it (the command prints the two lines): ``data.url`` t
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# This checkout's package, as the stage scripts run it (stages/_tree.py), whatever else
+# is installed: the code that runs is the code whose commit the results name.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
 import argparse
 import io
 import zipfile
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from ..errors import PipelineError
-from .synthetic import CLASSES, write_tar_gz
+from cifar10_tutorial.data.synthetic import CLASSES, write_tar_gz
+from cifar10_tutorial.errors import PipelineError
 
 DEV_MD5 = "cbbdb9d17d56e942e56211e6031ea0f1"  # 40,000 train / 10,000 held out
 SHUFFLE_SEED = 2015
@@ -147,6 +153,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    from ..cli import run_stage
+    from cifar10_tutorial.cli import run_stage
 
     run_stage(main)
