@@ -47,7 +47,9 @@ def load_config(name: str, root: Path) -> dict:
     path = root / CONFIGS / f"{name}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in (root / CONFIGS).glob("*.yaml"))
-        raise PipelineError(f"{path}: no such CI configuration; known: {', '.join(known)}")
+        raise PipelineError(f"{path}: no such CI configuration; " + (
+            f"known: {', '.join(known)}" if known else f"{root} holds none: run it from the "
+            f"repository root"))
     config = yaml.safe_load(path.read_text())
     unknown = set(config) - {"archive", "archive_args", "report", "params", "exercise_params"}
     if unknown or config.get("archive") not in ("synthetic", "given"):
@@ -227,7 +229,8 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="cifar10 ci", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config", nargs="+", help="names of .ci/configs/*.yaml")
     ap.add_argument("--update-baseline", action="store_true",
                     help="rewrite the configuration's baseline from a fresh run instead of gating")

@@ -25,6 +25,7 @@ from cifar10_tutorial.data.prepared import load_prepared
 
 def main() -> None:
     ap = stage_parser(__doc__)
+    ap.prog = "cifar10 benchmark"
     ap.add_argument("--warmup", type=int, default=10, help="untimed steps before each pipeline")
     ap.add_argument("--windows", type=int, default=7, help="timed windows (the median is reported)")
     ap.add_argument("--steps", type=int, default=40, help="steps per window")

@@ -274,7 +274,7 @@ def render(root: Path = Path(".")) -> str:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="cifar10 results-page", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=PAGE)
     args = ap.parse_args(argv)
     write_text_atomic(args.out, render())
@@ -282,4 +282,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from cifar10_tutorial.cli import run_stage
+
+    run_stage(main)

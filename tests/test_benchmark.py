@@ -108,3 +108,21 @@ def test_matmul_peak_counts_2n3_operations(monkeypatch):
     # a convolution: 2 x batch x height x width x channels in x out x kernel area
     peak = roofline.conv_peak(torch.float32, torch.device("cpu"), shape=(2, 8, 6, 3), reps=3)
     assert peak == pytest.approx(2 * 2 * 6 * 6 * 8 * 8 * 9 / 0.25 / 1e9)
+
+
+def test_the_tensorflow_baseline_runs_its_own_script_in_the_python_given(tmp_path, monkeypatch):
+    """The benchmark ran the TensorFlow baseline as a module of the package after it had
+    left it: every --tf-python failed, and the error said to install TensorFlow. Here the
+    Python given has no TensorFlow (its import is blocked): the script itself starts and
+    the error names what is missing."""
+    import sys
+
+    from cifar10_tutorial.errors import PipelineError
+    from speed.baselines import tensorflow_figures
+
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(PipelineError, match="the TensorFlow baseline failed") as exc:
+        tensorflow_figures(sys.executable, tmp_path, batch=8, warmup=1, windows=1, steps=1)
+    assert "tf_baseline.py" in str(exc.value) and "import of tensorflow halted" in str(exc.value)
+    assert "No module named" not in str(exc.value)

@@ -79,6 +79,26 @@ def test_a_script_command_runs_the_script_beside_the_package(name, option, capfd
     assert COMMANDS[name][2].endswith(".py") and (ROOT / COMMANDS[name][2]).is_file()
 
 
+@pytest.mark.parametrize("name, option", [("publish", "--replace"), ("train", "--live")])
+def test_a_commands_help_works_from_any_folder(name, option, capfd, monkeypatch):
+    """From docs/, `cifar10 publish --help` ran docs/tools/publish.py, which is not there."""
+    monkeypatch.chdir(ROOT / "docs")
+    with pytest.raises(SystemExit) as exc:
+        main([name, "--help"])
+    out = capfd.readouterr().out
+    assert exc.value.code == 0 and option in out, out
+
+
+def test_a_checkout_without_the_commands_script_is_one_line(tmp_path, monkeypatch):
+    for name in ("dvc.yaml", "params.yaml"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "stages").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError, match=r"^cifar10 publish: tools/publish.py is not in .*; "
+                                            r"run it from the repository root"):
+        main(["publish", "x"])
+
+
 @pytest.mark.skipif(shutil.which("cifar10") is None, reason="the package is not installed")
 def test_the_console_script_is_installed_and_runs_a_stage_help():
     proc = subprocess.run(["cifar10", "eval", "--help"], cwd=ROOT, capture_output=True,

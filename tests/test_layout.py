@@ -206,6 +206,43 @@ def test_docs_point_only_at_files_of_the_repository():
     assert citing == []
 
 
+def missing_modules(files, root: Path = ROOT) -> list[str]:
+    """The package's dotted names (``cifar10_tutorial.X.Y``: a module, or a name in one)
+    that ``files`` cite and that do not exist: what a user told to run ``python -m`` one
+    would find gone."""
+    import importlib
+    import importlib.util
+
+    def exists(name: str) -> bool:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except ModuleNotFoundError:
+            pass
+        parent, _, attr = name.rpartition(".")
+        try:
+            return importlib.util.find_spec(parent) is not None and hasattr(
+                importlib.import_module(parent), attr)
+        except ModuleNotFoundError:
+            return False
+
+    return sorted({f"{f.relative_to(root)}: {name}" for f in files
+                   for name in re.findall(r"\bcifar10_tutorial(?:\.\w+)+", f.read_text())
+                   if not exists(name)})
+
+
+def test_every_module_the_project_names_exists(tmp_path):
+    """After the tools left the package, the benchmark still ran
+    ``-m cifar10_tutorial.speed.tf_baseline`` and publish's errors still named
+    ``cifar10_tutorial.report.publish``."""
+    files = [*DOCS, ROOT / "models" / "tutorial_100k" / "README.md", *PACKAGE.rglob("*.py"),
+             *(ROOT / "stages").glob("*.py"), *(ROOT / ".ci").glob("*.py"), *USER_SCRIPTS]
+    assert missing_modules(files) == []
+    planted = tmp_path / "x.py"
+    planted.write_text('cmd = ["-m", "cifar10_tutorial.speed.tf_baseline"]  # cifar10_tutorial.model.CifarNet\n')
+    assert missing_modules([planted], tmp_path) == ["x.py: cifar10_tutorial.speed.tf_baseline"]
+
+
 def test_the_results_page_is_generated_from_the_committed_reports():
     from results_page import render
 

@@ -8,7 +8,7 @@ held-out precision, every figure read from those files.
 --results defaults to the variant's results folder (reports/dvc.yaml's ablation stage),
 --model to the model file its eval record names, --out to models/NAME.
 
-Before anything is written, everything is read and checked (:mod:`.publish_records`): the
+Before anything is written, everything is read and checked (publish_records.py): the
 results are of the variant named (variant.json), the model was trained under its
 settings, its step is the step the train and eval records name, the eval record names
 this model file, both records name the same data, and every field the card states is
@@ -313,7 +313,7 @@ def variant_results(name: str, dvc_yaml: Path = REPORT_DVC_YAML) -> Path:
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
+    ap = argparse.ArgumentParser(prog="cifar10 publish", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", help="the variant (reports/params.yaml `ablations:`), e.g. tutorial_100k")
     ap.add_argument("--results", type=Path, default=None,

@@ -20,8 +20,8 @@ from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.model_files import load_model_file
 
 RERUN = "rerun the variant (`dvc repro reports/dvc.yaml`)"
-USE = ("the same command that wrote it: `cifar10 publish NAME` (or `python -m "
-       "cifar10_tutorial.report.publish NAME`) after the variant has finished "
+USE = ("the same command that wrote it: `cifar10 publish NAME` (or `python "
+       "tools/publish.py NAME`) after the variant has finished "
        "(`dvc repro reports/dvc.yaml`)")
 # variant.json's key -> where the model file's params hold the same setting: a model
 # trained under other settings (another seed, batch, head...) is not the variant's

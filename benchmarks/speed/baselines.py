@@ -13,7 +13,6 @@ import numpy as np
 import torch
 
 from cifar10_tutorial.errors import PipelineError
-from scratch import package_env
 from cifar10_tutorial.model import build_model
 from cifar10_tutorial.params import Params
 from cifar10_tutorial.data.prepared import Prepared
@@ -24,8 +23,8 @@ from cifar10_tutorial.training.optimization import WeightAverage
 def tensorflow_figures(tf_python: str, data_dir: Path, batch: int, warmup: int, windows: int,
                        steps: int) -> dict:
     """Run :mod:`.tf_baseline` in ``tf_python`` (a Python with TensorFlow); its JSON."""
-    env = {**package_env(dict(os.environ)), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    cmd = [tf_python, "-m", "cifar10_tutorial.speed.tf_baseline", "--data", str(data_dir),
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}  # the script imports numpy and TF only
+    cmd = [tf_python, str(Path(__file__).with_name("tf_baseline.py")), "--data", str(data_dir),
            "--batch-size", str(batch), "--warmup", str(warmup), "--windows", str(windows),
            "--steps", str(steps)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)

@@ -7,7 +7,7 @@ CPU, cuDNN on a GPU). Either alone can miss the machine's peak: on an AMD EPYC w
 full-width AVX-512 torch's MKL ran ``torch.mm`` at about a third of the rate oneDNN gets
 from the same cores, and the network's own convolutions ran above that "peak". Each
 pipeline's GFLOP/s come from its examples/sec and the network's own count of operations
-(:func:`.model.train_flops_per_image`: 2 x (3 x the forward multiply-adds - conv1's input
+(:func:`cifar10_tutorial.model.train_flops_per_image`: 2 x (3 x the forward multiply-adds - conv1's input
 gradient), 105.3 MFLOP per training example of the tutorial's network; 2 x the forward
 multiply-adds per evaluated image).
 """

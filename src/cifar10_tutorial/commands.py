@@ -91,11 +91,16 @@ def main(argv=None) -> None:
         _run_this_checkouts_package(argv)
     if asks_help:  # above the command's own options
         print(f"cifar10 {name}: {what}; e.g. `{example}`\n", flush=True)
-    if target == "stage":
-        sys.exit(subprocess.run([sys.executable, *stage_argv(name), *rest]).returncode)
-    if target.endswith(".py"):  # a script beside the package: this checkout's
-        sys.exit(subprocess.run([sys.executable, target, *rest]).returncode)
-    importlib.import_module(f"{__package__}.{target}").main(rest)
+        _scripts_for_help(target)
+    if target != "stage" and not target.endswith(".py"):
+        importlib.import_module(f"{__package__}.{target}").main(rest)
+        return
+    # a stage script or a script beside the package: this checkout's
+    script = stage_argv(name) if target == "stage" else [target]
+    if not Path(script[0]).is_file():
+        raise PipelineError(f"cifar10 {name}: {script[0]} is not in {Path.cwd()}; run it from "
+                            f"the repository root of a checkout of this project")
+    sys.exit(subprocess.run([sys.executable, *script, *rest]).returncode)
 
 
 def _at_a_repository_root(name: str) -> None:
@@ -107,6 +112,15 @@ def _at_a_repository_root(name: str) -> None:
         raise PipelineError(f"cifar10 {name}: {here} is not a repository root of this project "
                             f"(no {', '.join(missing)}); run it from the folder that holds "
                             f"dvc.yaml, params.yaml and stages/")
+
+
+def _scripts_for_help(target: str) -> None:
+    """``--help`` works from any folder: where the current one does not hold the command's
+    script, the checkout this package runs from does (an editable install)."""
+    script = "stages" if target == "stage" else target
+    checkout = Path(__file__).resolve().parents[2]
+    if not Path(script).exists() and (checkout / script).exists():
+        os.chdir(checkout)
 
 
 def _run_this_checkouts_package(argv: list[str]) -> None:
