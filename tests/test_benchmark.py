@@ -111,10 +111,9 @@ def test_matmul_peak_counts_2n3_operations(monkeypatch):
 
 
 def test_the_tensorflow_baseline_runs_its_own_script_in_the_python_given(tmp_path, monkeypatch):
-    """The benchmark ran the TensorFlow baseline as a module of the package after it had
-    left it: every --tf-python failed, and the error said to install TensorFlow. Here the
-    Python given has no TensorFlow (its import is blocked): the script itself starts and
-    the error names what is missing."""
+    """The TensorFlow baseline is a script beside the benchmark, run by the Python given
+    (which needs no install of this package). Given one without TensorFlow (its import
+    blocked here), the script starts and the error names the import that failed."""
     import sys
 
     from cifar10_tutorial.errors import PipelineError

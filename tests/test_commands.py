@@ -69,8 +69,8 @@ def test_a_module_command_shows_its_options_and_an_example(capsys):
     ("check-code", "--no-record"), ("ci", "--update-baseline"), ("results-page", "--out"),
     ("dev-split", "--train")])
 def test_a_script_command_runs_the_script_beside_the_package(name, option, capfd, monkeypatch):
-    """The tools around the pipeline left the package for benchmarks/, tools/, .ci/ and
-    devtools/: the command still runs each, this checkout's."""
+    """The tools around the pipeline are scripts beside the package (benchmarks/, tools/,
+    .ci/, devtools/): each command runs this checkout's script."""
     monkeypatch.chdir(ROOT)
     with pytest.raises(SystemExit) as exc:
         main([name, "--help"])
@@ -81,7 +81,8 @@ def test_a_script_command_runs_the_script_beside_the_package(name, option, capfd
 
 @pytest.mark.parametrize("name, option", [("publish", "--replace"), ("train", "--live")])
 def test_a_commands_help_works_from_any_folder(name, option, capfd, monkeypatch):
-    """From docs/, `cifar10 publish --help` ran docs/tools/publish.py, which is not there."""
+    """`cifar10 NAME --help` works from a folder that is not a repository root (docs/):
+    it shows the options of the package's own checkout's script."""
     monkeypatch.chdir(ROOT / "docs")
     with pytest.raises(SystemExit) as exc:
         main([name, "--help"])

@@ -232,9 +232,8 @@ def missing_modules(files, root: Path = ROOT) -> list[str]:
 
 
 def test_every_module_the_project_names_exists(tmp_path):
-    """After the tools left the package, the benchmark still ran
-    ``-m cifar10_tutorial.speed.tf_baseline`` and publish's errors still named
-    ``cifar10_tutorial.report.publish``."""
+    """Every module (or name in one) of the package that the docs, the card, the code and
+    the scripts beside it cite exists; a planted stale one is found."""
     files = [*DOCS, ROOT / "models" / "tutorial_100k" / "README.md", *PACKAGE.rglob("*.py"),
              *(ROOT / "stages").glob("*.py"), *(ROOT / ".ci").glob("*.py"), *USER_SCRIPTS]
     assert missing_modules(files) == []
