@@ -14,9 +14,9 @@ Every command but ``repro`` runs in a repository root (the folder of dvc.yaml, p
 and stages/), and runs that checkout's code, whichever clone the package was installed
 from: the stage commands run its stage scripts (``stages/NAME.py``) with the arguments
 dvc.yaml (or reports/dvc.yaml) gives them, then the user's own; the tools around the
-pipeline run its scripts (``benchmarks/``, ``tools/``, ``.ci/``, ``devtools/``); the rest run
-a module of its package (``src/``). Each loads only what it uses. ``cifar10 NAME --help`` shows a
-command's own options.
+pipeline run its scripts (``benchmarks/``, ``tools/``, ``.ci/``, ``devtools/``); the rest
+run a module of its package (``src/``). Each loads only what it uses. ``cifar10 NAME
+--help`` shows a command's own options, from any folder.
 """
 from __future__ import annotations
 
