@@ -81,9 +81,9 @@ def test_a_trial_trains_in_a_folder_of_its_own(tmp_path):
 @pytest.mark.e2e
 def test_queued_variants_keep_their_models_and_checkpoints(tmp_path):
     """`dvc queue start` runs each experiment in a temporary workspace that DVC deletes
-    afterwards: a variant's model, checkpoints and TensorBoard logs, no DVC outputs, went
-    with it (docs/exercises.md runs the variants so). They now stay in the repository's
-    folder, under queued/EXPERIMENT; a queued trial's under data/trials/NAME."""
+    afterwards (docs/exercises.md runs the variants so): a variant's model, checkpoints and
+    TensorBoard logs, which are no DVC outputs, are written in the repository's folder
+    instead, under queued/EXPERIMENT; a queued trial's under data/trials/NAME."""
     import yaml
 
     from conftest import tiny_project
@@ -241,7 +241,7 @@ def test_the_report_says_when_results_were_not_made_in_one_piece(tmp_path):
 
 
 def test_one_commit_with_uncommitted_changes_is_named_so(tmp_path):
-    """It said 'made by 1 different commits of the code'."""
+    """One commit, some runs of it with uncommitted changes, is named as one commit."""
     from cifar10_tutorial.report.results import Results, provenance_section
 
     for name, dirty in (("a", False), ("b", True)):

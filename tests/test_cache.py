@@ -103,9 +103,8 @@ def test_the_deps_tool_finds_a_stage_whose_code_deps_differ(tmp_path):
 
 def test_training_and_evaluation_do_not_depend_on_fetching_or_parsing_the_data():
     """They read the prepared tensors (prepared.py): editing the downloader or the record
-    parser must not rerun them (they once depended on download.py through the preprocess module);
-    nor the exercise variants on the prepared data (they once depended on it through the
-    data-set variants' code: only stages/dataset_ablation.py fetches)."""
+    parser must not rerun them, not even through a module they import; nor the exercise
+    variants (only stages/dataset_ablation.py fetches and parses data)."""
     for script in ("train", "eval", "ablation"):
         closure = import_closure(ROOT, ROOT / "stages" / f"{script}.py")
         assert "src/cifar10_tutorial/data/prepared.py" in closure
@@ -202,7 +201,7 @@ def test_every_stage_declares_the_params_it_reads(recorded_run):
 
 def overdeclared_params(stages, reads) -> list[str]:
     """Keys a stage declares of which it reads nothing: a change to one would rerun it for
-    nothing (eval.interval_secs once reran every exercise variant). The variants of a
+    nothing (eval.interval_secs, say, must not rerun the exercise variants). The variants of a
     `foreach` share one list of params: there a key counts as read when any variant reads
     it (a variant that sets train.seed itself does not read the shared train.seed, which
     still reruns it: a cost of one list for all)."""
@@ -234,7 +233,8 @@ def test_no_stage_declares_a_param_it_never_reads(recorded_run):
 
 @pytest.mark.e2e
 def test_the_params_check_names_an_undeclared_key(recorded_run):
-    """dvc.yaml as on 2df7c32 for preprocess (data.dataset, url, md5): data.label is named."""
+    """A key the stage reads and does not declare is named: preprocess declaring only
+    data.dataset, url and md5 reads data.label and data.svhn_extra too."""
     _, stages, reads = recorded_run
     old = [dict(st, params=["data.dataset", "data.url", "data.md5"])
            if st["name"] == "preprocess" else st for st in stages]
@@ -252,10 +252,10 @@ def test_both_pipelines_are_up_to_date_after_the_run(recorded_run):
 
 @pytest.mark.e2e
 def test_main_pipeline_experiments_leave_the_exercises_up_to_date(recorded_run):
-    """The README's `dvc exp run -S train.batch_size=64` (any change to params.yaml's
-    model, input, train, eval or fast) made all 16 variants stale, and `dvc repro
-    reports/dvc.yaml` would have retrained them, tutorial_100k included: the variants
-    now start from a baseline of their own, reports/params.yaml."""
+    """The variants start from a baseline of their own, reports/params.yaml: the README's
+    `dvc exp run -S train.batch_size=64` (any change to params.yaml's model, input,
+    train, eval or fast) stales the main run only, never the 16 variants (tutorial_100k
+    among them) that `dvc repro reports/dvc.yaml` would retrain."""
     project, _, _ = recorded_run
     main, exercises = project / "params.yaml", project / "reports/params.yaml"
     texts = main.read_text(), exercises.read_text()

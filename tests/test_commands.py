@@ -33,7 +33,8 @@ def test_a_stage_command_runs_the_stage_script_with_its_pipeline_arguments(monke
 
 @pytest.mark.parametrize("command", [["eval"], ["predict", "x.png"]])
 def test_a_command_outside_a_repository_root_is_one_line(command, monkeypatch):
-    """From reports/ the commands took reports/dvc.yaml for the project's."""
+    """A command run from a folder that is not the project's root (reports/, which has a
+    dvc.yaml of its own) is refused in one line that says where to run it."""
     monkeypatch.chdir(ROOT / "reports")
     with pytest.raises(PipelineError, match=rf"cifar10 {command[0]}: .*reports is not a "
                                             r"repository root of this project \(no stages\); "
@@ -42,8 +43,9 @@ def test_a_command_outside_a_repository_root_is_one_line(command, monkeypatch):
 
 
 def test_a_command_runs_the_code_of_the_checkout_it_is_in(tmp_path):
-    """Run from a second clone, the installed package (another clone's, `pip install -e`
-    there) ran its own stages and modules while provenance named this clone's commit."""
+    """Run from a second clone, a command runs that clone's stages and modules, not the
+    installed package's (another clone's, `pip install -e` there), so that the code that
+    runs is the code its provenance names."""
     clone = tmp_path / "b"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     (clone / "src" / "cifar10_tutorial" / "errors.py").write_text(
@@ -152,8 +154,8 @@ def test_the_trial_benchmark_times_the_users_command_in_a_clone(tmp_path):
 
 @pytest.mark.e2e
 def test_the_trial_times_the_workspaces_code_and_keeps_the_log_it_names(tmp_path):
-    """With uncommitted code the trial ran HEAD's (failing on a new key, or timing the old
-    code) and, failing, named a log it had already deleted."""
+    """The trial runs the workspace's code, uncommitted edits included (not HEAD's), and,
+    failing, names a log that is still there."""
     project = _trial_project(tmp_path)
     stage = project / "stages" / "ablation.py"  # an edit not committed: the trial runs it
     stage.write_text(stage.read_text().replace(
@@ -232,8 +234,8 @@ def test_the_trial_benchmark_wants_the_main_pipelines_data_first(tmp_path):
 ])
 def test_a_trial_that_cannot_succeed_is_refused_before_it_starts(argv, message, monkeypatch,
                                                                  tmp_path):
-    """--steps 0 failed inside DVC after the clone was made; an --out that cannot be written
-    was a traceback after the whole trial, its figures lost."""
+    """--steps 0, or an --out that cannot be written, is refused in one line before any
+    clone is made or any variant trains, so that no trial's figures are lost at its end."""
     import trial
 
     monkeypatch.chdir(tmp_path)  # no project here: refused before one is looked for

@@ -52,7 +52,7 @@ def test_a_deadline_that_is_neither_is_one_clear_error(text):
 
 @pytest.mark.parametrize("text", ["2h30", "1m5", "1h2.5"])
 def test_a_number_without_its_unit_after_hours_or_minutes_is_refused(text):
-    """``2h30`` once read as 2 h 0 min 30 s, pausing a run half an hour early."""
+    """``2h30`` is ambiguous (2 h 30 min, or 2 h 0 min 30 s?): refused, naming both ways."""
     with pytest.raises(PipelineError, match=rf"'{text}' .*ends in a number without its unit: "
                                             rf"write {text}m or {text}s"):
         parse_deadline(text, now=NOW)
@@ -177,9 +177,9 @@ def test_signature_differences_name_what_differs_as_json_sees_it():
 def test_a_mirror_of_another_run_is_left_alone_and_a_damaged_one_starts_afresh(
         synth_data, tmp_path, caplog):
     """A mirror holding another run's checkpoint (other params: a paused run, say, of an
-    experiment sharing the mirror) stops the run in one line, the mirror untouched: its
-    first checkpoint used to replace that run's only durable copy. A damaged one is
-    dropped and the run starts afresh."""
+    experiment sharing the mirror) stops the run in one line, the mirror untouched: that
+    checkpoint may be the other run's only durable copy. A damaged one is dropped and the
+    run starts afresh."""
     caplog.set_level("INFO")
     mirror = tmp_path / "mirror"
     params = tiny_params(train={"max_steps": 20})
@@ -311,8 +311,8 @@ def test_a_mirror_url_whose_file_system_is_not_installed_is_one_clear_error():
 
 @pytest.mark.parametrize("where", ["file", "proc", "webhdfs"])
 def test_a_mirror_that_cannot_be_written_is_refused_at_the_start(synth_data, tmp_path, where):
-    """A file, an unwritable place or a server that is not there
-    failed with a traceback at the first checkpoint, after the run had trained."""
+    """A file, an unwritable place or a server that is not there is refused in one line
+    before the first step, not at the first checkpoint after the run has trained."""
     url = {"file": str(tmp_path / "mf"), "proc": "/proc/mirror",
            "webhdfs": "webhdfs://127.0.0.1:9/m"}[where]
     (tmp_path / "mf").write_text("a file")
@@ -341,8 +341,8 @@ def _bytes(folder: Path) -> dict:
 def test_a_mirror_whose_files_no_manifest_proves_ours_is_left_alone(synth_data, tmp_path,
                                                                      state):
     """Another run's checkpoint beside a mirror.json that is missing, truncated, not a
-    manifest or holds an odd step: the run stops at its start, every byte there as it was
-    (it used to pass over such a mirror, then push over or clear that checkpoint)."""
+    manifest or holds an odd step: the run stops at its start, every byte there as it was.
+    Only a manifest proves files a run's own, so none of them may be replaced or cleared."""
     mirror = tmp_path / "m"
     mirror.mkdir()
     if state is not None:
@@ -358,7 +358,7 @@ def test_a_mirror_whose_files_no_manifest_proves_ours_is_left_alone(synth_data, 
 
 def test_a_run_removes_only_what_its_manifest_lists(synth_data, tmp_path):
     """A file of the user's in the run's mirror folder, in plots/ too, outlives the run's
-    end (the end used to remove all of plots/)."""
+    end: the end removes the files the manifest lists, never a whole folder."""
     mirror = tmp_path / "m"
     params = tiny_params(train={"max_steps": 8, "log_every": 1}, run={"checkpoint_every": 2})
     with pytest.raises(SystemExit):
@@ -378,8 +378,9 @@ def test_a_run_removes_only_what_its_manifest_lists(synth_data, tmp_path):
 
 @pytest.mark.parametrize("base", ["live", "out", "inside_out"])
 def test_a_mirror_that_is_or_holds_an_output_folder_is_refused(synth_data, tmp_path, base):
-    """`--mirror reports` made the run's folder reports/train, its --live: the end of the
-    run removed the finished run's curves."""
+    """A mirror that is, holds or lies in the run's --out or --live (`--mirror reports`
+    makes the run's mirror folder reports/train) is refused: the run's end would remove
+    the finished run's own outputs from it."""
     p = paths(tmp_path / "r")
     url = {"live": p.live_dir, "out": p.out_dir, "inside_out": p.out_dir / "mirror"}[base]
     with pytest.raises(PipelineError, match=r"is, holds or lies in the run's"):
@@ -454,9 +455,9 @@ def test_runs_under_way_still_resume_at_this_commit(tmp_path):
 
 @pytest.mark.e2e
 def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_path):
-    """Under `dvc repro` a paused train stage showed DVC's "failed to
-    reproduce ... exited with 75" and exit 255. `cifar10 repro` says it paused, exits 75,
-    and the same command continues to the end; a real failure keeps DVC's status."""
+    """`cifar10 repro` says that a stage paused (not DVC's "failed to reproduce ...
+    exited with 75" and exit 255), exits 75, and the same command continues to the end;
+    a real failure keeps DVC's status."""
     from conftest import dvc, tiny_project
 
     project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),

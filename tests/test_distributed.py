@@ -262,8 +262,9 @@ def _same_job_rank(rank, port, facts, out):
                            "node-a) has 0"),
 ])
 def test_nodes_that_disagree_fail_at_once_on_every_rank_naming_the_node(other, expected):
-    """Only the world size was compared across ranks: a node with another commit, params,
-    data or checkpoint joined, and ranks resumed at different steps and hung."""
+    """The ranks compare their commit, params, data and checkpoint step, not only the world
+    size: a node that differs would resume at another step and hang the others. Every rank
+    stops at once, in one line naming the node and what differs."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -296,7 +297,8 @@ def test_nodes_that_disagree_fail_at_once_on_every_rank_naming_the_node(other, e
     ({"cpu.max": "garbage"}, None),
     ({}, None)])
 def test_the_cpus_granted_are_the_fewer_of_affinity_and_cgroup_quota(tmp_path, files, want):
-    """Threads came from cpu_count(), blind to the scheduler's grant."""
+    """The thread count is what the scheduler grants (affinity or cgroup quota, the
+    fewer), not cpu_count()."""
     from cifar10_tutorial.devices import granted_cpus
 
     for name, text in files.items():
@@ -347,7 +349,8 @@ def test_the_train_stage_uses_the_cpus_it_is_given_and_records_why(tmp_path, syn
 
 @pytest.mark.e2e
 def test_a_node_alone_says_what_it_waits_for_and_gives_up_at_the_join_timeout(synth_data, tmp_path):
-    """One node of two started alone printed nothing for torch's 600 s."""
+    """One node of two started alone says what it waits for, then gives up at
+    run.join_timeout_s in one line, not silently at torch's 600 s."""
     proj = project(tmp_path, synth_data, train={"num_devices": 2, "max_steps": 5},
                    run={"join_timeout_s": 6})
     start = time.monotonic()
@@ -366,8 +369,8 @@ def test_a_node_alone_says_what_it_waits_for_and_gives_up_at_the_join_timeout(sy
 
 @pytest.mark.e2e
 def test_nodes_whose_params_differ_fail_once_in_one_line_without_restarts(synth_data, tmp_path):
-    """A params mismatch between nodes is the same at every attempt: torchrun's restarts
-    repeated it, and the stage ended in torchrun's traceback."""
+    """A params mismatch between nodes is the same at every attempt, so torchrun does not
+    restart on it: one line per node, no torchrun traceback."""
     base = tiny_params(train={"batch_size": 16, "num_devices": 2, "max_steps": 10},
                        run={"max_restarts": 3})
     other = to_dict(base)
@@ -389,8 +392,9 @@ def test_nodes_whose_params_differ_fail_once_in_one_line_without_restarts(synth_
 
 @pytest.mark.e2e
 def test_a_lost_node_takes_its_workers_with_it(synth_data, tmp_path):
-    """``kill -9`` of one node's stage and torchrun (their process group) left that node's
-    workers, in a session of their own, training on with the other node's."""
+    """``kill -9`` of one node's stage and torchrun (their process group) ends that node's
+    workers too, though they run in a session of their own: none trains on with the
+    other node's."""
     params = to_dict(tiny_params(train={"batch_size": 16, "num_devices": 2, "max_steps": 5000,
                                         "log_every": 10},
                                  run={"checkpoint_every": 100000, "summary_every": 100000,
@@ -556,8 +560,8 @@ def test_killing_the_stage_stops_torchrun_and_its_workers(synth_data, tmp_path):
 @pytest.mark.parametrize("endpoint", ["not a host", "127.0.0.1:99999", "h:", ":29400",
                                       "h:0", "h/x:1"])
 def test_an_endpoint_that_is_not_host_port_is_one_line_before_torchrun(endpoint):
-    """torchrun answered with a ValueError traceback, then the stage waited for the join
-    timeout."""
+    """A malformed --rdzv-endpoint is one line before torchrun starts, not torchrun's
+    traceback followed by a wait for the join timeout."""
     from cifar10_tutorial.training.distributed import Nodes
 
     with pytest.raises(PipelineError, match=r"expected HOST:PORT \(a host name or address, a "

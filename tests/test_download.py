@@ -35,7 +35,8 @@ def test_file_url_and_plain_path(archive, tmp_path):
 
 
 def test_a_file_url_naming_another_host_is_refused(archive, tmp_path):
-    """File://otherhost/path read the local path, the host ignored."""
+    """file://otherhost/path is refused, naming the host: file:// reads this machine's
+    files only, so the host is never ignored; file://localhost/path is this machine."""
     url = "file://otherhost" + str(archive["path"])
     with pytest.raises(DownloadError, match=r"names a file on the host 'otherhost', but file:// "
                                             r"reads this machine's files only"):
@@ -46,8 +47,9 @@ def test_a_file_url_naming_another_host_is_refused(archive, tmp_path):
 
 @pytest.mark.parametrize("md5_pinned", [False, True])
 def test_a_url_naming_the_stages_own_output_keeps_the_only_copy(archive, tmp_path, md5_pinned):
-    """With data.md5 null and data.url the download stage's own output,
-    the archive was deleted, then 'does not exist': the only copy was gone."""
+    """data.url naming the download stage's own output (by path, file:// URL or a path
+    through ..) is refused before anything is deleted: refetching it would delete the
+    only copy."""
     dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
     fetch(str(archive["path"]), archive["md5"], dest, tmp_path / "part", FAST)
     data = dest.read_bytes()
@@ -63,7 +65,8 @@ def test_a_url_naming_the_stages_own_output_keeps_the_only_copy(archive, tmp_pat
 
 @pytest.mark.parametrize("md5_given", [True, False])
 def test_a_folder_where_the_archive_belongs_is_one_line(archive, tmp_path, md5_given):
-    """IsADirectoryError from md5_of, or from unlink."""
+    """A folder where the archive belongs is one line naming it, left as it is, not an
+    IsADirectoryError traceback."""
     dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
     (dest / "inside").mkdir(parents=True)
     with pytest.raises(DownloadError, match=r"cifar-10-binary.tar.gz: a folder where the download "
@@ -74,7 +77,8 @@ def test_a_folder_where_the_archive_belongs_is_one_line(archive, tmp_path, md5_g
 
 
 def test_a_fifo_where_the_archive_belongs_is_refused_instead_of_hanging(archive, tmp_path):
-    """`mkfifo data/raw/cifar-10-binary.tar.gz` hung the stage hashing it."""
+    """A FIFO where the archive belongs (`mkfifo data/raw/cifar-10-binary.tar.gz`) is
+    refused as not a regular file, never opened (hashing it would wait forever)."""
     import os
 
     dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
@@ -240,8 +244,8 @@ def server(archive):
 
 
 def test_malformed_headers_are_one_line(server, archive, tmp_path):
-    """Content-Length 'abc', a 206 to a plain request, a Content-Range
-    of garbage on a resumed request were ValueError, FileNotFoundError and IndexError."""
+    """Content-Length 'abc', a 206 to a plain request, a Content-Range of garbage on a
+    resumed request: each is one line saying what the server sent and what was expected."""
     dest = tmp_path / "raw" / "a.tar.gz"
     server.length = "abc"
     with pytest.raises(DownloadError, match=r"Content-Length 'abc' is not a number of bytes"):
@@ -258,7 +262,8 @@ def test_malformed_headers_are_one_line(server, archive, tmp_path):
 
 
 def test_an_endless_body_is_capped(server, tmp_path):
-    """A body with no length and no end was all written to disk."""
+    """A body with no length and no end stops at DownloadOptions.max_bytes, and nothing
+    of it is kept."""
     server.endless = 3 << 20
     part = tmp_path / "part"
     opts = DownloadOptions(timeout=5, retries=1, backoff=0.01, progress=False, max_bytes=1 << 20)
@@ -363,7 +368,8 @@ def _tar_gz(path, members: dict) -> None:
 
 
 def test_a_truncated_archive_is_refused_even_without_an_md5(archive, tmp_path):
-    """The old check read the first member only: a cut archive passed with data.md5: null."""
+    """The check reads the whole archive, not its first member: a cut one is refused with
+    data.md5: null too, and nothing is left behind."""
     cut = tmp_path / "cut.tar.gz"
     data = archive["path"].read_bytes()
     cut.write_bytes(data[: len(data) * 3 // 4])
@@ -412,8 +418,8 @@ def test_every_record_file_is_checked(tmp_path):
     with pytest.raises(PrepareError, match=r"data_batch_1.bin holds 9,219 bytes, more than any "
                                            r"file of this data set \(6,146\)"):
         prepare(bomb, tmp_path / "bomb-prep", small)
-    # members named ./cifar-10-batches-bin/... (tar -C d -czf x .) are
-    # the same files; the check said they were missing while preprocess read them
+    # members named ./cifar-10-batches-bin/... (tar -C d -czf x .) are the same files:
+    # the check and preprocess both find them
     dotted = tmp_path / "dotted.tar.gz"
     names = "".join(f"class{i}\n" for i in range(10)).encode()
     _tar_gz(dotted, {**{f"./{k}": v for k, v in good.items()},
@@ -507,8 +513,8 @@ def test_a_missing_dvc_extra_names_the_install(tmp_path):
 
 
 def test_the_stage_refuses_a_folder_of_files_it_did_not_make(archive, tmp_path):
-    """`python stages/download.py --out .` in a clone once left only the archive; with no
-    network it emptied the folder before the fetch failed. Now: one line, nothing touched."""
+    """`python stages/download.py --out .` in a clone: the folder holds files the stage
+    did not make, so it is refused in one line before any fetch, every file left."""
     import subprocess
     import sys
 
@@ -547,8 +553,8 @@ def test_another_data_sets_files_go_only_once_the_new_ones_are_in(tmp_path):
 
 
 def test_a_partial_folder_that_is_a_file_or_cannot_be_made_is_one_line(archive, tmp_path):
-    """--partial naming a file, or a folder that cannot be made
-    (/proc/x), were FileExistsError and FileNotFoundError tracebacks."""
+    """--partial naming a file, or a folder that cannot be made (/proc/x), is one line
+    naming it, the file left as it was and nothing fetched."""
     from cifar10_tutorial.data.download import fetch_dataset
     from cifar10_tutorial.errors import PipelineError
     from cifar10_tutorial.params import DataParams
@@ -592,8 +598,8 @@ def _tar_gz_of(path, members):
      "member cifar-10-batches-bin/data_batch_1.bin appears twice"),
 ])
 def test_link_and_duplicate_members_are_named(tmp_path, members, expected):
-    """They were refused as 'the archive has no ...data_batch_N.bin', or (a member twice,
-    its second copy every label 0) taken silently."""
+    """A member that is a link, or appears twice (which copy would be read?), is named
+    as such: not reported as missing, nor read silently."""
     from cifar10_tutorial.data.datasets import CIFAR10
     from cifar10_tutorial.data.download import check_gzip_tar
 

@@ -71,8 +71,8 @@ def test_watch_mode_evaluates_the_newest_checkpoint(synth_data, trained):
 
 
 def test_watch_mode_refuses_a_checkpoint_of_other_classes(synth_data, trained, tmp_path):
-    """It logged 'precision @ 1 = 0.000' for a model of other classes, which the eval stage
-    refuses; it now refuses it the same way."""
+    """Watch mode refuses a checkpoint of other classes as the eval stage does, in one line
+    naming it, instead of logging a precision for it."""
     ckpt = torch.load(sorted(trained.checkpoints.glob("ckpt-*.pt"))[-1], weights_only=True)
     ckpt["classes"] = list(reversed(ckpt["classes"]))
     (tmp_path / "ck").mkdir()
@@ -153,7 +153,7 @@ def _bad_model_files(trained, tmp_path) -> dict:
     files["nan averages"] = {**good, "ema": {k: torch.full_like(v, float("nan"))
                                              if v.is_floating_point() else v
                                              for k, v in good["ema"].items()}}
-    # each was accepted, or a traceback after metrics.json
+    # faults that show only in the params or in the numbers
     files["train params a string"] = {**good, "params": {**good["params"], "train": "oops"}}
     files["eval params a list"] = {**good, "params": {**good["params"], "eval": [1, 2]}}
     files["int64 averages"] = {**good, "ema": {k: v.long() for k, v in good["ema"].items()}}
@@ -232,7 +232,7 @@ def test_bad_model_files_are_one_line_from_the_commands_themselves(synth_data, t
 @pytest.fixture
 def prepared_copy(synth_data, tmp_path):
     """synth_data written under tmp_path/prep for the subprocess checks."""
-    prep = write_prepared(synth_data, tmp_path / "prep")
+    write_prepared(synth_data, tmp_path / "prep")
 
 
 def test_predict_top_is_validated_and_a_decompression_bomb_is_one_line(trained, tmp_path, capsys):
@@ -294,7 +294,7 @@ def test_watch_mode_passes_over_a_damaged_newest_checkpoint(synth_data, trained,
 
 
 def test_class_names_with_commas_stay_one_field_in_the_csvs(synth_data, trained, tmp_path):
-    """The class 'air,plane' broke per_class.csv and predictions.csv."""
+    """The class 'air,plane' is one quoted field of per_class.csv and predictions.csv."""
     import csv
     import dataclasses
 
@@ -311,7 +311,9 @@ def test_class_names_with_commas_stay_one_field_in_the_csvs(synth_data, trained,
 
 
 def test_a_model_of_other_class_names_is_refused(synth_data, trained, tmp_path):
-    """The data's names were used silently."""
+    """A model whose class names differ from the prepared data's is refused, naming the
+    first that differs, before anything is written: the data's names are never used
+    for it silently."""
     import dataclasses
 
     from cifar10_tutorial.errors import PipelineError

@@ -64,9 +64,9 @@ def test_the_pages_variant_gets_its_own_report_section(tmp_path):
 
 @pytest.mark.e2e
 def test_check_code_records_the_lock_only_for_code_that_trains_identically(tmp_path):
-    """An edit that changes no result (a comment) made every variant stale, and the only
-    way out needed the project's own data; `cifar10 check-code` trains a fixed
-    configuration with both codes and records the lock only when they agree."""
+    """An edit that changes no result (a comment) stales every variant that imports the
+    module; `cifar10 check-code` trains a fixed configuration with both codes, on no data
+    of the project's, and records the lock only when they agree."""
     import sys
 
     project = project_with_variants(tmp_path, {"baseline": {}})

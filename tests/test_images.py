@@ -23,14 +23,15 @@ def _grey_of(path):
     ("F", np.full((8, 8), 0.5, np.float32), 128),        # float in [0, 1]: x 255, not black
 ])
 def test_deep_and_float_pixels_are_scaled_not_clipped(tmp_path, mode, values, expected):
-    """A 16-bit PNG came out near-white, a float TIFF all black."""
+    """A 16-bit PNG and a float TIFF are scaled from their own range to 0-255, not clipped
+    (near-white, or all black)."""
     path = tmp_path / ("img.png" if mode == "I;16" else "img.tiff")
     Image.frombytes(mode, values.shape[::-1], values.tobytes()).save(path)
     assert abs(int(_grey_of(path).mean()) - expected) <= 1
 
 
 def test_int32_pixels_beyond_16_bits_are_scaled_from_their_range(tmp_path):
-    """An int32 TIFF of 46-69887 was clipped."""
+    """An int32 TIFF of 46-69887 spans 0-255 in order, not clipped at 255."""
     a = np.tile(np.linspace(46, 69887, 8).astype(np.int32), (8, 1))
     path = tmp_path / "img.tiff"
     Image.frombytes("I", a.shape[::-1], a.tobytes()).save(path)
@@ -40,7 +41,7 @@ def test_int32_pixels_beyond_16_bits_are_scaled_from_their_range(tmp_path):
 
 
 def test_exif_orientation_is_applied(tmp_path):
-    """A photo with EXIF orientation 6 was classified sideways."""
+    """A photo with EXIF orientation 6 is classified upright, as it is displayed."""
     a = np.zeros((8, 16, 3), np.uint8)
     a[:, :8] = 255  # stored: white on the left
     exif = Image.Exif()
@@ -52,8 +53,8 @@ def test_exif_orientation_is_applied(tmp_path):
 
 
 def test_a_palette_image_with_transparency_is_read_without_library_warnings(tmp_path):
-    """A palette PNG with per-entry transparency put Pillow's UserWarning (and its source
-    path) on the predict command's stderr. Its colours are read as they are."""
+    """A palette PNG with per-entry transparency is read with its colours as they are,
+    and no Pillow UserWarning (with its source path) reaches predict's stderr."""
     import warnings
 
     palette = [v for i in range(256) for v in (i, 255 - i, 7)]
@@ -107,7 +108,7 @@ def test_many_text_chunks_are_one_line(tmp_path):
 
 
 def test_a_fifo_is_refused_instead_of_hanging(tmp_path):
-    """Predict on a FIFO hung."""
+    """A FIFO is refused in one line, never opened (reading it would wait forever)."""
     fifo = tmp_path / "f.png"
     os.mkfifo(fifo)
     with pytest.raises(PipelineError, match=r"f.png: not a regular file \(a folder, FIFO or device\)"):
@@ -116,8 +117,8 @@ def test_a_fifo_is_refused_instead_of_hanging(tmp_path):
 
 @pytest.mark.parametrize("fill, count", [("nan", 64), ("inf", 1)])
 def test_nan_or_infinite_pixels_are_one_line(tmp_path, fill, count):
-    """An all-NaN float TIFF was predicted as 'airplane 0.105'; one +inf pixel gave numpy's
-    RuntimeWarning, then a prediction."""
+    """An all-NaN float TIFF, or one with a single +inf pixel, is one line counting the
+    pixels that are not finite: no prediction, no numpy RuntimeWarning."""
     a = np.full((8, 8), 0.5, np.float32)
     if fill == "nan":
         a[:] = np.nan

@@ -68,14 +68,14 @@ def test_wrong_types_are_errors(data, expected):
                                  r"found 0.0"),
     ("eval", "interval_secs", -1, r"eval.interval_secs: expected a number in \(0, 86400\], "
                                   r"found -1.0"),
-    # a tolerance keyed by a number was a TypeError from re
+    # a tolerance keyed by a number: no metric is named so
     ("regression", "tolerances", {1: {"max_drop": 0.02}},
      r"regression.tolerances.1: expected a metric named train.<key> or eval.<key>"),
 ])
 def test_numbers_that_would_misbehave_later_name_their_key(section, key, value, expected):
-    """A negative weight decay diverged naming the wrong
-    key, a negative decay factor turned the learning rate negative, an eval interval of 0
-    spun a core and one below 0 was a traceback."""
+    """A value that would fail or mislead only later (a negative weight decay diverges, a
+    negative decay factor turns the learning rate negative, an eval interval of 0 spins a
+    core) is refused when the params are read, naming its own key."""
     with pytest.raises(ParamsError, match=expected):
         params_from_dict({section: {key: value}})
 
@@ -153,9 +153,9 @@ def test_numbers_yaml_reads_oddly_or_out_of_range_are_one_clear_error(tmp_path, 
 ])
 def test_a_params_file_yaml_would_read_silently_or_not_at_all_is_one_line(tmp_path, content,
                                                                           expected):
-    """Empty files ran all defaults, duplicate keys kept
-    the last silently, and bad bytes, deep nesting, huge integers and alias bombs were
-    tracebacks or hangs."""
+    """An empty file (which would run all defaults), duplicate keys (YAML keeps the last
+    silently), bad bytes, deep nesting, huge integers and alias bombs: each is one line
+    naming the file, never a traceback or a hang."""
     path = tmp_path / "p.yaml"
     path.write_bytes(content)
     with pytest.raises(ParamsError, match=rf"^{path}: ({expected})") as err:
@@ -186,8 +186,9 @@ def _number_fields():
 
 
 def test_every_number_in_params_has_a_range_and_docs_params_md_states_it():
-    """A number without bounds failed late (a thread per unit, a timeout overflowing C's
-    int): each has a range beside its field, and docs/params.md gives that range."""
+    """Every number has a range beside its field, checked when the params are read (an
+    unbounded one fails late: a thread per unit, a timeout overflowing C's int), and
+    docs/params.md gives that range."""
     docs = (ROOT / "docs" / "params.md").read_text()
     keys = dict(_number_fields())
     assert {"run.queue_threads", "run.collective_timeout_s", "train.num_devices",
@@ -237,10 +238,10 @@ def test_a_range_holds_its_ends_and_refuses_past_them(key, inside, outside):
 ])
 def test_a_param_out_of_range_stops_the_stage_in_one_line(tmp_path, stage, args, values,
                                                           expected):
-    """A thread per queue worker up to a million, a collective timeout of 1e300 s (an
-    OverflowError in every process of every torchrun restart), 10**18 processes (a launch
-    that hung), a watch interval past time_t, a URL that does not parse and one with a
-    password (echoed): each is one `error:` line naming params.yaml and the key, exit 1."""
+    """A million queue threads, a collective timeout of 1e300 s (it would overflow in every
+    process of every torchrun restart), 10**18 processes, a watch interval past time_t, a
+    URL that does not parse and one with a password (which errors would echo): each is one
+    `error:` line naming params.yaml and the key, exit 1, before any work."""
     project = copy_project(tmp_path / "p")
     for section, kv in values.items():
         set_params(project, section, **kv)
@@ -255,7 +256,7 @@ def test_a_param_out_of_range_stops_the_stage_in_one_line(tmp_path, stage, args,
 
 def test_more_cpu_processes_than_the_machine_has_cpus_stop_before_torchrun(tmp_path):
     """Each CPU process of a job needs a CPU: more than the machine has is one line before
-    torchrun starts any (10**18 of them hung the launch)."""
+    torchrun starts any (10**18 of them would hang the launch)."""
     cpus = os.cpu_count()
     project = copy_project(tmp_path / "p")
     set_params(project, "train", num_devices=cpus + 1, device="cpu")
@@ -276,8 +277,8 @@ def test_urls_without_a_password_are_taken(url):
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "loop", "huge"])
 def test_a_params_file_that_is_no_file_is_one_line(tmp_path, kind):
-    """A FIFO blocked the stage until killed, /dev/zero ate the memory, a loop of links
-    was a traceback."""
+    """A FIFO (it would block the stage), /dev/zero (it would fill the memory), a loop of
+    links or a file over 1 MB as the params file: one line naming it."""
     import os
 
     path = tmp_path / "params.yaml"
@@ -299,7 +300,8 @@ def test_a_params_file_that_is_no_file_is_one_line(tmp_path, kind):
 
 
 def test_a_params_file_that_is_a_link_is_read_with_a_warning(tmp_path, caplog):
-    """A params.yaml linked to a shared file: `dvc exp run -S` rewrote the shared file."""
+    """A params.yaml linked to a shared file is read, with a warning: `dvc exp run -S`
+    rewrites the file the link names, shared with whatever else reads it."""
     shared = tmp_path / "shared.yaml"
     shared.write_text("train: {seed: 3}\n")
     (tmp_path / "params.yaml").symlink_to(shared)

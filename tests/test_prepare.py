@@ -87,9 +87,9 @@ def test_rerun_replaces_previous_output(archive, tmp_path):
 
 
 def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(archive, tmp_path):
-    """A preprocess killed mid-write (SIGKILL, or SIGTERM before Python's clean-up) left
-    its temporary folder (118 MB on the dev split), which no later run removed. The next
-    run removes those of processes that have gone, and nothing else."""
+    """A preprocess killed mid-write (SIGKILL, or SIGTERM before Python's clean-up) leaves
+    its temporary folder (118 MB on the dev split): the next run removes those of
+    processes that have gone, and nothing else."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     out = tmp_path / "prepared"
@@ -203,8 +203,8 @@ def test_load_prepared_errors(archive, tmp_path):
 
 
 def test_preprocess_refuses_an_out_folder_of_other_files(tmp_path):
-    """`python stages/preprocess.py --out data` once replaced all of data/ (raw archive,
-    model, checkpoints) with the prepared files."""
+    """`python stages/preprocess.py --out data` names a folder of files the stage did not
+    make (raw archive, model, checkpoints): refused, none of them replaced."""
     from cifar10_tutorial.data.datasets import CIFAR10
     from cifar10_tutorial.errors import PipelineError
     from cifar10_tutorial.data.preprocess import prepare
@@ -229,9 +229,8 @@ def test_preprocess_refuses_an_out_folder_of_other_files(tmp_path):
 
 
 def test_folders_of_the_users_beside_the_output_are_never_touched(archive, tmp_path):
-    """`--out x/results` deleted the user's x/results.old/ and
-    x/results.tmp/ without a word; the stage's own temporary folders now have fresh hidden
-    names."""
+    """The user's x/results.old/ and x/results.tmp/ beside `--out x/results` are left as
+    they are: the stage's own temporary folders have fresh hidden names."""
     out = tmp_path / "results"
     for name in ("results.old", "results.tmp", ".results.tmp"):
         (tmp_path / name).mkdir()
@@ -292,14 +291,16 @@ def _set(arr, value):
      r"test_images.npy: expected images of shape \(3, 32, 32\) .*found \(1, 32, 32\)"),
 ])
 def test_damaged_prepared_data_is_one_line_naming_the_file(archive, tmp_path, change, expected):
-    """Each was a traceback in the eval or train stage."""
+    """Each damage is one line naming the file and `dvc repro -f preprocess`, when the
+    data is loaded: never a traceback later in the eval or train stage."""
     out = _damage(archive, tmp_path, change)
     with pytest.raises(PrepareError, match=expected + r".*dvc repro -f preprocess"):
         load_prepared(out)
 
 
 def test_an_empty_split_is_one_line(archive, tmp_path):
-    """An empty test split was a torch.cat traceback."""
+    """An empty test split is one line when the data is loaded: there is nothing to
+    evaluate on."""
     def empty(out):
         np.save(out / "test_images.npy", np.zeros((0, 3, 32, 32), np.uint8))
         np.save(out / "test_labels.npy", np.zeros((0,), np.int64))
@@ -316,8 +317,8 @@ def test_an_empty_split_is_one_line(archive, tmp_path):
     (["\x1b[31mRED\x1b[0m"] + [f"c{i}" for i in range(9)], r"holds control characters"),
 ])
 def test_class_names_that_would_mislead_are_refused(tmp_path, names, expected):
-    """Ten classes named 'cat' gave ten rows 'cat'; escape codes
-    reached the CSVs and the terminal."""
+    """Class names that would mislead (ten classes named 'cat', escape codes that would
+    reach the CSVs and the terminal) are refused at preprocess."""
     archive = tmp_path / "a.tar.gz"
     write_tar_gz(archive, official_members({FOLDER + "batches.meta.txt":
                                             ("\n".join(names) + "\n").encode()}))

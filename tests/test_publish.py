@@ -131,8 +131,8 @@ CIFAR10 = str(Path(sys.executable).with_name("cifar10"))
 
 @pytest.mark.e2e
 def test_the_help_example_of_publish_runs(finished):
-    """`cifar10 --help` gives an example for publish; after the variants have run, it
-    publishes (it asked for three more options before), in models/NAME."""
+    """`cifar10 --help` gives an example for publish that runs as written once the
+    variants have run (no option left to add), publishing in models/NAME."""
     from cifar10_tutorial.commands import COMMANDS
 
     example = shlex.split(COMMANDS["publish"][1])
@@ -151,10 +151,10 @@ def test_the_help_example_of_publish_runs(finished):
 @pytest.mark.e2e
 def test_published_weights_are_replaced_only_on_request_and_only_by_their_variant(
         finished, tmp_path):
-    """Publishing the baseline's results as tutorial_100k over its published weights
-    replaced them without a question, the card calling a baseline model tutorial_100k.
-    Now the name must be the results' variant, and replacing a published folder takes
-    --replace; without it, one line names the folder and nothing changes."""
+    """The name published must be the results' variant (the baseline's results are never
+    published as tutorial_100k, a card calling a baseline model so), and replacing a
+    published folder takes --replace; without it, one line names the folder and nothing
+    changes."""
     project, out = finished, tmp_path / "models" / "tutorial_100k"
     first = _run(project, "tools/publish.py", "tutorial_100k",
                  "--out", str(out))
@@ -190,9 +190,9 @@ def test_published_weights_are_replaced_only_on_request_and_only_by_their_varian
 @pytest.mark.e2e
 def test_a_missing_field_is_one_line_before_anything_is_replaced(finished, tmp_path,
                                                                  monkeypatch):
-    """metrics.json without eval.num_examples was a KeyError after model.pt, params.yaml,
-    provenance.json and metrics.json had been replaced, the card still stating the old
-    figures. Every field is read first: one line, the published folder as it was."""
+    """Every field the card states is read before anything is written: metrics.json
+    without eval.num_examples is one line, and the published folder (model, records and
+    the card's figures) stays as it was."""
     project, out = finished, tmp_path / "models" / "baseline"
     monkeypatch.chdir(project)  # where the eval record's model path is relative to
     assert publish("baseline", project / "data/ablations/baseline/model.pt",
@@ -214,9 +214,9 @@ def test_a_missing_field_is_one_line_before_anything_is_replaced(finished, tmp_p
 
 @pytest.mark.e2e
 def test_a_model_of_other_params_at_the_same_step_is_not_published(finished, tmp_path):
-    """A model of another seed, trained to the same step and put where the variant's model
-    was, was published with the variant's card (stating a precision it does not have):
-    the model file's params must be those variant.json records."""
+    """The model file's params must be those variant.json records: a model of another
+    seed, trained to the same step and put where the variant's model was, is refused, not
+    published with the variant's card (which would state a precision it does not have)."""
     import torch
 
     project = finished

@@ -71,7 +71,8 @@ def test_a_missing_metric_fails(tmp_path):
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
 def test_a_metric_that_is_not_finite_fails_never_ok(tmp_path, value):
-    """Infinite precisions once passed the gate."""
+    """A precision that is not finite, in the run or in the baseline, fails the gate in
+    one line: it is never compared as a number, so never "ok"."""
     with pytest.raises(RegressionError, match=r"eval.precision_at_1 .*not a finite number"):
         gate(write_baseline(tmp_path), TOL, write_run(tmp_path, precision=value))
     with pytest.raises(RegressionError, match=r"the baseline is not finite"):
@@ -85,8 +86,8 @@ def test_a_metric_that_is_not_finite_fails_never_ok(tmp_path, value):
     ('{"eval.precision_at_1": true, "train.loss_avg": 1}', r"is True, expected a number"),
     (b"\xff\xfe\x00garbage", r"not valid JSON")])
 def test_a_damaged_baseline_is_one_line_naming_it(tmp_path, text, found):
-    """A damaged baseline was a JSONDecodeError, AttributeError or
-    TypeError traceback."""
+    """A damaged baseline, or a folder in its place, is one line naming it and saying how
+    to restore it: never a traceback."""
     path = tmp_path / "baseline.json"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(PipelineError, match=rf"^{path}: .*{found}.*restore it from git"):
@@ -96,7 +97,8 @@ def test_a_damaged_baseline_is_one_line_naming_it(tmp_path, text, found):
 
 
 def test_run_metrics_of_the_wrong_shape_are_one_line(tmp_path):
-    """Eval metrics `[1]` were an AttributeError traceback."""
+    """Eval metrics that are not a JSON object (`[1]`) are one line naming the file and
+    the stage that writes it."""
     files = write_run(tmp_path)
     files["eval"].write_text("[1]")
     with pytest.raises(PipelineError, match=r"eval.json: expected a JSON object of metrics, "
@@ -145,7 +147,7 @@ def test_tolerances_are_validated():
 
 
 @pytest.mark.parametrize("metric, value, expected", [
-    # the minus forgotten: a drop of precision was allowed up to +5
+    # the minus forgotten: a bare number would allow a drop of precision up to 5
     ("eval.precision_at_1", 5.0, r"expected \{max_drop: N\} \(higher is better: a drop is the "
                                  r"regression\), found the bare number 5.0, whose sign said the "
                                  r"direction; write `eval.precision_at_1: \{max_drop: 5.0\}`"),
@@ -163,16 +165,18 @@ def test_tolerances_are_validated():
                                                 r"\{'max_dorp': 0.02\}"),
 ])
 def test_a_tolerance_in_the_wrong_direction_is_one_line_with_its_fix(metric, value, expected):
-    """A bare signed number let a forgotten minus pass anything: `eval.precision_at_1: 5.0`
-    passed a fall from 0.99 to 0.195. The direction is explicit and checked against what
-    the metric's name says."""
+    """A tolerance states its direction ({max_drop: N} or {max_rise: N}), checked against
+    what the metric's name says: a bare signed number, whose forgotten minus would pass
+    anything (`eval.precision_at_1: 5.0` a fall from 0.99 to 0.195), is one line with
+    its fix."""
     with pytest.raises(ParamsError, match=rf"^regression.tolerances.{metric}.*{expected}") as err:
         params_from_dict({"regression": {"baseline": "b.json", "tolerances": {metric: value}}})
     assert "\n" not in str(err.value)
 
 
 def test_a_forgotten_minus_no_longer_passes_a_collapse(tmp_path):
-    """The case of the issue, through the gate: a precision fallen from 0.99 to 0.195."""
+    """Through the gate: a precision fallen from 0.99 to 0.195 under a bare 5.0 is refused
+    as a tolerance; under {max_drop: 0.02} it fails."""
     base = write_baseline(tmp_path, **{"eval.precision_at_1": 0.99})
     with pytest.raises(ParamsError, match="found the bare number 5.0"):
         gate(base, {"eval.precision_at_1": 5.0}, write_run(tmp_path, precision=0.195))
@@ -183,7 +187,8 @@ def test_a_forgotten_minus_no_longer_passes_a_collapse(tmp_path):
 
 
 def test_a_baseline_with_no_tolerances_is_an_error_not_a_pass(tmp_path):
-    """`regression.tolerances: {}` with a baseline set compared nothing and exited 0."""
+    """`regression.tolerances: {}` with a baseline set is an error (the gate would compare
+    nothing and pass), both when the params are read and in the gate itself."""
     with pytest.raises(ParamsError, match=r"^regression.tolerances: expected at least one "
                                           r"metric while regression.baseline is set \(b.json\), "
                                           r"found none: the gate would compare nothing and pass"):
@@ -396,7 +401,8 @@ def test_ci_options_for_a_baseline_kept_elsewhere_are_checked_in_one_line(tmp_pa
 
 
 def test_a_baseline_that_is_a_device_is_one_line():
-    """regression.baseline: /dev/zero read until memory ran out."""
+    """regression.baseline: /dev/zero is refused as not a regular file, never read (it
+    would fill the memory)."""
     from cifar10_tutorial.errors import PipelineError
     from cifar10_tutorial.regression import read_json_object
 
@@ -406,8 +412,9 @@ def test_a_baseline_that_is_a_device_is_one_line():
 
 
 def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
-    """`git rm` of ci-synthetic.json made `cifar10 ci synthetic` gate nothing and exit 0
-    (skipping the exercise pipeline too), with a hint for real archives."""
+    """A CI configuration whose committed baseline is gone (`git rm` of ci-synthetic.json)
+    fails in one line saying how to restore or remeasure it, before anything runs; a
+    --real-archive that is not a gzip tar is one line too."""
     import subprocess
     import sys
 

@@ -80,7 +80,7 @@ def test_a_lock_path_that_is_no_regular_file_is_one_line_and_left_as_it_was(tmp_
 
 def test_an_output_entry_linked_to_another_folder_is_one_line_and_left_alone(tmp_path):
     """`reports/train/plots` a symbolic link to a folder of the user's: the train stage
-    failed with rmtree's traceback; it now stops before anything is touched."""
+    stops in one line naming it before anything is touched, the link never followed."""
     from cifar10_tutorial.ownership import refuse_foreign
 
     theirs = tmp_path / "up"
@@ -115,7 +115,8 @@ def test_two_train_runs_of_other_outs_do_not_share_the_live_folder(synth_data, t
 
 @pytest.mark.e2e
 def test_the_train_stage_beside_a_running_one_exits_at_once(synth_data, tmp_path):
-    """`dvc repro` beside a hand-run stage: both ran and interleaved their logs."""
+    """`dvc repro` beside a hand-run stage: the second exits at once naming the first's
+    pid, so two runs never write one folder and interleave their logs."""
     proj = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params()))
     first = _holder(proj / "data" / "train")
     try:
@@ -141,9 +142,10 @@ def test_the_train_stage_beside_a_running_one_exits_at_once(synth_data, tmp_path
 ])
 def test_a_train_output_folder_holding_foreign_files_is_refused_untouched(synth_data, tmp_path,
                                                                           option, seed, foreign):
-    """`--live .` deleted the repository's dvc.yaml and params.yaml
-    (DVCLive's clean-up), `--live reports` the report, `--out models/tutorial_100k` replaced
-    the published weights. The stage now stops before touching anything."""
+    """A --live or --out folder holding files the stage did not make (`--live .`: the
+    repository's dvc.yaml and params.yaml, which DVCLive's clean-up would delete;
+    `--live reports`: the report; `--out models/tutorial_100k`: the published weights)
+    stops the stage before it touches anything."""
     proj = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params()))
     target = proj / "mine"
     for name, text in seed.items():

@@ -180,8 +180,8 @@ def test_whole_pipeline_exp_run_and_metrics_diff(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0
     assert "unknown key train.batchsize" in bad.stdout + bad.stderr
-    # the failed experiment leaves its key in params.yaml; the next one
-    # failed naming it, with no word on why it was there
+    # the failed experiment leaves its key in params.yaml; the next one fails naming
+    # it and says why it is there
     assert "batchsize" in (project / "params.yaml").read_text()
     again = subprocess.run([DVC, "exp", "run", "-S", "train.batch_size=8"], cwd=project,
                            capture_output=True, text=True, timeout=600)
@@ -198,9 +198,9 @@ def _readme_block(after: str) -> list[str]:
 
 @pytest.mark.e2e
 def test_the_readmes_compare_loop_and_recovery_work_as_written_in_a_fresh_clone(tmp_path):
-    """In a fresh clone the diffs compared against a HEAD without metrics, the exp show
-    line was 296 columns wide, queued experiments downloaded the data again, and the
-    recovery after a failed experiment kept its dvc.lock and model."""
+    """In a fresh clone, the README's loop as written: the diffs compare against a HEAD
+    with metrics, `dvc exp show` fits 120 columns, queued experiments reuse the committed
+    data, and the recovery after a failed experiment restores dvc.lock and the model."""
     project = tiny_project(tmp_path, dict(train_per_batch=100, test=100, seed=2),
                            train=dict(max_steps=8, batch_size=32, log_every=4, device="cpu"),
                            run=dict(checkpoint_every=4, summary_every=4),
@@ -347,8 +347,8 @@ def test_a_full_disk_or_read_only_folder_is_one_line(tmp_path, code, words):
 @pytest.mark.e2e
 def test_exp_apply_before_a_first_commit_keeps_logs_and_checkpoints(tmp_path):
     """`dvc exp apply` stashes untracked files with `git stash -u`, which deletes ignored
-    files inside an untracked folder: data/train/ was one (only DVC's .gitignore in it)
-    until the repository tracked that .gitignore itself."""
+    files inside an untracked folder: the repository tracks data/train/.gitignore itself,
+    so that data/train/ (logs, checkpoints) is never such a folder."""
     project = tiny_project(tmp_path, dict(train_per_batch=20, test=20, seed=1),
                            train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"), run=dict(checkpoint_every=2, summary_every=2),
                            input={"min_fraction_of_examples_in_queue": 0.1},
@@ -388,9 +388,9 @@ def test_params_without_the_exercise_lists_say_what_is_missing(tmp_path):
 
 @pytest.mark.e2e
 def test_the_published_weights_come_out_of_a_clone_as_the_docs_say(tmp_path):
-    """`dvc artifacts get URL cifar10-cnn-100k` failed ("Unable to find
-    artifact": no version registered). The README's `dvc get URL PATH` works on a clone as
-    it is, and `dvc artifacts get` once a version is tagged as docs/training.md says."""
+    """The README's `dvc get URL PATH` works on a clone as it is; `dvc artifacts get URL
+    cifar10-cnn-100k` needs a registered version ("Unable to find artifact" without one)
+    and works once a version is tagged as docs/training.md says."""
     project = copy_project(tmp_path / "p")
     shutil.copytree(ROOT / "models", project / "models")
     init_repo(project)
@@ -439,8 +439,8 @@ def test_an_experiment_run_after_the_remote_is_added_travels_with_exp_push(tmp_p
 
 @pytest.mark.e2e
 def test_queued_experiments_keep_their_checkpoints_and_tensorboard_logs(tmp_path):
-    """After `dvc queue start` an experiment held only reports/train; its
-    checkpoints and TensorBoard logs went with DVC's temporary workspace."""
+    """After `dvc queue start` an experiment keeps its checkpoints and TensorBoard logs,
+    not only reports/train: they are written outside DVC's temporary workspace."""
     project = tiny_project(tmp_path, dict(train_per_batch=20, test=20, seed=1),
                            train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
                            run=dict(checkpoint_every=2, summary_every=2),
@@ -484,8 +484,8 @@ def small_disk(tmp_path):
 
 @pytest.mark.e2e
 def test_a_disk_that_fills_up_is_one_line_naming_the_output(tmp_path, small_disk):
-    """Numpy's and torch's errors on a full disk carry no
-    errno (tracebacks), and the stages' own said "an output file" and left partial files."""
+    """A full disk is one line naming the output that did not fit (numpy's and torch's own
+    errors carry no errno), and no partial or temporary file is left."""
     project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
                            train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
                            run=dict(checkpoint_every=2, summary_every=2),

@@ -336,10 +336,10 @@ def test_resumed_run_ends_with_the_same_outputs(synth_data, tmp_path, shuffle):
 
 
 def test_a_network_that_draws_random_numbers_resumes_to_the_same_outputs(synth_data, tmp_path):
-    """With model.dropout the step draws masks: a resumed run drew from the generator as
-    the start had left it (weights 0.069 apart after 120 steps, no warning). The masks
-    come from the seed, the rank and the step, so a resume draws what the uninterrupted
-    run drew."""
+    """With model.dropout the step draws masks. They come from the seed, the rank and the
+    step, not from a generator's state (which a resume would not restore: the weights
+    would drift apart without a warning), so a resume draws what the uninterrupted run
+    drew."""
     drop = tiny_params(model={"dropout": 0.5}, input={"shuffle": "permutation"},
                        train={"max_steps": 20}, run={"checkpoint_every": 8},
                        eval={"every_steps": 5})
@@ -375,7 +375,8 @@ def test_the_run_section_does_not_change_a_result(synth_data, tmp_path):
 
 
 def test_a_finished_run_run_again_gives_the_same_outputs(synth_data, tmp_path, caplog):
-    """`dvc repro -f`, or a rerun after a failed experiment: never 0 steps and nulls."""
+    """`dvc repro -f`, or a rerun after a failed experiment, trains again from step 0 and
+    gives the first run's outputs: never a run of 0 steps with null metrics."""
     caplog.set_level("INFO")
     params = tiny_params(train={"max_steps": 10}, eval={"every_steps": 5})
     train(params, synth_data, paths(tmp_path / "a"), progress=False)
@@ -406,8 +407,8 @@ def test_another_run_length_starts_afresh(synth_data, tmp_path, caplog):
 
 
 def test_checkpoints_of_other_data_are_not_resumed(synth_data, tmp_path, caplog):
-    """Another archive (data.md5: null) with fewer images: trained from scratch, no crash
-    about the shuffle queue's capacity."""
+    """Checkpoints of another archive (data.md5: null) with fewer images are not resumed:
+    the run trains from scratch on the new data."""
     from cifar10_tutorial.data.prepared import Prepared
 
     caplog.set_level("INFO")
@@ -537,8 +538,8 @@ def test_metrics_hold_numbers_only_each_once(synth_data, tmp_path):
 
 
 def test_provenance_names_the_code_the_run_started_with(synth_data, tmp_path, monkeypatch):
-    """Code edited or committed while a run trains did not run (Python had imported it):
-    the provenance's commit and dirty flag are those read when the run started."""
+    """The provenance's commit and dirty flag are those read when the run started: code
+    edited or committed while a run trains does not run (Python has imported it)."""
     from cifar10_tutorial import provenance
 
     reads = iter([{"commit": "a" * 40, "dirty": False}])
@@ -671,9 +672,9 @@ def test_dvclive_does_not_reread_its_curves_at_each_step_for_a_studio_that_is_no
 def test_a_lost_vscode_signal_file_does_not_end_the_run(tmp_path, monkeypatch):
     """DVCLive writes .dvc/tmp/exps/run/DVCLIVE_STEP_COMPLETED of the repository at every
     next_step (for DVC's VS Code extension); a DVC command there may remove the folder
-    between its makedirs and its write, and the FileNotFoundError ended a training run
-    (seen once in CI, two test processes sharing the repository). The step is kept;
-    other write errors still stop the run."""
+    between its makedirs and its write (two processes sharing the repository). That
+    FileNotFoundError does not end the run, and the step is kept; other write errors
+    still stop the run."""
     import dvclive.live
     from cifar10_tutorial.training.live import open_live
 
@@ -792,8 +793,8 @@ print(mapped, heap, libc.mallinfo2().arena)
     (lambda c: {**c, "loss_avg": "x"}, r"loss_avg: expected a number, found 'x'"),
 ])
 def test_a_damaged_newest_checkpoint_is_one_line(synth_data, tmp_path, damage, expected):
-    """Each was a traceback (AttributeError, RuntimeError,
-    ValueError, IndexError, KeyError, TypeError) after 'resuming'."""
+    """A damaged newest checkpoint is one line when the run resumes, saying what is wrong
+    and that deleting it resumes from the checkpoint before: never a traceback."""
     from cifar10_tutorial.checkpoint_files import list_checkpoints
 
     p = tiny_params(train={"max_steps": 8}, run={"checkpoint_every": 2})
@@ -808,8 +809,8 @@ def test_a_damaged_newest_checkpoint_is_one_line(synth_data, tmp_path, damage, e
 
 
 def test_a_batch_larger_than_the_training_set_is_refused(synth_data, tmp_path):
-    """Train.batch_size 1000 on 200 images was accepted, each batch
-    repeating images."""
+    """A global batch larger than the training set (each batch would repeat images) is
+    refused in one line with the largest batch_size that fits."""
     with pytest.raises(TrainingError, match=r"train.batch_size 1500 x 1 process\(es\) = 1500 "
                                             r"images a step, more than the 1000 training "
                                             r"images: lower train.batch_size to 1000 or less"):

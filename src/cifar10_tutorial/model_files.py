@@ -91,7 +91,7 @@ def _field_problem(obj: dict, model: dict) -> str | None:
         if not is_state_dict(state):
             return f"{key}: expected the {what} weights (a mapping of tensors), found {state!r:.60}"
         kind = [n for n, v in state.items() if not v.is_floating_point()]
-        if kind:  # int64 or complex weights were accepted and gave 10% or nonsense
+        if kind:  # int64 or complex weights would load, then give 10% or nonsense
             return (f"its {what} weights ({key}) are not real floating-point numbers "
                     f"({kind[0]}: {state[kind[0]].dtype})")
         bad = [n for n, v in state.items() if not torch.isfinite(v).all()]

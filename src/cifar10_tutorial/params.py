@@ -42,8 +42,8 @@ TIMEOUT = Range(0.0, 86400.0, lo_open=True, why="seconds, at most a day")
 
 def _check_url(url: str) -> None:
     """``data.url``, when a URL (``scheme://...``), must parse, and carry no password:
-    a malformed one was a ValueError traceback at download, and one with credentials had
-    them echoed in errors and logs (and read by urllib as part of the host)."""
+    a malformed one would fail only at download, and credentials would be echoed in errors
+    and logs (and read by urllib as part of the host)."""
     if "://" not in url:
         return  # official, or a plain path
     # never echo what stands before an '@': it may hold a password
@@ -157,7 +157,7 @@ class RunParams:
     join_timeout_s: Annotated[float, TIMEOUT] = 600.0
     # workers that fill the shuffle queue; 0: filled inline between steps (the same batches
     # either way, and inline is the fastest on CPU; the tutorial used 16 threads). Bounded:
-    # a million threads failed as a traceback once the OS refused one
+    # the OS refuses threads long before a million
     queue_threads: Annotated[int, Range(0, 64, why="more threads than cores only contend "
                                                     "for them")] = 0
 
@@ -187,8 +187,8 @@ class EvalParams:
 
     batch_size: Annotated[int, BATCH] = 250
     device: Literal["auto", "cpu", "cuda"] = "auto"  # the eval stage's (train.device: train's)
-    # watch mode: seconds between evaluations; 0 spun a core on 'waiting', below 0 and
-    # past the platform's time_t were tracebacks
+    # watch mode: seconds between evaluations; above 0 (0 would spin a core on waiting)
+    # and at most a day (a wait past the platform's time_t cannot be slept)
     interval_secs: Annotated[float, Range(0.0, 86400.0, lo_open=True,
                                           why="seconds, at most a day")] = 300.0
     flip_tta: bool = False  # also report precision of image + mirror image (*_flip metrics)

@@ -117,7 +117,7 @@ def fetch(url: str, md5: Optional[str], dest: Path, partial_dir: Path,
     Returns what was fetched: name, url, size, md5."""
     dest = Path(dest)
     local = local_source(url)
-    if dest.exists() and not dest.is_file():  # a folder, a FIFO (hashing it hung), a device
+    if dest.exists() and not dest.is_file():  # a folder, a FIFO (hashing it would hang), a device
         raise DownloadError(f"{dest}: {'a folder' if dest.is_dir() else 'not a regular file'} "
                             f"where the download stage keeps its file {dest.name}; move it "
                             f"elsewhere (or remove it), then rerun. Nothing was changed.")

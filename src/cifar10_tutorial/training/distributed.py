@@ -121,7 +121,7 @@ def check_devices(tr, per_node: Optional[int] = None) -> None:
     """Fail before anything starts when this node's share of ``train.num_devices`` asks for
     more GPUs than exist (or for any GPU where there is none), or, on the CPU, for more
     processes than the machine has CPUs: before torchrun, whose restarts would repeat it,
-    and which would otherwise try to start them all (10**18 processes hung the launch)."""
+    and which would otherwise try to start them all (10**18 processes would hang the launch)."""
     if tr.device == "cuda":
         pick_device("cuda")
     want = tr.num_devices if per_node is None else per_node
