@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,7 +114,10 @@ def test_matmul_peak_counts_2n3_operations(monkeypatch):
 def test_the_tensorflow_baseline_runs_its_own_script_in_the_python_given(tmp_path, monkeypatch):
     """The TensorFlow baseline is a script beside the benchmark, run by the Python given
     (which needs no install of this package). Given one without TensorFlow (its import
-    blocked here), the script starts and the error names the import that failed."""
+    blocked here), the script starts and the error names the import that failed. Run by
+    hand from any folder, without TensorFlow or without the prepared data, the script
+    says so in one line."""
+    import subprocess
     import sys
 
     from cifar10_tutorial.errors import PipelineError
@@ -121,7 +125,19 @@ def test_the_tensorflow_baseline_runs_its_own_script_in_the_python_given(tmp_pat
 
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['tensorflow'] = None\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    data = tmp_path / "prepared"
+    data.mkdir()
+    for name in ("train_images.npy", "train_labels.npy", "meta.json"):
+        (data / name).write_bytes(b"")  # the script checks they are there before TF's import
     with pytest.raises(PipelineError, match="the TensorFlow baseline failed") as exc:
-        tensorflow_figures(sys.executable, tmp_path, batch=8, warmup=1, windows=1, steps=1)
+        tensorflow_figures(sys.executable, data, batch=8, warmup=1, windows=1, steps=1)
     assert "tf_baseline.py" in str(exc.value) and "import of tensorflow halted" in str(exc.value)
-    assert "No module named" not in str(exc.value)
+    assert "No module named" not in str(exc.value) and "Traceback" not in str(exc.value)
+    script = str(Path(__file__).resolve().parents[1] / "benchmarks/speed/tf_baseline.py")
+    for given, expected in ((data, "cannot import tensorflow (import of tensorflow halted"),
+                            (tmp_path / "none", "none: no train_images.npy, train_labels.npy, "
+                                                "meta.json; give --data the prepared data")):
+        proc = subprocess.run([sys.executable, script, "--data", str(given)], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith("error: ") and expected in proc.stderr, proc.stderr

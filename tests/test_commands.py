@@ -81,6 +81,16 @@ def test_a_script_command_runs_the_script_beside_the_package(name, option, capfd
     assert COMMANDS[name][2].endswith(".py") and (ROOT / COMMANDS[name][2]).is_file()
 
 
+def test_check_code_run_by_hand_outside_a_checkout_is_one_line(tmp_path):
+    """tools/check_code.py compares the code of the folder it runs in: run elsewhere, it says
+    where to run it in one line, before any git command or training."""
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "check_code.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: check-code: {tmp_path} is not the repository root of "
+                                  f"a checkout of this project (no src/, stages/)"), proc.stderr
+
+
 @pytest.mark.parametrize("name, option", [("publish", "--replace"), ("train", "--live")])
 def test_a_commands_help_works_from_any_folder(name, option, capfd, monkeypatch):
     """`cifar10 NAME --help` works from a folder that is not a repository root (docs/):

@@ -168,6 +168,11 @@ def main(argv=None) -> None:
                     help="only compare; never touch reports/dvc.lock")
     args = ap.parse_args(argv)
     root = Path.cwd()
+    missing = [n for n in CODE if not (root / n).is_dir()]
+    if missing:  # the workspace's code is the code of the folder it runs in
+        raise PipelineError(f"check-code: {root} is not the repository root of a checkout of "
+                            f"this project (no {', '.join(f'{n}/' for n in missing)}); run it "
+                            f"from the folder that holds src/ and stages/")
     against = args.against or lock_commit(root)
     short = _git("rev-parse", "--short", against, cwd=root)
     with tempfile.TemporaryDirectory(prefix="cifar10-check-") as tmp:

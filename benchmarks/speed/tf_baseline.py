@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -97,6 +98,18 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()
+    # one line for what a user gets wrong, as the package's commands do (this script does not
+    # import the package: it runs in a Python that may have TensorFlow alone)
+    missing = [n for n in ("train_images.npy", "train_labels.npy", "meta.json")
+               if not (args.data / n).is_file()]
+    if missing:
+        sys.exit(f"error: {args.data}: no {', '.join(missing)}; give --data the prepared data "
+                 f"(the preprocess stage's output folder)")
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError as exc:
+        sys.exit(f"error: {sys.executable} cannot import tensorflow ({exc}); run this script "
+                 f"with a Python that has TensorFlow (pip install tensorflow-cpu)")
     print(json.dumps(run(args.data, args.batch_size, args.warmup, args.windows, args.steps)))
 
 
