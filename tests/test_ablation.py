@@ -82,8 +82,9 @@ def test_a_trial_trains_in_a_folder_of_its_own(tmp_path):
 def test_queued_variants_keep_their_models_and_checkpoints(tmp_path):
     """`dvc queue start` runs each experiment in a temporary workspace that DVC deletes
     afterwards (docs/exercises.md runs the variants so): a variant's model, checkpoints and
-    TensorBoard logs, which are no DVC outputs, are written in the repository's folder
-    instead, under queued/EXPERIMENT; a queued trial's under data/trials/NAME."""
+    TensorBoard logs, which are not DVC outputs, are written in the repository's folder
+    instead: data/ablations/NAME/queued/EXPERIMENT, a trial's
+    data/trials/NAME/queued/EXPERIMENT."""
     import yaml
 
     from conftest import tiny_project

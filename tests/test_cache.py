@@ -252,10 +252,10 @@ def test_both_pipelines_are_up_to_date_after_the_run(recorded_run):
 
 @pytest.mark.e2e
 def test_main_pipeline_experiments_leave_the_exercises_up_to_date(recorded_run):
-    """The variants start from a baseline of their own, reports/params.yaml: the README's
-    `dvc exp run -S train.batch_size=64` (any change to params.yaml's model, input,
-    train, eval or fast) stales the main run only, never the 16 variants (tutorial_100k
-    among them) that `dvc repro reports/dvc.yaml` would retrain."""
+    """The variants start from a baseline of their own, reports/params.yaml: a change to
+    params.yaml's model, input, train, eval or fast (the README's `dvc exp run -S
+    train.batch_size=64`) stales the main run only, never the 16 variants; a change to
+    reports/params.yaml stales them."""
     project, _, _ = recorded_run
     main, exercises = project / "params.yaml", project / "reports/params.yaml"
     texts = main.read_text(), exercises.read_text()

@@ -311,8 +311,9 @@ def test_a_mirror_url_whose_file_system_is_not_installed_is_one_clear_error():
 
 @pytest.mark.parametrize("where", ["file", "proc", "webhdfs"])
 def test_a_mirror_that_cannot_be_written_is_refused_at_the_start(synth_data, tmp_path, where):
-    """A file, an unwritable place or a server that is not there is refused in one line
-    before the first step, not at the first checkpoint after the run has trained."""
+    """A file, an unwritable place or a server that is not there is refused in one line at
+    the start, before any checkpoint: not at the first checkpoint, after the run has
+    trained."""
     url = {"file": str(tmp_path / "mf"), "proc": "/proc/mirror",
            "webhdfs": "webhdfs://127.0.0.1:9/m"}[where]
     (tmp_path / "mf").write_text("a file")
@@ -342,7 +343,8 @@ def test_a_mirror_whose_files_no_manifest_proves_ours_is_left_alone(synth_data, 
                                                                      state):
     """Another run's checkpoint beside a mirror.json that is missing, truncated, not a
     manifest or holds an odd step: the run stops at its start, every byte there as it was.
-    Only a manifest proves files a run's own, so none of them may be replaced or cleared."""
+    Only a manifest proves which files are a run's own; without one, none may be replaced
+    or cleared."""
     mirror = tmp_path / "m"
     mirror.mkdir()
     if state is not None:
@@ -378,9 +380,9 @@ def test_a_run_removes_only_what_its_manifest_lists(synth_data, tmp_path):
 
 @pytest.mark.parametrize("base", ["live", "out", "inside_out"])
 def test_a_mirror_that_is_or_holds_an_output_folder_is_refused(synth_data, tmp_path, base):
-    """A mirror that is, holds or lies in the run's --out or --live (`--mirror reports`
-    makes the run's mirror folder reports/train) is refused: the run's end would remove
-    the finished run's own outputs from it."""
+    """A mirror that is, or lies in, the run's --out or --live is refused (`--mirror
+    reports` makes the mirror folder reports/train, the train stage's --live): the run's
+    end would remove the finished run's own outputs from it."""
     p = paths(tmp_path / "r")
     url = {"live": p.live_dir, "out": p.out_dir, "inside_out": p.out_dir / "mirror"}[base]
     with pytest.raises(PipelineError, match=r"is, holds or lies in the run's"):

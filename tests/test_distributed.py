@@ -262,9 +262,10 @@ def _same_job_rank(rank, port, facts, out):
                            "node-a) has 0"),
 ])
 def test_nodes_that_disagree_fail_at_once_on_every_rank_naming_the_node(other, expected):
-    """The ranks compare their commit, params, data and checkpoint step, not only the world
-    size: a node that differs would resume at another step and hang the others. Every rank
-    stops at once, in one line naming the node and what differs."""
+    """The ranks compare their commit, params, data and resume step at the start, not only
+    the world size: a node that differs would train another job or resume elsewhere, and
+    leave the others waiting in a collective. Every rank stops alike, in one line naming
+    the node and what differs."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
@@ -297,8 +298,8 @@ def test_nodes_that_disagree_fail_at_once_on_every_rank_naming_the_node(other, e
     ({"cpu.max": "garbage"}, None),
     ({}, None)])
 def test_the_cpus_granted_are_the_fewer_of_affinity_and_cgroup_quota(tmp_path, files, want):
-    """The thread count is what the scheduler grants (affinity or cgroup quota, the
-    fewer), not cpu_count()."""
+    """The CPUs granted are the fewer of the affinity mask and the cgroup quota (rounded
+    up), not cpu_count(); threads are set from them."""
     from cifar10_tutorial.devices import granted_cpus
 
     for name, text in files.items():

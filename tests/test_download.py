@@ -36,7 +36,7 @@ def test_file_url_and_plain_path(archive, tmp_path):
 
 def test_a_file_url_naming_another_host_is_refused(archive, tmp_path):
     """file://otherhost/path is refused, naming the host: file:// reads this machine's
-    files only, so the host is never ignored; file://localhost/path is this machine."""
+    files only. file://localhost/path is read as this machine's."""
     url = "file://otherhost" + str(archive["path"])
     with pytest.raises(DownloadError, match=r"names a file on the host 'otherhost', but file:// "
                                             r"reads this machine's files only"):
@@ -48,8 +48,9 @@ def test_a_file_url_naming_another_host_is_refused(archive, tmp_path):
 @pytest.mark.parametrize("md5_pinned", [False, True])
 def test_a_url_naming_the_stages_own_output_keeps_the_only_copy(archive, tmp_path, md5_pinned):
     """data.url naming the download stage's own output (by path, file:// URL or a path
-    through ..) is refused before anything is deleted: refetching it would delete the
-    only copy."""
+    through ..), with data.md5 null or another archive's, is refused before anything is
+    deleted: refetching it would delete the only copy. With its own md5 it is already
+    there."""
     dest = tmp_path / "raw" / "cifar-10-binary.tar.gz"
     fetch(str(archive["path"]), archive["md5"], dest, tmp_path / "part", FAST)
     data = dest.read_bytes()

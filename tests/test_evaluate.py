@@ -153,7 +153,7 @@ def _bad_model_files(trained, tmp_path) -> dict:
     files["nan averages"] = {**good, "ema": {k: torch.full_like(v, float("nan"))
                                              if v.is_floating_point() else v
                                              for k, v in good["ema"].items()}}
-    # faults that show only in the params or in the numbers
+    # well-formed files whose params, weight dtypes or step are wrong
     files["train params a string"] = {**good, "params": {**good["params"], "train": "oops"}}
     files["eval params a list"] = {**good, "params": {**good["params"], "eval": [1, 2]}}
     files["int64 averages"] = {**good, "ema": {k: v.long() for k, v in good["ema"].items()}}

@@ -23,8 +23,8 @@ def _grey_of(path):
     ("F", np.full((8, 8), 0.5, np.float32), 128),        # float in [0, 1]: x 255, not black
 ])
 def test_deep_and_float_pixels_are_scaled_not_clipped(tmp_path, mode, values, expected):
-    """A 16-bit PNG and a float TIFF are scaled from their own range to 0-255, not clipped
-    (near-white, or all black)."""
+    """A 16-bit PNG is scaled by 1/257 and a float TIFF in [0, 1] by 255, to 0-255: not
+    clipped to near-white, nor cast to black."""
     path = tmp_path / ("img.png" if mode == "I;16" else "img.tiff")
     Image.frombytes(mode, values.shape[::-1], values.tobytes()).save(path)
     assert abs(int(_grey_of(path).mean()) - expected) <= 1
@@ -41,7 +41,7 @@ def test_int32_pixels_beyond_16_bits_are_scaled_from_their_range(tmp_path):
 
 
 def test_exif_orientation_is_applied(tmp_path):
-    """A photo with EXIF orientation 6 is classified upright, as it is displayed."""
+    """A photo with EXIF orientation 6 is read upright, as it is displayed."""
     a = np.zeros((8, 16, 3), np.uint8)
     a[:, :8] = 255  # stored: white on the left
     exif = Image.Exif()
@@ -117,8 +117,8 @@ def test_a_fifo_is_refused_instead_of_hanging(tmp_path):
 
 @pytest.mark.parametrize("fill, count", [("nan", 64), ("inf", 1)])
 def test_nan_or_infinite_pixels_are_one_line(tmp_path, fill, count):
-    """An all-NaN float TIFF, or one with a single +inf pixel, is one line counting the
-    pixels that are not finite: no prediction, no numpy RuntimeWarning."""
+    """An all-NaN float TIFF, or one with a single +inf pixel, is refused in one line
+    counting the pixels that are not finite, before any prediction."""
     a = np.full((8, 8), 0.5, np.float32)
     if fill == "nan":
         a[:] = np.nan

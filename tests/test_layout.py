@@ -452,7 +452,9 @@ def test_comments_and_docstrings_state_rules_not_tickets(tmp_path):
     assert ticket_lines(ROOT) == []
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_x.py").write_text(
-        'def test_a():\n    """-1 once did nothing (hostile case W25)."""\n'
-        '    x = 1  # noqa: B018\n    # a bad file was a KeyError traceback\n')
+        'def test_a():\n    """-1 once did nothing."""\n    x = 1  # noqa: B018\n'
+        '    # a bad file was a KeyError traceback\n    y = 2  # see W25\n'
+        '    z = 3  # hostile case of another kind\n')
     assert ticket_lines(tmp_path) == ["tests/test_x.py:2: once did",
-                                      "tests/test_x.py:4: was a KeyError"]
+                                      "tests/test_x.py:4: was a KeyError",
+                                      "tests/test_x.py:5: W25", "tests/test_x.py:6: hostile case"]

@@ -240,8 +240,8 @@ def test_a_param_out_of_range_stops_the_stage_in_one_line(tmp_path, stage, args,
                                                           expected):
     """A million queue threads, a collective timeout of 1e300 s (it would overflow in every
     process of every torchrun restart), 10**18 processes, a watch interval past time_t, a
-    URL that does not parse and one with a password (which errors would echo): each is one
-    `error:` line naming params.yaml and the key, exit 1, before any work."""
+    URL that does not parse and one with a password: each is one `error:` line naming
+    params.yaml and the key, exit 1, no traceback, and the password is never shown."""
     project = copy_project(tmp_path / "p")
     for section, kv in values.items():
         set_params(project, section, **kv)

@@ -151,10 +151,10 @@ def test_the_help_example_of_publish_runs(finished):
 @pytest.mark.e2e
 def test_published_weights_are_replaced_only_on_request_and_only_by_their_variant(
         finished, tmp_path):
-    """The name published must be the results' variant (the baseline's results are never
-    published as tutorial_100k, a card calling a baseline model so), and replacing a
+    """The name published must be the results' variant (baseline results published as
+    tutorial_100k would get a card calling a baseline model tutorial_100k), and replacing a
     published folder takes --replace; without it, one line names the folder and nothing
-    changes."""
+    changes. A file of the user's there is refused even with --replace."""
     project, out = finished, tmp_path / "models" / "tutorial_100k"
     first = _run(project, "tools/publish.py", "tutorial_100k",
                  "--out", str(out))

@@ -167,14 +167,14 @@ def test_tolerances_are_validated():
 def test_a_tolerance_in_the_wrong_direction_is_one_line_with_its_fix(metric, value, expected):
     """A tolerance states its direction ({max_drop: N} or {max_rise: N}), checked against
     what the metric's name says: a bare signed number, whose forgotten minus would pass
-    anything (`eval.precision_at_1: 5.0` a fall from 0.99 to 0.195), is one line with
+    anything (`eval.precision_at_1: 5.0` would pass a fall from 0.99 to 0.195), is one line with
     its fix."""
     with pytest.raises(ParamsError, match=rf"^regression.tolerances.{metric}.*{expected}") as err:
         params_from_dict({"regression": {"baseline": "b.json", "tolerances": {metric: value}}})
     assert "\n" not in str(err.value)
 
 
-def test_a_forgotten_minus_no_longer_passes_a_collapse(tmp_path):
+def test_a_collapse_fails_the_gate_however_its_tolerance_is_written(tmp_path):
     """Through the gate: a precision fallen from 0.99 to 0.195 under a bare 5.0 is refused
     as a tolerance; under {max_drop: 0.02} it fails."""
     base = write_baseline(tmp_path, **{"eval.precision_at_1": 0.99})

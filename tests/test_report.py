@@ -359,10 +359,9 @@ def test_bf16_is_placed_against_the_band_of_the_fp32_seeds(tmp_path, precision, 
 
 
 def test_a_variant_of_ones_own_gets_its_own_section_and_no_exercise_table(tmp_path):
-    """A user's `dropout` variant (the queue settings of the baseline, one more option)
-    gets a section of its own, and no row in exercise 3's table, exercise 4's or the
-    exercises' loss plot: the exercises pick their variants by name, not by attributes
-    a user's variant may share."""
+    """A user's `dropout` variant (the queue settings of the baseline, one more option) gets
+    a section of its own and no row in exercises 1 to 4: the exercises pick their variants
+    by name, not by attributes a user's variant may share."""
     exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     write_variant(tmp_path / "a", "queue_fill_0pct", 0.69, 10_000,
                   min_fraction_of_examples_in_queue=0.0)
@@ -389,8 +388,9 @@ def test_a_variant_of_ones_own_gets_its_own_section_and_no_exercise_table(tmp_pa
 
 
 def test_the_intro_states_the_budgets_the_variants_ran(tmp_path):
-    """The intro states the budgets the variants ran: with a 6-step baseline beside
-    10,000-step variants it never says "Every variant ... is trained for 10,000 steps"."""
+    """The intro states the range of budgets the variants ran: with one variant (softmax)
+    at 6 steps beside 10,000-step ones it says "6 to 10,000 steps", never "Every variant
+    ... is trained for 10,000 steps"."""
     exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     import shutil
 

@@ -485,7 +485,7 @@ def small_disk(tmp_path):
 @pytest.mark.e2e
 def test_a_disk_that_fills_up_is_one_line_naming_the_output(tmp_path, small_disk):
     """A full disk is one line naming the output that did not fit (numpy's and torch's own
-    errors carry no errno), and no partial or temporary file is left."""
+    errors carry no errno), and no temporary file is left beside the outputs."""
     project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
                            train=dict(max_steps=4, batch_size=16, log_every=2, device="cpu"),
                            run=dict(checkpoint_every=2, summary_every=2),

@@ -35,7 +35,7 @@ LEARNING_RATE = Range(0.0, 1e6, lo_open=True)
 WEIGHT_DECAY = Range(0.0, 10.0)
 EPOCHS = Range(0.0, 1e6, lo_open=True)
 # torch's collectives and torchrun's rendezvous keep their timeouts in fixed-width
-# integers (1e300 s overflowed in every process and every restart); a day is past any
+# integers (1e300 s would overflow in every process and every restart); a day is past any
 # stall a run survives
 TIMEOUT = Range(0.0, 86400.0, lo_open=True, why="seconds, at most a day")
 
@@ -156,8 +156,8 @@ class RunParams:
     # several nodes: how long each waits for the others to join
     join_timeout_s: Annotated[float, TIMEOUT] = 600.0
     # workers that fill the shuffle queue; 0: filled inline between steps (the same batches
-    # either way, and inline is the fastest on CPU; the tutorial used 16 threads). Bounded:
-    # the OS refuses threads long before a million
+    # either way, and inline is the fastest on CPU; the tutorial used 16 threads). Bounded
+    # at 64: more threads only contend for the cores (the OS refuses them long before a million)
     queue_threads: Annotated[int, Range(0, 64, why="more threads than cores only contend "
                                                     "for them")] = 0
 
