@@ -443,8 +443,8 @@ def ticket_lines(root: Path, folders=("src", "stages", "tools", "benchmarks", "t
                 doc = ast.get_docstring(node, clean=False)
                 if doc:
                     notes.append((node.body[0].lineno, " ".join(doc.split())))
-        found += [f"{f.relative_to(root)}:{line}: {TICKETS.search(note).group(0)}"
-                  for line, note in sorted(notes) if TICKETS.search(note)]
+        found += [f"{f.relative_to(root)}:{line}: {hit.group(0)}"
+                  for line, note in sorted(notes) if (hit := TICKETS.search(note))]
     return found
 
 

@@ -65,9 +65,8 @@ def build_model(tf, num_classes: int):
     return model
 
 
-def run(data: Path, batch_size: int, warmup: int, windows: int, steps: int, seed: int = 0) -> dict:
-    import tensorflow as tf
-
+def run(tf, data: Path, batch_size: int, warmup: int, windows: int, steps: int,
+        seed: int = 0) -> dict:
     tf.keras.utils.set_random_seed(seed)
     images = np.load(data / "train_images.npy", mmap_mode="r")
     labels = np.load(data / "train_labels.npy")
@@ -106,11 +105,11 @@ def main() -> None:
         sys.exit(f"error: {args.data}: no {', '.join(missing)}; give --data the prepared data "
                  f"(the preprocess stage's output folder)")
     try:
-        import tensorflow  # noqa: F401
+        import tensorflow as tf
     except ImportError as exc:
         sys.exit(f"error: {sys.executable} cannot import tensorflow ({exc}); run this script "
                  f"with a Python that has TensorFlow (pip install tensorflow-cpu)")
-    print(json.dumps(run(args.data, args.batch_size, args.warmup, args.windows, args.steps)))
+    print(json.dumps(run(tf, args.data, args.batch_size, args.warmup, args.windows, args.steps)))
 
 
 if __name__ == "__main__":
