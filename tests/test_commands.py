@@ -11,6 +11,16 @@ from cifar10_tutorial.errors import PipelineError
 from conftest import ROOT
 
 
+@pytest.fixture
+def child(monkeypatch):
+    """`cifar10 NAME` replaces its process with the script (commands.become); in a test the
+    script runs as a child instead, and its exit status is the SystemExit it would give."""
+    def run(command):
+        raise SystemExit(subprocess.run(command).returncode)
+
+    monkeypatch.setattr("cifar10_tutorial.commands.become", run)
+
+
 def test_the_help_lists_every_command_with_an_example(capsys):
     main(["--help"])
     out = capsys.readouterr().out
@@ -70,7 +80,8 @@ def test_a_module_command_shows_its_options_and_an_example(capsys):
     ("benchmark", "--tf-python"), ("trial", "--keep"), ("publish", "--replace"),
     ("check-code", "--no-record"), ("ci", "--update-baseline"), ("results-page", "--out"),
     ("dev-split", "--train")])
-def test_a_script_command_runs_the_script_beside_the_package(name, option, capfd, monkeypatch):
+def test_a_script_command_runs_the_script_beside_the_package(name, option, capfd, monkeypatch,
+                                                             child):
     """The tools around the pipeline are scripts beside the package (benchmarks/, tools/,
     .ci/, devtools/): each command runs this checkout's script."""
     monkeypatch.chdir(ROOT)
@@ -92,7 +103,7 @@ def test_check_code_run_by_hand_outside_a_checkout_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("name, option", [("publish", "--replace"), ("train", "--live")])
-def test_a_commands_help_works_from_any_folder(name, option, capfd, monkeypatch):
+def test_a_commands_help_works_from_any_folder(name, option, capfd, monkeypatch, child):
     """`cifar10 NAME --help` works from a folder that is not a repository root (docs/):
     it shows the options of the package's own checkout's script."""
     monkeypatch.chdir(ROOT / "docs")
@@ -252,3 +263,33 @@ def test_a_trial_that_cannot_succeed_is_refused_before_it_starts(argv, message, 
     with pytest.raises(PipelineError, match=message):
         trial.main(argv)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_command_takes_its_script_with_it(tmp_path):
+    """`cifar10 NAME` becomes the script it runs (same process): kill -9 of the command the
+    user started ends the tool, which never carries on alone and writes later."""
+    import os
+    import signal
+    import time
+
+    for name in ("dvc.yaml", "params.yaml"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "check_code.py").write_text(
+        "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n"
+        "open('written-after-the-kill', 'w').close()\n")
+    proc = subprocess.Popen([sys.executable, "-c", "from cifar10_tutorial.commands import "
+                             "entry; entry()", "check-code"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(proc.stdout.readline())
+        assert pid == proc.pid
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        time.sleep(0.2)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        proc.kill()
+    assert not (tmp_path / "written-after-the-kill").exists()

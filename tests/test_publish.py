@@ -346,3 +346,22 @@ def test_what_publish_may_replace_is_only_what_its_manifest_names(tmp_path):
         publish("baseline", tmp_path / "none.pt", tmp_path / "none", tmp_path / "link",
                 replace=True)
     assert _snapshot(out) == before
+
+
+@pytest.mark.e2e
+def test_a_publish_killed_mid_swap_is_noticed_by_the_next(finished, tmp_path):
+    """A publish killed between the two renames of a swap (systems without renameat2) left
+    the published folder beside its name: the next publish puts it back first, so that
+    replacing those weights still takes --replace."""
+    project, out = finished, tmp_path / "models" / "tutorial_100k"
+    first = _run(project, "tools/publish.py", "tutorial_100k", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    before = _snapshot(out)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # the killed publish's pid: no longer running
+    out.rename(out.parent / f".tutorial_100k.replaced-{gone.pid}-x1")
+    again = _run(project, "tools/publish.py", "tutorial_100k", "--out", str(out))
+    assert "already holds published weights (tutorial_100k, step 14" in _one_error_line(again)
+    assert "restored from .tutorial_100k.replaced-" in again.stderr
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["tutorial_100k"]

@@ -15,8 +15,9 @@ this model file, both records name the same data, and every field the card state
 there. With --check-data the model is evaluated again on that prepared data and must give
 the precision its metrics state, to the last digit.
 
-The folder is then built aside, in a temporary folder next to --out, and renamed into
-place whole: an interrupted or failed publish leaves --out as it was. Replacing a folder
+The folder is then built aside, in a temporary folder next to --out, and swapped into
+place whole: an interrupted or failed publish leaves --out holding the old weights or the
+new, and the next publish restores or removes what an interrupted one left beside it. Replacing a folder
 that holds published weights takes --replace; a folder holding files publish did not
 write (its manifest, published.json, lists those it did) is refused, and nothing else in
 it is ever removed.
@@ -39,12 +40,12 @@ import math
 import os
 import shlex
 import shutil
-import tempfile
 from typing import Optional
 
 from cifar10_tutorial.cli import run_stage
 from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import recover_swapped_folder, staging_folder, swap_in_folder
 from cifar10_tutorial.ownership import ensure_writable, listed
 from cifar10_tutorial.model_files import load_model_file
 from publish_records import RERUN, Records, read_json, read_records, sha256
@@ -248,33 +249,13 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-def _swap_in(staged: Path, out: Path, own: set[str]) -> None:
-    """``staged`` renamed to ``out``; a folder already there is renamed aside first and
-    then only the files publish wrote in it are removed."""
-    if not out.exists():
-        os.rename(staged, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced-", dir=out.parent))
-    old.rmdir()  # a free name beside out, on the same file system
-    os.rename(out, old)
-    try:
-        os.rename(staged, out)
-    except OSError:
-        os.rename(old, out)
-        raise
-    try:
-        for name in own:
-            (old / name).unlink(missing_ok=True)
-        old.rmdir()
-    except OSError:  # something appeared in it meanwhile: not publish's to remove
-        print(f"note: the weights published before are now in {old}, which holds what "
-              f"publish did not make; left as it is", file=sys.stderr)
-
-
 def publish(name: str, model: Path, results: Path, out: Path,
             check_data: Optional[Path] = None, replace: bool = False) -> Path:
     """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
     model, results, out = Path(model), Path(results), Path(out)
+    _held(out)  # a link or a file at --out: refused before anything is changed beside it
+    for line in recover_swapped_folder(out, {*FILES, MANIFEST}):
+        print(f"note: {line}", file=sys.stderr)
     own, held = _held(out)
     r = read_records(name, model, results)
     curve = _curve(results)
@@ -288,13 +269,14 @@ def publish(name: str, model: Path, results: Path, out: Path,
         check_precision(model, Path(check_data), r.eval, r.metrics)
     out.parent.mkdir(parents=True, exist_ok=True)
     ensure_writable(out.parent)
-    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.publishing-", dir=out.parent))
+    staged = staging_folder(out)
     try:
         _write_folder(staged, r, out, curve)
         own, _ = _held(out)  # again: what a user put there meanwhile is not replaced either
-        _swap_in(staged, out, own)
+        swap_in_folder(staged, out, own)
     finally:
-        shutil.rmtree(staged, ignore_errors=True)  # gone already once swapped in
+        if staged.is_dir():  # not swapped in: only what _write_folder put there
+            recover_swapped_folder(out, {*FILES, MANIFEST})
     return out / CARD
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -100,7 +99,15 @@ def main(argv=None) -> None:
     if not Path(script[0]).is_file():
         raise PipelineError(f"cifar10 {name}: {script[0]} is not in {Path.cwd()}; run it from "
                             f"the repository root of a checkout of this project")
-    sys.exit(subprocess.run([sys.executable, *script, *rest]).returncode)
+    become([sys.executable, *script, *rest])
+
+
+def become(command: list[str]) -> None:
+    """Replace this process with ``command``: a signal or kill sent to `cifar10 NAME` reaches
+    the script itself, which never runs on without the process the user started."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
 
 
 def _at_a_repository_root(name: str) -> None:

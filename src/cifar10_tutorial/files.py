@@ -103,6 +103,117 @@ def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
     os.replace(tmp, path)
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the entries ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``):
+    an interruption leaves each name holding one whole folder. False where the system or
+    file system has no such call; the caller then renames in two steps."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "renameat2", None)
+    if call is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if call(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _aside(dest: Path, *kinds: str) -> list[Path]:
+    """The folders an interrupted swap at ``dest`` left (``.NAME.KIND-PID-*``), but those of
+    a process still running: a swap under way there is not a leftover."""
+    from .ownership import process_alive
+
+    found = []
+    for kind in kinds:
+        for path in dest.parent.glob(f".{dest.name}.{kind}-*"):
+            pid = path.name[len(f".{dest.name}.{kind}-"):].split("-")[0]
+            if not (pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid))):
+                found.append(path)
+    return sorted(found)
+
+
+def staging_folder(dest: Path) -> Path:
+    """A new empty folder beside ``dest`` (same file system) to build it in, for
+    :func:`swap_in_folder`; its name (``.NAME.staging-*``) tells :func:`recover_swapped_folder`
+    what an interruption left."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-{os.getpid()}-", dir=dest.parent))
+
+
+def swap_in_folder(staged: Path, dest: Path, own: set[str]) -> None:
+    """``staged`` (a folder built beside ``dest``) becomes ``dest`` whole. A folder already at
+    ``dest`` is exchanged with it in one step where the system can (then ``staged`` holds the
+    old one), else renamed aside to ``.NAME.replaced-*`` first; of the old folder only the
+    files named in ``own`` are removed, and it only when nothing else is in it. Whatever
+    moment an interruption comes, ``dest`` holds the old folder or the new one, or (two-step
+    rename only) the old one waits beside it for :func:`recover_swapped_folder`."""
+    staged, dest = Path(staged), Path(dest)
+    if not dest.exists():
+        os.rename(staged, dest)
+        return
+    if _exchange(staged, dest):
+        old = staged
+    else:
+        import tempfile
+
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.replaced-{os.getpid()}-",
+                                    dir=dest.parent))
+        old.rmdir()  # a free name beside dest, on the same file system
+        os.rename(dest, old)
+        try:
+            os.rename(staged, dest)
+        except OSError:
+            os.rename(old, dest)
+            raise
+    _remove_own(old, own)
+
+
+def _remove_own(folder: Path, own: set[str]) -> bool:
+    """The files of ``own`` in ``folder``, then ``folder`` itself when that left it empty;
+    False (and nothing removed) when it holds anything else."""
+    entries = {p.name for p in folder.iterdir()}
+    if not entries <= own or any((folder / n).is_symlink() or (folder / n).is_dir()
+                                 for n in entries):
+        return False
+    for name in entries:
+        (folder / name).unlink()
+    folder.rmdir()
+    return True
+
+
+def recover_swapped_folder(dest: Path, own: set[str]) -> list[str]:
+    """Before a folder is swapped in at ``dest``: what an interrupted
+    :func:`swap_in_folder` left beside it. A folder renamed aside while ``dest`` is gone is
+    renamed back; folders being built, or an old folder whose replacement is in place, are
+    removed when they hold only files of ``own``. Returns a line for each thing done or
+    left (one that holds anything else is named, never removed)."""
+    dest = Path(dest)
+    said = []
+    for old in _aside(dest, "replaced"):
+        if not dest.exists() and not dest.is_symlink():
+            os.rename(old, dest)
+            said.append(f"{dest}: restored from {old.name}, where an interrupted swap left it")
+        elif _remove_own(old, own):
+            said.append(f"{old}: removed, the folder an interrupted swap replaced")
+        else:
+            said.append(f"{old}: left by an interrupted swap, and holds files it did not "
+                        f"write; left as it is: move it away once you have looked at it")
+    for built in _aside(dest, "staging", "publishing"):
+        if _remove_own(built, own):
+            said.append(f"{built}: removed, a folder an interrupted swap left half built")
+        else:
+            said.append(f"{built}: left by an interrupted swap, and holds files it did not "
+                        f"write; left as it is: move it away once you have looked at it")
+    return said
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """``text`` into ``path``."""
     _replace_with(path, lambda tmp: tmp.write_text(text))

@@ -1,0 +1,102 @@
+"""A folder written aside and swapped in whole (files.swap_in_folder): whatever moment an
+interruption comes, the folder's name holds the old folder or the new one, and the next
+writer restores or removes what was left beside it, never a file it did not write."""
+import subprocess
+import sys
+
+import pytest
+
+from cifar10_tutorial import files
+from cifar10_tutorial.files import recover_swapped_folder, staging_folder, swap_in_folder
+
+OWN = {"model.pt", "published.json"}
+
+
+def folder(path, **contents):
+    path.mkdir(parents=True)
+    for name, text in contents.items():
+        (path / name).write_text(text)
+    return path
+
+
+def snapshot(path):
+    return {p.name: p.read_text() for p in path.iterdir()}
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_a_folder_is_replaced_whole_and_nothing_is_left_beside_it(tmp_path, monkeypatch,
+                                                                   exchange):
+    if not exchange:  # systems without renameat2: two renames
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    dest = folder(tmp_path / "out", **{"model.pt": "old", "published.json": "{}"})
+    staged = staging_folder(dest)
+    (staged / "model.pt").write_text("new")
+    swap_in_folder(staged, dest, OWN)
+    assert snapshot(dest) == {"model.pt": "new"}
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_an_old_folder_holding_a_file_of_the_users_is_kept(tmp_path):
+    dest = folder(tmp_path / "out", **{"model.pt": "old", "notes.md": "mine"})
+    staged = staging_folder(dest)
+    (staged / "model.pt").write_text("new")
+    swap_in_folder(staged, dest, OWN)
+    assert snapshot(dest) == {"model.pt": "new"}
+    kept = [p for p in tmp_path.iterdir() if p.name != "out"]
+    assert len(kept) == 1 and snapshot(kept[0]) == {"model.pt": "old", "notes.md": "mine"}
+
+
+def test_a_swap_killed_between_its_two_renames_is_restored_by_the_next_writer(tmp_path,
+                                                                             monkeypatch):
+    """The two-step rename (no renameat2) killed after the first: the old folder waits
+    beside the name, which the next writer renames back before it does anything else."""
+    monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    dest = folder(tmp_path / "out", **{"model.pt": "old", "published.json": "{}"})
+    staged = staging_folder(dest)
+    (staged / "model.pt").write_text("new")
+    real_rename, calls = files.os.rename, []
+
+    def killed_after_the_first(a, b):
+        calls.append(a)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # the process ends here
+        real_rename(a, b)
+
+    monkeypatch.setattr(files.os, "rename", killed_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        swap_in_folder(staged, dest, OWN)
+    monkeypatch.setattr(files.os, "rename", real_rename)
+    assert not dest.exists()
+    # the process that was swapping is gone: its leftovers carry a dead pid
+    pid = dead_pid()
+    for left in tmp_path.iterdir():
+        kind, rest = left.name[len(".out."):].split("-", 1)
+        left.rename(tmp_path / f".out.{kind}-{pid}-{rest.split('-', 1)[1]}")
+    said = recover_swapped_folder(dest, OWN)
+    assert snapshot(dest) == {"model.pt": "old", "published.json": "{}"}
+    assert [p.name for p in tmp_path.iterdir()] == ["out"], said
+    assert any("restored" in line for line in said) and any("half built" in line for line in said)
+
+
+def test_leftovers_of_a_running_writer_or_with_foreign_files_are_not_touched(tmp_path):
+    dest = folder(tmp_path / "out", **{"model.pt": "current"})
+    running = folder(tmp_path / f".out.staging-{subprocess.os.getppid()}-abc", **{"model.pt": "x"})
+    foreign = folder(tmp_path / f".out.staging-{dead_pid()}-abc", **{"thesis.tex": "mine"})
+    said = recover_swapped_folder(dest, OWN)
+    assert running.is_dir() and snapshot(foreign) == {"thesis.tex": "mine"}
+    assert said == [f"{foreign}: left by an interrupted swap, and holds files it did not "
+                    f"write; left as it is: move it away once you have looked at it"]
+    assert snapshot(dest) == {"model.pt": "current"}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux's")
+def test_on_linux_the_swap_is_one_step(tmp_path):
+    a, b = folder(tmp_path / "a", x="a"), folder(tmp_path / "b", x="b")
+    assert files._exchange(a, b)
+    assert snapshot(a) == {"x": "b"} and snapshot(b) == {"x": "a"}
