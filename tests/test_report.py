@@ -3,6 +3,7 @@ stage writes (tests/test_ablation.py runs the real stages end to end): the minim
 banner, effects weighed against the seeds' spread, the 100K-step reproduction, the time to
 its accuracy, and no blank plot."""
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -399,3 +400,37 @@ def test_the_intro_states_the_budgets_the_variants_ran(tmp_path):
     text = make_report(tmp_path / "a", tmp_path / "out", OVERRIDES).read_text()
     intro = text.split("\n## ", 1)[0]
     assert "trained for **6 to 10,000 steps**" in intro and "Every variant" not in intro
+
+
+def test_a_copied_results_folder_is_one_line_naming_both_folders(tmp_path):
+    """Two results folders whose variant.json names the same variant: the one not named
+    after it is the copy, named in one line with the variant's own folder, whichever sorts
+    first."""
+    import shutil
+
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    for copy in ("copy", "a_copy"):
+        shutil.copytree(tmp_path / "a" / "baseline", tmp_path / "a" / copy)
+        with pytest.raises(PipelineError) as err:
+            make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+        assert str(err.value) == (f"{tmp_path / 'a' / copy}: its variant.json names baseline, "
+                                  f"whose folder is {tmp_path / 'a' / 'baseline'}; expected one "
+                                  f"results folder a variant; remove the copy")
+        shutil.rmtree(tmp_path / "a" / copy)
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity"])
+def test_a_variant_whose_precision_is_not_finite_is_refused_in_one_line(tmp_path, value):
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    write_variant(tmp_path / "a", "drop_half", 0.6, 10_000)
+    path = tmp_path / "a" / "drop_half" / "metrics.json"
+    path.write_text(path.read_text().replace('"precision_at_1": 0.6', f'"precision_at_1": {value}'))
+    with pytest.raises(PipelineError, match=r"^" + re.escape(str(path)) + r": its precision is "
+                       r"not finite \(eval\.precision_at_1: (nan|inf)\), expected a fraction of "
+                       r"the test images; rerun it \(`dvc repro -f "
+                       r"reports/dvc\.yaml:ablation@drop_half`\)\.$"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)

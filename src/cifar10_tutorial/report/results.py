@@ -4,6 +4,7 @@ report's first section, which says how the results were made."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ def load_variants(root: Path) -> pd.DataFrame:
     """One row per variant: what it is (variant.json) and its results (metrics.json: the
     train run's figures, ``loss_avg`` as ``final_loss_avg`` and ``step`` as ``steps``,
     and the evaluation's)."""
-    rows = []
+    rows, folders = [], {}
     for path in sorted(Path(root).glob("*/metrics.json")):
         described = path.with_name("variant.json")
         if not described.is_file():
@@ -28,6 +29,14 @@ def load_variants(root: Path) -> pd.DataFrame:
                                 f"version of the code); rerun the variant "
                                 f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`).")
         m = json.loads(path.read_text())
+        precision = m["eval"].get("precision_at_1")
+        if isinstance(precision, float) and not math.isfinite(precision):
+            raise PipelineError(f"{path}: its precision is not finite (eval.precision_at_1: "
+                                f"{precision}), expected a fraction of the test images; rerun "
+                                f"it (`dvc repro -f reports/dvc.yaml:ablation@"
+                                f"{path.parent.name}`).")
+        variant = json.loads(described.read_text())
+        folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
         train["steps"], train["final_loss_avg"] = train.pop("step"), train.pop("loss_avg")
         train.pop("loss"), train.pop("held_out", None)
@@ -35,10 +44,17 @@ def load_variants(root: Path) -> pd.DataFrame:
             train.setdefault("time_to_target", {})
         ev = {("eval_examples_per_sec" if k == "examples_per_sec" else k): v
               for k, v in m["eval"].items()}
-        rows.append(_device_read({**json.loads(described.read_text()), **train, **ev}))
+        rows.append(_device_read({**variant, **train, **ev}))
     if not rows:
         raise PipelineError(f"{root}: no ablation results (*/metrics.json); run the ablation "
                             f"stages first (`dvc repro reports/dvc.yaml:report`).")
+    for name, where in folders.items():
+        if len(where) > 1:  # the folder named after the variant is its own; another a copy
+            own = [f for f in where if f.name == name] or where[:1]
+            copy = next(f for f in where if f != own[0])
+            raise PipelineError(f"{copy}: its variant.json names {name}, whose folder is "
+                                f"{own[0]}; expected one results folder a variant; remove "
+                                f"the copy")
     return pd.DataFrame(rows).set_index("variant")
 
 
