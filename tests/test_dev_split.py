@@ -1,11 +1,15 @@
 """The dev split from a copy of the public CIFAR-10-images repository (cifar10 dev-split):
 the same archive from the repository's folder, its train/ folder or its zip; its test/
-folder never read; one line for an incomplete copy; and, with the real images beside the
-checkout, the md5 of the split the committed figures were measured on
+folder never read; one line for an incomplete copy, a duplicated or damaged image and an
+--out that cannot be written (checked before the images are read); and, with the real
+images beside the checkout, the md5 of the split the committed figures were measured on
 (tests/test_exercises_lock.py builds it with the command, then prepares it)."""
 import io
+import re
 import tarfile
+import warnings
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,3 +75,65 @@ def test_an_incomplete_copy_is_one_line_naming_the_class(tmp_path):
     with pytest.raises(PipelineError, match=r"expected a train/ folder in it"):
         build_dev_split(repo / "test" / "cat", tmp_path / "o.tar.gz", train=20, test=5)
     assert not (tmp_path / "o.tar.gz").exists()
+
+
+def zip_of(repo, zip_path, extra=()):
+    """The repository's folder as a zip, with ``extra`` (name, bytes) members after its own."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # zipfile's "Duplicate name"
+        with zipfile.ZipFile(zip_path, "w") as z:
+            for path in sorted(repo.rglob("*.jpg")):
+                z.write(path, path.relative_to(repo.parent).as_posix())
+            for name, raw in extra:
+                z.writestr(name, raw)
+    return zip_path
+
+
+@pytest.mark.parametrize("raw", [b"this is not a jpeg", _jpeg(7)[:200]],
+                         ids=["not-a-jpeg", "truncated"])
+def test_a_damaged_image_is_one_line_naming_the_member(tmp_path, raw):
+    repo = make_repository(tmp_path / "repo")
+    (repo / "train" / "cat" / "0001.jpg").write_bytes(raw)
+    for source in (repo, zip_of(repo, tmp_path / "repo.zip")):
+        with pytest.raises(PipelineError, match=r"^" + re.escape(str(source)) + r": train/cat/"
+                           r"0001\.jpg is truncated or not a JPEG \(.+\); expected a 32x32 "
+                           r"CIFAR-10 image: take the file from a fresh copy of https://"):
+            build_dev_split(source, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+    assert not (tmp_path / "o.tar.gz").exists()
+
+
+def test_a_duplicated_member_is_named_as_such(tmp_path):
+    repo = make_repository(tmp_path / "repo")
+    source = zip_of(repo, tmp_path / "repo.zip",
+                    [("repo/train/cat/0001.jpg", _jpeg(1))])
+    with pytest.raises(PipelineError, match=r"train/cat/0001\.jpg appears more than once \(a "
+                                            r"duplicate member; 1 such\); expected each image "
+                                            r"once") as err:
+        build_dev_split(source, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+    assert "incomplete" not in str(err.value)
+    # an extra file under another name: too many, not an incomplete copy
+    (repo / "train" / "cat" / "0099.jpg").write_bytes(_jpeg(1))
+    with pytest.raises(PipelineError, match=r"found cat: 4 \(too many: files that are not the "
+                                            r"repository's among them\? remove them\)$"):
+        build_dev_split(repo, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+
+
+def test_out_is_checked_before_the_images_are_read(tmp_path, monkeypatch):
+    import dev_split
+
+    def never(*args, **kwargs):
+        raise AssertionError("the images were read before --out was checked")
+
+    monkeypatch.setattr(dev_split, "load_records", never)
+    (tmp_path / "a_file").write_text("")
+    cases = {tmp_path: r"a folder; expected the archive's file name, e.g. --out "
+                       + re.escape(str(tmp_path / "cifar10-dev.tar.gz")),
+             tmp_path / "a_file" / "dev.tgz": r"its folder .*a_file cannot be made or written "
+                                               r"\(.+\); expected a writable place"}
+    if Path("/proc/self").is_dir():
+        cases[Path("/proc/x/dev.tgz")] = (r"its folder /proc/x cannot be made or written \(.+\); "
+                                          r"expected a writable place: give --out another path")
+    for out, message in cases.items():
+        with pytest.raises(PipelineError, match=r"^--out " + re.escape(str(out)) + ": "
+                           + message):
+            build_dev_split(tmp_path / "no-such-source", out, train=20, test=5, per_class=3)

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
 import io
+import tempfile
 import zipfile
 from typing import Iterator
 
@@ -87,6 +88,11 @@ def load_records(source: Path, per_class: int = PER_CLASS) -> np.ndarray:
     from PIL import Image
 
     found = sorted(_images(Path(source)))
+    twice = [rel for (rel, _), (nxt, _) in zip(found, found[1:]) if rel == nxt]
+    if twice:
+        raise PipelineError(f"{source}: train/{twice[0]} appears more than once (a duplicate "
+                            f"member; {len(set(twice))} such); expected each image once: make "
+                            f"the zip again from a fresh copy of {SOURCE}")
     counts = {c: 0 for c in CLASSES}
     for rel, _ in found:
         cls = rel.split("/")[0]
@@ -96,19 +102,45 @@ def load_records(source: Path, per_class: int = PER_CLASS) -> np.ndarray:
         counts[cls] += 1
     wrong = {c: n for c, n in counts.items() if n != per_class}
     if wrong:
+        why = []
+        if min(wrong.values()) < per_class:
+            why.append(f"an incomplete copy of {SOURCE}?")
+        if max(wrong.values()) > per_class:
+            why.append("too many: files that are not the repository's among them? remove them")
         raise PipelineError(f"{source}: expected {per_class:,} images in each class folder of "
                             f"train/; found " + ", ".join(f"{c}: {n:,}" for c, n in wrong.items())
-                            + f" (an incomplete copy of {SOURCE}?)")
+                            + f" ({'; '.join(why)})")
     records = np.empty((len(found), 3073), np.uint8)
     for i, (rel, raw) in enumerate(found):
-        with Image.open(io.BytesIO(raw)) as img:
-            pixels = np.asarray(img.convert("RGB"))
+        try:
+            with Image.open(io.BytesIO(raw)) as img:
+                pixels = np.asarray(img.convert("RGB"))
+        except (OSError, ValueError, SyntaxError) as exc:  # PIL's errors of a damaged file
+            raise PipelineError(f"{source}: train/{rel} is truncated or not a JPEG ({exc}); "
+                                f"expected a 32x32 CIFAR-10 image: take the file from a fresh "
+                                f"copy of {SOURCE}") from None
         if pixels.shape != (32, 32, 3):
             raise PipelineError(f"{source}: train/{rel} is {pixels.shape[1]}x{pixels.shape[0]}; "
                                 f"expected a 32x32 CIFAR-10 image")
         records[i, 0] = CLASSES.index(rel.split("/")[0])
         records[i, 1:] = pixels.transpose(2, 0, 1).reshape(-1)
     return records
+
+
+def check_out(out: Path) -> None:
+    """``out`` is a place the archive can be written: not a folder, its folder made and
+    writable."""
+    if out.is_dir():
+        raise PipelineError(f"--out {out}: a folder; expected the archive's file name, e.g. "
+                            f"--out {out / 'cifar10-dev.tar.gz'}")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out.parent):
+            pass
+    except OSError as exc:
+        raise PipelineError(f"--out {out}: its folder {out.parent} cannot be made or written "
+                            f"({exc.strerror or exc}); expected a writable place: give --out "
+                            f"another path") from None
 
 
 def build_dev_split(source: Path, out: Path, train: int = 40000, test: int = 10000,
@@ -119,6 +151,7 @@ def build_dev_split(source: Path, out: Path, train: int = 40000, test: int = 100
         raise PipelineError(f"--train {train} --test {test}: expected a multiple of 5 training "
                             f"images and at least 1 held-out one, {len(CLASSES) * per_class:,} "
                             f"in all at most")
+    check_out(Path(out))  # before the decoding, which takes a while
     records = load_records(source, per_class)
     records = records[np.random.default_rng(SHUFFLE_SEED).permutation(len(records))]
     members = {f"cifar-10-batches-bin/data_batch_{i + 1}.bin": batch.tobytes()
