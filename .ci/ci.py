@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -111,8 +112,33 @@ def apply_overrides(params_path: Path, overrides: dict) -> None:
 
 
 def _run(cmd: list[str], cwd: Path, env: dict) -> int:
+    """``cmd``'s exit status. It runs in a process group of its own, which is stopped, its
+    stages included, when this process is interrupted (Ctrl-C, or a SIGTERM the caller
+    turns into one)."""
     print(f"$ {' '.join(cmd)}", flush=True)
-    return subprocess.run(cmd, cwd=cwd, env=env).returncode
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except BaseException:
+        _stop_group(proc)
+        raise
+
+
+def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM to ``proc``'s process group; SIGKILL to what is left of it after ``grace``
+    seconds (or at once, for the stages ``proc`` leaves behind when it exits)."""
+    def group(sig):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    group(signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    group(signal.SIGKILL)
+    proc.wait()
 
 
 def _outputs(project: Path) -> list[Path]:

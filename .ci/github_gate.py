@@ -27,7 +27,10 @@ ancestors of the merge base are searched, 50).
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,12 +43,35 @@ sys.path.insert(0, str(ROOT / "src"))  # this checkout's code is what is gated
 
 from cifar10_tutorial.cli import run_stage  # noqa: E402
 from cifar10_tutorial.errors import PipelineError  # noqa: E402
+from cifar10_tutorial.files import write_text_atomic  # noqa: E402
 
 CONFIG = "official"
 COMMENT = "regression-comment.md"
 BOT = {"GIT_AUTHOR_NAME": "github-actions[bot]", "GIT_COMMITTER_NAME": "github-actions[bot]",
        "GIT_AUTHOR_EMAIL": "41898282+github-actions[bot]@users.noreply.github.com",
        "GIT_COMMITTER_EMAIL": "41898282+github-actions[bot]@users.noreply.github.com"}
+
+
+# the variables that name a branch, a commit or a remote, all passed to git, and their
+# longest value: a branch name's length is bounded by a file name's; a remote may be a URL
+NAMES = {"GITHUB_EVENT_NAME": 255, "GITHUB_SHA": 255, "GITHUB_REF": 255, "GITHUB_BASE_REF": 255,
+         "CIFAR10_CI_DEFAULT_BRANCH": 255, "CIFAR10_CI_BASELINES": 255,
+         "CIFAR10_CI_REMOTE": 4096}
+
+
+def shown(value: str, limit: int = 40) -> str:
+    """``value`` quoted for a message, cut to ``limit`` characters and its length said."""
+    return repr(value) if len(value) <= limit else \
+        f"{value[:limit]!r}... ({len(value):,} characters)"
+
+
+def check_name(key: str, value: str) -> None:
+    """A variable that names a branch, a commit or a remote holds at most its number of
+    :data:`NAMES` characters, all printable."""
+    if len(value) > NAMES[key] or not value.isprintable():
+        raise PipelineError(f"{key}: expected a git name (at most {NAMES[key]:,} printable "
+                            f"characters), found {shown(value)}; set it to the branch, commit "
+                            f"or remote it stands for")
 
 
 @dataclass
@@ -62,13 +88,20 @@ class Event:
 
     @classmethod
     def from_env(cls, env=os.environ) -> "Event":
+        for key in NAMES:
+            check_name(key, env.get(key) or "")
         default = env.get("CIFAR10_CI_DEFAULT_BRANCH") or "main"
         sha = env.get("GITHUB_SHA") or git("rev-parse", "HEAD")
+        lookback = (env.get("CIFAR10_CI_LOOKBACK") or "50").strip()
+        if not lookback.isdigit() or int(lookback) < 1:
+            raise PipelineError(f"CIFAR10_CI_LOOKBACK: expected a whole number (how many "
+                                f"first-parent ancestors of the merge base to search, e.g. 50), "
+                                f"found {shown(lookback)}; set it to one or unset it")
         return cls(name=env.get("GITHUB_EVENT_NAME", ""), sha=sha, ref=env.get("GITHUB_REF", ""),
                    base=env.get("GITHUB_BASE_REF") or default, default=default,
                    branch=env.get("CIFAR10_CI_BASELINES") or "ci-baselines",
                    remote=env.get("CIFAR10_CI_REMOTE") or "origin",
-                   lookback=int(env.get("CIFAR10_CI_LOOKBACK") or 50))
+                   lookback=int(lookback))
 
     @property
     def stores(self) -> bool:
@@ -203,6 +236,39 @@ def measure_and_store(event: Event, archive: Path, work: Path) -> tuple[int, str
                f"it"), table
 
 
+def check_stored(event: Event, sha: str, text: str) -> None:
+    """A stored baseline is a JSON object of finite numbers (the push job writes one); any
+    other is damaged, and no run is gated against it."""
+    try:
+        values = json.loads(text)
+    except ValueError:
+        values = None
+    if not isinstance(values, dict) or not values:
+        found = f"not a JSON object of metrics: {shown(text)}"
+    else:
+        bad = [(k, v) for k, v in values.items() if isinstance(v, bool)
+               or not isinstance(v, (int, float)) or not math.isfinite(v)]
+        if not bad:
+            return
+        found = f"{bad[0][0]} is {bad[0][1]!r}"
+    raise PipelineError(f"the stored baseline `{event.branch}:{CONFIG}/{sha}.json` is damaged "
+                        f"({found}), expected the gated metrics as finite numbers; nothing was "
+                        f"gated: re-run the gate job of the push of {sha[:12]} to "
+                        f"{event.default}, which stores it again")
+
+
+def against_stored(table: str, stored_as: str) -> str:
+    """The gate's table as it reads against a stored baseline: naming it, not the scratch
+    copy's file it was copied to, and without what concerns a baseline committed to the
+    branch (`dvc metrics diff` against its commit, the advice to commit a new one): the
+    verdict says what to do."""
+    table = re.sub(r"\ARegression check against \S+?:", f"Regression check against the stored "
+                   f"baseline `{stored_as}`:", table)
+    table = re.sub(r" If the change is intended, update the baseline .*? with the change\.", "",
+                   table, flags=re.S)
+    return re.sub(r"\n\n\(?`dvc metrics diff.*\Z", "", table, flags=re.S)
+
+
 def gate(event: Event, archive: Path, work: Path) -> tuple[int, str, str]:
     base = merge_base(event)
     fetch(event, event.branch)
@@ -214,8 +280,12 @@ def gate(event: Event, archive: Path, work: Path) -> tuple[int, str, str]:
                     f"it, so this run GATED NOTHING" + (
                         "" if rc == 0 else "; and its pipeline FAILED (see the job's log)")), table
     baseline, metrics = work / "baseline.json", work / "metrics.json"
-    baseline.write_text(git("show", f"{event.tracking(event.branch)}:{CONFIG}/{sha}.json") + "\n")
+    stored_as = f"{event.branch}:{CONFIG}/{sha}.json"
+    text = git("show", f"{event.tracking(event.branch)}:{CONFIG}/{sha}.json")
+    check_stored(event, sha, text)
+    baseline.write_text(text + "\n")
     rc, table = run(archive, baseline_file=baseline, metrics_out=metrics)
+    table = against_stored(table, stored_as)
     which = (f"the baseline of {sha[:12]} on {event.base}, "
              + ("the merge base" if distance == 0 else
                 f"{distance} commit(s) before the merge base {base[:12]}, which has none yet"))
@@ -236,15 +306,29 @@ def report(event: Event, verdict: str, table: str) -> None:
     """The verdict and the table: the job's summary (appended) and the comment's file."""
     text = (f"### Regression gate, `{CONFIG}` configuration, {event.sha[:12]}\n\n{verdict}\n\n"
             + (table or "(no table: the pipeline stopped before the regression stage)") + "\n")
-    (ROOT / COMMENT).write_text(text)
+    write_text_atomic(ROOT / COMMENT, text)  # a link there is replaced, never written through
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with open(summary, "a") as f:
-            f.write(text + "\n")
+        try:
+            with open(summary, "a") as f:
+                f.write(text + "\n")
+        except OSError as exc:  # the verdict stands: it is printed and in the comment's file
+            print(f"warning: GITHUB_STEP_SUMMARY {shown(summary, 200)}: {exc.strerror or exc}; "
+                  f"the verdict is not in the job's summary (expected a writable file)",
+                  file=sys.stderr)
     print(verdict.replace("**", ""))
 
 
+def stop_on_term() -> None:
+    """SIGTERM (a cancelled job) unwinds the gate as Ctrl-C does: its pipeline's processes
+    are stopped and its scratch folders removed on the way out (.ci/ci.py run_config)."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main() -> None:
+    stop_on_term()
     if len(sys.argv) != 2:
         raise PipelineError("usage: python .ci/github_gate.py ARCHIVE (the official archive)")
     archive = Path(sys.argv[1]).resolve()

@@ -11,9 +11,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -382,3 +384,180 @@ m.store(e, pathlib.Path('{metrics}'))"
     listing = sh(origin, "git", "ls-tree", "-r", "--name-only", "ci-baselines").split()
     assert listing == sorted([f"official/{c0}.json", f"official/{c1}.json"])
     assert sh(origin, "git", "rev-list", "--count", "ci-baselines") == "2"
+
+
+# ------------------------------------------------ its inputs and outputs, one line each
+
+
+def test_bad_environment_variables_are_one_line_each(tmp_path):
+    """A lookback that is not a whole number, a branch name too long to pass to git: one
+    line naming the variable, what it expected and what it found, before any git command
+    (here by the script, as the workflow runs it)."""
+    gate = github_gate(ROOT)
+    with pytest.raises(gate.PipelineError, match=r"^CIFAR10_CI_LOOKBACK: expected a whole "
+                       r"number \(how many first-parent ancestors of the merge base to search, "
+                       r"e\.g\. 50\), found 'abc'; set it to one or unset it$"):
+        gate.Event.from_env({"GITHUB_SHA": "x", "CIFAR10_CI_LOOKBACK": "abc"})
+    assert gate.Event.from_env({"GITHUB_SHA": "x", "CIFAR10_CI_LOOKBACK": "7"}).lookback == 7
+    with pytest.raises(gate.PipelineError, match=r"^GITHUB_BASE_REF: expected a git name \(at "
+                       r"most 255 printable characters\), found 'b{40}'\.\.\. \(70,000 "
+                       r"characters\); set it to the branch, commit or remote it stands for$"):
+        gate.Event.from_env({"GITHUB_SHA": "x", "GITHUB_BASE_REF": "b" * 70_000})
+    for key, value in (("CIFAR10_CI_LOOKBACK", "abc"), ("GITHUB_BASE_REF", "b" * 70_000)):
+        proc = subprocess.run([sys.executable, str(ROOT / ".ci/github_gate.py"), "a.tar.gz"],
+                              cwd=tmp_path, capture_output=True, text=True,
+                              env=clean_env(GITHUB_SHA="x", **{key: value}))
+        assert proc.returncode == 1 and proc.stderr.startswith(f"error: {key}: expected ")
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+def test_the_comment_replaces_a_link_and_an_unwritable_summary_is_one_warning(
+        tmp_path, monkeypatch, capsys):
+    """The comment's file is written beside its name and renamed into place: a link there
+    is replaced, the file it points to untouched. A job summary that cannot be written (a
+    folder) is one warning line: the verdict stands."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    foreign = tmp_path / "foreign.txt"
+    foreign.write_text("someone else's\n")
+    (checkout / "regression-comment.md").symlink_to(foreign)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    gate = github_gate(checkout)
+    pr = event(gate, "pull_request", "f" * 40, "refs/pull/1/merge")
+    gate.report(pr, "**PASSED** here", "| table |")
+    assert foreign.read_text() == "someone else's\n"
+    comment = checkout / "regression-comment.md"
+    assert not comment.is_symlink() and "**PASSED** here\n\n| table |" in comment.read_text()
+    capsys.readouterr()
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path))
+    gate.report(pr, "**PASSED** here", "| table |")
+    out, err = capsys.readouterr()
+    assert out == "PASSED here\n"
+    assert err == (f"warning: GITHUB_STEP_SUMMARY '{tmp_path}': Is a directory; the verdict is "
+                   f"not in the job's summary (expected a writable file)\n")
+
+
+def stored_baseline(tmp_path, values: str):
+    """A checkout whose merge base with main has ``values`` stored on ci-baselines (as a
+    push job stores it, or as a hand-pushed file), and the gate module working in it."""
+    project = two_commits(tmp_path / "dev")
+    base = sh(project, "git", "rev-parse", "HEAD")
+    origin, runner = remote_and_checkout(tmp_path, project)
+    gate = github_gate(runner)
+    (tmp_path / "m.json").write_text(values)
+    gate.store(event(gate, "push", base, "refs/heads/main"), tmp_path / "m.json")
+    (project / "b.txt").write_text("feature\n")
+    sh(project, "git", "checkout", "-q", "-b", "feature")
+    commit(project, "feature")
+    pull_request(project, runner, "feature", 1)
+    return gate, runner, base
+
+
+def test_a_damaged_stored_baseline_is_said_so_and_nothing_runs(tmp_path):
+    gate, _, base = stored_baseline(tmp_path, '{"eval.precision_at_1": NaN}')
+
+    def run(*args, **kwargs):
+        raise AssertionError("a run was gated against a damaged baseline")
+
+    gate.run = run
+    (tmp_path / "work").mkdir()
+    with pytest.raises(gate.PipelineError, match=(
+            rf"^the stored baseline `ci-baselines:official/{base}\.json` is damaged "
+            r"\(eval\.precision_at_1 is nan\), expected the gated metrics as finite numbers; "
+            rf"nothing was gated: re-run the gate job of the push of {base[:12]} to main, "
+            r"which stores it again$")):
+        gate.gate(event(gate, "pull_request", "x", "refs/pull/1/merge"), tmp_path / "a.tar.gz",
+                  tmp_path / "work")
+
+
+def test_the_table_names_the_stored_baseline_it_was_gated_against(tmp_path, monkeypatch):
+    """The regression stage's table, made in the scratch copy where the stored baseline is
+    copied to the configuration's file, names the stored baseline instead, without the
+    advice to commit a baseline file or the note that it is not committed."""
+    from cifar10_tutorial.regression import RegressionError, gate as regress, metrics_diff_md
+
+    gate, runner, base = stored_baseline(tmp_path, '{"eval.precision_at_1": 0.8}')
+    monkeypatch.chdir(runner)  # a git repository where the copied baseline is not committed
+    named = "reports/baseline/ci-official.json"
+
+    def run(archive, baseline_file, metrics_out):
+        (runner / named).parent.mkdir(parents=True)
+        shutil.copyfile(baseline_file, runner / named)
+        files = {"eval": tmp_path / "eval.json"}
+        files["eval"].write_text(json.dumps({"precision_at_1": 0.5}))
+        metrics_out.write_text(json.dumps({"eval.precision_at_1": 0.5}))
+        try:
+            text = regress(named, {"eval.precision_at_1": {"max_drop": 0.02}}, files)
+        except RegressionError as exc:
+            text = str(exc)
+        return 1, text + "\n\n" + metrics_diff_md(named, files)
+
+    gate.run = run
+    (tmp_path / "work").mkdir()
+    rc, verdict, table = gate.gate(event(gate, "pull_request", "x", "refs/pull/1/merge"),
+                                   tmp_path / "a.tar.gz", tmp_path / "work")
+    assert rc == 1 and verdict.startswith(f"**REGRESSED** against the baseline of {base[:12]}")
+    assert table.startswith(f"Regression check against the stored baseline "
+                            f"`ci-baselines:official/{base}.json`:\n\n| metric |"), table
+    assert table.endswith("\n\nREGRESSION in eval.precision_at_1."), table
+    assert named not in table and "commit" not in table
+
+
+def test_a_terminated_gate_stops_its_pipeline_and_removes_its_scratch(tmp_path):
+    """SIGTERM to the gate while its pipeline runs (here a stand-in for `dvc repro` that
+    starts a stage of its own and waits): the gate exits in one line, no process of the
+    pipeline is left, and no scratch folder."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    pids = tmp_path / "pids"
+    script = tmp_path / "gate.py"
+    script.write_text(f"""import importlib.util, sys
+from pathlib import Path
+sys.path.insert(0, {str(ROOT / '.ci')!r})
+import ci
+spec = importlib.util.spec_from_file_location("github_gate", {str(ROOT / '.ci/github_gate.py')!r})
+g = importlib.util.module_from_spec(spec); sys.modules[spec.name] = g; spec.loader.exec_module(g)
+ci.load_config = lambda name, root: {{"archive": "given", "params": {{}}}}
+ci.copy_worktree = ci.apply_overrides = ci._keep_results = lambda *args: None
+ci.build_archive = lambda *args: "0" * 32
+ci._place_baseline = lambda *args: None
+ci._outputs = lambda project: []
+run = ci._run
+ci._run = lambda cmd, cwd, env: run(["bash", "-c", "sleep 300 & echo $$ $! > {pids}; wait"],
+                                    cwd, env)
+g.gate = lambda event, archive, work: (*g.run(archive, baseline_file=work / "b.json",
+                                              metrics_out=work / "m.json"), "")[:3]
+sys.argv = ["github_gate.py", "a.tar.gz"]
+g.run_stage(g.main)
+""")
+    log = tmp_path / "stderr"
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=stderr,
+                                env=clean_env(GITHUB_SHA="f" * 40, TMPDIR=str(scratch),
+                                              PYTHONPATH=str(ROOT / "src")))
+    started = []
+    try:
+        for _ in range(300):
+            if pids.is_file() and len(pids.read_text().split()) == 2:
+                break
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.1)
+        started = [int(pid) for pid in pids.read_text().split()]
+        assert list(scratch.iterdir())  # the gate's scratch folders, while it runs
+        proc.terminate()
+        assert proc.wait(timeout=60) == 130
+        err = log.read_text()
+        assert err.splitlines() == ["interrupted"], err
+        time.sleep(0.2)
+        left = [pid for pid in started if Path(f"/proc/{pid}").exists()
+                and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"]
+        assert left == [], "the pipeline's processes outlived the gate"
+        assert list(scratch.iterdir()) == []
+    finally:
+        proc.kill()
+        for pid in started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
