@@ -432,5 +432,6 @@ def test_a_variant_whose_precision_is_not_finite_is_refused_in_one_line(tmp_path
     with pytest.raises(PipelineError, match=r"^" + re.escape(str(path)) + r": its precision is "
                        r"not finite \(eval\.precision_at_1: (nan|inf)\), expected a fraction of "
                        r"the test images; rerun it \(`dvc repro -f "
-                       r"reports/dvc\.yaml:ablation@drop_half`\)\.$"):
+                       r"reports/dvc\.yaml:ablation@drop_half`; dataset_ablation@drop_half "
+                       r"for a data-set variant\)\.$"):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)

@@ -33,8 +33,8 @@ def load_variants(root: Path) -> pd.DataFrame:
         if isinstance(precision, float) and not math.isfinite(precision):
             raise PipelineError(f"{path}: its precision is not finite (eval.precision_at_1: "
                                 f"{precision}), expected a fraction of the test images; rerun "
-                                f"it (`dvc repro -f reports/dvc.yaml:ablation@"
-                                f"{path.parent.name}`).")
+                                f"it (`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`"
+                                f"; dataset_ablation@{path.parent.name} for a data-set variant).")
         variant = json.loads(described.read_text())
         folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
