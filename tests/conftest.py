@@ -220,8 +220,15 @@ def write_train_project(proj: Path, data, params: dict) -> Path:
     prep = proj / "data" / "prepared"
     if not prep.exists():
         write_prepared(data, prep)
-    (proj / "params.yaml").write_text(yaml.safe_dump(params))
+    (proj / "params.yaml").write_text(yaml.safe_dump(main_sections(params)))
     return proj
+
+
+def main_sections(params: dict) -> dict:
+    """``params`` (e.g. ``to_dict`` of every section) cut to the sections params.yaml holds."""
+    from cifar10_tutorial.params import MAIN
+
+    return {k: v for k, v in params.items() if k in MAIN.sections}
 
 
 @pytest.fixture(scope="session")

@@ -29,12 +29,33 @@ def test_variants_override_the_baseline_and_share_the_budget():
 @pytest.mark.parametrize("ablations, expected", [
     ({"x": {"model": {"ouput": "softmax"}}}, r"ablations.x: unknown key model.ouput"),
     ({"x": {"model": {"head": "conv"}}}, r"ablations.x: model.head: expected one of 'fc' \| 'local', found 'conv'"),
-    ({"x y": {}}, r"variant name 'x y' may hold only"),
-    ({"x": {"ablation": {"max_steps": 3}}}, r"a variant cannot override \['ablation'\]"),
+    ({"x y": {}}, r"^ablations: variant name 'x y' must be a string starting with a letter, "
+                  r"then letters, digits, '_' or '-', at most 64 characters$"),
+    ({"--help": {}}, r"^ablations: variant name '--help' must be a string starting with a letter"),
+    ({123: {}}, r"^ablations: variant name 123 must be a string starting with a letter.* \(YAML "
+                r"reads this key as a number: rename it\)$"),
+    ({True: {}}, r"^ablations: variant name True must be a string .* \(YAML reads this key as "
+                 r"true or false: quote it\)$"),
+    ({"a" * 300: {}}, r"^ablations: variant name 'aaaaaaaaaaaaaaaaaaaa'\.\.\. has 300 "
+                      r"characters; a name is a string starting with a letter.* at most 64"),
+    ({"x": {"ablation": {"max_steps": 3}}}, r"^ablations.x: a variant cannot override ablation: "
+                                            r"\(what every variant shares"),
+    ({"dat1": {"data": {"dataset": "svhn"}}}, r"^ablations.dat1: a variant cannot override data: "
+                                              r"\(data-set variants go under dataset_ablations:\)$"),
+    ({"x": {"regression": {"baseline": None}}}, r"^ablations.x: a variant cannot override "
+                                                r"regression: \(the main pipeline's gate"),
 ])
 def test_bad_variants_are_errors(ablations, expected):
+    """One line for each: a name that is no string, starts with no letter or is too long
+    for a folder's name, and a variant overriding what a variant cannot change."""
     with pytest.raises(ParamsError, match=expected):
         params_from_dict({"ablations": ablations})
+    (name, overrides), = ablations.items()
+    if "data" in overrides:  # a data-set variant's own data
+        assert params_from_dict({"dataset_ablations": ablations}).dataset_ablations[name]
+        return
+    with pytest.raises(ParamsError, match=expected.replace("^ablations", "^dataset_ablations")):
+        params_from_dict({"dataset_ablations": ablations})
 
 
 def test_a_trial_evaluates_the_first_trial_eval_images_held_out_images():

@@ -19,7 +19,7 @@ from cifar10_tutorial.checkpoint_files import load_checkpoint
 from cifar10_tutorial.training.distributed import PAUSED_EXIT
 from cifar10_tutorial.training.deadline import STOP_AT_ENV
 from cifar10_tutorial.training.train import train
-from conftest import ROOT, tiny_params, write_prepared, write_train_project
+from conftest import ROOT, main_sections, tiny_params, write_prepared, write_train_project
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -221,7 +221,7 @@ def test_devices_timing_runs_both_setups_on_the_same_cores(synth_data, tmp_path)
 
     prep = write_prepared(synth_data, tmp_path / "prepared")
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump(to_dict(tiny_params())))
+    params.write_text(yaml.safe_dump(main_sections(to_dict(tiny_params()))))
     out = tmp_path / "timing.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "devices_timing.py"), "--params",
                            str(params), "--data", str(prep), "--out", str(out), "--steps", "20",

@@ -308,3 +308,92 @@ def test_a_params_file_that_is_a_link_is_read_with_a_warning(tmp_path, caplog):
     caplog.set_level("WARNING")
     assert load_params(tmp_path / "params.yaml").train.seed == 3
     assert f"is a link to {shared}: `dvc exp run -S`" in caplog.text
+
+
+# -------------------------------------------------------------------------- two files
+
+
+def _file(tmp_path, name, raw):
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(raw) if isinstance(raw, dict) else raw)
+    return path
+
+
+@pytest.mark.parametrize("name, section, value, expected", [
+    ("reports/params.yaml", "data", {"dataset": "svhn"},
+     r"data: lives in params\.yaml, not in reports/params\.yaml \(the variants train on the "
+     r"main pipeline's prepared data; a variant on another data set goes under "
+     r"dataset_ablations: here\); remove it here$"),
+    ("reports/params.yaml", "regression", {"baseline": None},
+     r"regression: lives in params\.yaml, not in reports/params\.yaml \(the main pipeline's "
+     r"gate\); remove it here$"),
+    ("params.yaml", "ablations", {"x": {}},
+     r"ablations: lives in reports/params\.yaml, not in params\.yaml; move it there$"),
+    ("params.yaml", "ablation", {"max_steps": 3},
+     r"ablation: lives in reports/params\.yaml, not in params\.yaml; move it there$"),
+    ("params.yaml", "dataset_ablations", {},
+     r"dataset_ablations: lives in reports/params\.yaml, not in params\.yaml; move it there$"),
+])
+def test_a_section_of_the_other_params_file_is_refused_naming_where_it_belongs(
+        tmp_path, name, section, value, expected):
+    """Each params file holds its own sections: one of the other file's, which nothing
+    would read there, is one line naming the file, the section and its file."""
+    raw = yaml.safe_load((ROOT / name).read_text())
+    path = _file(tmp_path, name, {**raw, section: value})
+    with pytest.raises(ParamsError, match=rf"^{path}: {expected}"):
+        load_params(path)
+    assert load_params(_file(tmp_path, name, raw))  # the project's own: fine
+
+
+def test_the_exercise_params_need_both_groups_of_variants(tmp_path):
+    """reports/dvc.yaml expands `ablations:` and `dataset_ablations:`: a file without one,
+    or an empty one, is refused by its own name; `{}` runs no variant."""
+    raw = yaml.safe_load((ROOT / "reports/params.yaml").read_text())
+    for group in ("ablations", "dataset_ablations"):
+        path = _file(tmp_path, "reports/params.yaml", {k: v for k, v in raw.items() if k != group})
+        with pytest.raises(ParamsError, match=rf"^{path}: has no {group}: section, which "
+                                              rf"reports/dvc.yaml reads; add it \(`{group}: "
+                                              rf"{{}}` for no variant\)$"):
+            load_params(path)
+    path = _file(tmp_path, "reports/params.yaml", "# nothing\n")
+    with pytest.raises(ParamsError, match=rf"^{path}: empty \(or comments only\): the exercise "
+                                          rf"pipeline's baseline and variants are set in it; copy "
+                                          rf"the repository's reports/params.yaml"):
+        load_params(path)
+    params = load_params(_file(tmp_path, "reports/params.yaml",
+                               {**raw, "ablations": {}, "dataset_ablations": {}}))
+    assert params.ablations == {} and params.dataset_ablations == {}
+
+
+def test_a_params_file_not_a_mapping_is_named_by_its_type_not_its_content(tmp_path):
+    """A file of something else (a link to /etc/passwd) is refused by what YAML read, its
+    content never quoted."""
+    other = _file(tmp_path, "passwd", "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1\n")
+    path = tmp_path / "reports" / "params.yaml"
+    path.parent.mkdir()
+    path.symlink_to(other)
+    with pytest.raises(ParamsError) as err:
+        load_params(path)
+    assert str(err.value) == (f"{path}: expected a mapping at the top level of params, found "
+                              f"a string")
+    with pytest.raises(ParamsError, match=r"found a list$"):
+        load_params(_file(tmp_path, "params.yaml", "- a\n- b\n"))
+
+
+def test_under_dvc_the_undo_names_the_params_file_and_the_results_dvc_removed(tmp_path,
+                                                                              monkeypatch):
+    """A failed `dvc exp run -S` leaves its change in the file, and DVC deleted the stage's
+    results kept in git before running it: the message says the `git checkout` of both."""
+    from pathlib import Path
+
+    raw = yaml.safe_load((ROOT / "reports/params.yaml").read_text())
+    raw["ablation"]["max_steps"] = "abc"
+    path = _file(tmp_path, "reports/params.yaml", raw)
+    monkeypatch.setenv("DVC_ROOT", str(tmp_path))
+    with pytest.raises(ParamsError) as err:
+        load_params(path, removed=(Path("reports/ablations/baseline"),))
+    assert str(err.value).endswith(
+        f"ablation.max_steps: expected an integer, found 'abc' (a failed `dvc exp run -S` "
+        f"leaves its change in {path}, and DVC deleted the results of this stage kept in git: "
+        f"`git checkout {path} reports/ablations/baseline` undoes it)")

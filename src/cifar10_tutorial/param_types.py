@@ -291,11 +291,11 @@ def build(cls: type, mapping: dict, prefix: str) -> Any:
 PARAMS_LIMIT = 1 << 20  # bytes: a params file is a few KB; more is not one
 
 
-def read_params_yaml(path) -> Any:
+def read_params_yaml(path, empty: str = "it would run every default") -> Any:
     """A params file parsed the way DVC reads it, strictly: UTF-8 text, no duplicate keys
     (DVC's reader refuses them too; PyYAML keeps the last silently), no aliases (``*name``:
     an alias bomb expands without end), no empty file (which read as all the defaults), and
-    one line naming the file for anything else."""
+    one line naming the file for anything else (``empty``: what an empty one would mean)."""
     import yaml
 
     class Strict(yaml.SafeLoader):
@@ -339,7 +339,5 @@ def read_params_yaml(path) -> Any:
     except ValueError as exc:  # an integer of thousands of digits
         raise ParamsError(f"{path}: a value YAML cannot read ({str(exc)[:80]})") from None
     if raw is None:
-        raise ParamsError(f"{path}: empty (or comments only): it would run every default, the "
-                          f"official download and 100,000 steps; copy the repository's "
-                          f"params.yaml and edit it")
+        raise ParamsError(f"{path}: empty (or comments only): {empty}")
     return raw

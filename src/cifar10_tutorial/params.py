@@ -237,6 +237,44 @@ class RegressionParams:
                               f"regression.baseline: null")
 
 
+# A variant's name becomes a DVC stage's name (ablation@NAME), folder names and a command
+# line's argument: a letter first (never an option such as --help), then letters, digits,
+# '_' and '-', short enough for any file system's names.
+VARIANT_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+VARIANT_NAME_LIMIT = 64
+
+# What no variant may override, and where it goes instead. An ablation variant trains on
+# the main pipeline's prepared data: a data: section there would be ignored.
+_SHARED_BY_ALL = {"ablation": "what every variant shares; a variant's own budget is its "
+                              "train.max_steps or train.max_epochs",
+                  "ablations": "the variants themselves",
+                  "dataset_ablations": "the variants themselves",
+                  "regression": "the main pipeline's gate, in params.yaml"}
+NOT_IN_A_VARIANT = {
+    "ablations": {"data": "data-set variants go under dataset_ablations:", **_SHARED_BY_ALL},
+    "dataset_ablations": _SHARED_BY_ALL}
+
+
+def check_variant_name(name: Any, group: str = "ablations") -> str:
+    """``name`` if it is a valid variant name (:data:`VARIANT_NAME`, at most
+    :data:`VARIANT_NAME_LIMIT` characters), else one line saying what a name is."""
+    rule = (f"a string starting with a letter, then letters, digits, '_' or '-', at most "
+            f"{VARIANT_NAME_LIMIT} characters")
+    if not isinstance(name, str):
+        kind = ("true or false" if isinstance(name, bool) else "null" if name is None
+                else "a number")
+        fix = "quote it" if isinstance(name, bool) else "rename it"
+        raise ParamsError(f"{group}: variant name {name!r} must be {rule} (YAML reads this "
+                          f"key as {kind}: {fix})")
+    shown = repr(name) if len(name) <= VARIANT_NAME_LIMIT else f"{name[:20]!r}..."
+    if not VARIANT_NAME.fullmatch(name):
+        raise ParamsError(f"{group}: variant name {shown} must be {rule}")
+    if len(name) > VARIANT_NAME_LIMIT:
+        raise ParamsError(f"{group}: variant name {shown} has {len(name)} characters; a name "
+                          f"is {rule}")
+    return name
+
+
 @dataclass(frozen=True)
 class Params:
     data: DataParams = field(default_factory=DataParams)
@@ -254,20 +292,22 @@ class Params:
     dataset_ablations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for group in ("ablations", "dataset_ablations"):
+            for name in getattr(self, group):
+                check_variant_name(name, group)
         both = set(self.ablations) & set(self.dataset_ablations)
         if both:
             raise ParamsError(f"ablations and dataset_ablations share the names {sorted(both)}")
-        for name, overrides in {**self.ablations, **self.dataset_ablations}.items():
-            if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)):
-                raise ParamsError(f"ablations: variant name {name!r} may hold only letters, "
-                                  f"digits, '_' and '-'")
-            bad = set(overrides) & {"ablation", "ablations", "dataset_ablations"}
-            if bad:
-                raise ParamsError(f"ablations.{name}: a variant cannot override {sorted(bad)}")
-            try:
-                variant_params(self, name)
-            except ParamsError as exc:
-                raise ParamsError(f"ablations.{name}: {exc}") from None
+        for group in ("ablations", "dataset_ablations"):
+            for name, overrides in getattr(self, group).items():
+                for section, why in NOT_IN_A_VARIANT[group].items():
+                    if section in overrides:
+                        raise ParamsError(f"{group}.{name}: a variant cannot override "
+                                          f"{section}: ({why})")
+                try:
+                    variant_params(self, name)
+                except ParamsError as exc:
+                    raise ParamsError(f"{group}.{name}: {exc}") from None
 
 
 def _deep_merge(base: dict, overrides: dict) -> dict:
@@ -309,32 +349,104 @@ def variant_params(params: "Params", name: str) -> "Params":
 # --------------------------------------------------------------------------- loader
 
 
+def _kind(value: Any) -> str:
+    """What YAML read, by type only (never the content: a file of another kind linked in
+    its place may hold anything)."""
+    return {str: "a string", list: "a list", bool: "true or false", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
+
+
 def params_from_dict(raw: Optional[dict]) -> Params:
     """Validate a parsed params mapping (``None`` gives the defaults)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ParamsError(f"expected a mapping at the top level of params, found {raw!r}")
+        raise ParamsError(f"expected a mapping at the top level of params, found {_kind(raw)}")
     return _build(Params, raw, "")
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate ``path``; every problem is a :class:`ParamsError` naming the file.
+@dataclass(frozen=True)
+class ParamsFile:
+    """One of the two params files: ``name`` (as messages say it), the ``sections`` it may
+    hold, those it must hold (``required``), and what an empty one would mean."""
+
+    name: str
+    sections: tuple[str, ...]
+    required: tuple[str, ...]
+    empty: str
+
+
+_BASELINE = ("model", "input", "train", "run", "fast", "eval")
+# the main pipeline's (dvc.yaml): its data, its run and its regression gate
+MAIN = ParamsFile("params.yaml", ("data", *_BASELINE, "regression"), (),
+                  "it would run every default, the official download and 100,000 steps; "
+                  "copy the repository's params.yaml and edit it")
+# the exercise pipeline's (reports/dvc.yaml): the variants' baseline and the variants;
+# reports/dvc.yaml's foreach reads both groups of variants
+EXERCISES = ParamsFile("reports/params.yaml",
+                       (*_BASELINE, "ablation", "ablations", "dataset_ablations"),
+                       ("ablations", "dataset_ablations"),
+                       "the exercise pipeline's baseline and variants are set in it; copy "
+                       "the repository's reports/params.yaml and edit it (`ablations: {}` and "
+                       "`dataset_ablations: {}` run no variant)")
+# where a section of the other file belongs, when it is found in the wrong one
+_MOVE = {"data": " (the variants train on the main pipeline's prepared data; a variant on "
+                 "another data set goes under dataset_ablations: here)",
+         "regression": " (the main pipeline's gate)"}
+
+
+def params_file(path: str | Path) -> ParamsFile:
+    """The kind of params file ``path`` is: reports/params.yaml's, or else the main one's."""
+    return EXERCISES if Path(path).parts[-2:] == ("reports", "params.yaml") else MAIN
+
+
+def check_sections(raw: dict, file: ParamsFile) -> None:
+    """Every top-level key of ``raw`` one that ``file`` holds; a section of the other file
+    named with the file it belongs in."""
+    other = EXERCISES if file is MAIN else MAIN
+    for section in raw:
+        if section in file.sections:
+            continue
+        if section in other.sections:
+            raise ParamsError(f"{section}: lives in {other.name}, not in {file.name}"
+                              f"{_MOVE.get(section, '') if file is EXERCISES else ''}; "
+                              f"{'move it there' if file is MAIN else 'remove it here'}")
+        raise ParamsError(f"unknown key {section} in params; valid keys in the top level of "
+                          f"{file.name}: {', '.join(file.sections)}")
+    for section in file.required:
+        if section not in raw:
+            raise ParamsError(f"has no {section}: section, which reports/dvc.yaml reads; "
+                              f"add it (`{section}: {{}}` for no variant)")
+
+
+def load_params(path: str | Path = "params.yaml", file: Optional[ParamsFile] = None,
+                removed: tuple[Path, ...] = ()) -> Params:
+    """Read and validate ``path``, a params file of kind ``file`` (by default from its
+    path: :func:`params_file`); every problem is a :class:`ParamsError` naming the file.
+    Under DVC the message says how to undo a failed `dvc exp run -S`: the file, and the
+    stage's results kept in git (``removed``), which DVC deleted before running it.
     A params file that is a link is read, with a warning: `dvc exp run -S` rewrites the
     file it points at (another project's, a shared one), reformatted."""
     path = Path(path)
+    file = file or params_file(path)
     if path.is_symlink():
         import logging
 
         logging.getLogger(__name__).warning(
             "warning: %s is a link to %s: `dvc exp run -S` and `dvc exp apply` rewrite that "
             "file; keep a copy of your own here to keep it as it is", path, os.path.realpath(path))
-    raw = read_params_yaml(path)
+    raw = read_params_yaml(path, empty=file.empty)
     try:
+        if isinstance(raw, dict):
+            check_sections(raw, file)
         return params_from_dict(raw)
     except ParamsError as exc:
-        undo = (f" (a failed `dvc exp run -S` leaves its change in {path}: `git checkout "
-                f"{path}` undoes it)" if os.environ.get("DVC_ROOT") else "")  # the usual cause under DVC
+        undo = ""
+        if os.environ.get("DVC_ROOT"):  # the usual cause under DVC
+            paths = " ".join(str(p) for p in (path, *removed))
+            undo = (f" (a failed `dvc exp run -S` leaves its change in {path}"
+                    f"{', and DVC deleted the results of this stage kept in git' if removed else ''}"
+                    f": `git checkout {paths}` undoes it)")
         raise ParamsError(f"{path}: {exc}{undo}") from None
 
 
