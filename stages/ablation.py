@@ -9,7 +9,9 @@ A variant with train.num_devices > 1 runs itself under torchrun, one process per
 --stop-at pauses it at a deadline (exit status 75; the same command continues), and
 --mirror keeps its newest checkpoint where another machine can continue it (in
 <mirror>/NAME); both also from the environment (docs/continuing.md).
-reports/dvc.yaml gives every path; by hand, give them too.
+reports/dvc.yaml gives every path, `{variant}` in each standing for NAME, which DVC
+passes as the stage's own name (ablation@NAME), never on the command line: no shell
+reads a variant's name. By hand, give NAME and the paths.
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
@@ -21,7 +23,8 @@ from cifar10_tutorial.exercises.ablation import run_variant_stage
 
 def main() -> None:
     ap = stage_parser(__doc__, EXERCISE_PARAMS)
-    ap.add_argument("name", help="the variant, a key of `ablations:`")
+    ap.add_argument("name", nargs="?", help="the variant, a key of `ablations:` (default: "
+                    "NAME of the DVC stage ablation@NAME running this)")
     ap.add_argument("--data", type=Path, required=True, help="the prepared data")
     ap.add_argument("--work", type=Path, required=True, help="model, checkpoints (and data)")
     ap.add_argument("--trial-work", type=Path, help="a trial's model and checkpoints "
@@ -29,7 +32,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="the variant's results")
     add_continuation(ap)
     args = ap.parse_args()
-    run_variant_stage(args, __file__, lambda params: load_prepared(args.data))
+    run_variant_stage(args, __file__, lambda params: load_prepared(args.data), "ablations")
 
 
 if __name__ == "__main__":

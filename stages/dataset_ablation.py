@@ -3,7 +3,8 @@
 partial download waiting in --partial), prepares it into --work/prepared, then trains and
 evaluates as stages/ablation.py does: results into --out (reports/ablations/NAME), model and
 checkpoints into --work. --stop-at and --mirror as there (docs/continuing.md).
-reports/dvc.yaml gives every path; by hand, give them too.
+reports/dvc.yaml gives every path, `{variant}` in each standing for NAME, the stage's own
+name (dataset_ablation@NAME), as in stages/ablation.py. By hand, give NAME and the paths.
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
@@ -15,7 +16,8 @@ from cifar10_tutorial.exercises.dataset import prepare_variant_data
 
 def main() -> None:
     ap = stage_parser(__doc__, EXERCISE_PARAMS)
-    ap.add_argument("name", help="the variant, a key of `dataset_ablations:`")
+    ap.add_argument("name", nargs="?", help="the variant, a key of `dataset_ablations:` "
+                    "(default: NAME of the DVC stage dataset_ablation@NAME running this)")
     ap.add_argument("--work", type=Path, required=True, help="its data, model, checkpoints")
     ap.add_argument("--trial-work", type=Path, help="a trial's model and checkpoints "
                     "(ablation.trial_steps set), apart from a full run's in --work")
@@ -24,7 +26,7 @@ def main() -> None:
     add_continuation(ap)
     args = ap.parse_args()
     run_variant_stage(args, __file__, lambda params: prepare_variant_data(
-        params, args.name, args.work, args.partial))
+        params, args.name, args.work, args.partial), "dataset_ablations")
 
 
 if __name__ == "__main__":

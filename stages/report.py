@@ -6,7 +6,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from pathlib import Path
 
 from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_parser
-from cifar10_tutorial.params import load_params
+from cifar10_tutorial.params import EXERCISES, load_params
 from cifar10_tutorial.report.report import make_report
 
 
@@ -23,7 +23,7 @@ def main() -> None:
                     help="the reference implementation's runs on the same data (one JSON each)")
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
-    params = load_params(args.params)
+    params = load_params(args.params, EXERCISES)
     path = make_report(args.ablations, args.out, dict(params.ablations),
                        dict(params.dataset_ablations), args.search, args.equivalence,
                        args.devices_timing, args.tf_reference, params.ablation.trial_steps)

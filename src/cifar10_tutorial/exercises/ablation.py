@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -18,7 +19,9 @@ from ..training.distributed import launched_by_torchrun, relaunch_on_devices, th
 from ..evaluation.evaluate import evaluate
 from ..files import write_text_atomic
 from ..ownership import hold_run_lock
-from ..params import AblationParams, Params, load_params, variant_params
+from ..errors import PipelineError
+from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
+                      variant_params)
 from ..data.prepared import Prepared
 from ..training.train import train
 
@@ -69,15 +72,70 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
     return metrics
 
 
-def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]) -> None:
-    """The body of the stages ``ablation@NAME`` and ``dataset_ablation@NAME``: hold the
-    run's lock on the folders it writes, relaunch under torchrun when the variant asks for
-    several devices, get its data (``load_data(params)``), then :func:`run_variant`.
+# In reports/dvc.yaml's commands, the variant's name: the stage's own (ablation@NAME, from
+# DVC_STAGE), never written into a command, so that no shell ever reads a name
+VARIANT = "{variant}"
+# the stage of each group of variants in reports/dvc.yaml, and its script
+STAGES = {"ablations": ("ablation", "stages/ablation.py"),
+          "dataset_ablations": ("dataset_ablation", "stages/dataset_ablation.py")}
+
+
+def dvc_stage_variant(stage: str, address: str | None = None) -> str | None:
+    """The variant NAME when DVC runs ``stage@NAME`` (its address in ``address``, by default
+    DVC_STAGE, e.g. ``reports/dvc.yaml:ablation@baseline``); None for any other stage, or
+    outside DVC."""
+    address = os.environ.get("DVC_STAGE") if address is None else address
+    if not address:
+        return None
+    _, found, name = address.partition("dvc.yaml:")
+    group, at, variant = (name if found else address).partition("@")
+    return variant if group == stage and at else None
+
+
+def variant_name(given: str | None, group: str) -> str:
+    """The variant a stage of ``group`` runs: ``given`` on its command line (by hand), else
+    the one of the DVC stage running it; checked against the name rule before any path or
+    params use it, and against the DVC stage's when both are known."""
+    stage, script = STAGES[group]
+    from_dvc = dvc_stage_variant(stage)
+    if given is None and from_dvc is None:
+        raise PipelineError(f"no variant given: run `python {script} NAME ...` (NAME: a key "
+                            f"of `{group}:` in reports/params.yaml), or `dvc repro "
+                            f"reports/dvc.yaml:{stage}@NAME`")
+    name = given if given is not None else from_dvc
+    check_variant_name(name, group)
+    if from_dvc is not None and given is not None and from_dvc != given:
+        raise PipelineError(f"variant {given} given, but DVC runs the stage {stage}@{from_dvc}; "
+                            f"give the same name, or none")
+    return name
+
+
+def _for_variant(path: Path | None, name: str) -> Path | None:
+    return None if path is None else Path(str(path).replace(VARIANT, name))
+
+
+def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared],
+                      group: str = "ablations") -> None:
+    """The body of the stages ``ablation@NAME`` and ``dataset_ablation@NAME`` (``group``:
+    the params section of their variants): hold the run's lock on the folders it writes,
+    relaunch under torchrun when the variant asks for several devices, get its data
+    (``load_data(params)``), then :func:`run_variant`.
     ``args``: the stage's parsed command line (params, name, work, trial_work, out,
-    stop_at, mirror); a trial trains in ``trial_work`` (:func:`.paths.training_work`), a queued
+    stop_at, mirror); the name, when not given, is the DVC stage's
+    (:func:`variant_name`), and ``{variant}`` in a path stands for it. A trial trains in
+    ``trial_work`` (:func:`.paths.training_work`), a queued
     DVC experiment below the repository's folder (:func:`.paths.kept_past_workspace`);
     ``script``: the stage script's ``__file__``, which torchrun runs again."""
-    params = load_params(args.params)
+    args.name = variant_name(args.name, group)
+    for option in ("work", "trial_work", "out"):
+        setattr(args, option, _for_variant(getattr(args, option), args.name))
+    under_dvc = dvc_stage_variant(STAGES[group][0]) is not None
+    params = load_params(args.params, EXERCISES, removed=(args.out,) if under_dvc else ())
+    other = "dataset_ablations" if group == "ablations" else "ablations"
+    if args.name in getattr(params, other) and args.name not in getattr(params, group):
+        stage, script_name = STAGES[other]
+        raise PipelineError(f"{args.name} is a variant of `{other}:`; run it with `dvc repro "
+                            f"reports/dvc.yaml:{stage}@{args.name}` ({script_name})")
     work = training_work(params.ablation, args.name, args.work, args.trial_work)
     trial = work != args.work  # its mirror folder apart too: a full run's there stays
     cont = from_stage(args.stop_at, args.mirror, f"trials/{args.name}" if trial else args.name)
@@ -87,7 +145,9 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
                  "outlive DVC's temporary workspace)", kept.name, kept)
         work = kept
     if not launched_by_torchrun():  # the launching process holds them for its ranks
-        command = " ".join(["stages/" + Path(script).name, *sys.argv[1:]])
+        words = [w.replace(VARIANT, args.name) for w in sys.argv[1:]]
+        command = " ".join(["stages/" + Path(script).name,
+                            *([] if args.name in words else [args.name]), *words])
         # --work's lock too in a trial: a full run there writes the same --out (and data);
         # and --out's, which two variants of other --work must not share
         for folder in dict.fromkeys((args.work, work, args.out)):

@@ -1,0 +1,133 @@
+"""A variant's name reaches no shell: reports/dvc.yaml's commands, rendered by DVC for
+names a shell would read as code, run the same fixed words for every variant, and the
+stage takes the name from DVC (its stage's own), refusing it before any path or params."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.exercises.ablation import dvc_stage_variant, variant_name
+from cifar10_tutorial.params import ParamsError
+from conftest import ROOT
+
+# names a shell reads as several words, other commands, substitutions or an option; {tmp}
+# is where a command they ran would leave its file
+HOSTILE = ["x;touch$IFS{tmp}/p;#", "a'b", "x';touch {tmp}/r;'", "$(touch {tmp}/q)", "`id`",
+           "two\nlines", "--help", 'q"$(touch {tmp}/s)"']
+
+
+def _project(tmp_path, names):
+    """A DVC project holding reports/dvc.yaml with ``names`` as variants of both groups."""
+    from dvc.repo import Repo
+
+    project = tmp_path / "project"
+    (project / "reports").mkdir(parents=True)
+    shutil.copy2(ROOT / "reports/dvc.yaml", project / "reports/dvc.yaml")
+    raw = yaml.safe_load((ROOT / "reports/params.yaml").read_text())
+    raw["ablations"] = {n: {} for n in names}
+    raw["dataset_ablations"] = {f"{n}_data": {} for n in names}
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(raw))
+    Repo.init(project, no_scm=True).close()
+    return project
+
+
+def _rendered(project, monkeypatch):
+    """(address, command) of each variant stage, as DVC renders reports/dvc.yaml."""
+    from dvc.repo import Repo
+
+    monkeypatch.chdir(project)
+    with Repo(str(project)) as repo:
+        return [(s.addressing, s.cmd) for s in repo.index.stages if "@" in s.name]
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "bash"])
+def test_no_shell_reads_a_variant_name(tmp_path, monkeypatch, shell):
+    """Every variant's command, run by the shell as DVC runs it (DVC_STAGE set), calls the
+    stage once with the same words, none of them the name; nothing else runs."""
+    names = [n.format(tmp=tmp_path) for n in HOSTILE]
+    project = _project(tmp_path, names)
+    stages = _rendered(project, monkeypatch)
+    assert len(stages) == 2 * len(names)
+    stub = tmp_path / "bin" / "python"  # records its arguments instead of running a stage
+    stub.parent.mkdir()
+    log = tmp_path / "argv.jsonl"
+    stub.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                    f"with open({str(log)!r}, 'a') as f:\n"
+                    f"    f.write(json.dumps([os.environ['DVC_STAGE'], sys.argv[1:]]) + '\\n')\n")
+    stub.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}"}
+    for address, cmd in stages:
+        proc = subprocess.run([shutil.which(shell), "-c", cmd], cwd=project,
+                              env={**env, "DVC_STAGE": address}, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [address for address, _ in calls] == [address for address, _ in stages]
+    words = {(argv[0], tuple(argv[1:])) for _, argv in calls}
+    assert words == {("stages/ablation.py", ("--data", "data/prepared",
+                                             "--work", "data/ablations/{variant}",
+                                             "--trial-work", "data/trials/{variant}",
+                                             "--out", "reports/ablations/{variant}")),
+                     ("stages/dataset_ablation.py", ("--work", "data/dataset_ablations/{variant}",
+                                                     "--trial-work", "data/trials/{variant}",
+                                                     "--partial", "data/.downloads",
+                                                     "--out", "reports/ablations/{variant}"))}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["argv.jsonl", "bin", "project"]
+    # the stage takes each name from its DVC stage, intact, and refuses it
+    for address, _ in stages:
+        stage, _, name = address.partition(":")[2].partition("@")
+        assert dvc_stage_variant(stage, address) == name and name.removesuffix("_data") in names
+        monkeypatch.setenv("DVC_STAGE", address)
+        group = "ablations" if stage == "ablation" else "dataset_ablations"
+        with pytest.raises(ParamsError, match=f"^{group}: variant name .* must be a string starting"):
+            variant_name(None, group)
+
+
+def test_the_stage_run_by_the_shell_refuses_a_hostile_name_and_runs_nothing(tmp_path,
+                                                                             monkeypatch):
+    """The real stage, from its rendered command: one line refusing the name, no file."""
+    name = HOSTILE[0].format(tmp=tmp_path)
+    project = _project(tmp_path, [name])
+    shutil.copytree(ROOT / "stages", project / "stages",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (address, cmd), = [s for s in _rendered(project, monkeypatch) if ":ablation@" in s[0]]
+    env = {**os.environ, "DVC_STAGE": address,
+           "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"error: ablations: variant name {name[:20]!r}... must be a string starting with a "
+        f"letter, then letters, digits, '_' or '-', at most 64 characters"]
+    assert not (tmp_path / "p").exists() and not (project / "data").exists()
+
+
+def test_the_variant_is_the_one_given_or_the_dvc_stages():
+    """By hand the name on the command line; under DVC the stage's own; both: the same."""
+    assert dvc_stage_variant("ablation", "reports/dvc.yaml:ablation@softmax") == "softmax"
+    assert dvc_stage_variant("ablation", "ablation@a:b@c") == "a:b@c"
+    assert dvc_stage_variant("ablation", "reports/dvc.yaml:dataset_ablation@svhn") is None
+    assert dvc_stage_variant("ablation", "dvc.yaml:train") is None
+    env = {k: v for k, v in os.environ.items() if k != "DVC_STAGE"}
+    os_environ = os.environ.copy()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        assert variant_name("softmax", "ablations") == "softmax"
+        with pytest.raises(PipelineError, match=r"no variant given: run `python "
+                                                r"stages/ablation.py NAME \.\.\.`"):
+            variant_name(None, "ablations")
+        os.environ["DVC_STAGE"] = "reports/dvc.yaml:dataset_ablation@svhn"
+        assert variant_name(None, "dataset_ablations") == "svhn"
+        with pytest.raises(PipelineError, match="variant cifar given, but DVC runs the stage "
+                                                "dataset_ablation@svhn"):
+            variant_name("cifar", "dataset_ablations")
+        with pytest.raises(ParamsError, match="variant name '--help' must be"):
+            variant_name("--help", "dataset_ablations")
+    finally:
+        os.environ.clear()
+        os.environ.update(os_environ)
