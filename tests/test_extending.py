@@ -85,7 +85,7 @@ def test_check_code_records_the_lock_only_for_code_that_trains_identically(tmp_p
     assert "ablation@baseline" in dvc(project, "status", "reports/dvc.yaml").stdout
     proc = check()
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "identical: the raw and averaged weights" in proc.stdout
+    assert "wrote the same raw and averaged weights and results" in proc.stdout
     assert "up to date" in dvc(project, "status", "reports/dvc.yaml").stdout
     commit(project, "a comment")
     recorded = (project / "reports/dvc.lock").read_text()
@@ -95,6 +95,6 @@ def test_check_code_records_the_lock_only_for_code_that_trains_identically(tmp_p
     model.write_text(model.read_text().replace("LRN_BETA = 0.75", "LRN_BETA = 0.74"))
     proc = check()
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "does not train as" in proc.stderr.strip().splitlines()[-1]
+    assert "does not produce what" in proc.stderr.strip().splitlines()[-1]
     assert (project / "reports/dvc.lock").read_text() == recorded
     assert "ablation@baseline" in dvc(project, "status", "reports/dvc.yaml").stdout

@@ -365,3 +365,10 @@ def test_a_publish_killed_mid_swap_is_noticed_by_the_next(finished, tmp_path):
     assert "restored from .tutorial_100k.replaced-" in again.stderr
     assert _snapshot(out) == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["tutorial_100k"]
+
+
+def test_the_default_results_folder_is_the_one_the_ablation_stage_writes(monkeypatch):
+    from publish import variant_results
+
+    monkeypatch.chdir(ROOT)
+    assert variant_results("baseline") == Path("reports/ablations/baseline")

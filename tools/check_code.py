@@ -1,25 +1,29 @@
-"""``cifar10 check-code``: does the workspace's code still train bit-identically to the
-commit that made the committed exercise results? If it does, the results stand for this
-code, and the exercise lock may say so.
+"""``cifar10 check-code``: do the exercise stages, with the workspace's code, still produce
+what they produced with the code of the commit that made the committed exercise results?
+If they do, the results stand for this code, and the exercise lock may say so.
 
 A change of code in a variant's dependencies (a refactor, a comment, a new option that
 is off by default) makes every variant stale in ``dvc status reports/dvc.yaml``, and
-``dvc repro reports/dvc.yaml`` would retrain all of them. This trains one short, fixed
-configuration (a synthetic archive the command makes, or ``--data``, prepared data of
-your own) twice, with one thread: once with the code of ``--against`` (by default the
-commit that last recorded ``reports/dvc.lock``) and once with the workspace's code as it
-is, uncommitted edits included; then compares the raw and averaged weights of the two
-models tensor for tensor.
+``dvc repro reports/dvc.yaml`` would retrain all of them. This runs each variant's own
+stage command (reports/dvc.yaml's ``ablation@NAME``: its params, training, evaluation and
+result files) twice, at a short budget on a small data set, one thread each: once with the
+code, reports/dvc.yaml and reports/params.yaml of ``--against`` (by default the commit
+that last recorded ``reports/dvc.lock``) and once with the workspace's, uncommitted edits
+included; then compares everything the stage writes: the raw and averaged weights tensor
+for tensor, and every result file (metrics, evaluation tables, curves, the variant's
+record), timings and the commit aside.
 
-Only when they are equal, and only when nothing but code changed for the variants (no
-param, no data, no result: ``dvc status reports/dvc.yaml``), it records their stages as
-up to date (``dvc commit -f`` of each); the report stage, whose own code writes the
+Only when every variant agrees, and only when nothing but code changed for them (no data,
+no result, no param but a new key set to its default, which computes nothing new:
+``dvc status reports/dvc.yaml``), it records their stages as up to date, in one step:
+the new lock is written beside the old and renamed over it, so an interrupted check
+leaves the lock as it was or fully recorded. The report stage, whose own code writes the
 report, is rerun instead (``dvc repro -s reports/dvc.yaml:report``, seconds). Any other
 difference is one the variants' results do depend on: retraining them is then the honest
 answer.
 
     cifar10 check-code                      # against the commit of reports/dvc.lock
-    cifar10 check-code --against v1.2 --data data/prepared --no-record
+    cifar10 check-code --against v1.2 --variant baseline --no-record
 """
 from __future__ import annotations
 
@@ -31,11 +35,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
+import copy
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import yaml
@@ -44,12 +53,22 @@ from cifar10_tutorial.cli import dvc_executable
 from cifar10_tutorial.errors import PipelineError
 
 LOCK = Path("reports/dvc.lock")
-# the fixed configuration: short, every part of a step exercised (queue input,
-# distortions, the averages), the rest of the params at each code's defaults
-FIXED = {"train": {"max_steps": 24, "batch_size": 32, "log_every": 12, "device": "cpu"},
-         "input": {"min_fraction_of_examples_in_queue": 0.1},
-         "eval": {"every_steps": 0}}  # only keys older code knows too (no `run:` section)
-CODE = ("src", "stages")  # what of a tree the check runs
+EXERCISES = Path("reports/params.yaml")
+PIPELINE = Path("reports/dvc.yaml")
+CODE = ("src", "stages")  # the code trees a variant runs
+TREE = (*CODE, str(PIPELINE), str(EXERCISES))  # and what says how it runs
+VARIANT = "reports/dvc.yaml:ablation@"  # the stages whose every output the check compares
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+# the short budget every variant is cut to, the same in both trees: steps where a variant
+# counts steps, one epoch where it counts epochs, the held-out evaluation during training
+# every few steps where it has one; all on the CPU
+STEPS, EPOCHS, EVAL_EVERY, BATCH = 12, 1, 6, 32
+# what a result file records of the run rather than computes: when and where it ran, how
+# fast, and which commit; everything else must be equal
+RECORD_KEYS = {"commit", "dirty", "cpu_load", "params_hash", "timestamp", "elapsed",
+               "segments"}
+TIMING = re.compile(r"(^|_)(s|sec|secs|seconds|per_sec|per_sec_per_device|utc)$"
+                    r"|^examples_per_sec")
 
 
 def _git(*args: str, cwd: Path = Path(".")) -> str:
@@ -68,9 +87,9 @@ def lock_commit(root: Path) -> str:
 
 
 def _tree_of(commit: str, root: Path, dest: Path) -> Path:
-    """The code (src/, stages/) of ``commit`` in ``dest``."""
+    """What a variant runs (code, reports/dvc.yaml, reports/params.yaml) at ``commit``."""
     dest.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", commit, *CODE], cwd=root, capture_output=True)
+    archive = subprocess.run(["git", "archive", commit, *TREE], cwd=root, capture_output=True)
     if archive.returncode:
         raise PipelineError(f"--against {commit}: {archive.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
@@ -78,10 +97,14 @@ def _tree_of(commit: str, root: Path, dest: Path) -> Path:
 
 
 def _workspace_tree(root: Path, dest: Path) -> Path:
-    """The workspace's code (src/, stages/) as it is, in ``dest``."""
-    for part in CODE:
-        shutil.copytree(root / part, dest / part,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    """The workspace's code, reports/dvc.yaml and reports/params.yaml as they are."""
+    for part in TREE:
+        if (root / part).is_dir():
+            shutil.copytree(root / part, dest / part,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            (dest / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / part, dest / part)
     return dest
 
 
@@ -100,61 +123,317 @@ def _fixed_data(tmp: Path, data: Optional[Path]) -> Path:
     return tmp / "prepared"
 
 
-def train_with(tree: Path, data: Path, params: dict, what: str) -> dict:
-    """Train the fixed configuration with the code in ``tree``; its model's tensors."""
-    import torch
+def short_budget(raw: dict) -> dict:
+    """reports/params.yaml (parsed) with every variant cut to the check's budget; the same
+    cut in both trees, so that only the code and its own params differ."""
+    raw = copy.deepcopy(raw)
 
-    (tree / "params.yaml").write_text(yaml.safe_dump(params))
+    def cut(sections: dict) -> None:
+        train, ev = sections.get("train"), sections.get("eval")
+        if isinstance(train, dict):
+            if "device" in train:
+                train["device"] = "cpu"
+            if "max_steps" in train:
+                train["max_steps"] = STEPS
+            if train.get("max_epochs") is not None:
+                train["max_epochs"] = EPOCHS
+        if isinstance(ev, dict) and isinstance(ev.get("every_steps"), int) \
+                and ev["every_steps"] > 0:
+            ev["every_steps"] = EVAL_EVERY
+
+    raw.setdefault("train", {}).update(batch_size=BATCH, device="cpu")
+    cut(raw)
+    ablation = raw.setdefault("ablation", {})
+    ablation["max_steps"] = STEPS
+    if "trial_steps" in ablation:
+        ablation["trial_steps"] = None
+    for overrides in (raw.get("ablations") or {}).values():
+        if isinstance(overrides, dict):
+            cut(overrides)
+    raw["dataset_ablations"] = {}  # their own data: not what this check runs
+    return raw
+
+
+class Runs:
+    """The stage commands running now, each in a process group of its own: an interrupted
+    check (Ctrl-C, SIGTERM) stops them all, and none outlives it."""
+
+    def __init__(self):
+        self.procs: set = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def run(self, command: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+        with self.lock:
+            if self.stopping:
+                raise KeyboardInterrupt
+            proc = subprocess.Popen(["sh", "-c", command], cwd=cwd, env=env, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+            self.procs.add(proc)
+        try:
+            out, _ = proc.communicate(timeout=3600)
+        finally:
+            with self.lock:
+                self.procs.discard(proc)
+        return subprocess.CompletedProcess(command, proc.returncode, out, "")
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            for proc in self.procs:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def _die_with_parent() -> None:
+    """In the child, before it runs: killed when the check's process ends, however it
+    ends (Linux; elsewhere the process group and the handlers stop it)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str) -> Path:
+    """Variant ``name``'s stage command, as ``tree``'s reports/dvc.yaml gives it, run in
+    ``tree`` (the stage's wdir) on ``data``; the tree it wrote in."""
+    pipeline = yaml.safe_load((tree / PIPELINE).read_text())
+    command = pipeline["stages"]["ablation"]["do"]["cmd"]
+    command = " ".join(command.split()).replace("${key}", name)  # a checked name (NAME)
+    prepared = tree / "data" / "prepared"
+    if not prepared.exists():
+        prepared.parent.mkdir(parents=True, exist_ok=True)
+        prepared.symlink_to(data, target_is_directory=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONPATH": str(tree / "src")}
-    env.pop("CIFAR10_STOP_AT", None)
-    env.pop("CIFAR10_CHECKPOINT_MIRROR", None)
-    proc = subprocess.run([sys.executable, "stages/train.py", "--params", "params.yaml",
-                           "--data", str(data), "--out", "run", "--live", "live"],
-                          cwd=tree, capture_output=True, text=True, timeout=3600, env=env)
+           "PYTHONPATH": str(tree / "src"), "DVC_STAGE": f"{VARIANT}{name}"}
+    for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR", "DVC_ROOT"):
+        env.pop(var, None)
+    proc = runs.run(command, tree, env)
     if proc.returncode:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise PipelineError(f"the fixed configuration did not train with {what}: {last}")
-    model = torch.load(tree / "run" / "model.pt", map_location="cpu", weights_only=True)
-    return {f"{k}.{n}": t for k in ("model", "ema") for n, t in model[k].items()}
+        last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+        raise PipelineError(f"variant {name} did not run with {what}: {last}")
+    return tree
 
 
-def differences(a: dict, b: dict) -> list[str]:
-    """The tensors of ``a`` and ``b`` that are not equal bit for bit (by name)."""
+def _computed(value, key: str = ""):
+    """``value`` (parsed JSON) without what it records of the run rather than computes."""
+    if isinstance(value, dict):
+        return {k: _computed(v, k) for k, v in value.items()
+                if k not in RECORD_KEYS and not TIMING.search(k)}
+    if isinstance(value, list):
+        return [_computed(v) for v in value]
+    return value
+
+
+def _tsv(text: str) -> list[list[str]]:
+    rows = [line.split("\t") for line in text.splitlines()]
+    keep = [i for i, h in enumerate(rows[0] if rows else []) if h not in RECORD_KEYS]
+    return [[row[i] for i in keep if i < len(row)] for row in rows]
+
+
+def _tensors(path: Path) -> dict:
     import torch
 
-    names = sorted(set(a) | set(b))
-    return [n for n in names if n not in a or n not in b or a[n].shape != b[n].shape
-            or not torch.equal(a[n], b[n])]
+    flat: dict = {}
+
+    def walk(value, prefix: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k not in RECORD_KEYS and not TIMING.search(str(k)):
+                    walk(v, f"{prefix}{k}.")
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, f"{prefix}{i}.")
+        elif not isinstance(value, str):  # a string in a model file names or dates
+            flat[prefix.rstrip(".")] = value  # (a path, a folder, a time): a record
+
+    walk(torch.load(path, map_location="cpu", weights_only=True), "")
+    return flat
 
 
-VARIANT = "reports/dvc.yaml:ablation@"  # the stages whose training the check covers
+def _equal(a, b) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b))
+    return a == b
+
+
+def written(tree: Path) -> set[Path]:
+    """The files the stage commands wrote in ``tree``: all but what it ran (TREE), the data
+    it read, the run locks (a pid and a time) and TensorBoard's event files (the host and
+    the time in their names)."""
+    found = set()
+    for folder, dirs, files in os.walk(tree):  # links are not followed: the data is one
+        here = Path(folder).relative_to(tree)
+        dirs[:] = [d for d in dirs if d not in ("tensorboard", "__pycache__")
+                   and str(here / d) not in TREE]
+        found |= {here / f for f in files
+                  if str(here / f) not in TREE and not f.endswith(".run-lock")}
+    return found
+
+
+def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
+    """What the variants wrote differently in the two trees (by path; in a file of
+    tensors, which tensor), and how many tensors were compared."""
+    found, compared, defaults = [], 0, _defaults()
+    # the results first, then the models, then the checkpoints they were resumed from
+    for rel in sorted(written(theirs) | written(ours),
+                      key=lambda r: ("checkpoints" in r.parts, r.suffix == ".pt", str(r))):
+        a, b = theirs / rel, ours / rel
+        if TIMING.search(rel.stem):
+            continue  # a curve of the speed (examples_per_sec.tsv): how fast, not what
+        if not a.is_file() or not b.is_file():
+            found.append(f"{rel} (written by one tree only)")
+        elif rel.suffix == ".pt":
+            ta, tb = _tensors(a), _tensors(b)
+            compared += len(tb)
+            found += [f"{rel}:{k}" for k in sorted(set(ta) | set(tb))
+                      if not (k in ta and k in tb and _equal(ta[k], tb[k]))
+                      # the params a model file records: a key only the workspace's code
+                      # knows, at its default, computes nothing new (the lock's check)
+                      and not (k not in ta and k.startswith("params.")
+                               and defaults.get(k[len("params."):], ()) == tb[k])]
+        elif rel.suffix == ".json":
+            if _computed(json.loads(a.read_text())) != _computed(json.loads(b.read_text())):
+                found.append(str(rel))
+        elif rel.suffix == ".tsv":
+            if _tsv(a.read_text()) != _tsv(b.read_text()):
+                found.append(str(rel))
+        elif a.read_bytes() != b.read_bytes():
+            found.append(str(rel))
+    return found, compared
+
+
+def _defaults() -> dict:
+    """The workspace code's default params, flat (``model.lrn``: True)."""
+    from cifar10_tutorial.params import params_from_dict, to_dict
+
+    flat: dict = {}
+
+    def walk(value, prefix: str) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            flat[prefix.rstrip(".")] = value
+
+    walk(to_dict(params_from_dict({})), "")
+    return flat
+
+
+# ----------------------------------------------------------------- what may be recorded
+
+
+def _added_defaults(recorded, current, defaults) -> bool:
+    """``current`` is ``recorded`` plus keys set to their defaults (``defaults``: the
+    workspace code's values of that section), nothing else."""
+    if not isinstance(recorded, dict) or not isinstance(current, dict):
+        return recorded == current
+    if set(recorded) - set(current):
+        return False
+    for key, value in current.items():
+        default = defaults.get(key) if isinstance(defaults, dict) else None
+        if key not in recorded:
+            if not isinstance(defaults, dict) or key not in defaults or value != default:
+                return False
+        elif not _added_defaults(recorded[key], value, default):
+            return False
+    return True
+
+
+def _lookup(raw, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(raw, dict) or part not in raw:
+            return None
+        raw = raw[part]
+    return raw
+
+
+def _params_change_computes_nothing(root: Path, stage: str, keys: dict) -> list[str]:
+    """The params of ``stage`` that changed in more than keys added at their defaults."""
+    from cifar10_tutorial.params import params_from_dict, to_dict
+
+    lock = yaml.safe_load((root / LOCK).read_text()) or {}
+    recorded = (((lock.get("stages") or {}).get(stage.split(":", 1)[1]) or {})
+                .get("params") or {}).get(str(EXERCISES)) or {}
+    current = yaml.safe_load((root / EXERCISES).read_text()) or {}
+    defaults = to_dict(params_from_dict({}))
+    return [key for key, state in keys.items()
+            if not (state == "modified" and key.split(".")[0] in defaults
+                    and _added_defaults(recorded.get(key), _lookup(current, key),
+                                        _lookup(defaults, key)))]
 
 
 def stale_variants(root: Path) -> tuple[list[str], str]:
-    """The variant stages ``dvc status reports/dvc.yaml`` finds changed in code files only,
-    and what else it found, in words (a changed param, data or result; a data-set
-    variant, whose data preparation the check does not run)."""
-    proc = subprocess.run([dvc_executable(), "status", "--json", "reports/dvc.yaml"],
+    """The variant stages ``dvc status reports/dvc.yaml`` finds changed in code (their
+    code files, their command) or in params keys added at their defaults only, and what
+    else it found, in words (a changed param, data or result; a data-set variant, whose
+    data preparation the check does not run)."""
+    proc = subprocess.run([dvc_executable(), "status", "--json", str(PIPELINE)],
                           cwd=root, capture_output=True, text=True)
     if proc.returncode:
+        if "Unable to acquire lock" in proc.stderr:
+            raise PipelineError(f"{LOCK} left as it is: another DVC command is running in "
+                                f"this repository (it holds DVC's lock); try again once it "
+                                f"has ended")
         return [], f"dvc status failed: {proc.stderr.strip()}"
     stages, other = [], []
     for stage, changes in json.loads(proc.stdout or "{}").items():
         if stage == "reports/dvc.yaml:report":
             continue  # rerun, not recorded: its code writes the report itself (seconds)
-        found = [f"{stage}: {change}" for change in changes if not isinstance(change, dict)]
+        found = []
         for change in changes:
-            for kind, paths in (change.items() if isinstance(change, dict) else []):
+            if change == "changed command":
+                continue  # the check runs each tree's own command
+            if not isinstance(change, dict):
+                found.append(f"{stage}: {change}")
+                continue
+            for kind, paths in change.items():
                 for path, state in (paths.items() if isinstance(paths, dict) else []):
-                    if not (kind == "changed deps" and state == "modified"
-                            and path.split("/")[0] in CODE):
+                    if kind == "changed deps" and path == str(EXERCISES) \
+                            and isinstance(state, dict):
+                        found += [f"{stage}: {path} {key} changed" for key in
+                                  _params_change_computes_nothing(root, stage, state)]
+                    elif not (kind == "changed deps" and state == "modified"
+                              and path.split("/")[0] in CODE):
                         found.append(f"{stage}: {path} {state}")
         if not stage.startswith(VARIANT):
-            found.append(f"{stage}: not a variant the check trains")
+            found.append(f"{stage}: not a variant the check runs")
         other += found
         stages += [] if found else [stage]
     return stages, "; ".join(other[:3]) + (" ..." if len(other) > 3 else "")
+
+
+def record(root: Path, stages: list[str]) -> None:
+    """Record ``stages`` in reports/dvc.lock as DVC's own ``dvc commit -f`` would, written
+    aside and renamed over the lock in one step; then ``dvc status`` must find them up to
+    date, or the lock is put back as it was."""
+    from dvc.repo import Repo
+    from dvc.stage.serialize import to_lockfile
+    from dvc.utils.serialize import dumps_yaml
+
+    from cifar10_tutorial.files import write_text_atomic
+
+    before = (root / LOCK).read_text()
+    lock = yaml.safe_load(before)
+    with Repo(str(root)) as repo, repo.lock:
+        for address in stages:
+            (stage,) = repo.stage.collect(address)
+            stage.save()
+            lock["stages"].update(to_lockfile(stage))
+    write_text_atomic(root / LOCK, dumps_yaml(lock))
+    still, _ = stale_variants(root)
+    left = sorted(set(still) & set(stages))
+    if left:
+        write_text_atomic(root / LOCK, before)
+        raise PipelineError(f"{LOCK} left as it is: recorded, {', '.join(left)} still showed "
+                            f"as changed in dvc status; retrain them (dvc repro {PIPELINE})")
 
 
 def main(argv=None) -> None:
@@ -164,6 +443,10 @@ def main(argv=None) -> None:
                     "last recorded reports/dvc.lock)")
     ap.add_argument("--data", type=Path, help="prepared data to train on (default: a "
                     "synthetic archive the command makes)")
+    ap.add_argument("--variant", action="append", metavar="NAME",
+                    help="check this variant only (repeatable); only what is checked is "
+                         "recorded. Default: every variant whose stage is stale, or every "
+                         "variant with --no-record")
     ap.add_argument("--no-record", action="store_true",
                     help="only compare; never touch reports/dvc.lock")
     args = ap.parse_args(argv)
@@ -173,37 +456,107 @@ def main(argv=None) -> None:
         raise PipelineError(f"check-code: {root} is not the repository root of a checkout of "
                             f"this project (no {', '.join(f'{n}/' for n in missing)}); run it "
                             f"from the folder that holds src/ and stages/")
+    for name in args.variant or []:
+        if not NAME.fullmatch(name):
+            raise PipelineError(f"--variant {name!r}: expected a variant name (a letter, then "
+                                f"letters, digits, '_' or '-', at most 64)")
     against = args.against or lock_commit(root)
     short = _git("rev-parse", "--short", against, cwd=root)
-    with tempfile.TemporaryDirectory(prefix="cifar10-check-") as tmp:
-        tmp = Path(tmp)
-        data = _fixed_data(tmp, args.data)
-        print(f"training the fixed configuration ({FIXED['train']['max_steps']} steps, one "
-              f"thread) with the code of {short}, then with the workspace's", flush=True)
-        theirs = train_with(_tree_of(against, root, tmp / "theirs"), data, FIXED, short)
-        ours = train_with(_workspace_tree(root, tmp / "ours"), data, FIXED, "the workspace")
-    differ = differences(theirs, ours)
-    if differ:
-        raise PipelineError(
-            f"the workspace's code does not train as {short}'s: {len(differ)} of "
-            f"{len(set(theirs) | set(ours))} tensors differ ({', '.join(differ[:3])}); "
-            f"the committed results are not this code's: retrain the variants that read "
-            f"the changed code (dvc repro reports/dvc.yaml)")
-    print(f"identical: the raw and averaged weights of the workspace's code equal "
-          f"{short}'s, tensor for tensor ({len(ours)} tensors)")
+    if args.no_record:
+        stages = []
+        names = args.variant or _variants(root / EXERCISES)
+    else:
+        stages, other = stale_variants(root)
+        if other:
+            raise PipelineError(f"{LOCK} left as it is: more than code changed for the "
+                                f"exercise pipeline ({other}); a changed param or data is a "
+                                f"change the results depend on, and missing data must be "
+                                f"prepared first (docs/exercises.md)")
+        names = [s[len(VARIANT):] for s in stages]
+        if args.variant:
+            names = [n for n in names if n in args.variant]
+            stages = [VARIANT + n for n in names]
+        if not names:
+            print(f"nothing to record: no variant stage of {LOCK} is stale for code alone "
+                  f"({'among ' + ', '.join(args.variant) if args.variant else 'dvc status'})")
+            return
+    bad = [n for n in names if not NAME.fullmatch(str(n))]
+    if bad:
+        raise PipelineError(f"{EXERCISES}: variant name {bad[0]!r}: expected a letter, then "
+                            f"letters, digits, '_' or '-' (at most 64)")
+    names = list(dict.fromkeys(names))
+    verdict = _compare(root, against, short, args.data, names)
+    print(f"identical: {len(names)} variant(s) ({', '.join(names)}) wrote the same raw and "
+          f"averaged weights and results with the workspace's code as with {short}'s, "
+          f"{STEPS} steps each ({verdict} tensors in the model and checkpoint files)")
     if args.no_record:
         return
-    stages, other = stale_variants(root)
-    if other:
-        raise PipelineError(f"{LOCK} left as it is: more than code changed for the exercise "
-                            f"pipeline ({other}); a changed param or data is a change the "
-                            f"results depend on, and missing data must be prepared first "
-                            f"(docs/exercises.md)")
-    if stages:
-        subprocess.run([dvc_executable(), "commit", "-f", "-q", *stages], cwd=root, check=True)
-    print(f"recorded {len(stages)} variant stage(s) of {LOCK} as up to date for this code; "
+    record(root, stages)
+    print(f"recorded {len(stages)} variant stage(s) of {LOCK} as up to date for this code "
+          f"(reports/params.yaml changed, if at all, in keys added at their defaults only); "
           f"commit it with your change (`dvc repro -s reports/dvc.yaml:report` reruns the "
           f"report where its own code changed)")
+
+
+def _variants(path: Path) -> list[str]:
+    raw = yaml.safe_load(path.read_text()) if path.is_file() else None
+    names = list(((raw or {}).get("ablations") or {}))
+    if not names:
+        raise PipelineError(f"{path}: no variants under ablations: to check")
+    return names
+
+
+def _compare(root: Path, against: str, short: str, data: Optional[Path],
+             names: list[str]) -> int:
+    """Run ``names`` with both codes and compare; the number of tensors compared."""
+    runs = Runs()
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with tempfile.TemporaryDirectory(prefix="cifar10-check-") as tmp:
+            tmp = Path(tmp)
+            data = _fixed_data(tmp, data)
+            trees = {"theirs": _tree_of(against, root, tmp / "theirs"),
+                     "ours": _workspace_tree(root, tmp / "ours")}
+            for tree in trees.values():
+                raw = yaml.safe_load((tree / EXERCISES).read_text()) or {}
+                absent = [n for n in names if n not in (raw.get("ablations") or {})]
+                if absent:
+                    where = short if tree == trees["theirs"] else "the workspace"
+                    raise PipelineError(f"variant {absent[0]} is not in the {EXERCISES} of "
+                                        f"{where}: nothing to compare it with; retrain it")
+                (tree / EXERCISES).write_text(yaml.safe_dump(short_budget(raw),
+                                                             sort_keys=False))
+            print(f"running {len(names)} variant(s) for {STEPS} steps each (one thread), "
+                  f"with the code of {short}, then with the workspace's", flush=True)
+            jobs = [(n, t, what) for n in names
+                    for t, what in ((trees["theirs"], short), (trees["ours"], "the workspace"))]
+            with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
+                futures = [pool.submit(run_variant, runs, t, data, n, what)
+                           for n, t, what in jobs]
+                try:
+                    for f in futures:
+                        f.result()
+                except BaseException:
+                    runs.stop()
+                    for f in futures:
+                        f.cancel()
+                    raise
+            differ, compared = differences(trees["theirs"], trees["ours"])
+    finally:
+        runs.stop()
+        signal.signal(signal.SIGTERM, previous)
+    if differ:
+        raise PipelineError(
+            f"the workspace's code does not produce what {short}'s did: {len(differ)} "
+            f"differ ({', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''}); the "
+            f"committed results are not this code's: retrain the variants that read the "
+            f"changed code (dvc repro {PIPELINE})")
+    return compared
+
 
 if __name__ == "__main__":
     from cifar10_tutorial.cli import run_stage

@@ -286,7 +286,8 @@ def variant_results(name: str, dvc_yaml: Path = REPORT_DVC_YAML) -> Path:
 
     try:
         cmd = yaml.safe_load(dvc_yaml.read_text())["stages"]["ablation"]["do"]["cmd"]
-        words = shlex.split(cmd.replace("${key}", name))
+        # the stage puts the variant's name for {variant} (older pipelines: DVC for ${key})
+        words = shlex.split(cmd.replace("${key}", name).replace("{variant}", name))
         return Path(words[words.index("--out") + 1])
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, IndexError):
         raise PipelineError(f"{dvc_yaml}: no ablation stage's --out to take the results of "

@@ -10,6 +10,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def md5_of(path: Path, chunk: int = 1 << 20) -> str:
     """The md5 of a file's bytes, read in chunks (archives, prepared tensors)."""
     h = hashlib.md5()
@@ -127,8 +138,6 @@ def _exchange(a: Path, b: Path) -> bool:
 def _aside(dest: Path, *kinds: str) -> list[Path]:
     """The folders an interrupted swap at ``dest`` left (``.NAME.KIND-PID-*``), but those of
     a process still running: a swap under way there is not a leftover."""
-    from .ownership import process_alive
-
     found = []
     for kind in kinds:
         for path in dest.parent.glob(f".{dest.name}.{kind}-*"):

@@ -11,17 +11,6 @@ from typing import Optional
 from .files import WRITE_HINTS
 
 
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this machine still runs (one of another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def listed(names: list[str], most: int = 5) -> str:
     """``a, b, c`` for an error line, at most ``most`` names and how many more."""
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most

@@ -24,7 +24,8 @@ import numpy as np
 
 from .datasets import DatasetSpec
 from ..files import md5_of, writing
-from ..ownership import process_alive, refuse_foreign
+from ..files import process_alive
+from ..ownership import refuse_foreign
 from .prepared import META_NAME, PREPARED_NAMES, PrepareError
 
 log = logging.getLogger(__name__)

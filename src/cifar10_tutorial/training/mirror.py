@@ -29,7 +29,8 @@ from .checkpoints import signature_differences
 from .distributed import this_process
 from ..checkpoint_files import list_checkpoints, load_checkpoint
 from ..errors import PipelineError, TrainingError
-from ..ownership import hold_run_lock, process_alive
+from ..files import process_alive
+from ..ownership import hold_run_lock
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,176 @@
+"""`cifar10 check-code` (tools/check_code.py) records the exercise lock only for what it ran:
+each stale variant's own stage command with the code of both commits, every output it
+writes compared (weights and result files); and it writes the lock in one step, so that
+a kill at any moment leaves it as it was or fully recorded."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT, commit, dvc, tiny_project
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A tiny project whose two variants ran and whose results and lock are committed."""
+    project = tiny_project(tmp_path_factory.mktemp("check"), dict(train_per_batch=60, test=50,
+                                                                  seed=2),
+                           ablation={"max_steps": 4}, eval={"batch_size": 25, "every_steps": 0},
+                           train={"device": "cpu", "batch_size": 16, "log_every": 2},
+                           run={"checkpoint_every": 2, "summary_every": 2})
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["ablations"] = {"baseline": {}, "softmax": {"model": {"output": "softmax"}}}
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    dvc(project, "repro", "dvc.yaml:preprocess")
+    dvc(project, "repro", "reports/dvc.yaml")
+    commit(project, "the exercises' results")
+    return project
+
+
+@pytest.fixture
+def project(recorded, tmp_path):
+    copy = tmp_path / "p"
+    shutil.copytree(recorded, copy, symlinks=True)
+    return copy
+
+
+def check(project, *args, prelude=""):
+    code = (f"{prelude}\nimport runpy, sys\nsys.argv = ['check_code.py', *{list(args)!r}]\n"
+            f"sys.path.insert(0, 'tools')\nrunpy.run_path('tools/check_code.py', "
+            f"run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True,
+                          text=True, timeout=900)
+
+
+def edit(project, path, old, new):
+    file = project / path
+    text = file.read_text()
+    assert old in text, old
+    file.write_text(text.replace(old, new))
+
+
+def comment(project):
+    loop = project / "src/cifar10_tutorial/training/train.py"
+    loop.write_text(loop.read_text() + "\n# a comment changes no result\n")
+
+
+def stale(project):
+    return dvc(project, "status", "reports/dvc.yaml").stdout
+
+
+def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
+    comment(project)
+    assert "ablation@softmax" in stale(project)
+    proc = check(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "identical: 2 variant(s) (baseline, softmax) wrote the same raw and averaged " \
+           "weights and results" in proc.stdout
+    assert "recorded 2 variant stage(s)" in proc.stdout
+    assert "up to date" in stale(project)
+
+
+@pytest.mark.parametrize("path, old, new, named", [
+    # the evaluation: the weights are the same, the precision recorded is not
+    ("src/cifar10_tutorial/evaluation/evaluate.py",
+     'metrics = {"precision_at_1": r["precision_at_1"],',
+     'metrics = {"precision_at_1": r["precision_at_1"] * 0.5,', "metrics.json"),
+    # the variants' params: every variant trains half its budget
+    ("src/cifar10_tutorial/params.py",
+     'base["train"]["max_steps"] = base["ablation"]["max_steps"]\n',
+     'base["train"]["max_steps"] = base["ablation"]["max_steps"] // 2\n',
+     "reports/ablations/baseline/"),
+])
+def test_a_change_of_what_a_variant_writes_is_refused(project, path, old, new, named):
+    edit(project, path, old, new)
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "does not produce what" in line and named in line, line
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_a_new_key_at_its_default_is_recorded_and_at_another_value_refused(project):
+    """A param the code gains, written into reports/params.yaml at its default, computes
+    nothing new: the variants stay valid. At another value it is a change they depend on."""
+    edit(project, "src/cifar10_tutorial/params.py",
+         "class ModelParams:\n", "class ModelParams:\n    norm: str = \"lrn\"\n")
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["model"]["norm"] = "batch"
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "more than code changed" in proc.stderr and "model changed" in proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+    raw["model"]["norm"] = "lrn"
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = check(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ablation@" not in stale(project)  # the report reruns: it reads params.py
+    assert yaml.safe_load((project / "reports/dvc.lock").read_text())["stages"][
+        "ablation@baseline"]["params"]["reports/params.yaml"]["model"]["norm"] == "lrn"
+
+
+# Kills the process that makes the Nth write touching reports/dvc.lock (an open for
+# writing, a rename or a removal of the lock or of a file beside it), with SIGKILL: no
+# clean-up. A sitecustomize, so that it counts in every Python process the check starts
+# (DVC's too), the count kept in a file.
+KILLER = """
+import os, signal, sys
+N, COUNT = os.environ.get("KILL_AT_WRITE"), os.environ.get("KILL_COUNT")
+def hook(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        path, mode, flags = os.fsdecode(args[0]), args[1], args[2] or 0
+        writes = (any(m in mode for m in "wax+") if isinstance(mode, str) else
+                  bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC)))
+        touches = "dvc.lock" in path and writes
+    elif event in ("os.rename", "os.replace", "os.remove", "os.truncate"):
+        touches = any("dvc.lock" in os.fsdecode(a) for a in args[:2]
+                      if isinstance(a, (str, bytes, os.PathLike)))
+    else:
+        return
+    if touches:
+        with open(COUNT, "a") as f:
+            f.write(".")
+        if os.path.getsize(COUNT) == int(N):
+            os.kill(os.getpid(), signal.SIGKILL)
+if N:
+    sys.addaudithook(hook)
+"""
+
+
+def test_a_kill_at_any_write_leaves_the_lock_as_it_was_or_recorded(project, tmp_path):
+    comment(project)
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(KILLER)
+    lock = (project / "reports/dvc.lock").read_bytes()
+    outcomes = []
+    for n in range(1, 8):
+        count = tmp_path / f"count{n}"
+        proc = subprocess.run(
+            [sys.executable, "tools/check_code.py"], cwd=project, capture_output=True,
+            text=True, timeout=900, env={**os.environ, "KILL_AT_WRITE": str(n),
+                                         "KILL_COUNT": str(count),
+                                         "PYTHONPATH": str(tmp_path / "hook")})
+        now = (project / "reports/dvc.lock").read_bytes()
+        if not count.exists() or count.stat().st_size < n:  # fewer writes: ran to the end
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            outcomes.append("finished")
+            break
+        if now == lock:
+            outcomes.append("as it was")
+        else:  # the only other state allowed: fully recorded
+            assert "ablation@" not in stale(project), (n, proc.stderr[-500:], now[:200])
+            outcomes.append("recorded")
+            (project / "reports/dvc.lock").write_bytes(lock)
+    assert outcomes[-1] == "finished" and "as it was" in outcomes, outcomes
+    assert "ablation@" not in stale(project)
+    assert sorted(p.name for p in (project / "reports").glob("dvc.lock*")) == ["dvc.lock"]
