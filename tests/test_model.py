@@ -104,6 +104,26 @@ def test_lrn_in_bf16_matches_the_formula_to_bf16_rounding():
     assert torch.equal(model_module._inverse_power(d32, 0.75), d32.pow(-0.75))
 
 
+def test_lrn_takes_the_dtype_mix_of_cuda_autocast(monkeypatch):
+    """CUDA autocast runs the band's conv2d in bf16 but rsqrt and pow in float32: a bf16 x
+    and band, a float32 p, output and gradient. The LRN gives the formula's values and
+    gradients to bf16 rounding (here ``_inverse_power`` returns float32, as on CUDA)."""
+    inverse_power = model_module._inverse_power
+    monkeypatch.setattr(model_module, "_inverse_power",
+                        lambda d, beta: inverse_power(d.float(), beta))
+    x = (torch.randn(4, 64, 6, 6, dtype=torch.float64) * 20).requires_grad_()
+    g = torch.randn(4, 64, 6, 6, dtype=torch.float64)
+    want = tf_lrn_reference(x)
+    (want_grad,) = torch.autograd.grad(want, x, g)
+    xb = x.detach().bfloat16().contiguous(memory_format=torch.channels_last).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = TFLocalResponseNorm(64)(xb)
+    assert got.dtype == torch.float32
+    (got_grad,) = torch.autograd.grad(got, xb, g.float())  # outside autocast, as in training
+    torch.testing.assert_close(got.double(), want.detach(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got_grad.double(), want_grad, rtol=5e-2, atol=5e-2)
+
+
 def test_relu_after_pool1_gives_the_reference_values_and_gradients():
     """features() applies conv1's ReLU after the pool; the reference order gives the same."""
     torch.manual_seed(0)

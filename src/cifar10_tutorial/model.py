@@ -52,6 +52,12 @@ def _inverse_power(d: torch.Tensor, beta: float) -> torch.Tensor:
     return d.pow(-beta)
 
 
+def _band_sum(t: torch.Tensor, band: torch.Tensor) -> torch.Tensor:
+    """The sum over each channel's window: a 1x1 convolution with the 0/1 band in ``t``'s
+    dtype, whatever mix of dtypes autocast hands the LRN."""
+    return F.conv2d(t, band.to(t.dtype))
+
+
 class _BandedLRN(torch.autograd.Function):
     """TF's LRN with a hand-written backward: fewer passes over memory than
     autograd's chain of elementwise ops (tested against autograd of the formula).
@@ -62,7 +68,7 @@ class _BandedLRN(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, band, bias: float, alpha: float, beta: float):
-        d = F.conv2d(x * x, band).mul_(alpha).add_(bias)
+        d = _band_sum(x * x, band).mul_(alpha).add_(bias)
         p = _inverse_power(d, beta)
         y = x * p
         ctx.save_for_backward(x, p, d, band)
@@ -73,7 +79,7 @@ class _BandedLRN(torch.autograd.Function):
     def backward(ctx, g):
         x, p, d, band = ctx.saved_tensors
         gp = g * p
-        u = F.conv2d((gp * x).div_(d), band)
+        u = _band_sum((gp * x).div_(d), band)
         return torch.addcmul(gp, x, u, value=ctx.scale), None, None, None, None
 
 
@@ -94,9 +100,10 @@ class TFLocalResponseNorm(nn.Module):
         self.register_buffer("band", band[:, :, None, None], persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # under bf16 autocast x arrives in bf16 and the LRN runs in bf16 too: casting to
-        # float32 and back measured 25% slower on the CPU, for differences of bf16's size
-        return _BandedLRN.apply(x, self.band.to(x.dtype), self.bias, self.alpha, self.beta)
+        # under bf16 autocast x arrives in bf16. On the CPU the LRN runs in bf16 too (casting
+        # to float32 and back measured 25% slower, for differences of bf16's size); CUDA
+        # autocast runs rsqrt and pow in float32, so there p, y and the gradient are float32
+        return _BandedLRN.apply(x, self.band, self.bias, self.alpha, self.beta)
 
     def extra_repr(self) -> str:
         return (f"depth_radius={self.depth_radius}, bias={self.bias}, alpha={self.alpha:.6g}, "
