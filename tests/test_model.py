@@ -124,6 +124,45 @@ def test_lrn_takes_the_dtype_mix_of_cuda_autocast(monkeypatch):
     torch.testing.assert_close(got_grad.double(), want_grad, rtol=5e-2, atol=5e-2)
 
 
+def test_the_network_under_cpu_bf16_autocast_has_float32s_gradients_to_rounding():
+    torch.manual_seed(0)
+    model = CifarNet().to(memory_format=torch.channels_last)
+    x, y = torch.randn(8, 3, 24, 24), torch.randint(0, 10, (8,))
+
+    def loss_and_grads(bf16: bool):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y)
+        return loss, torch.autograd.grad(loss, list(model.parameters()))
+    loss32, grads32 = loss_and_grads(False)
+    loss16, grads16 = loss_and_grads(True)
+    assert loss16.item() == pytest.approx(loss32.item(), rel=1e-3)
+    for (name, _), a, b in zip(model.named_parameters(), grads32, grads16):
+        assert b.dtype == torch.float32 and torch.isfinite(b).all(), name
+        # bf16 keeps 8 bits of mantissa: the direction of each gradient, to a few percent
+        assert F.cosine_similarity(a.flatten(), b.flatten(), dim=0) > 0.97, name
+        assert (a - b).norm() < 0.3 * a.norm(), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_bf16_train_step_on_cuda_has_a_finite_loss():
+    """The train stage's own step under CUDA autocast, where conv2d runs in bf16 and the
+    LRN's rsqrt in float32."""
+    from cifar10_tutorial.training.optimization import (make_optimizer, make_step,
+                                                       step_options, training_model)
+    from conftest import tiny_params
+
+    cuda = torch.device("cuda")
+    params = tiny_params(train={"precision": "bf16", "device": "cuda"})
+    torch.manual_seed(0)
+    model = training_model(params, 10, cuda)
+    step = make_step(model, model, make_optimizer(model, params), cuda, **step_options(params))
+    x, y = torch.randn(32, 3, 24, 24, device=cuda), torch.randint(0, 10, (32,), device=cuda)
+    losses = [step(x, y)[0].item() for _ in range(3)]
+    assert all(math.isfinite(v) for v in losses), losses
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
 def test_relu_after_pool1_gives_the_reference_values_and_gradients():
     """features() applies conv1's ReLU after the pool; the reference order gives the same."""
     torch.manual_seed(0)
