@@ -6,9 +6,11 @@ pipeline), with the helpers the later parts share."""
 from __future__ import annotations
 
 import dataclasses
+import traceback
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
@@ -29,6 +31,16 @@ def with_sections(params: Params, **sections) -> Params:
     """``params`` with some fields of some sections replaced."""
     return dataclasses.replace(params, **{name: dataclasses.replace(getattr(params, name), **v)
                                           for name, v in sections.items()})
+
+
+def attempt(measure: Callable[[], Any]) -> Any:
+    """``measure()``, or ``{"error": "<exception type>: <message>"}`` where it raises (the
+    traceback on stderr): one failing measurement leaves the others to run."""
+    try:
+        return measure()
+    except Exception as exc:
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {str(exc).strip()[:1000]}"}
 
 
 def syncer(device: torch.device):
@@ -126,10 +138,12 @@ def throughput(params: Params, data: Prepared, device: torch.device, sizes: Size
         row["eager_fixed_batch"] = _best(lambda: fixed(x, y), batch, sizes, sync)
         if i == 0:  # at the first batch size: the other precision, and cuDNN's autotuner
             other = "fp32" if p.train.precision == "bf16" else "bf16"  # beside the params' own
-            _, fixed_other = project_step(with_sections(p, train={"precision": other}), data,
-                                          device)
-            row[f"eager_fixed_batch_{other}"] = _best(lambda: fixed_other(x, y), batch, sizes,
-                                                      sync)
+
+            def other_precision():
+                _, step = project_step(with_sections(p, train={"precision": other}), data,
+                                       device)
+                return _best(lambda: step(x, y), batch, sizes, sync)
+            row[f"eager_fixed_batch_{other}"] = attempt(other_precision)
             if device.type == "cuda":
                 row["eager_fixed_batch_cudnn_benchmark"] = _cudnn_benchmark(
                     p, data, device, x, y, sizes, sync)

@@ -27,6 +27,11 @@ four parts:
 5. several experiments at once on one device (``--parallel`` train stages side by side,
    as `dvc queue start -j N` runs them): total examples/sec against one alone.
 
+A part, or one of correctness's measurements, that raises leaves ``{"error": "<exception
+type>: <message>"}`` in its place (the traceback on stderr) and the run goes on; the command
+then ends with status 1, naming what failed. Throughput's other-precision column keeps its
+error in its cell, as the compiled step's does.
+
 ``--dry`` shrinks every size so the whole script runs in about a minute on a CPU.
 """
 from __future__ import annotations
@@ -62,8 +67,8 @@ from cifar10_tutorial.training.paths import TrainPaths
 from cifar10_tutorial.devices import pick_device
 from gpu_multi import multi_device, visible_devices
 from gpu_plan import DRY, TARGETS, Budget, Sizes, fit
-from gpu_parts import (host_syncs_per_step, input_step, losses_against_cpu, short_run, syncer,
-                        throughput, with_sections)
+from gpu_parts import (attempt, host_syncs_per_step, input_step, losses_against_cpu, short_run,
+                       syncer, throughput, with_sections)
 from gpu_table import format_table
 from cifar10_tutorial.training.train import train
 
@@ -199,14 +204,16 @@ def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry
         result["sizes"] = dataclasses.asdict(sizes)
         parts = {
             "correctness": lambda: {
-                "losses": losses_against_cpu(params, data, device, sizes.check_steps),
-                "host_syncs_per_step": host_syncs_per_step(params, data, device,
-                                                           sizes.check_steps),
-                "short_run": short_run(params, data, sizes.short_steps, root)},
+                "losses": attempt(lambda: losses_against_cpu(params, data, device,
+                                                             sizes.check_steps)),
+                "host_syncs_per_step": attempt(lambda: host_syncs_per_step(
+                    params, data, device, sizes.check_steps)),
+                "short_run": attempt(lambda: short_run(params, data, sizes.short_steps, root))},
             "throughput": lambda: throughput(params, data, device, sizes),
             "fast": lambda: fast_schedule(params, data, sizes, root),
-            "tutorial": lambda: tutorial_schedule(params, data, sizes,
-                                                  _steps_per_sec(result, params), root),
+            "tutorial": lambda: tutorial_schedule(
+                params, data, sizes,
+                _steps_per_sec(result, params) or quick_rate(params, data, device), root),
             "multi_device": lambda: multi_device(
                 params_file, data_dir, device.type,
                 visible_devices(device.type, sizes.cpu_processes), sizes.multi_steps,
@@ -218,7 +225,8 @@ def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry
                 result.setdefault("skipped", []).append(name)
                 continue
             t = time.perf_counter()
-            result[name] = part()
+            result[name] = attempt(part)
+            result["failed"] = result.get("failed", []) + failures(name, result[name])
             result.setdefault("part_seconds", {})[name] = time.perf_counter() - t
             save()
     result["finished"] = True
@@ -226,13 +234,24 @@ def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry
     return result
 
 
-def _steps_per_sec(result: dict, params: Params) -> float:
-    """The eager step with its input pipeline at the params' batch (or the first measured)."""
-    rows = result.get("throughput") or []
+def failures(name: str, out) -> list[str]:
+    """``[name]`` where the part failed, else its measurements that did (``name.key``)."""
+    if not isinstance(out, dict):
+        return []
+    if "error" in out:
+        return [name]
+    return [f"{name}.{k}" for k, v in out.items() if isinstance(v, dict) and "error" in v]
+
+
+def _steps_per_sec(result: dict, params: Params) -> Optional[float]:
+    """The eager step with its input pipeline at the params' batch (or the first measured),
+    else the rate the budget was planned at; None where neither was measured."""
+    rows = result.get("throughput")
+    rows = rows if isinstance(rows, list) else []
     base = next((r for r in rows if r["batch_size"] == params.train.batch_size),
                 rows[0] if rows else None)
     if base is None:
-        return result["planned_at_steps_per_sec"]
+        return result.get("planned_at_steps_per_sec")
     return base["eager_input_pipeline"]["examples_per_sec"] / base["batch_size"]
 
 
@@ -259,6 +278,9 @@ def main(argv=None, built: Optional[tuple[Path, dict]] = None, t0: Optional[floa
     r = run(load_params(a.params), a.params, data, a.device, a.dry, a.out, Budget(a.budget_s, t0),
             made)
     print(format_table(r))
+    if r.get("failed"):
+        raise PipelineError(f"failed: {', '.join(r['failed'])}; each one's error is in "
+                            f"{r['written']}, the traceback above")
 
 
 if __name__ == "__main__":

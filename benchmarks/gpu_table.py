@@ -5,12 +5,27 @@ from __future__ import annotations
 from gpu_plan import TARGETS
 
 
+PARTS = ("correctness", "throughput", "fast", "tutorial", "multi_device", "side_by_side")
+
+
+def _failed(v) -> bool:
+    """A measurement that raised: ``{"error": ...}`` in its place (:func:`gpu_parts.attempt`)."""
+    return isinstance(v, dict) and "error" in v
+
+
+def _error(v: dict) -> str:
+    return "FAILED: " + " ".join(v["error"].split())[:200]
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def format_table(r: dict) -> str:
-    """The run's figures as Markdown; the parts it has (a run cut short has fewer)."""
+    """The run's figures as Markdown; the parts it has (a run cut short has fewer), a part
+    that failed as its error."""
+    failed = {name: r[name] for name in PARTS if _failed(r.get(name))}
+    r = {k: v for k, v in r.items() if k not in failed}
     lines = [f"# {r['device']} (torch {r['torch']}{', dry run' if r['dry'] else ''}"
              + (f", budget {r['budget_s']:.0f} s" if r.get("budget_s") else "") + ")", ""]
     built = r["data"].get("built")
@@ -43,6 +58,7 @@ def format_table(r: dict) -> str:
         lines.append(f"side by side: {s['together']['processes']} train stages at once "
                      f"{s['together']['examples_per_sec_total']:,.0f} examples/sec in all, one "
                      f"alone {s['alone']['examples_per_sec_total']:,.0f} ({s['speedup']:.2f}x)")
+    lines += [f"{name}: {_error(v)}" for name, v in failed.items()]
     if r.get("skipped"):
         lines.append(f"skipped (out of budget): {', '.join(r['skipped'])}")
     lines.append(f"total {r['total_seconds']:.0f} s"
@@ -52,14 +68,16 @@ def format_table(r: dict) -> str:
 
 def _correctness_lines(c: dict) -> list[str]:
     lo, sr, syncs = c["losses"], c["short_run"], c["host_syncs_per_step"]
-    return ["| check | result |", "|---|---|",
-            f"| first {lo['steps']} losses vs CPU | max relative difference "
+    rows = {"losses": lambda: f"| first {lo['steps']} losses vs CPU | max relative difference "
             f"{lo['max_rel_diff']:.2e} (tolerance {lo['tolerance']:g}): "
             f"{'ok' if lo['ok'] else 'FAILED'} |",
-            f"| host syncs per step (GPU path) | "
+            "host_syncs_per_step": lambda: f"| host syncs per step (GPU path) | "
             f"{'n/a (CPU)' if syncs is None else f'{syncs:.2f}'} |",
-            f"| held-out precision @ 1 after {sr['steps']:,} steps | "
-            f"{_pct(sr['precision_at_1'])} averaged, {_pct(sr['precision_at_1_raw'])} raw |", ""]
+            "short_run": lambda: f"| held-out precision @ 1 after {sr['steps']:,} steps | "
+            f"{_pct(sr['precision_at_1'])} averaged, {_pct(sr['precision_at_1_raw'])} raw |"}
+    return ["| check | result |", "|---|---|",
+            *(f"| {name} | {_error(c[name])} |" if _failed(c[name]) else row()
+              for name, row in rows.items()), ""]
 
 
 def _schedule_lines(r: dict) -> list[str]:

@@ -232,3 +232,59 @@ def test_the_correctness_check_restores_the_tf32_settings(synth_data, before):
         assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_a_failing_part_records_its_error_and_the_others_still_run(synth_data, tmp_path,
+                                                                     monkeypatch):
+    """Each part, and each of correctness's measurements, stands alone: one that raises
+    leaves ``{"error": "<type>: <message>"}`` in the JSON and the table, the run goes on,
+    and the command ends with status 1 naming what failed."""
+    import gpu_run
+    from cifar10_tutorial.errors import PipelineError
+    from conftest import write_prepared
+
+    def fail(exc):
+        def part(*args, **kwargs):
+            raise exc
+        return part
+    mismatch = ("Input type (torch.cuda.FloatTensor) and weight type (CUDABFloat16Type) "
+                "should be the same")
+    short = {"steps": 20, "precision_at_1": 0.5, "precision_at_1_raw": 0.4, "examples_per_sec": 9}
+    ran = {}
+    monkeypatch.setattr(gpu_run, "losses_against_cpu", fail(RuntimeError(mismatch)))
+    monkeypatch.setattr(gpu_run, "host_syncs_per_step", lambda *a: None)
+    monkeypatch.setattr(gpu_run, "short_run", lambda *a: short)
+    monkeypatch.setattr(gpu_run, "throughput", fail(ValueError("no\nbatch")))
+    monkeypatch.setattr(gpu_run, "quick_rate", lambda *a: 7.0)
+    monkeypatch.setattr(gpu_run, "fast_schedule", lambda *a: ran.setdefault("fast", {
+        "epochs": 2, "steps": 63, "train_seconds": 1.0, "reached": {},
+        "final_precision_at_1": 0.5}))
+    monkeypatch.setattr(gpu_run, "tutorial_schedule", lambda p, d, s, rate, root: ran.setdefault(
+        "tutorial", {"steps": 40, "of_steps": 40, "train_seconds": 1.0, "reached": {},
+                     "curve": [], "planned_at": rate}))
+    monkeypatch.setattr(gpu_run, "multi_device", lambda *a: {"skipped": "one device"})
+    monkeypatch.setattr(gpu_run, "side_by_side", fail(PipelineError("a stage failed")))
+    data = write_prepared(synth_data, tmp_path / "prepared")
+    params = tmp_path / "params.yaml"
+    params.write_text("train: {batch_size: 32}\n")
+    out = tmp_path / "gpu"
+    with pytest.raises(PipelineError, match=r"failed: correctness\.losses, throughput, "
+                                            r"side_by_side; each one's error is in "):
+        gpu_run.main(["--dry", "--device", "cpu", "--data", str(data), "--params", str(params),
+                      "--out", str(out)])
+    r = json.loads((out / "cpu-dry.json").read_text())
+    assert r["finished"] and r["failed"] == ["correctness.losses", "throughput", "side_by_side"]
+    assert r["correctness"] == {"losses": {"error": f"RuntimeError: {mismatch}"},
+                                "host_syncs_per_step": None, "short_run": short}
+    assert r["throughput"] == {"error": "ValueError: no\nbatch"}
+    assert r["side_by_side"] == {"error": "PipelineError: a stage failed"}
+    assert r["fast"] == ran["fast"] and r["multi_device"] == {"skipped": "one device"}
+    assert r["tutorial"]["planned_at"] == 7.0  # no throughput: the rate measured on its own
+    assert list(r["part_seconds"]) == ["correctness", "throughput", "fast", "tutorial",
+                                       "multi_device", "side_by_side"]
+    table = gpu_run.format_table(r)
+    assert f"| losses | FAILED: RuntimeError: {mismatch} |" in table
+    assert "| held-out precision @ 1 after 20 steps | 50.0% averaged, 40.0% raw |" in table
+    assert "throughput: FAILED: ValueError: no batch" in table
+    assert "side_by_side: FAILED: PipelineError: a stage failed" in table
+    assert "fast, 2 epochs" in table and "every device: one device" in table
