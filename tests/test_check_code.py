@@ -174,3 +174,28 @@ def test_a_kill_at_any_write_leaves_the_lock_as_it_was_or_recorded(project, tmp_
     assert outcomes[-1] == "finished" and "as it was" in outcomes, outcomes
     assert "ablation@" not in stale(project)
     assert sorted(p.name for p in (project / "reports").glob("dvc.lock*")) == ["dvc.lock"]
+
+
+def test_code_edited_while_the_check_runs_is_not_recorded(project, tmp_path):
+    """The lock records the files as they are when it is written: an edit made while the
+    variants ran is code the check did not run, and nothing is recorded."""
+    comment(project)
+    lock = (project / "reports/dvc.lock").read_bytes()
+    (tmp_path / "hook").mkdir()
+    # the edit lands when the check starts its first variant
+    (tmp_path / "hook" / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "def hook(event, args):\n"
+        "    if event == 'subprocess.Popen' and list(args[1])[:1] == ['sh'] and "
+        "not os.path.exists(os.environ['EDIT_ONCE']):\n"
+        "        open(os.environ['EDIT_ONCE'], 'w').close()\n"
+        "        with open('src/cifar10_tutorial/model.py', 'a') as f:\n"
+        "            f.write('\\nLRN_BETA = 0.5\\n')\n"
+        "sys.addaudithook(hook)\n")
+    proc = subprocess.run([sys.executable, "tools/check_code.py"], cwd=project,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "hook"),
+                               "EDIT_ONCE": str(tmp_path / "edited")})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "src/cifar10_tutorial/model.py changed while the check ran" in proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock

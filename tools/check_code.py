@@ -108,6 +108,18 @@ def _workspace_tree(root: Path, dest: Path) -> Path:
     return dest
 
 
+def fingerprint(root: Path) -> dict:
+    """The md5 of every file of the workspace a variant runs (TREE), by path."""
+    from cifar10_tutorial.files import md5_of
+
+    found = {}
+    for part in TREE:
+        files = [root / part] if (root / part).is_file() else (root / part).rglob("*")
+        found |= {str(f.relative_to(root)): md5_of(f) for f in files
+                  if f.is_file() and "__pycache__" not in f.parts}
+    return found
+
+
 def _fixed_data(tmp: Path, data: Optional[Path]) -> Path:
     if data is not None:
         if not (Path(data) / "meta.json").is_file():
@@ -485,12 +497,18 @@ def main(argv=None) -> None:
         raise PipelineError(f"{EXERCISES}: variant name {bad[0]!r}: expected a letter, then "
                             f"letters, digits, '_' or '-' (at most 64)")
     names = list(dict.fromkeys(names))
+    before = fingerprint(root)
     verdict = _compare(root, against, short, args.data, names)
     print(f"identical: {len(names)} variant(s) ({', '.join(names)}) wrote the same raw and "
           f"averaged weights and results with the workspace's code as with {short}'s, "
           f"{STEPS} steps each ({verdict} tensors in the model and checkpoint files)")
     if args.no_record:
         return
+    after = fingerprint(root)
+    edited = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    if edited:  # the lock would record code the check did not run
+        raise PipelineError(f"{LOCK} left as it is: {', '.join(edited[:3])} changed while the "
+                            f"check ran; run it again once your edits are done")
     record(root, stages)
     print(f"recorded {len(stages)} variant stage(s) of {LOCK} as up to date for this code "
           f"(reports/params.yaml changed, if at all, in keys added at their defaults only); "
