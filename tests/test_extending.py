@@ -42,6 +42,9 @@ def project_with_variants(tmp_path, variants: dict):
 
 @pytest.mark.e2e
 def test_the_pages_variant_gets_its_own_report_section(tmp_path):
+    """The page's variant (batch normalization in place of LRN: a layer with parameters,
+    floating-point and integer buffers), run with the page's commands, trains, gets its
+    report section, and its model file is read back by predict and publish."""
     page = yaml.safe_load(blocks("yaml")[0])
     project = project_with_variants(tmp_path, {"baseline": {}, **page["ablations"]})
     dvc(project, "repro", "dvc.yaml:preprocess")
@@ -57,9 +60,28 @@ def test_the_pages_variant_gets_its_own_report_section(tmp_path):
     assert made["train"]["step"] == 4
     report = (project / "reports/report.md").read_text()
     mine = report.split("## Your variants", 1)[1].split("\n## ", 1)[0]
-    assert f"### `{name}`" in mine and "It changes `model.dropout: 0.5`." in mine
+    assert f"### `{name}`" in mine
+    assert "It changes `model.lrn: False`, `model.batch_norm: True`." in mine, mine
     for heading in ("## Exercise 1", "## Exercise 2", "## Exercise 3", "## Exercise 4"):
         assert name not in report.split(heading, 1)[1].split("\n## ", 1)[0], heading
+    # its model file: BatchNorm's buffers in it, read back by predict and publish
+    import sys
+
+    import torch
+    from PIL import Image
+
+    model = project / f"data/ablations/{name}/model.pt"
+    ema = torch.load(model, weights_only=True)["ema"]
+    assert ema["bn1.num_batches_tracked"].dtype == torch.int64
+    assert ema["bn1.num_batches_tracked"].item() == 4
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(tmp_path / "red.png")
+    for command in (["-m", "cifar10_tutorial.evaluation.predict", str(tmp_path / "red.png"),
+                     "--model", str(model)],
+                    ["tools/publish.py", name, "--out", str(tmp_path / "published")]):
+        proc = subprocess.run([sys.executable, *command], cwd=project, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "published" / "model.pt").read_bytes() == model.read_bytes()
 
 
 @pytest.mark.e2e

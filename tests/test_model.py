@@ -231,3 +231,51 @@ def test_without_lrn():
 def test_decayed_weights_are_local3_and_local4():
     model = CifarNet()
     assert [w.shape for w in model.decayed_weights()] == [(384, 2304), (192, 384)]
+
+
+def test_every_model_param_is_an_argument_of_the_network():
+    """The network is built from the `model` section passed whole: a key added to
+    ModelParams must be an argument of CifarNet of the same name, or building fails."""
+    from cifar10_tutorial.model import build_model
+    from cifar10_tutorial.params import ModelParams, to_dict
+
+    net = build_model(10, **to_dict(ModelParams()))
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
+    with_bn = build_model(10, **{**to_dict(ModelParams()), "batch_norm": True})
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in with_bn.modules()) == 2
+
+
+def test_a_model_file_with_integer_buffers_is_saved_and_loaded(tmp_path):
+    """BatchNorm's num_batches_tracked (int64) and running statistics travel in model.pt
+    and come back in the rebuilt network (eval, predict and publish read it so); a float
+    weight stored as an integer, a complex tensor or a NaN is still refused."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.model import build_model
+    from cifar10_tutorial.model_files import load_trained
+    from cifar10_tutorial.params import params_from_dict, to_dict
+
+    params = to_dict(params_from_dict({"model": {"lrn": False, "batch_norm": True}}))
+    net = build_model(10, **params["model"])
+    net.train()
+    net(torch.randn(8, 3, 24, 24))  # running statistics and the counter move
+    state = net.state_dict()
+    assert state["bn1.num_batches_tracked"].dtype == torch.int64
+    assert state["bn1.num_batches_tracked"].item() == 1
+    obj = {"model": state, "ema": state, "params": params, "num_classes": 10,
+           "classes": [f"c{i}" for i in range(10)], "step": 1}
+    torch.save(obj, tmp_path / "model.pt")
+    loaded, _ = load_trained(tmp_path / "model.pt")
+    x = torch.randn(4, 3, 24, 24)
+    assert torch.equal(loaded(x), net.eval()(x))
+    assert loaded.state_dict()["bn2.num_batches_tracked"].item() == 1
+    for name, ema in {
+        "an integer copy of a weight": {**state, "conv1.weight": state["conv1.weight"].long()},
+        "a complex tensor": {**state, "conv1.bias": state["conv1.bias"].to(torch.complex64)},
+        "a float counter": {**state, "bn1.num_batches_tracked": torch.tensor(1.0)},
+        "NaN": {**state, "bn1.running_var": torch.full_like(state["bn1.running_var"],
+                                                            float("nan"))},
+    }.items():
+        torch.save({**obj, "ema": ema}, tmp_path / "bad.pt")
+        with pytest.raises(PipelineError, match="damaged or was edited") as exc:
+            load_trained(tmp_path / "bad.pt")
+        assert "bad.pt" in str(exc.value), name

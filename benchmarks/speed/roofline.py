@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from cifar10_tutorial.model import build_model, macs_per_image, train_flops_per_image
-from cifar10_tutorial.params import Params
+from cifar10_tutorial.params import Params, to_dict
 
 CONV_SHAPE = (32, 256, 28, 3)  # batch, channels (in = out), height = width, kernel size
 
@@ -77,8 +77,7 @@ def roofline(results: dict, params: Params, num_classes: int, device: torch.devi
              peak_size: int = 2048, conv_shape: tuple = CONV_SHAPE) -> dict:
     """Each measured pipeline's GFLOP/s and its fraction of the peak of its precision (the
     faster of the matmul and the convolution, both kept in ``peak_kernels``)."""
-    m = params.model
-    model = build_model(num_classes, m.head, m.output, m.lrn)
+    model = build_model(num_classes, **to_dict(params.model))
     flops = {"train": train_flops_per_image(model), "eval": 2 * macs_per_image(model)}
     kernels = peaks(device, peak_size, conv_shape)
     peak = {name: max(k.values()) for name, k in kernels.items()}

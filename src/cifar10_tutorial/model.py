@@ -150,13 +150,15 @@ class CifarNet(nn.Module):
     computed from log-softmax of the logits and stays numerically stable).
     lrn: False drops both normalization layers (an ablation).
     dropout: the probability of zeroing each of local3's and local4's outputs while
-    training (not in the tutorial: 0, no layer, is its network); an example of
-    extending the network (docs/extending.md).
+    training (not in the tutorial: 0, no layer, is its network).
+    batch_norm: batch normalization after conv1 and conv2, before their ReLUs (not in the
+    tutorial: False, no layer, is its network); the worked example of extending the
+    network with a layer that has parameters and buffers (docs/extending.md).
     """
 
     def __init__(self, num_classes: int = 10, head: Literal["fc", "local"] = "fc",
                  output: Literal["logits", "softmax"] = "logits", lrn: bool = True,
-                 image_size: int = 24, dropout: float = 0.0):
+                 image_size: int = 24, dropout: float = 0.0, batch_norm: bool = False):
         super().__init__()
         if head not in ("fc", "local") or output not in ("logits", "softmax"):
             raise ValueError(f"head must be fc|local and output logits|softmax, got {head}, {output}")
@@ -165,8 +167,10 @@ class CifarNet(nn.Module):
         self.drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.num_classes = num_classes
         self.conv1 = nn.Conv2d(3, 64, 5, padding=2)
+        self.bn1 = nn.BatchNorm2d(64) if batch_norm else nn.Identity()
         self.norm1 = TFLocalResponseNorm(64) if lrn else nn.Identity()
         self.conv2 = nn.Conv2d(64, 64, 5, padding=2)
+        self.bn2 = nn.BatchNorm2d(64) if batch_norm else nn.Identity()
         self.norm2 = TFLocalResponseNorm(64) if lrn else nn.Identity()
         side = -(-(-(-image_size // 2)) // 2)  # two SAME pools: ceil(ceil(s/2)/2)
         self.feature_size = side
@@ -205,8 +209,8 @@ class CifarNet(nn.Module):
     def features(self, x: torch.Tensor) -> torch.Tensor:
         # relu(pool(x)) == pool(relu(x)) exactly, values and gradients (ReLU is monotonic and
         # the pool's argmax is the same element): the ReLU runs on the 4x smaller map
-        x = self.norm1(F.relu(tf_same_max_pool(self.conv1(x))))
-        return tf_same_max_pool(self.norm2(F.relu(self.conv2(x))))
+        x = self.norm1(F.relu(tf_same_max_pool(self.bn1(self.conv1(x)))))
+        return tf_same_max_pool(self.norm2(F.relu(self.bn2(self.conv2(x)))))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x)
@@ -255,6 +259,8 @@ def train_flops_per_image(model: CifarNet, image_size: int = 24) -> int:
     return 2 * (3 * macs_per_image(model, image_size) - conv1)
 
 
-def build_model(num_classes: int, head: str = "fc", output: str = "logits",
-                lrn: bool = True, dropout: float = 0.0) -> CifarNet:
-    return CifarNet(num_classes=num_classes, head=head, output=output, lrn=lrn, dropout=dropout)
+def build_model(num_classes: int, **model) -> CifarNet:
+    """The network of a ``model`` params section, passed whole (``**to_dict(params.model)``):
+    each of its keys is an argument of :class:`CifarNet` of the same name, so a key added
+    to the section acts wherever a network is built (training, eval, predict, publish)."""
+    return CifarNet(num_classes=num_classes, **model)

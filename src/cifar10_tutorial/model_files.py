@@ -14,19 +14,34 @@ from .model import CifarNet, build_model
 
 REMAKE = "remake it with `dvc repro train`"
 MODEL_KEYS = ("model", "ema", "params", "num_classes", "classes", "step")
+STATE_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
+                torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
 
 
 def model_from_state(params: dict, num_classes: int, state: dict, device,
                      source: str = "the checkpoint") -> CifarNet:
-    m = params["model"]
-    model = build_model(num_classes, m["head"], m["output"], m["lrn"]).to(device)
+    from .params import params_from_dict, to_dict
+
+    m = params["model"]  # the whole section, its keys checked and the rest at their defaults
+    model = build_model(num_classes, **to_dict(params_from_dict({"model": m}).model)).to(device)
+    own = model.state_dict()
+    # each entry of the kind the network holds there: floating point where it has weights,
+    # its own integer or boolean type where it counts or flags (load_state_dict would cast
+    # an int64 copy of float weights without a word)
+    kind = [n for n, v in state.items() if n in own and (
+        v.is_floating_point() != own[n].is_floating_point()
+        or (not v.is_floating_point() and v.dtype != own[n].dtype))]
+    if kind:
+        raise PipelineError(f"{source}: {kind[0]} is {state[kind[0]].dtype} where the network "
+                            f"holds {own[kind[0]].dtype}; the file is damaged or was edited; "
+                            f"{REMAKE}.")
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:  # names or shapes that do not fit the network
         detail = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
         raise PipelineError(
             f"{source}: its weights do not fit the network its own params describe "
-            f"(model.head={m['head']}, model.lrn={m['lrn']}, {num_classes} classes): "
+            f"(model: {', '.join(f'{k}={v}' for k, v in m.items())}; {num_classes} classes): "
             f"{detail[:200]}. The file is damaged or was edited; {REMAKE}.") from None
     return model.eval()
 
@@ -90,11 +105,14 @@ def _field_problem(obj: dict, model: dict) -> str | None:
         state = obj[key]
         if not is_state_dict(state):
             return f"{key}: expected the {what} weights (a mapping of tensors), found {state!r:.60}"
-        kind = [n for n, v in state.items() if not v.is_floating_point()]
-        if kind:  # int64 or complex weights would load, then give 10% or nonsense
-            return (f"its {what} weights ({key}) are not real floating-point numbers "
-                    f"({kind[0]}: {state[kind[0]].dtype})")
-        bad = [n for n, v in state.items() if not torch.isfinite(v).all()]
+        # real numbers: weights and buffers in floating point, counters (a BatchNorm's
+        # num_batches_tracked) in integers, flags in booleans; complex or quantized
+        # tensors are no state this project writes
+        kind = [n for n, v in state.items() if v.dtype not in STATE_DTYPES]
+        if kind:
+            return (f"its {what} weights ({key}) hold a tensor of a kind no network of this "
+                    f"project has ({kind[0]}: {state[kind[0]].dtype})")
+        bad = [n for n, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
         if bad:
             return f"its {what} weights ({key}) hold NaN or infinite values ({', '.join(bad[:3])})"
     return None

@@ -100,6 +100,9 @@ class ModelParams:
     # not in the tutorial: zero each output of local3 and local4 with this probability
     # while training (0: no dropout layer, the tutorial's network)
     dropout: Annotated[float, Range(0.0, 1.0, hi_open=True)] = 0.0
+    # not in the tutorial: batch normalization after conv1 and conv2, before their ReLUs
+    # (false: no layer, the tutorial's network); with lrn: false, BN in place of LRN
+    batch_norm: bool = False
 
 
 @dataclass(frozen=True)

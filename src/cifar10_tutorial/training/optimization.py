@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ..errors import TrainingError
 from ..model import CifarNet, build_model
-from ..params import Params
+from ..params import Params, to_dict
 
 
 def total_steps(tr, num_train: int, global_batch: int) -> int:
@@ -213,8 +213,7 @@ def averaging_decay(params: Params) -> float:
 
 def training_model(params: Params, num_classes: int, device: torch.device) -> CifarNet:
     """The network on its device, in the memory layout of ``train.channels_last``."""
-    m = params.model
-    model = build_model(num_classes, m.head, m.output, m.lrn, m.dropout).to(device)
+    model = build_model(num_classes, **to_dict(params.model)).to(device)
     return model.to(memory_format=torch.channels_last) if params.train.channels_last else model
 
 
