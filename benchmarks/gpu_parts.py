@@ -24,7 +24,15 @@ from cifar10_tutorial.training.inputs import input_options, make_batches
 from cifar10_tutorial.training.train import train
 from gpu_plan import Sizes
 
-LOSS_RTOL = 1e-3  # largest relative difference of a step's loss, device against CPU
+# step 1 from the same weights and batch (TF32 off): the loss and every gradient on the
+# device within this relative difference of the CPU's (the norm of the difference over the
+# norm): float32 rounding of other kernels is ~1e-7 there, a wrong kernel or sign is ~1
+STEP1_RTOL = 1e-5
+# the losses of the first steps: the device's largest difference from the CPU within this
+# factor of the CPU's own drift (the same run in another summation order: the other memory
+# layout), measured in the same call. Float drift grows step by step on any two machines;
+# a bug's difference is far above it
+DRIFT_FACTOR = 10.0
 
 
 def with_sections(params: Params, **sections) -> Params:
@@ -65,28 +73,94 @@ def input_step(params: Params, data: Prepared, device: torch.device, images=None
 # --------------------------------------------------------------------------- 1. correctness
 
 
-def losses_against_cpu(params: Params, data: Prepared, device: torch.device, steps: int) -> dict:
-    """The first ``steps`` losses on ``device`` and on the CPU: same seed, same batches,
-    TF32 off for the comparison and restored after it (the timed parts run as users do)."""
+def losses_against_cpu(params: Params, data: Prepared, device: torch.device, steps: int,
+                       plant: Callable[[torch.nn.Module], None] | None = None) -> dict:
+    """Is the step on ``device`` the CPU's, up to float rounding? Step 1 from the same
+    weights and batch: loss and gradients within :data:`STEP1_RTOL`; then the first
+    ``steps`` losses of a run from the same seed and batches, their largest difference from
+    the CPU's within :data:`DRIFT_FACTOR` times the CPU's own drift (the same run in the
+    other memory layout). float32 throughout, TF32 off for the comparison and restored after
+    it (the timed parts run as users do). ``plant(model)``: alters the device's network
+    before anything runs (a test plants a wrong gradient there, which must fail)."""
+    params = with_sections(params, train={"precision": "fp32"})
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    cpu = torch.device("cpu")
+    try:
+        first = _step_one(params, data, device, plant)
+        ref = _losses(params, data, torch.device("cpu"), steps)
+        other = with_sections(params, train={"channels_last": not params.train.channels_last})
+        drift = _rel_diff(ref, _losses(other, data, torch.device("cpu"), steps))
+        got = _losses(params, data, device, steps, plant)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    worst = _rel_diff(ref, got)
+    bound = DRIFT_FACTOR * max(drift, 1e-7)  # a drift of 0 (one kernel either way): rounding
+    return {"steps": steps, "step1": first, "cpu": ref, "device": got,
+            "cpu_drift": drift, "max_rel_diff": worst, "drift_factor": DRIFT_FACTOR,
+            "bound": bound, "ok": first["ok"] and worst <= bound}
+
+
+def _rel_diff(a: list, b: list) -> float:
+    return max(abs(x - y) / abs(x) for x, y in zip(a, b))
+
+
+def _step_one(params: Params, data: Prepared, device: torch.device, plant) -> dict:
+    """Loss and gradients of step 1 on the CPU and on ``device``, same weights and batch."""
+    from cifar10_tutorial.training.optimization import loss_terms, step_options, training_model
+
+    cpu, opts = torch.device("cpu"), step_options(params)
     images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
     batches = make_batches(images, labels, **input_options(params, data))
-    ref, got = [], []
     try:
-        _, cpu_step = project_step(params, data, cpu, with_loss=True)
-        _, dev_step = project_step(params, data, device, with_loss=True)
-        for i in range(steps):
-            x, y = batches.get(i)
-            ref.append(cpu_step(x, y).item())
-            got.append(dev_step(x.to(device), y.to(device)).item())
+        x, y = batches.get(0)
     finally:
         batches.close()
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
-    worst = max(abs(a - b) / abs(a) for a, b in zip(ref, got))
-    return {"steps": steps, "cpu": ref, "device": got, "max_rel_diff": worst,
-            "tolerance": LOSS_RTOL, "ok": worst <= LOSS_RTOL}
+    torch.manual_seed(params.train.seed)
+    models = {"cpu": training_model(params, data.num_classes, cpu),
+              "device": training_model(params, data.num_classes, device)}
+    models["device"].load_state_dict(models["cpu"].state_dict())
+    if plant is not None:
+        plant(models["device"])
+    out = {}
+    for name, model in models.items():
+        at = cpu if name == "cpu" else device
+        xs = x.to(at)
+        if params.train.channels_last:
+            xs = xs.contiguous(memory_format=torch.channels_last)
+        decayed = [q for q in model.parameters() if q.dim() > 1] \
+            if opts["decay_every_matrix"] else None
+        ce, l2 = loss_terms(model, model(xs, return_logits=True).float(), y.to(at),
+                            opts["weight_decay"], opts["label_smoothing"], decayed)
+        loss = ce + l2
+        loss.backward()
+        out[name] = (loss.item(), {n: q.grad.detach().cpu() for n, q in model.named_parameters()})
+    (loss_cpu, g_cpu), (loss_dev, g_dev) = out["cpu"], out["device"]
+    grads = {n: ((g_dev[n] - g).norm() / g.norm().clamp_min(1e-30)).item()
+             for n, g in g_cpu.items()}
+    worst = max(grads, key=grads.get)
+    loss_diff = abs(loss_dev - loss_cpu) / abs(loss_cpu)
+    return {"loss_rel_diff": loss_diff, "worst_gradient": worst,
+            "gradient_rel_diff": grads[worst], "tolerance": STEP1_RTOL,
+            "ok": loss_diff <= STEP1_RTOL and grads[worst] <= STEP1_RTOL}
+
+
+def _losses(params: Params, data: Prepared, device: torch.device, steps: int,
+            plant=None) -> list[float]:
+    """The first ``steps`` losses of the train step on ``device``, from the seed's weights
+    and the input pipeline's batches (made on the CPU, the same for every device)."""
+    images, labels = torch.from_numpy(data.train_images), torch.from_numpy(data.train_labels)
+    batches = make_batches(images, labels, **input_options(params, data))
+    try:
+        model, step = project_step(params, data, device, with_loss=True)
+        if plant is not None:
+            plant(model)
+        losses = []
+        for i in range(steps):
+            x, y = batches.get(i)
+            losses.append(step(x.to(device), y.to(device)).item())
+        return losses
+    finally:
+        batches.close()
 
 
 def host_syncs_per_step(params: Params, data: Prepared, device: torch.device, steps: int) -> float:

@@ -10,9 +10,12 @@ after the budget is out is skipped. It writes ``reports/gpu/<gpu name>.json`` (`
 after each part, so a run cut short leaves the parts it finished, and prints a table of
 four parts:
 
-1. correctness (:mod:`gpu_parts`, as part 2): the first 50 steps' losses on the device
-   against the CPU from the same seed and the same batches (TF32 off; tolerance
-   :data:`gpu_parts.LOSS_RTOL`), host syncs per step on the real GPU path (CUDA's sync
+1. correctness (:mod:`gpu_parts`, as part 2): step 1's loss and gradients on the device
+   against the CPU's from the same weights and batch (TF32 off; within
+   :data:`gpu_parts.STEP1_RTOL`), then the first 50 steps' losses from the same seed and
+   batches, their difference from the CPU's within :data:`gpu_parts.DRIFT_FACTOR` times
+   the CPU's own drift (the same run in the other memory layout, measured in the same
+   call), so that healthy float drift passes and a bug fails; host syncs per step on the real GPU path (CUDA's sync
    debug mode: there must be none between log steps), and held-out precision @ 1 after a
    short run, averaged and raw weights;
 2. throughput of the train step at batch 128 and larger: eager, on a fixed batch and with

@@ -68,8 +68,11 @@ def format_table(r: dict) -> str:
 
 def _correctness_lines(c: dict) -> list[str]:
     lo, sr, syncs = c["losses"], c["short_run"], c["host_syncs_per_step"]
-    rows = {"losses": lambda: f"| first {lo['steps']} losses vs CPU | max relative difference "
-            f"{lo['max_rel_diff']:.2e} (tolerance {lo['tolerance']:g}): "
+    rows = {"losses": lambda: f"| step 1 vs CPU; first {lo['steps']} losses vs CPU | step 1: "
+            f"loss {lo['step1']['loss_rel_diff']:.1e}, gradients {lo['step1']['gradient_rel_diff']:.1e} "
+            f"(worst {lo['step1']['worst_gradient']}; tolerance {lo['step1']['tolerance']:g}); "
+            f"losses: max relative difference {lo['max_rel_diff']:.2e}, the CPU's own drift "
+            f"{lo['cpu_drift']:.2e} (bound {lo['drift_factor']:g}x: {lo['bound']:.2e}): "
             f"{'ok' if lo['ok'] else 'FAILED'} |",
             "host_syncs_per_step": lambda: f"| host syncs per step (GPU path) | "
             f"{'n/a (CPU)' if syncs is None else f'{syncs:.2f}'} |",

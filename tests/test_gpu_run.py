@@ -11,7 +11,7 @@ import pytest
 from cifar10_tutorial.params import to_dict
 from conftest import ROOT, tiny_params, write_train_project
 
-from gpu_parts import LOSS_RTOL  # benchmarks/, on the path by conftest
+from gpu_parts import DRIFT_FACTOR, STEP1_RTOL  # benchmarks/, on the path by conftest
 
 GPU_RUN = str(ROOT / "benchmarks" / "gpu_run.py")
 
@@ -46,7 +46,8 @@ def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
     r = json.loads((out / "cpu-dry.json").read_text())
     assert r["dry"] and r["device"] == "cpu"
     losses = r["correctness"]["losses"]
-    assert len(losses["cpu"]) == len(losses["device"]) == 6 and losses["tolerance"] == LOSS_RTOL
+    assert len(losses["cpu"]) == len(losses["device"]) == 6
+    assert losses["step1"]["tolerance"] == STEP1_RTOL and losses["drift_factor"] == DRIFT_FACTOR
     assert losses["ok"] and losses["max_rel_diff"] == 0  # CPU against CPU: the same numbers
     assert r["correctness"]["host_syncs_per_step"] is None
     short = r["correctness"]["short_run"]
@@ -288,3 +289,27 @@ def test_a_failing_part_records_its_error_and_the_others_still_run(synth_data, t
     assert "throughput: FAILED: ValueError: no batch" in table
     assert "side_by_side: FAILED: PipelineError: a stage failed" in table
     assert "fast, 2 epochs" in table and "every device: one device" in table
+
+
+def test_the_correctness_check_passes_drift_and_fails_a_planted_sign_error(synth_data):
+    """The check of the device against the CPU, run CPU against CPU: it passes, with the
+    CPU's own drift (the other memory layout) measured and the bound above it; with one
+    gradient's sign flipped on the "device" side it fails at step 1 and over the losses."""
+    import torch
+
+    from gpu_parts import losses_against_cpu
+
+    params = tiny_params(train={"batch_size": 32})
+    cpu = torch.device("cpu")
+    good = losses_against_cpu(params, synth_data, cpu, 5)
+    assert good["ok"] and good["step1"]["gradient_rel_diff"] == 0.0
+    assert good["bound"] == DRIFT_FACTOR * max(good["cpu_drift"], 1e-7)
+
+    def wrong_sign(model):
+        model.local4.weight.register_hook(lambda g: -g)
+
+    bad = losses_against_cpu(params, synth_data, cpu, 5, plant=wrong_sign)
+    assert not bad["ok"] and not bad["step1"]["ok"]
+    assert bad["step1"]["worst_gradient"] == "local4.weight"
+    assert bad["step1"]["gradient_rel_diff"] > 1.0  # -g against g: 2
+    assert bad["max_rel_diff"] > bad["bound"]  # the run goes elsewhere, past the drift
