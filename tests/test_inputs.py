@@ -134,8 +134,8 @@ def test_shuffle_queue_fills_before_the_first_batch_and_keeps_invariants():
         # labels in the queue are those of the examples at the queued stream positions
         with q._cond:
             ids = q.buf_ids[:q.count].clone()
-            queued = q.buf_labels[:q.count].clone()
-        assert torch.equal(queued, labels[q.order.at(ids)])
+            queued = q.slots["idx"][:q.count].clone()
+        assert torch.equal(queued, q.order.at(ids))
     finally:
         q.close()
 
@@ -181,10 +181,35 @@ def test_shuffle_queue_surfaces_worker_errors(monkeypatch):
     def broken(*args, **kwargs):
         raise MemoryError("no room for the chunk")
 
-    monkeypatch.setattr(inputs, "apply_distortions", broken)
+    monkeypatch.setattr(inputs, "draw_distortions", broken)
     images, labels = toy_data(100)
     q = ShuffleQueue(images, labels, batch_size=8, seed=0, min_after_dequeue=10, num_threads=1)
     with pytest.raises(RuntimeError, match="worker failed") as exc:
         q.get()
     assert isinstance(exc.value.__cause__, MemoryError)
     q.close()
+
+
+def test_a_queued_batch_is_each_example_distorted_alone_bit_for_bit():
+    """The queue keeps example indices and draws, and distorts a batch when it is handed
+    out: every image of it equals its example distorted alone from its stream position
+    (its chunk's draws), as distorting each on entry would give."""
+    from cifar10_tutorial.training.distortions import apply_distortions
+
+    images, labels = toy_data(600)
+    q = ShuffleQueue(images, labels, batch_size=24, seed=5, min_after_dequeue=120,
+                     file_counts=[120] * 5, num_threads=0, chunk_size=32)
+    try:
+        for step in range(12):
+            q._fill_inline()
+            gen = torch.Generator()
+            gen.set_state(q.dequeue_gen.get_state())
+            positions = q.buf_ids[torch.randperm(q.count, generator=gen)[:24]]
+            x, y = q.get(step)
+            for i, pos in enumerate(positions.tolist()):
+                draws = q._chunk_draws(pos // 32)[pos % 32:pos % 32 + 1]
+                example = q.order.at(torch.tensor([pos]))
+                alone = apply_distortions(images[example], draws)
+                assert torch.equal(x[i:i + 1], alone) and y[i] == labels[example[0]]
+    finally:
+        q.close()

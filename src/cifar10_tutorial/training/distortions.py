@@ -38,7 +38,9 @@ def cpu_generator(*ints: int) -> torch.Generator:
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A small CPU tensor (indices, draws) on the training device without a host sync:
     on CUDA through pinned memory, so that the copy is truly asynchronous."""
-    if device.type == "cuda":
+    if t.device == torch.device(device):
+        return t
+    if torch.device(device).type == "cuda":
         return t.pin_memory().to(device, non_blocking=True)
     return t.to(device)
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import torch
 
-from .distortions import (CROP, Draws, apply_distortions, cpu_generator, derive_seed,
+from .distortions import (Draws, apply_distortions, cpu_generator, derive_seed,
                           draw_distortions, to_device)
 
 if TYPE_CHECKING:
@@ -132,16 +132,24 @@ class PermutationBatches:
 class ShuffleQueue:
     """The tutorial's RandomShuffleQueue.
 
-    The example stream (file order) is distorted in chunks of ``chunk_size`` and
-    enqueued in stream order: inline, just before a dequeue needs it
-    (``num_threads=0``, the default of ``run.queue_threads``), or by ``num_threads``
-    background workers that keep it topped up ahead of training. A dequeue waits
-    until the queue is full (``capacity = min_after_dequeue + 3 x batch``): at the
-    start that is the fill the tutorial waits for. Waiting for a full queue also
-    makes the batches independent of thread timing, so a run is reproducible and
-    resumes exactly: the state is the stream positions of the queued examples, the
-    count enqueued and the dequeue generator.
+    The example stream (file order) enters the queue in chunks of ``chunk_size``, in
+    stream order: inline, just before a dequeue needs it (``num_threads=0``, the default
+    of ``run.queue_threads``), or by ``num_threads`` background workers that keep it
+    topped up ahead of training. A dequeue waits until the queue is full
+    (``capacity = min_after_dequeue + 3 x batch``): at the start that is the fill the
+    tutorial waits for. Waiting for a full queue also makes the batches independent of
+    thread timing, so a run is reproducible and resumes exactly: the state is the stream
+    positions of the queued examples, the count enqueued and the dequeue generator.
+
+    The queue holds what each queued example is, not its pixels: its example index and
+    its distortion draws (drawn per chunk of the stream, a pure function of the stream
+    position), in small tensors on the images' device. A dequeue gathers the picked
+    ones and distorts the batch in one batched pass there: each image's distortion
+    depends on its own pixels and draws only, so the batch is what distorting each
+    example as it entered would have given, bit for bit.
     """
+
+    FIELDS = ("idx", "oy", "ox", "flip", "delta", "factor")  # a slot: example and draws
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: int,
                  min_after_dequeue: int, file_counts: Optional[list[int]] = None,
@@ -155,9 +163,10 @@ class ShuffleQueue:
         self.chunk_size = chunk_size
         self.order = ExampleOrder(len(labels), derive_seed(seed, rank), "files", file_counts)
         dev = images.device
-        c = images.shape[1]
-        self.buf_images = torch.empty((self.capacity, c, CROP, CROP), device=dev)
-        self.buf_labels = torch.empty(self.capacity, dtype=torch.long, device=dev)
+        kinds = {"idx": torch.long, "oy": torch.long, "ox": torch.long, "flip": torch.bool,
+                 "delta": torch.float32, "factor": torch.float32}
+        self.slots = {f: torch.empty(self.capacity, dtype=kinds[f], device=dev)
+                      for f in self.FIELDS}
         self.buf_ids = torch.empty(self.capacity, dtype=torch.long)  # stream positions
         self.count = 0
         self.dequeue_gen = cpu_generator(seed, 3, rank)
@@ -180,8 +189,9 @@ class ShuffleQueue:
         return draw_distortions(self.chunk_size, cpu_generator(self.seed, 4, self.rank, chunk),
                                 flip=self.flip)
 
-    def _examples_at(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The distorted examples at stream positions (a pure function of the positions)."""
+    def _slots_at(self, positions: torch.Tensor) -> dict:
+        """What the examples at stream positions are: their example indices and distortion
+        draws, on the images' device (a pure function of the positions)."""
         chunks = positions // self.chunk_size
         rows = positions % self.chunk_size
         parts = {c: self._chunk_draws(c) for c in chunks.unique().tolist()}
@@ -194,8 +204,16 @@ class ShuffleQueue:
                 where = torch.searchsorted(torch.tensor(list(parts)), chunks)
                 fields.append(col[where, rows])
             draws = Draws(*fields)
-        idx = to_device(self.order.at(positions), self.images.device)
-        return apply_distortions(self.images[idx], draws), self.labels[idx]
+        dev = self.images.device
+        draws = draws.to(dev)
+        return {"idx": to_device(self.order.at(positions), dev), "oy": draws.oy,
+                "ox": draws.ox, "flip": draws.flip, "delta": draws.delta,
+                "factor": draws.factor}
+
+    def _examples(self, slots: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distorted images and labels of queued examples (``slots``: theirs)."""
+        draws = Draws(slots["oy"], slots["ox"], slots["flip"], slots["delta"], slots["factor"])
+        return apply_distortions(self.images[slots["idx"]], draws), self.labels[slots["idx"]]
 
     def _worker(self) -> None:
         try:
@@ -214,7 +232,7 @@ class ShuffleQueue:
                     if self._stop:
                         return
                 positions = start + rows
-                images, labels = self._examples_at(positions)
+                slots = self._slots_at(positions)
                 done = 0
                 with self._cond:
                     self._cond.wait_for(lambda: self._stop or self.enqueued == int(positions[0]))
@@ -223,7 +241,7 @@ class ShuffleQueue:
                         if self._stop:
                             return
                         k = min(self.capacity - self.count, len(rows) - done)
-                        self._put(images[done:done + k], labels[done:done + k],
+                        self._put({f: v[done:done + k] for f, v in slots.items()},
                                   positions[done:done + k])
                         done += k
                         self._cond.notify_all()
@@ -232,11 +250,11 @@ class ShuffleQueue:
                 self._error = exc
                 self._cond.notify_all()
 
-    def _put(self, images: torch.Tensor, labels: torch.Tensor, positions: torch.Tensor) -> None:
+    def _put(self, slots: dict, positions: torch.Tensor) -> None:
         """Append examples (the next stream positions, in order) after the queued ones."""
         sl = slice(self.count, self.count + len(positions))
-        self.buf_images[sl] = images
-        self.buf_labels[sl] = labels
+        for f in self.FIELDS:
+            self.slots[f][sl] = slots[f]
         self.buf_ids[sl] = positions
         self.count += len(positions)
         self.enqueued += len(positions)
@@ -250,7 +268,7 @@ class ShuffleQueue:
             end = min((start // self.chunk_size + 1) * self.chunk_size,
                       start + self.capacity - self.count)
             positions = torch.arange(start, end)
-            self._put(*self._examples_at(positions), positions)
+            self._put(self._slots_at(positions), positions)
 
     # -- consuming
     def get(self, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,21 +281,22 @@ class ShuffleQueue:
                 raise RuntimeError("the shuffle queue's worker failed") from self._error
             n = self.count
             pick = torch.randperm(n, generator=self.dequeue_gen)[:b]
-            pick_dev = to_device(pick, self.buf_images.device)
-            images, labels = self.buf_images[pick_dev].clone(), self.buf_labels[pick_dev].clone()
+            pick_dev = to_device(pick, self.images.device)
+            picked = {f: v[pick_dev] for f, v in self.slots.items()}
             # fill the holes below n - b with the survivors from the top b slots
             taken = torch.zeros(n, dtype=torch.bool)
             taken[pick] = True
             holes = pick[pick < n - b].sort().values
             movers = torch.arange(n - b, n)[~taken[n - b:]]
             if len(holes):
-                h, m = to_device(holes, self.buf_images.device), to_device(movers, self.buf_images.device)
-                self.buf_images[h] = self.buf_images[m]
-                self.buf_labels[h] = self.buf_labels[m]
+                h = to_device(holes, self.images.device)
+                m = to_device(movers, self.images.device)
+                for v in self.slots.values():
+                    v[h] = v[m]
                 self.buf_ids[holes] = self.buf_ids[movers]
             self.count = n - b
             self._cond.notify_all()
-        return images, labels
+        return self._examples(picked)
 
     # -- checkpointing
     def state(self) -> dict:
@@ -292,9 +311,8 @@ class ShuffleQueue:
         if len(ids) > self.capacity:
             raise ValueError(f"queue state holds {len(ids)} examples, capacity is {self.capacity}")
         if len(ids):
-            images, labels = self._examples_at(ids)
-            self.buf_images[:len(ids)] = images
-            self.buf_labels[:len(ids)] = labels
+            for f, v in self._slots_at(ids).items():
+                self.slots[f][:len(ids)] = v
         self.buf_ids[:len(ids)] = ids
         self.count = len(ids)
 
