@@ -87,15 +87,18 @@ class WeightAverage:
 
     def __init__(self, model: torch.nn.Module, decay: float):
         self.decay = decay
-        self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items()
+        state = model.state_dict()  # detached tensors that share the live ones' storage
+        self.shadow = {k: v.detach().clone() for k, v in state.items()
                        if v.dtype.is_floating_point}
+        # the entries averaged, read in place at each update: the optimizer and the
+        # layers update them in place, so no state_dict() (an op per entry) per step
+        self._live = [state[k] for k in self.shadow]
+        self._targets = list(self.shadow.values())
 
     @torch.no_grad()
     def update(self, model: torch.nn.Module, num_updates: int) -> None:
         d = ema_decay(self.decay, num_updates)
-        state = model.state_dict()
-        keys = list(self.shadow)
-        torch._foreach_lerp_([self.shadow[k] for k in keys], [state[k] for k in keys], 1.0 - d)
+        torch._foreach_lerp_(self._targets, self._live, 1.0 - d)
 
     def load_state_dict(self, state: dict) -> None:
         """From a checkpoint's ``ema``: the averaged model state (:meth:`averaged_model_state`,
@@ -121,9 +124,10 @@ def loss_terms(model: CifarNet, logits: torch.Tensor, labels: torch.Tensor,
 class SGD:
     """``torch.optim.SGD`` without weight decay (the loss carries it), written out: plain
     (the tutorial) or with (Nesterov) momentum (``fast``). The same arithmetic, tensor by
-    tensor, as torch's: its per-tensor path on the CPU, its ``_foreach`` path on devices
-    with foreach kernels (torch's default choice for each), so the weights are bit for bit
-    those of ``torch.optim.SGD``; the same ``state_dict``, so checkpoints load either way.
+    tensor, as torch's, each operation one ``_foreach`` call for all the parameters on
+    every device (on the CPU torch's foreach runs the per-tensor kernels of its default
+    path), so the weights are bit for bit those of ``torch.optim.SGD``; the same
+    ``state_dict``, so checkpoints load either way.
 
     Why not torch's own: every ``torch.optim`` optimizer imports ``torch._dynamo`` when it
     is made and stepped, about 2 s of each process's start on a 2-core CPU (each exercise
@@ -148,25 +152,18 @@ class SGD:
         params, grads = [self.params[i] for i in live], [self.params[i].grad for i in live]
         if not params:
             return
-        if params[0].device.type in ("cuda", "xpu"):  # torch's default there: _foreach
-            if momentum != 0:
-                if all(self.buffers[i] is not None for i in live):
-                    bufs = [self.buffers[i] for i in live]
-                    torch._foreach_mul_(bufs, momentum)
-                    torch._foreach_add_(bufs, grads, alpha=1)
-                else:
-                    bufs = [self._buffer(i, grad, momentum) for i, grad in zip(live, grads)]
-                if g["nesterov"]:
-                    torch._foreach_add_(grads, bufs, alpha=momentum)
-                else:
-                    grads = bufs
-            torch._foreach_add_(params, grads, alpha=-lr)
-            return
-        for i, p, grad in zip(live, params, grads):
-            if momentum != 0:
-                buf = self._buffer(i, grad, momentum)
-                grad = grad.add(buf, alpha=momentum) if g["nesterov"] else buf
-            p.add_(grad, alpha=-lr)
+        if momentum != 0:
+            if all(self.buffers[i] is not None for i in live):
+                bufs = [self.buffers[i] for i in live]
+                torch._foreach_mul_(bufs, momentum)
+                torch._foreach_add_(bufs, grads, alpha=1)
+            else:
+                bufs = [self._buffer(i, grad, momentum) for i, grad in zip(live, grads)]
+            if g["nesterov"]:
+                torch._foreach_add_(grads, bufs, alpha=momentum)
+            else:
+                grads = bufs
+        torch._foreach_add_(params, grads, alpha=-lr)
 
     def _buffer(self, i: int, grad: torch.Tensor, momentum: float) -> torch.Tensor:
         """Parameter ``i``'s momentum buffer, updated with ``grad`` (its first: ``grad``)."""
