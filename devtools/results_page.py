@@ -24,9 +24,13 @@ from speed.roofline_table import machine, pipeline_names, roofline_markdown, sta
 PAGE = Path("docs/results.md")
 
 
-def _csv_table(path: Path) -> str:
+def _csv_table(path: Path, machines: dict | None = None) -> str:
+    """A CSV table as markdown; with machines (variant -> machine), a "machine" column,
+    so that every time and speed in it names the machine that measured it."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
+    if machines is not None:
+        rows = [rows[0] + ["machine"]] + [r + [machines.get(r[0], "")] for r in rows[1:]]
     lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
     return "\n".join(lines)
@@ -107,6 +111,20 @@ def _baselines(root: Path) -> str:
     return "\n".join(lines)
 
 
+def _machines(root: Path) -> dict[str, str]:
+    """Each exercise variant's machine, from its train/provenance.json (every segment's,
+    for a run continued elsewhere)."""
+    from cifar10_tutorial.report.results import load_provenance
+
+    out, ablations = {}, root / "reports" / "ablations"
+    for folder in sorted(ablations.iterdir() if ablations.is_dir() else []):
+        p = load_provenance(folder.parent, folder.name) if folder.is_dir() else None
+        if p:
+            seen = [s["device"] for s in p.get("segments") or [] if isinstance(s.get("device"), str)]
+            out[folder.name] = "; ".join(dict.fromkeys(seen or [p["device"]]))
+    return out
+
+
 def _made(report: str) -> str:
     """What the report says of how its results were made, in one sentence."""
     if "## How these results were made" not in report:
@@ -161,7 +179,7 @@ def _time_to_accuracy(root: Path, rep: Path) -> list[str]:
                      "section names them).", ""]
     md += [f"From `{timed}` (how the `fast` defaults were chosen: "
            "[reports/fast_schedule_search.md](../reports/fast_schedule_search.md)):", "",
-           _csv_table(root / timed), ""]
+           _csv_table(root / timed, _machines(root)), ""]
     if (root / rep / "plots" / "time_to_accuracy.png").is_file():
         md += [f"![time to accuracy](../{rep / 'plots' / 'time_to_accuracy.png'})", ""]
     return md
@@ -216,7 +234,9 @@ def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
             f"{p['cpus']} CPUs, data {str(p['data'])[:12]}): **{t['wall_s']:.0f} s** in all, "
             f"{t['before_first_stage_s']:.1f} s of it before DVC ran the first stage. Each "
             f"stage's seconds, from its start to the next one's (DVC's own work included), "
-            f"from `{path}`:", "", "| stage | seconds |", "|---|---|", rows, ""]
+            f"from `{path}`. These are that machine's times: a slower CPU, or one busy with "
+            f"other work, takes longer.", "", "| stage | seconds |", "|---|---|",
+            rows, ""]
 
 
 def report_folder(root: Path) -> Path:
@@ -238,8 +258,9 @@ def render(root: Path = Path(".")) -> str:
         "Dev figures: trained on the dev archive's 40,000 training images (CIFAR-10 training "
         "images, JPEG re-encoded, see [data](data.md)) and evaluated on its 10,000 held-out "
         "ones, not on the official test set. The reference's figures are in "
-        "[reference](reference.md). CPU timings compare only within one table: the files "
-        "below were measured on different machines.",
+        "[reference](reference.md). Every time and speed names the machine that measured it "
+        "(the exercise variants': each one's `train/provenance.json`); they compare only "
+        "between runs on the same machine.",
         "",
         "## The exercises",
         "",
@@ -247,7 +268,7 @@ def render(root: Path = Path(".")) -> str:
         f"answers and plots: [{rep / 'report.md'}](../{rep / 'report.md'})). "
         + _made((root / rep / "report.md").read_text()),
         "",
-        _csv_table(root / summary),
+        _csv_table(root / summary, _machines(root)),
         "",
         *_reproduction(root, rep),
         *_opcheck(root),
