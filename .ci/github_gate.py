@@ -68,10 +68,11 @@ def shown(value: str, limit: int = 40) -> str:
 def check_name(key: str, value: str) -> None:
     """A variable that names a branch, a commit or a remote holds at most its number of
     :data:`NAMES` characters, all printable."""
-    if len(value) > NAMES[key] or not value.isprintable():
+    # a leading '-' would reach git as an option (--upload-pack=... runs a command)
+    if len(value) > NAMES[key] or not value.isprintable() or value.startswith("-"):
         raise PipelineError(f"{key}: expected a git name (at most {NAMES[key]:,} printable "
-                            f"characters), found {shown(value)}; set it to the branch, commit "
-                            f"or remote it stands for")
+                            f"characters, not starting with '-'), found {shown(value)}; set "
+                            f"it to the branch, commit or remote it stands for")
 
 
 @dataclass
@@ -93,7 +94,7 @@ class Event:
         default = env.get("CIFAR10_CI_DEFAULT_BRANCH") or "main"
         sha = env.get("GITHUB_SHA") or git("rev-parse", "HEAD")
         lookback = (env.get("CIFAR10_CI_LOOKBACK") or "50").strip()
-        if not lookback.isdigit() or int(lookback) < 1:
+        if not re.fullmatch(r"[0-9]+", lookback) or int(lookback) < 1:  # ASCII digits only
             raise PipelineError(f"CIFAR10_CI_LOOKBACK: expected a whole number (how many "
                                 f"first-parent ancestors of the merge base to search, e.g. 50), "
                                 f"found {shown(lookback)}; set it to one or unset it")
@@ -306,7 +307,12 @@ def report(event: Event, verdict: str, table: str) -> None:
     """The verdict and the table: the job's summary (appended) and the comment's file."""
     text = (f"### Regression gate, `{CONFIG}` configuration, {event.sha[:12]}\n\n{verdict}\n\n"
             + (table or "(no table: the pipeline stopped before the regression stage)") + "\n")
-    write_text_atomic(ROOT / COMMENT, text)  # a link there is replaced, never written through
+    try:  # a link there is replaced, never written through
+        write_text_atomic(ROOT / COMMENT, text)
+    except OSError as exc:
+        raise PipelineError(f"{ROOT / COMMENT}: the comment cannot be written there "
+                            f"({exc.strerror}); expected a file or nothing: move what is "
+                            f"there away. The verdict: {verdict.splitlines()[0][:200]}") from None
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         try:

@@ -400,9 +400,18 @@ def test_bad_environment_variables_are_one_line_each(tmp_path):
         gate.Event.from_env({"GITHUB_SHA": "x", "CIFAR10_CI_LOOKBACK": "abc"})
     assert gate.Event.from_env({"GITHUB_SHA": "x", "CIFAR10_CI_LOOKBACK": "7"}).lookback == 7
     with pytest.raises(gate.PipelineError, match=r"^GITHUB_BASE_REF: expected a git name \(at "
-                       r"most 255 printable characters\), found 'b{40}'\.\.\. \(70,000 "
-                       r"characters\); set it to the branch, commit or remote it stands for$"):
+                       r"most 255 printable characters, not starting with '-'\), found "
+                       r"'b{40}'\.\.\. \(70,000 characters\); set it to the branch, commit "
+                       r"or remote it stands for$"):
         gate.Event.from_env({"GITHUB_SHA": "x", "GITHUB_BASE_REF": "b" * 70_000})
+    # digits of other scripts pass str.isdigit but not int(); an option reaches git as one
+    with pytest.raises(gate.PipelineError, match=r"^CIFAR10_CI_LOOKBACK: expected a whole"):
+        gate.Event.from_env({"GITHUB_SHA": "x", "CIFAR10_CI_LOOKBACK": "\u00b2"})
+    for key in ("CIFAR10_CI_REMOTE", "GITHUB_BASE_REF", "CIFAR10_CI_BASELINES", "GITHUB_SHA"):
+        with pytest.raises(gate.PipelineError, match=rf"^{key}: expected a git name .*not "
+                                                     r"starting with '-'"):
+            gate.Event.from_env({"GITHUB_SHA": "x", key: f"--upload-pack=touch {tmp_path}/p"})
+    assert not (tmp_path / "p").exists()
     for key, value in (("CIFAR10_CI_LOOKBACK", "abc"), ("GITHUB_BASE_REF", "b" * 70_000)):
         proc = subprocess.run([sys.executable, str(ROOT / ".ci/github_gate.py"), "a.tar.gz"],
                               cwd=tmp_path, capture_output=True, text=True,

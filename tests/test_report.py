@@ -435,3 +435,20 @@ def test_a_variant_whose_precision_is_not_finite_is_refused_in_one_line(tmp_path
                        r"reports/dvc\.yaml:ablation@drop_half`; dataset_ablation@drop_half "
                        r"for a data-set variant\)\.$"):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+
+
+@pytest.mark.parametrize("text", ['{"name": "no_lrn", ', '[1, 2]', '{"name": "x"}'])
+def test_a_damaged_variant_record_is_one_line_naming_it(tmp_path, text):
+    """A variant.json that is not the record its stage writes (cut short, another shape,
+    without `variant`): one line naming the file and the stage that writes it again."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report.results import load_variants
+
+    folder = tmp_path / "no_lrn"
+    folder.mkdir()
+    (folder / "metrics.json").write_text(json.dumps({
+        "train": {"step": 4, "loss": 1.0, "loss_avg": 1.0},
+        "eval": {"precision_at_1": 0.5, "precision_at_1_raw": 0.4}}))
+    (folder / "variant.json").write_text(text)
+    with pytest.raises(PipelineError, match=r"no_lrn/variant.json: .*rerun .*ablation@no_lrn"):
+        load_variants(tmp_path)

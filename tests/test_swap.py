@@ -100,3 +100,42 @@ def test_on_linux_the_swap_is_one_step(tmp_path):
     a, b = folder(tmp_path / "a", x="a"), folder(tmp_path / "b", x="b")
     assert files._exchange(a, b)
     assert snapshot(a) == {"x": "b"} and snapshot(b) == {"x": "a"}
+
+
+@pytest.mark.parametrize("kind", ["replaced", "staging"])
+def test_a_leftover_that_is_a_link_is_never_followed(tmp_path, kind):
+    """A link named like a leftover, to a folder of the user's: nothing in that folder is
+    removed or moved, with or without the published folder in place."""
+    foreign = folder(tmp_path / "foreign", **{"model.pt": "mine", "published.json": "mine"})
+    (tmp_path / f".out.{kind}-{dead_pid()}-x").symlink_to(foreign)
+    for dest_there in (True, False):
+        dest = tmp_path / "out"
+        if dest_there and not dest.exists():
+            folder(dest, **{"model.pt": "current"})
+        elif not dest_there and dest.exists():
+            for p in dest.iterdir():
+                p.unlink()
+            dest.rmdir()
+        said = recover_swapped_folder(dest, OWN)
+        assert snapshot(foreign) == {"model.pt": "mine", "published.json": "mine"}
+        assert any("a link or a file" in line for line in said), said
+        assert dest.exists() == dest_there and not dest.is_symlink()
+
+
+def test_a_name_with_glob_characters_matches_only_its_own_leftovers(tmp_path):
+    """--out pu[b]: the leftovers of `pub` (which the pattern pu[b] would match) are not
+    its own, and stay."""
+    theirs = folder(tmp_path / f".pub.replaced-{dead_pid()}-u", **{"model.pt": "only copy"})
+    dest = folder(tmp_path / "pu[b]", **{"model.pt": "other"})
+    assert recover_swapped_folder(dest, OWN) == []
+    assert snapshot(theirs) == {"model.pt": "only copy"}
+    dest.rename(tmp_path / "elsewhere")
+    assert recover_swapped_folder(dest, OWN) == [] and not dest.exists()
+
+
+def test_a_replaced_folder_holding_foreign_files_is_not_restored(tmp_path):
+    left = folder(tmp_path / f".out.replaced-{dead_pid()}-w", **{"model.pt": "old",
+                                                                  "thesis.txt": "mine"})
+    said = recover_swapped_folder(tmp_path / "out", OWN)
+    assert not (tmp_path / "out").exists() and snapshot(left)["thesis.txt"] == "mine"
+    assert "holds files it did not write" in said[0]

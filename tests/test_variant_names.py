@@ -131,3 +131,42 @@ def test_the_variant_is_the_one_given_or_the_dvc_stages():
     finally:
         os.environ.clear()
         os.environ.update(os_environ)
+
+
+@pytest.mark.e2e
+def test_a_name_that_points_elsewhere_deletes_nothing_and_a_rerun_replaces_results(tmp_path):
+    """DVC builds a variant's output paths from its name before any code of the project
+    reads it: `../../models/NAME` points reports/ablations/NAME/metrics.json at a published
+    folder's file. The variant outputs are persist, so DVC deletes none of them before the
+    stage runs; the stage refuses the name, and the file is as it was. A variant rerun
+    with other params replaces its own results whole."""
+    from conftest import commit, dvc, set_params, tiny_project
+
+    project = tiny_project(tmp_path, dict(train_per_batch=60, test=50, seed=2),
+                           ablation={"max_steps": 4}, eval={"batch_size": 25, "every_steps": 0},
+                           train={"device": "cpu", "batch_size": 16, "log_every": 2},
+                           run={"checkpoint_every": 2, "summary_every": 2})
+    published = project / "models/mine/metrics.json"
+    published.parent.mkdir(parents=True)
+    published.write_text('{"eval": {"precision_at_1": 0.8}}\n')
+    set_params(project, "ablations", exercises=True, baseline={})
+    raw = yaml.safe_load((project / "reports/params.yaml").read_text())
+    raw["ablations"] = {"baseline": {}, "../../models/mine": {}}
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    dvc(project, "repro", "dvc.yaml:preprocess")
+    commit(project, "a hostile name")
+    proc = subprocess.run([shutil.which("dvc") or "dvc", "repro",
+                           "reports/dvc.yaml:ablation@../../models/mine"], cwd=project,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert published.read_text() == '{"eval": {"precision_at_1": 0.8}}\n'
+    # an ordinary variant: run, then rerun with other params, its results replaced
+    raw["ablations"] = {"baseline": {}}
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    dvc(project, "repro", "--single-item", "reports/dvc.yaml:ablation@baseline")
+    first = json.loads((project / "reports/ablations/baseline/metrics.json").read_text())
+    set_params(project, "ablation", exercises=True, max_steps=6)
+    dvc(project, "repro", "--single-item", "reports/dvc.yaml:ablation@baseline")
+    again = json.loads((project / "reports/ablations/baseline/metrics.json").read_text())
+    assert (first["train"]["step"], again["train"]["step"]) == (4, 6)
+    assert "ablation@baseline" not in dvc(project, "status", "reports/dvc.yaml").stdout

@@ -272,7 +272,10 @@ def publish(name: str, model: Path, results: Path, out: Path,
     staged = staging_folder(out)
     try:
         _write_folder(staged, r, out, curve)
-        own, _ = _held(out)  # again: what a user put there meanwhile is not replaced either
+        own, held = _held(out)  # again: what a user put there meanwhile is not replaced either
+        if own and not replace:  # published meanwhile (another publish): a question again
+            raise PipelineError(f"{out}: weights were published there meanwhile ({held}); "
+                                f"give --replace to replace them. Nothing was changed.")
         swap_in_folder(staged, out, own)
     finally:
         if staged.is_dir():  # not swapped in: only what _write_folder put there

@@ -108,10 +108,10 @@ def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
     try:
         with writing(tmp, path):
             write(tmp)
+        os.replace(tmp, path)  # a folder at ``path`` refuses it: nothing left beside it
     except BaseException:
         tmp.unlink(missing_ok=True)  # no partial file left beside the output
         raise
-    os.replace(tmp, path)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -138,12 +138,20 @@ def _exchange(a: Path, b: Path) -> bool:
 def _aside(dest: Path, *kinds: str) -> list[Path]:
     """The folders an interrupted swap at ``dest`` left (``.NAME.KIND-PID-*``), but those of
     a process still running: a swap under way there is not a leftover."""
+    import glob
+
     found = []
-    for kind in kinds:
-        for path in dest.parent.glob(f".{dest.name}.{kind}-*"):
+    for kind in kinds:  # the name taken literally: [ ] * ? in it match only themselves
+        for path in dest.parent.glob(f".{glob.escape(dest.name)}.{kind}-*"):
             pid = path.name[len(f".{dest.name}.{kind}-"):].split("-")[0]
             if not (pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid))):
                 found.append(path)
+            else:
+                import logging
+
+                logging.getLogger(__name__).warning(
+                    "note: %s: being written by process %s, which is running: left as it is",
+                    path, pid)
     return sorted(found)
 
 
@@ -153,7 +161,11 @@ def staging_folder(dest: Path) -> Path:
     what an interruption left."""
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-{os.getpid()}-", dir=dest.parent))
+    path = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-{os.getpid()}-", dir=dest.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)  # a folder's usual mode once in place, not mkdtemp's 0700
+    return path
 
 
 def swap_in_folder(staged: Path, dest: Path, own: set[str]) -> None:
@@ -187,6 +199,8 @@ def swap_in_folder(staged: Path, dest: Path, own: set[str]) -> None:
 def _remove_own(folder: Path, own: set[str]) -> bool:
     """The files of ``own`` in ``folder``, then ``folder`` itself when that left it empty;
     False (and nothing removed) when it holds anything else."""
+    if folder.is_symlink() or not folder.is_dir():  # never through a link
+        return False
     entries = {p.name for p in folder.iterdir()}
     if not entries <= own or any((folder / n).is_symlink() or (folder / n).is_dir()
                                  for n in entries):
@@ -195,6 +209,10 @@ def _remove_own(folder: Path, own: set[str]) -> bool:
         (folder / name).unlink()
     folder.rmdir()
     return True
+
+
+def _holds_only(folder: Path, own: set[str]) -> bool:
+    return all(p.name in own and p.is_file() and not p.is_symlink() for p in folder.iterdir())
 
 
 def recover_swapped_folder(dest: Path, own: set[str]) -> list[str]:
@@ -206,7 +224,10 @@ def recover_swapped_folder(dest: Path, own: set[str]) -> list[str]:
     dest = Path(dest)
     said = []
     for old in _aside(dest, "replaced"):
-        if not dest.exists() and not dest.is_symlink():
+        if old.is_symlink() or not old.is_dir():
+            said.append(f"{old}: a link or a file where an interrupted swap leaves a folder; "
+                        f"not one it made: left as it is")
+        elif not dest.exists() and not dest.is_symlink() and _holds_only(old, own):
             os.rename(old, dest)
             said.append(f"{dest}: restored from {old.name}, where an interrupted swap left it")
         elif _remove_own(old, own):
@@ -215,7 +236,10 @@ def recover_swapped_folder(dest: Path, own: set[str]) -> list[str]:
             said.append(f"{old}: left by an interrupted swap, and holds files it did not "
                         f"write; left as it is: move it away once you have looked at it")
     for built in _aside(dest, "staging", "publishing"):
-        if _remove_own(built, own):
+        if built.is_symlink() or not built.is_dir():
+            said.append(f"{built}: a link or a file where an interrupted swap leaves a "
+                        f"folder; not one it made: left as it is")
+        elif _remove_own(built, own):
             said.append(f"{built}: removed, a folder an interrupted swap left half built")
         else:
             said.append(f"{built}: left by an interrupted swap, and holds files it did not "

@@ -422,12 +422,11 @@ def check_sections(raw: dict, file: ParamsFile) -> None:
                               f"add it (`{section}: {{}}` for no variant)")
 
 
-def load_params(path: str | Path = "params.yaml", file: Optional[ParamsFile] = None,
-                removed: tuple[Path, ...] = ()) -> Params:
+def load_params(path: str | Path = "params.yaml", file: Optional[ParamsFile] = None) -> Params:
     """Read and validate ``path``, a params file of kind ``file`` (by default from its
     path: :func:`params_file`); every problem is a :class:`ParamsError` naming the file.
-    Under DVC the message says how to undo a failed `dvc exp run -S`: the file, and the
-    stage's results kept in git (``removed``), which DVC deleted before running it.
+    Under DVC the message says how to undo a failed `dvc exp run -S` (the exercise stages'
+    results are persist outputs: DVC leaves them in place, so the file is all to undo).
     A params file that is a link is read, with a warning: `dvc exp run -S` rewrites the
     file it points at (another project's, a shared one), reformatted."""
     path = Path(path)
@@ -446,10 +445,8 @@ def load_params(path: str | Path = "params.yaml", file: Optional[ParamsFile] = N
     except ParamsError as exc:
         undo = ""
         if os.environ.get("DVC_ROOT"):  # the usual cause under DVC
-            paths = " ".join(str(p) for p in (path, *removed))
-            undo = (f" (a failed `dvc exp run -S` leaves its change in {path}"
-                    f"{', and DVC deleted the results of this stage kept in git' if removed else ''}"
-                    f": `git checkout {paths}` undoes it)")
+            undo = (f" (a failed `dvc exp run -S` leaves its change in {path}: "
+                    f"`git checkout {path}` undoes it)")
         raise ParamsError(f"{path}: {exc}{undo}") from None
 
 

@@ -129,8 +129,7 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     args.name = variant_name(args.name, group)
     for option in ("work", "trial_work", "out"):
         setattr(args, option, _for_variant(getattr(args, option), args.name))
-    under_dvc = dvc_stage_variant(STAGES[group][0]) is not None
-    params = load_params(args.params, EXERCISES, removed=(args.out,) if under_dvc else ())
+    params = load_params(args.params, EXERCISES)
     other = "dataset_ablations" if group == "ablations" else "ablations"
     if args.name in getattr(params, other) and args.name not in getattr(params, group):
         stage, script_name = STAGES[other]

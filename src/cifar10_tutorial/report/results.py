@@ -28,14 +28,14 @@ def load_variants(root: Path) -> pd.DataFrame:
             raise PipelineError(f"{described}: missing beside {path.name} (results of an older "
                                 f"version of the code); rerun the variant "
                                 f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`).")
-        m = json.loads(path.read_text())
+        m = _record(path, ("train", "eval"))
         precision = m["eval"].get("precision_at_1")
         if isinstance(precision, float) and not math.isfinite(precision):
             raise PipelineError(f"{path}: its precision is not finite (eval.precision_at_1: "
                                 f"{precision}), expected a fraction of the test images; rerun "
                                 f"it (`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`"
                                 f"; dataset_ablation@{path.parent.name} for a data-set variant).")
-        variant = json.loads(described.read_text())
+        variant = _record(described, ("variant",))
         folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
         train["steps"], train["final_loss_avg"] = train.pop("step"), train.pop("loss_avg")
@@ -56,6 +56,24 @@ def load_variants(root: Path) -> pd.DataFrame:
                                 f"{own[0]}; expected one results folder a variant; remove "
                                 f"the copy")
     return pd.DataFrame(rows).set_index("variant")
+
+
+def _record(path: Path, keys: tuple) -> dict:
+    """A variant's JSON record (metrics.json, variant.json), with ``keys``; else one line
+    naming the file and the stage that writes it again."""
+    rerun = f"`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`"
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise PipelineError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
+                            f"{str(exc)[:80]}); expected the record the variant's stage "
+                            f"writes: rerun it ({rerun})") from None
+    missing = [k for k in keys if not isinstance(value, dict) or k not in value]
+    if missing:
+        raise PipelineError(f"{path}: expected a record with {', '.join(keys)}, found "
+                            f"{'no ' + missing[0] if isinstance(value, dict) else 'a ' + type(value).__name__}; "
+                            f"rerun the variant ({rerun})")
+    return value
 
 
 def load_provenance(root: Path, name: str) -> Optional[dict]:
