@@ -101,6 +101,8 @@ def test_a_new_key_at_its_default_is_recorded_and_at_another_value_refused(proje
     nothing new: the variants stay valid. At another value it is a change they depend on."""
     edit(project, "src/cifar10_tutorial/params.py",
          "class ModelParams:\n", "class ModelParams:\n    norm: str = \"lrn\"\n")
+    edit(project, "src/cifar10_tutorial/model.py", "batch_norm: bool = False):",
+         "batch_norm: bool = False, norm: str = \"lrn\"):")  # the network takes it
     exercises = project / "reports/params.yaml"
     raw = yaml.safe_load(exercises.read_text())
     raw["model"]["norm"] = "batch"
@@ -176,9 +178,18 @@ def test_a_kill_at_any_write_leaves_the_lock_as_it_was_or_recorded(project, tmp_
     assert sorted(p.name for p in (project / "reports").glob("dvc.lock*")) == ["dvc.lock"]
 
 
-def test_code_edited_while_the_check_runs_is_not_recorded(project, tmp_path):
-    """The lock records the files as they are when it is written: an edit made while the
-    variants ran is code the check did not run, and nothing is recorded."""
+@pytest.mark.parametrize("path, line, named", [
+    ("src/cifar10_tutorial/model.py", "\\nLRN_BETA = 0.5\\n",
+     "src/cifar10_tutorial/model.py changed while the check ran"),
+    # a result the check did not make: recording would bless it
+    ("reports/ablations/baseline/metrics.json", " ",
+     "reports/ablations/baseline/metrics.json of reports/dvc.yaml:ablation@baseline is not "
+     "what the lock records")])
+def test_files_changed_while_the_check_runs_are_not_recorded(project, tmp_path, path, line,
+                                                             named):
+    """The lock records the files as they are when it is written: code edited while the
+    variants ran is code the check did not run, and results or data replaced meanwhile are
+    not what it compared; nothing is recorded."""
     comment(project)
     lock = (project / "reports/dvc.lock").read_bytes()
     (tmp_path / "hook").mkdir()
@@ -189,13 +200,13 @@ def test_code_edited_while_the_check_runs_is_not_recorded(project, tmp_path):
         "    if event == 'subprocess.Popen' and list(args[1])[:1] == ['sh'] and "
         "not os.path.exists(os.environ['EDIT_ONCE']):\n"
         "        open(os.environ['EDIT_ONCE'], 'w').close()\n"
-        "        with open('src/cifar10_tutorial/model.py', 'a') as f:\n"
-        "            f.write('\\nLRN_BETA = 0.5\\n')\n"
+        f"        with open({path!r}, 'a') as f:\n"
+        f"            f.write('{line}')\n"
         "sys.addaudithook(hook)\n")
     proc = subprocess.run([sys.executable, "tools/check_code.py"], cwd=project,
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": str(tmp_path / "hook"),
                                "EDIT_ONCE": str(tmp_path / "edited")})
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "src/cifar10_tutorial/model.py changed while the check ran" in proc.stderr
+    assert named in proc.stderr
     assert (project / "reports/dvc.lock").read_bytes() == lock

@@ -61,12 +61,16 @@ VARIANT = "reports/dvc.yaml:ablation@"  # the stages whose every output the chec
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 # the short budget every variant is cut to, the same in both trees: steps where a variant
 # counts steps, one epoch where it counts epochs, the held-out evaluation during training
-# every few steps where it has one; all on the CPU
-STEPS, EPOCHS, EVAL_EVERY, BATCH = 12, 1, 6, 32
+# every few steps where it has one; all on the CPU, each at its own batch size
+STEPS, EPOCHS, EVAL_EVERY = 12, 1, 6
+PAUSED = 75  # a stage's exit status when it paused at its deadline (CIFAR10_STOP_AT)
 # what a result file records of the run rather than computes: when and where it ran, how
 # fast, and which commit; everything else must be equal
-RECORD_KEYS = {"commit", "dirty", "cpu_load", "params_hash", "timestamp", "elapsed",
-               "segments"}
+RECORD_KEYS = {"commit", "dirty", "cpu_load", "timestamp", "elapsed", "segments",
+               "tensorboard_run"}
+# a hash of the params: the same where both trees ran the same reports/params.yaml, else
+# (a key added at its default, the only params change recorded) it differs by design
+PARAMS_HASH = "params_hash"
 TIMING = re.compile(r"(^|_)(s|sec|secs|seconds|per_sec|per_sec_per_device|utc)$"
                     r"|^examples_per_sec")
 
@@ -153,7 +157,7 @@ def short_budget(raw: dict) -> dict:
                 and ev["every_steps"] > 0:
             ev["every_steps"] = EVAL_EVERY
 
-    raw.setdefault("train", {}).update(batch_size=BATCH, device="cpu")
+    raw.setdefault("train", {}).update(device="cpu")  # each variant's own batch size
     cut(raw)
     ablation = raw.setdefault("ablation", {})
     ablation["max_steps"] = STEPS
@@ -220,24 +224,36 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str) -> Pat
     if not prepared.exists():
         prepared.parent.mkdir(parents=True, exist_ok=True)
         prepared.symlink_to(data, target_is_directory=True)
+    # the environment DVC gives a stage command (its root and the stage's address)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONPATH": str(tree / "src"), "DVC_STAGE": f"{VARIANT}{name}"}
-    for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR", "DVC_ROOT"):
+           "PYTHONPATH": str(tree / "src"), "DVC_STAGE": f"{VARIANT}{name}",
+           "DVC_ROOT": str(tree)}
+    for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR"):
         env.pop(var, None)
-    proc = runs.run(command, tree, env)
+    # paused at its first step, then continued: the checkpoint and resume path runs too
+    # (exact resume makes the outputs those of a run straight through)
+    first = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"})
+    proc = first if first.returncode != PAUSED else runs.run(f"exec {command}", tree, env)
     if proc.returncode:
         last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
         raise PipelineError(f"variant {name} did not run with {what}: {last}")
     return tree
 
 
-def _computed(value, key: str = ""):
+def _recorded(key, same_params: bool) -> bool:
+    """Whether entry ``key`` records the run (when, where, how fast) rather than computes."""
+    key = str(key)
+    return (key in RECORD_KEYS or bool(TIMING.search(key))
+            or (key == PARAMS_HASH and not same_params))
+
+
+def _computed(value, same_params: bool):
     """``value`` (parsed JSON) without what it records of the run rather than computes."""
     if isinstance(value, dict):
-        return {k: _computed(v, k) for k, v in value.items()
-                if k not in RECORD_KEYS and not TIMING.search(k)}
+        return {k: _computed(v, same_params) for k, v in value.items()
+                if not _recorded(k, same_params)}
     if isinstance(value, list):
-        return [_computed(v) for v in value]
+        return [_computed(v, same_params) for v in value]
     return value
 
 
@@ -247,7 +263,8 @@ def _tsv(text: str) -> list[list[str]]:
     return [[row[i] for i in keep if i < len(row)] for row in rows]
 
 
-def _tensors(path: Path) -> dict:
+def _tensors(path: Path, same_params: bool = True) -> dict:
+    """Every entry of a model or checkpoint file, flat by its path of keys, but records."""
     import torch
 
     flat: dict = {}
@@ -255,13 +272,13 @@ def _tensors(path: Path) -> dict:
     def walk(value, prefix: str) -> None:
         if isinstance(value, dict):
             for k, v in value.items():
-                if k not in RECORD_KEYS and not TIMING.search(str(k)):
+                if not _recorded(k, same_params):
                     walk(v, f"{prefix}{k}.")
         elif isinstance(value, (list, tuple)):
             for i, v in enumerate(value):
                 walk(v, f"{prefix}{i}.")
-        elif not isinstance(value, str):  # a string in a model file names or dates
-            flat[prefix.rstrip(".")] = value  # (a path, a folder, a time): a record
+        else:
+            flat[prefix.rstrip(".")] = value
 
     walk(torch.load(path, map_location="cpu", weights_only=True), "")
     return flat
@@ -294,6 +311,7 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
     """What the variants wrote differently in the two trees (by path; in a file of
     tensors, which tensor), and how many tensors were compared."""
     found, compared, defaults = [], 0, _defaults()
+    same = (theirs / EXERCISES).read_bytes() == (ours / EXERCISES).read_bytes()
     # the results first, then the models, then the checkpoints they were resumed from
     for rel in sorted(written(theirs) | written(ours),
                       key=lambda r: ("checkpoints" in r.parts, r.suffix == ".pt", str(r))):
@@ -303,16 +321,17 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
         if not a.is_file() or not b.is_file():
             found.append(f"{rel} (written by one tree only)")
         elif rel.suffix == ".pt":
-            ta, tb = _tensors(a), _tensors(b)
+            ta, tb = _tensors(a, same), _tensors(b, same)
             compared += len(tb)
             found += [f"{rel}:{k}" for k in sorted(set(ta) | set(tb))
                       if not (k in ta and k in tb and _equal(ta[k], tb[k]))
                       # the params a model file records: a key only the workspace's code
                       # knows, at its default, computes nothing new (the lock's check)
-                      and not (k not in ta and k.startswith("params.")
-                               and defaults.get(k[len("params."):], ()) == tb[k])]
+                      and not (k not in ta and _param_key(k) in defaults
+                               and defaults[_param_key(k)] == tb[k])]
         elif rel.suffix == ".json":
-            if _computed(json.loads(a.read_text())) != _computed(json.loads(b.read_text())):
+            if _computed(json.loads(a.read_text()), same) != \
+                    _computed(json.loads(b.read_text()), same):
                 found.append(str(rel))
         elif rel.suffix == ".tsv":
             if _tsv(a.read_text()) != _tsv(b.read_text()):
@@ -320,6 +339,13 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
         elif a.read_bytes() != b.read_bytes():
             found.append(str(rel))
     return found, compared
+
+
+def _param_key(path: str) -> Optional[str]:
+    """``model.norm`` for an entry ``params.model.norm`` or ``signature.params.model.norm``
+    of a model or checkpoint file: the params it records."""
+    m = re.search(r"(?:^|\.)params\.(.+)$", path)
+    return m.group(1) if m else None
 
 
 def _defaults() -> dict:
@@ -432,20 +458,40 @@ def record(root: Path, stages: list[str]) -> None:
 
     from cifar10_tutorial.files import write_text_atomic
 
-    before = (root / LOCK).read_text()
-    lock = yaml.safe_load(before)
-    with Repo(str(root)) as repo, repo.lock:
+    with Repo(str(root)) as repo, repo.lock:  # read, change and write under DVC's lock
+        before = (root / LOCK).read_text()
+        lock = yaml.safe_load(before)
         for address in stages:
             (stage,) = repo.stage.collect(address)
             stage.save()
-            lock["stages"].update(to_lockfile(stage))
-    write_text_atomic(root / LOCK, dumps_yaml(lock))
+            for name, entry in to_lockfile(stage).items():
+                moved = _more_than_code(lock["stages"].get(name) or {}, entry)
+                if moved:  # data or results replaced while the variants ran
+                    raise PipelineError(f"{LOCK} left as it is: {moved} of {address} is not "
+                                        f"what the lock records, and the check did not make "
+                                        f"it; restore it, or retrain (dvc repro {PIPELINE})")
+                lock["stages"][name] = entry
+        write_text_atomic(root / LOCK, dumps_yaml(lock))
     still, _ = stale_variants(root)
     left = sorted(set(still) & set(stages))
     if left:
         write_text_atomic(root / LOCK, before)
         raise PipelineError(f"{LOCK} left as it is: recorded, {', '.join(left)} still showed "
                             f"as changed in dvc status; retrain them (dvc repro {PIPELINE})")
+
+
+def _more_than_code(old: dict, new: dict) -> Optional[str]:
+    """The first dependency (not code) or output whose recorded hash ``new`` changes."""
+    for kind in ("deps", "outs"):
+        was = {e["path"]: e for e in old.get(kind) or []}
+        for e in new.get(kind) or []:
+            if kind == "deps" and e["path"].split("/")[0] in CODE:
+                continue
+            if {k: v for k, v in e.items()} != was.get(e["path"]):
+                return e["path"]
+        if kind == "outs" and set(was) != {e["path"] for e in new.get(kind) or []}:
+            return ", ".join(sorted(set(was) ^ {e["path"] for e in new.get(kind) or []}))
+    return None
 
 
 def main(argv=None) -> None:
@@ -524,6 +570,21 @@ def _variants(path: Path) -> list[str]:
     return names
 
 
+SCRATCH, MARK = "cifar10-check-", ".cifar10-check-code"  # its scratch folder's name, mark
+
+
+def _remove_dead_scratch() -> None:
+    """The scratch folders a killed check left (its pid in the name no longer runs, its
+    mark inside): a kill -9 runs no clean-up, and each holds tens of MB."""
+    from cifar10_tutorial.files import process_alive
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*-*"):
+        pid = folder.name[len(SCRATCH):].split("-")[0]
+        if (pid.isdigit() and not process_alive(int(pid)) and not folder.is_symlink()
+                and (folder / MARK).is_file()):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _compare(root: Path, against: str, short: str, data: Optional[Path],
              names: list[str]) -> int:
     """Run ``names`` with both codes and compare; the number of tensors compared."""
@@ -534,8 +595,10 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        with tempfile.TemporaryDirectory(prefix="cifar10-check-") as tmp:
+        _remove_dead_scratch()
+        with tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{os.getpid()}-") as tmp:
             tmp = Path(tmp)
+            (tmp / MARK).write_text("the scratch folder of cifar10 check-code\n")
             data = _fixed_data(tmp, data)
             trees = {"theirs": _tree_of(against, root, tmp / "theirs"),
                      "ours": _workspace_tree(root, tmp / "ours")}

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
 import io
+import re
 import tempfile
 import zipfile
 from typing import Iterator
@@ -116,7 +117,8 @@ def load_records(source: Path, per_class: int = PER_CLASS) -> np.ndarray:
             with Image.open(io.BytesIO(raw)) as img:
                 pixels = np.asarray(img.convert("RGB"))
         except (OSError, ValueError, SyntaxError) as exc:  # PIL's errors of a damaged file
-            raise PipelineError(f"{source}: train/{rel} is truncated or not a JPEG ({exc}); "
+            why = re.sub(r"\s*<[^>]*>", "", str(exc)).strip() or type(exc).__name__
+            raise PipelineError(f"{source}: train/{rel} is truncated or not a JPEG ({why}); "
                                 f"expected a 32x32 CIFAR-10 image: take the file from a fresh "
                                 f"copy of {SOURCE}") from None
         if pixels.shape != (32, 32, 3):
