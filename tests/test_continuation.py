@@ -489,3 +489,31 @@ def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_pa
     bad = subprocess.run([*cmd, "train"], cwd=project, env=env, capture_output=True,
                          text=True, timeout=600)
     assert bad.returncode not in (0, PAUSED_EXIT) and "failed to reproduce" in bad.stdout
+
+
+@pytest.mark.parametrize("lease, live", [
+    ({"host": "otherhost", "pid": 4242, "heartbeat": "now"}, True),
+    ({"host": "otherhost", "pid": 4242, "heartbeat": 1e12}, False),  # 31,000 years ahead
+    ({"host": "this", "pid": 1, "heartbeat": "now"}, None),  # pid 1: init, not a run
+])
+def test_a_lease_says_its_age_and_lapses_when_it_cannot_be_a_runs(tmp_path, lease, live):
+    """A lease of another machine holds while its heartbeat is recent, and the refusal says
+    how old it is and how to take over; one a day or more ahead of this clock, or of a
+    process of this machine that is not Python, is no run's."""
+    import time
+
+    from cifar10_tutorial.training.mirror import Mirror
+
+    lease = {**lease, "heartbeat": time.time() if lease["heartbeat"] == "now"
+             else lease["heartbeat"], "host": socket.gethostname() if lease["host"] == "this"
+             else lease["host"]}
+    if live is None:  # pid 1 runs Python in some containers: then it may hold a lease
+        live = b"python" in Path("/proc/1/cmdline").read_bytes().lower()
+    mirror = Mirror.__new__(Mirror)
+    mirror.url = str(tmp_path / "m")
+    if live:
+        with pytest.raises(TrainingError, match=r"another run is writing there \(host "
+                                                r".*, pid \d+, heartbeat \d+ s ago\); wait "):
+            mirror._refuse_live_lease(lease)
+    else:
+        mirror._refuse_live_lease(lease)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import socket
@@ -72,6 +73,17 @@ def check_mirror_url(url: str) -> str:
                             f"(file:///path) or a bucket")
     return url
 
+
+
+def _runs_python(pid: int) -> bool:
+    """Whether process ``pid`` of this machine runs Python (a train run is a Python process):
+    a pid that the system gave to another program since (init, a shell) holds no lease.
+    True where the system does not say (no /proc)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    return b"python" in cmdline.lower()
 
 class Mirror:
     """One run's folder at an fsspec URL: ``checkpoint.pt`` (the newest checkpoint),
@@ -250,14 +262,24 @@ class Mirror:
         if not isinstance(lease, dict):
             return
         host, pid, when = lease.get("host"), lease.get("pid"), lease.get("heartbeat")
-        if host == socket.gethostname():
-            alive = isinstance(pid, int) and pid != os.getpid() and process_alive(pid)
-        else:
-            alive = isinstance(when, (int, float)) and time.time() - when < LEASE_FRESH_S
+        age = time.time() - when if isinstance(when, (int, float)) and math.isfinite(when) \
+            else None
+        if host == socket.gethostname():  # this machine: is that process a run of ours?
+            alive = (isinstance(pid, int) and pid != os.getpid() and process_alive(pid)
+                     and _runs_python(pid))
+            how = "stop that process, or"
+        else:  # another machine: its heartbeat, renewed at each checkpoint, must be recent
+            # (ahead of this clock: another clock's skew, but a day ahead is no clock's,
+            # a damaged or forged lease, which would never lapse)
+            alive = age is not None and -86400 < age < LEASE_FRESH_S
+            how = (f"if that run is gone, wait until its heartbeat is {LEASE_FRESH_S:,.0f} s "
+                   f"old (the lease then lapses), or")
         if alive:
+            beat = "" if age is None else (f", heartbeat {age:,.0f} s ago" if age >= 0 else
+                                           f", heartbeat {-age:,.0f} s ahead of this clock")
             raise TrainingError(f"{self.url}: another run is writing there (host {host}, pid "
-                                f"{pid}); wait for it to end, or give this run a mirror "
-                                f"folder of its own (--mirror or {MIRROR_ENV})")
+                                f"{pid}{beat}); wait for it to end, {how} give this run a "
+                                f"mirror folder of its own (--mirror or {MIRROR_ENV})")
 
     @staticmethod
     def _lease() -> dict:
