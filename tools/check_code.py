@@ -68,8 +68,7 @@ PAUSED = 75  # a stage's exit status when it paused at its deadline (CIFAR10_STO
 # fast, and which commit; everything else must be equal
 RECORD_KEYS = {"commit", "dirty", "cpu_load", "timestamp", "elapsed", "segments",
                "tensorboard_run"}
-# a hash of the params: the same where both trees ran the same reports/params.yaml, else
-# (a key added at its default, the only params change recorded) it differs by design
+# a hash of the params: compared where both trees ran the same params (see differences)
 PARAMS_HASH = "params_hash"
 TIMING = re.compile(r"(^|_)(s|sec|secs|seconds|per_sec|per_sec_per_device|utc)$"
                     r"|^examples_per_sec")
@@ -311,7 +310,13 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
     """What the variants wrote differently in the two trees (by path; in a file of
     tensors, which tensor), and how many tensors were compared."""
     found, compared, defaults = [], 0, _defaults()
-    same = (theirs / EXERCISES).read_bytes() == (ours / EXERCISES).read_bytes()
+    # the params hash of a run changes with its params: where both trees ran the same
+    # reports/params.yaml and the workspace's code records no param the other's lacks (a
+    # field added at its default), it must be the same
+    added = any({k for k in _tensors(ours / rel) if _param_key(k)}
+                - {k for k in _tensors(theirs / rel) if _param_key(k)}
+                for rel in written(ours) if rel.name == "model.pt" and (theirs / rel).is_file())
+    same = not added and (theirs / EXERCISES).read_bytes() == (ours / EXERCISES).read_bytes()
     # the results first, then the models, then the checkpoints they were resumed from
     for rel in sorted(written(theirs) | written(ours),
                       key=lambda r: ("checkpoints" in r.parts, r.suffix == ".pt", str(r))):
