@@ -1,4 +1,5 @@
 """The exercises as ablation variants, and the report built from their results."""
+import dataclasses
 import json
 import subprocess
 
@@ -303,3 +304,23 @@ def test_commits_checked_to_train_alike_count_as_one_piece(tmp_path):
            "bit-identical" in text
     # machines are said (speeds compare within one), but do not split the piece
     assert "The variants ran on 2 different machines (EPYC, Xeon)" in text
+
+
+def test_a_file_the_evaluation_does_not_write_in_a_variants_eval_folder_is_refused(
+        synth_data, tmp_path):
+    """DVC leaves a variant's results in place until it has run (persist outputs), then
+    records its eval/ folder whole: a file of someone else's there is refused in one line
+    before anything trains, not recorded as this run's."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.exercises.ablation import run_variant
+    from cifar10_tutorial.training.paths import VariantPaths
+    from conftest import tiny_params as params_for
+
+    out = tmp_path / "reports" / "mine"
+    (out / "eval").mkdir(parents=True)
+    (out / "eval" / "stale.csv").write_text("mine\n")
+    params = dataclasses.replace(params_for(), ablations={"mine": {}})
+    with pytest.raises(PipelineError, match=r"eval: holds stale.csv, which the ablation@mine "
+                                            r"stage did not make"):
+        run_variant(params, "mine", synth_data, VariantPaths(tmp_path / "work", out))
+    assert not (tmp_path / "work").exists()

@@ -210,3 +210,13 @@ def test_files_changed_while_the_check_runs_are_not_recorded(project, tmp_path, 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert named in proc.stderr
     assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_a_changed_stage_command_is_not_recorded(project):
+    """reports/dvc.yaml's command is not code the check can vouch for (it runs in a scratch
+    copy, which a command may tell from the repository): a change of it is refused."""
+    edit(project, "reports/dvc.yaml", "--data data/prepared", "--data  data/prepared")
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project)
+    assert proc.returncode == 1 and "changed command" in proc.stderr, proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock

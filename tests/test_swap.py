@@ -138,4 +138,18 @@ def test_a_replaced_folder_holding_foreign_files_is_not_restored(tmp_path):
                                                                   "thesis.txt": "mine"})
     said = recover_swapped_folder(tmp_path / "out", OWN)
     assert not (tmp_path / "out").exists() and snapshot(left)["thesis.txt"] == "mine"
-    assert "holds files it did not write" in said[0]
+    assert "left as it is" in said[0]
+
+
+def test_an_old_folder_is_removed_only_once_its_replacement_is_in_place(tmp_path):
+    """Two folders set aside for one name, or one beside an empty folder of that name: the
+    writer cannot tell which is the one to keep, and keeps both, named."""
+    a = folder(tmp_path / f".out.replaced-{dead_pid()}-a", **{"model.pt": "a"})
+    b = folder(tmp_path / f".out.replaced-{dead_pid()}-b", **{"model.pt": "b"})
+    said = recover_swapped_folder(tmp_path / "out", OWN)
+    assert snapshot(a) == {"model.pt": "a"} and snapshot(b) == {"model.pt": "b"}
+    assert not (tmp_path / "out").exists() and len(said) == 2
+    b.rename(tmp_path / "b-elsewhere")
+    (tmp_path / "out").mkdir()  # empty: no replacement of a
+    said = recover_swapped_folder(tmp_path / "out", OWN)
+    assert snapshot(a) == {"model.pt": "a"} and "holds no replacement" in said[0]

@@ -223,13 +223,23 @@ def recover_swapped_folder(dest: Path, own: set[str]) -> list[str]:
     left (one that holds anything else is named, never removed)."""
     dest = Path(dest)
     said = []
-    for old in _aside(dest, "replaced"):
+    replaced = _aside(dest, "replaced")
+    # an old folder is removed only once its replacement is in place: dest holds a file of
+    # the writer's; restored only when it is the one candidate for an empty name
+    in_place = dest.is_dir() and not dest.is_symlink() and any(
+        (dest / name).is_file() for name in own)
+    for old in replaced:
         if old.is_symlink() or not old.is_dir():
             said.append(f"{old}: a link or a file where an interrupted swap leaves a folder; "
                         f"not one it made: left as it is")
-        elif not dest.exists() and not dest.is_symlink() and _holds_only(old, own):
+        elif not dest.exists() and not dest.is_symlink() and len(replaced) == 1 \
+                and _holds_only(old, own):
             os.rename(old, dest)
             said.append(f"{dest}: restored from {old.name}, where an interrupted swap left it")
+        elif not in_place:
+            said.append(f"{old}: the folder an interrupted swap set aside, and {dest} holds no "
+                        f"replacement for it (or several were set aside); left as it is: "
+                        f"move the one to keep to {dest.name}")
         elif _remove_own(old, own):
             said.append(f"{old}: removed, the folder an interrupted swap replaced")
         else:

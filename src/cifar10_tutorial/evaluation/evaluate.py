@@ -75,6 +75,11 @@ def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -
     save_figure_atomic(fig, path, dpi=100)
 
 
+# what an evaluation writes in its folder: all a variant's persisted eval/ output may hold
+EVAL_NAMES = {"metrics.json", "per_class.csv", "predictions.csv", "confusion.png",
+              "provenance.json"}
+
+
 def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 250,
              device_name: str = "auto", flip_tta: bool = False,
              speed_in_metrics: bool = True, made: Optional[dict] = None) -> dict:

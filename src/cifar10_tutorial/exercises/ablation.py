@@ -16,9 +16,9 @@ from ..training.paths import VariantPaths, kept_past_workspace, training_work
 from ..training.deadline import NONE, Continuation, from_stage
 from ..training.mirror import run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
-from ..evaluation.evaluate import evaluate
+from ..evaluation.evaluate import EVAL_NAMES, evaluate
 from ..files import write_text_atomic
-from ..ownership import hold_run_lock
+from ..ownership import hold_run_lock, refuse_foreign
 from ..errors import PipelineError
 from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
                       variant_params)
@@ -48,6 +48,9 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
     ``continuation``: the train run's deadline and mirror (:mod:`.deadline`); the
     mirror is cleared once the results are written."""
     vp = variant_params(params, name)
+    # DVC leaves the variant's results in place until it has run (persist outputs) and
+    # then records the folder whole: a file the evaluation does not write is refused
+    refuse_foreign(paths.eval_dir, EVAL_NAMES, f"ablation@{name}", "--out")
     data = trial_held_out(params.ablation, data)
     made: dict = {}  # the held-out evaluation of the last step: the eval below need not repeat it
     tm = train(vp, data, paths.train, progress=progress, continuation=continuation,
