@@ -220,3 +220,21 @@ def test_a_changed_stage_command_is_not_recorded(project):
     proc = check(project)
     assert proc.returncode == 1 and "changed command" in proc.stderr, proc.stderr
     assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_results_of_older_code_than_the_locks_commit_are_not_recorded(project):
+    """The commit that last wrote the lock may hold code no variant ran with (a change
+    committed without retraining, then another variant rerun): the check compares with
+    the code the lock records for each stage, or refuses."""
+    edit(project, "src/cifar10_tutorial/model.py", "LRN_ALPHA = 0.001 / 9.0",
+         "LRN_ALPHA = 0.002 / 9.0")
+    commit(project, "the math changed; no variant retrained")
+    lock = project / "reports/dvc.lock"
+    lock.write_text(lock.read_text() + "\n")  # the lock's last commit: this one
+    commit(project, "the lock touched")
+    comment(project)
+    before = lock.read_bytes()
+    proc = check(project, "--variant", "baseline")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "results were made with another src/cifar10_tutorial/model.py" in proc.stderr
+    assert lock.read_bytes() == before

@@ -10,6 +10,7 @@ from cifar10_tutorial import files
 from cifar10_tutorial.files import recover_swapped_folder, staging_folder, swap_in_folder
 
 OWN = {"model.pt", "published.json"}
+MARK = "published.json"  # written last: a complete folder holds it
 
 
 def folder(path, **contents):
@@ -78,7 +79,7 @@ def test_a_swap_killed_between_its_two_renames_is_restored_by_the_next_writer(tm
     for left in tmp_path.iterdir():
         kind, rest = left.name[len(".out."):].split("-", 1)
         left.rename(tmp_path / f".out.{kind}-{pid}-{rest.split('-', 1)[1]}")
-    said = recover_swapped_folder(dest, OWN)
+    said = recover_swapped_folder(dest, OWN, MARK)
     assert snapshot(dest) == {"model.pt": "old", "published.json": "{}"}
     assert [p.name for p in tmp_path.iterdir()] == ["out"], said
     assert any("restored" in line for line in said) and any("half built" in line for line in said)
@@ -88,7 +89,7 @@ def test_leftovers_of_a_running_writer_or_with_foreign_files_are_not_touched(tmp
     dest = folder(tmp_path / "out", **{"model.pt": "current"})
     running = folder(tmp_path / f".out.staging-{subprocess.os.getppid()}-abc", **{"model.pt": "x"})
     foreign = folder(tmp_path / f".out.staging-{dead_pid()}-abc", **{"thesis.tex": "mine"})
-    said = recover_swapped_folder(dest, OWN)
+    said = recover_swapped_folder(dest, OWN, MARK)
     assert running.is_dir() and snapshot(foreign) == {"thesis.tex": "mine"}
     assert said == [f"{foreign}: left by an interrupted swap, and holds files it did not "
                     f"write; left as it is: move it away once you have looked at it"]
@@ -116,7 +117,7 @@ def test_a_leftover_that_is_a_link_is_never_followed(tmp_path, kind):
             for p in dest.iterdir():
                 p.unlink()
             dest.rmdir()
-        said = recover_swapped_folder(dest, OWN)
+        said = recover_swapped_folder(dest, OWN, MARK)
         assert snapshot(foreign) == {"model.pt": "mine", "published.json": "mine"}
         assert any("a link or a file" in line for line in said), said
         assert dest.exists() == dest_there and not dest.is_symlink()
@@ -127,16 +128,16 @@ def test_a_name_with_glob_characters_matches_only_its_own_leftovers(tmp_path):
     its own, and stay."""
     theirs = folder(tmp_path / f".pub.replaced-{dead_pid()}-u", **{"model.pt": "only copy"})
     dest = folder(tmp_path / "pu[b]", **{"model.pt": "other"})
-    assert recover_swapped_folder(dest, OWN) == []
+    assert recover_swapped_folder(dest, OWN, MARK) == []
     assert snapshot(theirs) == {"model.pt": "only copy"}
     dest.rename(tmp_path / "elsewhere")
-    assert recover_swapped_folder(dest, OWN) == [] and not dest.exists()
+    assert recover_swapped_folder(dest, OWN, MARK) == [] and not dest.exists()
 
 
 def test_a_replaced_folder_holding_foreign_files_is_not_restored(tmp_path):
     left = folder(tmp_path / f".out.replaced-{dead_pid()}-w", **{"model.pt": "old",
                                                                   "thesis.txt": "mine"})
-    said = recover_swapped_folder(tmp_path / "out", OWN)
+    said = recover_swapped_folder(tmp_path / "out", OWN, MARK)
     assert not (tmp_path / "out").exists() and snapshot(left)["thesis.txt"] == "mine"
     assert "left as it is" in said[0]
 
@@ -146,10 +147,27 @@ def test_an_old_folder_is_removed_only_once_its_replacement_is_in_place(tmp_path
     writer cannot tell which is the one to keep, and keeps both, named."""
     a = folder(tmp_path / f".out.replaced-{dead_pid()}-a", **{"model.pt": "a"})
     b = folder(tmp_path / f".out.replaced-{dead_pid()}-b", **{"model.pt": "b"})
-    said = recover_swapped_folder(tmp_path / "out", OWN)
+    said = recover_swapped_folder(tmp_path / "out", OWN, MARK)
     assert snapshot(a) == {"model.pt": "a"} and snapshot(b) == {"model.pt": "b"}
     assert not (tmp_path / "out").exists() and len(said) == 2
     b.rename(tmp_path / "b-elsewhere")
     (tmp_path / "out").mkdir()  # empty: no replacement of a
-    said = recover_swapped_folder(tmp_path / "out", OWN)
+    said = recover_swapped_folder(tmp_path / "out", OWN, MARK)
     assert snapshot(a) == {"model.pt": "a"} and "holds no replacement" in said[0]
+
+
+def test_a_folder_without_the_writers_mark_is_no_replacement_and_odd_names_no_leftovers(
+        tmp_path):
+    """The old folder set aside stays while the name holds no complete replacement (a
+    file of the user's named like one of the writer's is not one); a folder whose name
+    lacks the writer's pid is someone's own, never a leftover."""
+    kept = folder(tmp_path / f".out.replaced-{dead_pid()}-k", **{"model.pt": "old",
+                                                                  "published.json": "{}"})
+    folder(tmp_path / "out", **{"model.pt": "the user's"})
+    said = recover_swapped_folder(tmp_path / "out", OWN, MARK)
+    assert snapshot(kept) == {"model.pt": "old", "published.json": "{}"}
+    assert "holds no replacement" in said[0]
+    notes = folder(tmp_path / ".out.staging-notes", **{"model.pt": "mine"})
+    odd = folder(tmp_path / ".out.replaced-12-", **{"model.pt": "mine"})
+    recover_swapped_folder(tmp_path / "out", OWN, MARK)
+    assert snapshot(notes) == {"model.pt": "mine"} and snapshot(odd) == {"model.pt": "mine"}

@@ -549,7 +549,8 @@ def main(argv=None) -> None:
                             f"letters, digits, '_' or '-' (at most 64)")
     names = list(dict.fromkeys(names))
     before = fingerprint(root)
-    verdict = _compare(root, against, short, args.data, names)
+    verdict = _compare(root, against, short, args.data, names,
+                       None if args.no_record else stages)
     print(f"identical: {len(names)} variant(s) ({', '.join(names)}) wrote the same raw and "
           f"averaged weights and results with the workspace's code as with {short}'s, "
           f"{STEPS} steps each ({verdict} tensors in the model and checkpoint files)")
@@ -590,8 +591,28 @@ def _remove_dead_scratch() -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def _against_made_the_lock(root: Path, theirs: Path, stages: list[str], short: str) -> None:
+    """The code of ``--against`` must be the code the lock records for each stage to record:
+    the results are that code's, and the check compares the workspace with it. (The commit
+    that last wrote the lock may hold later code that no variant was run with.)"""
+    from cifar10_tutorial.files import md5_of
+
+    recorded = (yaml.safe_load((root / LOCK).read_text()) or {}).get("stages") or {}
+    for stage in stages:
+        for dep in (recorded.get(stage.split(":", 1)[1]) or {}).get("deps") or []:
+            path = dep.get("path", "")
+            if path.split("/")[0] not in CODE:
+                continue
+            there = theirs / path
+            if not there.is_file() or md5_of(there) != dep.get("md5"):
+                raise PipelineError(
+                    f"{LOCK} left as it is: {stage}'s results were made with another {path} "
+                    f"than {short}'s (the lock records md5 {dep.get('md5')}); give --against "
+                    f"the commit whose code made them, or retrain (dvc repro {PIPELINE})")
+
+
 def _compare(root: Path, against: str, short: str, data: Optional[Path],
-             names: list[str]) -> int:
+             names: list[str], record_for: Optional[list[str]] = None) -> int:
     """Run ``names`` with both codes and compare; the number of tensors compared."""
     runs = Runs()
 
@@ -616,6 +637,8 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                                         f"{where}: nothing to compare it with; retrain it")
                 (tree / EXERCISES).write_text(yaml.safe_dump(short_budget(raw),
                                                              sort_keys=False))
+            if record_for is not None:
+                _against_made_the_lock(root, trees["theirs"], record_for, short)
             print(f"running {len(names)} variant(s) for {STEPS} steps each (one thread), "
                   f"with the code of {short}, then with the workspace's", flush=True)
             jobs = [(n, t, what) for n in names

@@ -254,7 +254,7 @@ def publish(name: str, model: Path, results: Path, out: Path,
     """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
     model, results, out = Path(model), Path(results), Path(out)
     _held(out)  # a link or a file at --out: refused before anything is changed beside it
-    for line in recover_swapped_folder(out, {*FILES, MANIFEST}):
+    for line in recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST):
         print(f"note: {line}", file=sys.stderr)
     own, held = _held(out)
     r = read_records(name, model, results)
@@ -279,7 +279,7 @@ def publish(name: str, model: Path, results: Path, out: Path,
         swap_in_folder(staged, out, own)
     finally:
         if staged.is_dir():  # not swapped in: only what _write_folder put there
-            recover_swapped_folder(out, {*FILES, MANIFEST})
+            recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST)
     return out / CARD
 
 

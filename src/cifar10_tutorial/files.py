@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -143,8 +144,11 @@ def _aside(dest: Path, *kinds: str) -> list[Path]:
     found = []
     for kind in kinds:  # the name taken literally: [ ] * ? in it match only themselves
         for path in dest.parent.glob(f".{glob.escape(dest.name)}.{kind}-*"):
-            pid = path.name[len(f".{dest.name}.{kind}-"):].split("-")[0]
-            if not (pid.isdigit() and int(pid) != os.getpid() and process_alive(int(pid))):
+            # the writer's names only: .NAME.KIND-PID-SUFFIX (mkdtemp's suffix)
+            pid, sep, rest = path.name[len(f".{dest.name}.{kind}-"):].partition("-")
+            if not (re.fullmatch(r"[0-9]{1,10}", pid) and sep and rest):
+                continue  # a folder named so by someone else: not a leftover
+            if not (int(pid) != os.getpid() and process_alive(int(pid))):
                 found.append(path)
             else:
                 import logging
@@ -215,19 +219,21 @@ def _holds_only(folder: Path, own: set[str]) -> bool:
     return all(p.name in own and p.is_file() and not p.is_symlink() for p in folder.iterdir())
 
 
-def recover_swapped_folder(dest: Path, own: set[str]) -> list[str]:
+def recover_swapped_folder(dest: Path, own: set[str], marker: str) -> list[str]:
     """Before a folder is swapped in at ``dest``: what an interrupted
     :func:`swap_in_folder` left beside it. A folder renamed aside while ``dest`` is gone is
     renamed back; folders being built, or an old folder whose replacement is in place, are
-    removed when they hold only files of ``own``. Returns a line for each thing done or
-    left (one that holds anything else is named, never removed)."""
+    removed when they hold only files of ``own``, an old folder only once ``dest`` holds a
+    complete replacement (its ``marker``, a file the writer writes last, and only files of
+    ``own``). Returns a line for each thing done or left (one that holds anything else is
+    named, never removed)."""
     dest = Path(dest)
     said = []
     replaced = _aside(dest, "replaced")
     # an old folder is removed only once its replacement is in place: dest holds a file of
     # the writer's; restored only when it is the one candidate for an empty name
-    in_place = dest.is_dir() and not dest.is_symlink() and any(
-        (dest / name).is_file() for name in own)
+    in_place = (dest.is_dir() and not dest.is_symlink() and _holds_only(dest, own)
+                and (dest / marker).is_file())
     for old in replaced:
         if old.is_symlink() or not old.is_dir():
             said.append(f"{old}: a link or a file where an interrupted swap leaves a folder; "
