@@ -20,10 +20,15 @@ STATE_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, tor
 
 def model_from_state(params: dict, num_classes: int, state: dict, device,
                      source: str = "the checkpoint") -> CifarNet:
-    from .params import params_from_dict, to_dict
+    import dataclasses
 
-    m = params["model"]  # the whole section, its keys checked and the rest at their defaults
-    model = build_model(num_classes, **to_dict(params_from_dict({"model": m}).model)).to(device)
+    from .params import ModelParams
+
+    # the whole section the file records (load_model_file checked its keys and values),
+    # a key it lacks at the code's default: the model file's params, not params.yaml's
+    m = params["model"]
+    section = {f.name: m.get(f.name, f.default) for f in dataclasses.fields(ModelParams)}
+    model = build_model(num_classes, **section).to(device)
     own = model.state_dict()
     # each entry of the kind the network holds there: floating point where it has weights,
     # its own integer or boolean type where it counts or flags (load_state_dict would cast

@@ -117,7 +117,10 @@ def flush() -> None:
     path = os.environ.get(READS_ENV)
     if path and _reads:
         with open(path, "a") as f:
-            f.write(json.dumps({"argv": sys.argv, "reads": sorted(_reads)}) + "\n")
+            # the DVC stage too: the variant stages share one command (their name comes
+            # from DVC_STAGE), so the command alone does not tell them apart
+            f.write(json.dumps({"argv": sys.argv, "stage": os.environ.get("DVC_STAGE"),
+                                "reads": sorted(_reads)}) + "\n")
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

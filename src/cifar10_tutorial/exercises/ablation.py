@@ -20,6 +20,7 @@ from ..evaluation.evaluate import EVAL_NAMES, evaluate
 from ..files import write_text_atomic
 from ..ownership import hold_run_lock, refuse_foreign
 from ..errors import PipelineError
+from ..param_types import read_params_yaml
 from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
                       variant_params)
 from ..data.prepared import Prepared
@@ -134,7 +135,10 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
         setattr(args, option, _for_variant(getattr(args, option), args.name))
     params = load_params(args.params, EXERCISES)
     other = "dataset_ablations" if group == "ablations" else "ablations"
-    if args.name in getattr(params, other) and args.name not in getattr(params, group):
+    # which group holds the name, from the file as written: not a param the variant reads
+    # (its hash covers ablations.NAME only, and the other group's variants are not its own)
+    raw = read_params_yaml(args.params) or {}
+    if args.name not in (raw.get(group) or {}) and args.name in (raw.get(other) or {}):
         stage, script_name = STAGES[other]
         raise PipelineError(f"{args.name} is a variant of `{other}:`; run it with `dvc repro "
                             f"reports/dvc.yaml:{stage}@{args.name}` ({script_name})")
