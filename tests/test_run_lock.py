@@ -165,6 +165,37 @@ def test_a_train_output_folder_holding_foreign_files_is_refused_untouched(synth_
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("paused, name, text", [
+    (False, "notes.txt", "my notes\n"),  # a finished run trained again empties plots/
+    (True, "metrics/mine.tsv", "a\tb\n1\t2\n"),  # a resumed run cuts every curve back
+    (True, "metrics/train/loss.tsv", "step\tloss\n"),  # a header of another curve's name
+])
+def test_a_users_file_in_the_curves_folder_is_refused_untouched(synth_data, tmp_path, paused,
+                                                                 name, text):
+    """plots/ under --live is emptied when a run starts afresh and its TSVs are cut back
+    when one resumes: a file there the stage did not write stops the run, named, and
+    everything in --live stays as it was."""
+    proj = write_train_project(tmp_path / "p", synth_data, to_dict(tiny_params()))
+    first = subprocess.run([sys.executable, "stages/train.py",
+                            *(["--stop-at", "0"] if paused else [])], cwd=proj,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == (75 if paused else 0), first.stderr[-2000:]
+    live = proj / "reports" / "train"
+    mine = live / "plots" / name
+    if name == "metrics/train/loss.tsv":
+        mine = mine.with_name("loss_avg.tsv")  # a real curve's file, its header not its own
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text(text)
+    before = {p: p.read_bytes() for p in live.rglob("*") if p.is_file()}
+    proc = subprocess.run([sys.executable, "stages/train.py"], cwd=proj, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"error: {mine.relative_to(proj)}: not a training curve this stage wrote")
+    assert {p: p.read_bytes() for p in live.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.e2e
 def test_torchrun_variables_left_in_the_environment_skip_neither_lock_nor_deadline(
         synth_data, tmp_path):
     """LOCAL_RANK and WORLD_SIZE left over (a notebook started under torchrun): the stage

@@ -110,6 +110,10 @@ def truncate_plots(live_dir: Path, step: int) -> None:
         if not lines:
             continue
         header = lines[0].rstrip("\n").split("\t")
+        if "step" not in header:  # refuse_foreign_curves stops these before a run starts
+            raise PipelineError(f"{tsv}: expected a training curve with a 'step' column, found "
+                                f"the header {lines[0][:60].rstrip()!r}; move it out of "
+                                f"{live_dir / 'plots'}, then rerun. Nothing was changed.")
         col = header.index("step")
 
         def whole(ln: str) -> bool:

@@ -149,3 +149,40 @@ def refuse_foreign_outputs(paths: TrainPaths) -> None:
     same = Path(paths.out_dir).resolve() == Path(paths.live_dir).resolve()
     refuse_foreign(paths.out_dir, OUT_NAMES | (LIVE_NAMES if same else set()), "train", "--out")
     refuse_foreign(paths.live_dir, LIVE_NAMES | (OUT_NAMES if same else set()), "train", "--live")
+    refuse_foreign_curves(Path(paths.live_dir) / "plots")
+
+
+def refuse_foreign_curves(plots: Path) -> None:
+    """A run starting afresh empties ``plots/`` and a resumed one cuts its curves back to
+    its step, so everything there must be a curve a run wrote: folders (no links) holding
+    ``<name>.tsv`` files whose header is ``step<TAB><name>``. Anything else (a user's notes,
+    a TSV of their own) is named, and nothing is changed."""
+    if not plots.exists() and not plots.is_symlink():
+        return
+    foreign = []
+    if plots.is_symlink() or not plots.is_dir():
+        foreign.append(plots)
+    else:
+        for entry in sorted(plots.rglob("*")):
+            if entry.is_symlink():
+                foreign.append(entry)
+            elif entry.is_dir():
+                continue
+            elif not (entry.is_file() and entry.suffix == ".tsv" and _curve_header(entry)):
+                foreign.append(entry)
+    if foreign:
+        raise PipelineError(f"{foreign[0]}: not a training curve this stage wrote (expected "
+                            f"<name>.tsv with the header 'step<TAB><name>' in {plots}), and a "
+                            f"new run would delete or rewrite it"
+                            f"{f' (and {len(foreign) - 1} more)' if len(foreign) > 1 else ''}; "
+                            f"move it elsewhere, then rerun. Nothing was changed.")
+
+
+def _curve_header(tsv: Path) -> bool:
+    try:
+        with open(tsv, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return False
+    return first.rstrip(b"\r\n").split(b"\t") in ([b"step", tsv.stem.encode()],
+                                                  [b"timestamp", b"step", tsv.stem.encode()])
