@@ -350,6 +350,40 @@ def test_what_publish_may_replace_is_only_what_its_manifest_names(tmp_path):
     assert _snapshot(out) == before
 
 
+@pytest.mark.parametrize("files, why", [
+    ({"README.md": "# my model\n"}, "no published.json: not weights publish wrote"),
+    ({"model.pt": "mine"}, "no published.json: not weights publish wrote"),
+    ({n: "x" for n in ("model.pt", "params.yaml", "provenance.json", "metrics.json",
+                       "README.md")}, "no published.json: not weights publish wrote"),
+    ("edited", "README.md: changed since publish wrote it"),
+])
+def test_a_replace_never_deletes_a_file_publish_did_not_write_as_it_is(tmp_path, files, why):
+    """--replace removes only files publish wrote, as it wrote them: a folder without a
+    manifest counts as published weights only when it holds the five files of old with a
+    card naming model.pt's sha256, and a file whose sha256 is not the manifest's (a card
+    the user edited) is theirs. Refused before the model or results are read."""
+    from publish import _held
+
+    out = tmp_path / "m"
+    out.mkdir()
+    if files == "edited":
+        files = {"model.pt": "w", "README.md": "# card\n"}
+        digest = {n: hashlib.sha256(t.encode()).hexdigest() for n, t in files.items()}
+        files["published.json"] = json.dumps({"name": "baseline", "files": digest})
+        files["README.md"] = "# card\nmy notes on this model\n"
+    for name, text in files.items():
+        (out / name).write_text(text)
+    before = _snapshot(out)
+    with pytest.raises(PipelineError, match=re.escape(why)):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", out, replace=True)
+    assert _snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    # the same five files as publish wrote them before the manifest: its own
+    (out / "README.md").write_text(f"- `model.pt`: 1 bytes, sha256 "
+                                   f"`{hashlib.sha256(b'x').hexdigest()}`\n")
+    if "published.json" not in files and len(files) == 5:
+        assert _held(out)[0] == set(files)
+
+
 @pytest.mark.e2e
 def test_a_publish_killed_mid_swap_is_noticed_by_the_next(finished, tmp_path):
     """A publish killed between the two renames of a swap (systems without renameat2) left

@@ -210,22 +210,52 @@ def _held(out: Path) -> tuple[set[str], str]:
             raise PipelineError(f"{out / MANIFEST}: not a manifest publish wrote (expected "
                                 f"files naming some of {', '.join(FILES)}); move {out} away "
                                 f"or give another --out. Nothing was changed.")
+        for name, digest in own.items():  # a file edited since is the user's now
+            if name in entries and not _same_file(out / name, digest):
+                raise PipelineError(f"{out / name}: changed since publish wrote it (its sha256 "
+                                    f"is not the one {MANIFEST} records), and publish would "
+                                    f"delete it; move it elsewhere first. Nothing was changed.")
         own = {*own, MANIFEST}
         what = _described(manifest.get("name"), manifest.get("step"),
                           manifest.get("precision_at_1"))
-    else:  # as publish wrote it before it kept a manifest: those five files
+    elif entries:  # as publish wrote it before it kept a manifest: those five files
         own = set(FILES)
+        if not _legacy_publication(out, entries):
+            raise PipelineError(f"{out}: holds {listed(sorted(entries))} and no {MANIFEST}: not "
+                                f"weights publish wrote (those are {', '.join(FILES)}, the card "
+                                f"naming model.pt's sha256), and publish would delete them; "
+                                f"give --out a folder of its own, or move those elsewhere "
+                                f"first. Nothing was changed.")
         try:
             what = _described(None, read_json(out / "provenance.json").get("steps"),
                               read_json(out / "metrics.json")["eval"]["precision_at_1"])
         except (PipelineError, KeyError, TypeError):
             what = "published before publish kept a manifest"
+    else:
+        return set(), ""
     foreign = sorted(entries - own)
     if foreign:
         raise PipelineError(f"{out}: holds {listed(foreign)}, which publish did not make; give --out a "
                             f"folder of its own, or move those elsewhere first. Nothing was "
                             f"changed.")
     return entries & own, what
+
+
+def _same_file(path: Path, digest) -> bool:
+    return path.is_file() and not path.is_symlink() and sha256(path) == digest
+
+
+def _legacy_publication(out: Path, entries: set[str]) -> bool:
+    """Whether ``out`` holds what publish wrote before it kept a manifest: the five files,
+    none a link, the card stating model.pt's sha256 as it did then."""
+    if entries != set(FILES) or any((out / n).is_symlink() or not (out / n).is_file()
+                                    for n in FILES):
+        return False
+    try:
+        card = (out / CARD).read_text(errors="replace")
+    except OSError:
+        return False
+    return f"sha256 `{sha256(out / 'model.pt')}`" in card
 
 
 def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None:
