@@ -218,7 +218,7 @@ def _held(out: Path) -> tuple[set[str], str]:
         own = {*own, MANIFEST}
         what = _described(manifest.get("name"), manifest.get("step"),
                           manifest.get("precision_at_1"))
-    elif entries:  # as publish wrote it before it kept a manifest: those five files
+    elif entries & set(FILES):  # as publish wrote it before it kept a manifest: five files
         own = set(FILES)
         if not _legacy_publication(out, entries):
             raise PipelineError(f"{out}: holds {listed(sorted(entries))} and no {MANIFEST}: not "
@@ -232,7 +232,7 @@ def _held(out: Path) -> tuple[set[str], str]:
         except (PipelineError, KeyError, TypeError):
             what = "published before publish kept a manifest"
     else:
-        return set(), ""
+        own, what = set(), ""
     foreign = sorted(entries - own)
     if foreign:
         raise PipelineError(f"{out}: holds {listed(foreign)}, which publish did not make; give --out a "
