@@ -85,6 +85,10 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
      'base["train"]["max_steps"] = base["ablation"]["max_steps"]\n',
      'base["train"]["max_steps"] = base["ablation"]["max_steps"] // 2\n',
      "reports/ablations/baseline/"),
+    # the segments a run was trained in, whose steps the model card prints
+    ("src/cifar10_tutorial/training/segments.py",
+     '"from_step": step, "to_step": step,', '"from_step": 0, "to_step": step,',
+     "train/provenance.json"),
 ])
 def test_a_change_of_what_a_variant_writes_is_refused(project, path, old, new, named):
     edit(project, path, old, new)

@@ -66,8 +66,9 @@ STEPS, EPOCHS, EVAL_EVERY = 12, 1, 6
 PAUSED = 75  # a stage's exit status when it paused at its deadline (CIFAR10_STOP_AT)
 # what a result file records of the run rather than computes: when and where it ran, how
 # fast, and which commit; everything else must be equal
-RECORD_KEYS = {"commit", "dirty", "cpu_load", "timestamp", "elapsed", "segments",
-               "tensorboard_run"}
+# (a run's segments are computed: each one's steps from and to, which the model card prints;
+# only their commit and times are records)
+RECORD_KEYS = {"commit", "dirty", "cpu_load", "timestamp", "elapsed", "tensorboard_run"}
 # a hash of the params: compared where both trees ran the same params (see differences)
 PARAMS_HASH = "params_hash"
 TIMING = re.compile(r"(^|_)(s|sec|secs|seconds|per_sec|per_sec_per_device|utc)$"
@@ -266,20 +267,34 @@ def _tensors(path: Path, same_params: bool = True) -> dict:
     """Every entry of a model or checkpoint file, flat by its path of keys, but records."""
     import torch
 
+    return _flat(torch.load(path, map_location="cpu", weights_only=True),
+                 lambda k: _recorded(k, same_params))
+
+
+def _flat(value, skip=lambda key: False) -> dict:
+    """``value``'s leaves by their path of keys (``model.lrn``, ``segments.0.to_step``),
+    leaving out the entries whose key ``skip`` says; a checkpoint's segments (JSON text,
+    as checkpoints hold them) are read as what they hold."""
     flat: dict = {}
 
     def walk(value, prefix: str) -> None:
-        if isinstance(value, dict):
+        if isinstance(value, dict) and value:
             for k, v in value.items():
-                if not _recorded(k, same_params):
-                    walk(v, f"{prefix}{k}.")
-        elif isinstance(value, (list, tuple)):
+                if skip(k):
+                    continue
+                if k == "segments" and isinstance(v, str):
+                    try:
+                        v = json.loads(v)
+                    except ValueError:
+                        pass
+                walk(v, f"{prefix}{k}.")
+        elif isinstance(value, (list, tuple)) and value:
             for i, v in enumerate(value):
                 walk(v, f"{prefix}{i}.")
         else:
             flat[prefix.rstrip(".")] = value
 
-    walk(torch.load(path, map_location="cpu", weights_only=True), "")
+    walk(value, "")
     return flat
 
 
@@ -309,12 +324,18 @@ def written(tree: Path) -> set[Path]:
 def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
     """What the variants wrote differently in the two trees (by path; in a file of
     tensors, which tensor), and how many tensors were compared."""
-    found, compared, defaults = [], 0, _defaults()
+    found, compared, defaults, loaded = [], 0, _defaults(), {}
+
+    def tensors(path: Path) -> dict:  # each file read once (records but the params hash out)
+        if path not in loaded:
+            loaded[path] = _tensors(path)
+        return loaded[path]
+
     # the params hash of a run changes with its params: where both trees ran the same
     # reports/params.yaml and the workspace's code records no param the other's lacks (a
     # field added at its default), it must be the same
-    added = any({k for k in _tensors(ours / rel) if _param_key(k)}
-                - {k for k in _tensors(theirs / rel) if _param_key(k)}
+    added = any({k for k in tensors(ours / rel) if _param_key(k)}
+                - {k for k in tensors(theirs / rel) if _param_key(k)}
                 for rel in written(ours) if rel.name == "model.pt" and (theirs / rel).is_file())
     same = not added and (theirs / EXERCISES).read_bytes() == (ours / EXERCISES).read_bytes()
     # the results first, then the models, then the checkpoints they were resumed from
@@ -326,7 +347,8 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
         if not a.is_file() or not b.is_file():
             found.append(f"{rel} (written by one tree only)")
         elif rel.suffix == ".pt":
-            ta, tb = _tensors(a, same), _tensors(b, same)
+            ta, tb = ({k: v for k, v in tensors(f).items()
+                       if same or k.rsplit(".", 1)[-1] != PARAMS_HASH} for f in (a, b))
             compared += len(tb)
             found += [f"{rel}:{k}" for k in sorted(set(ta) | set(tb))
                       if not (k in ta and k in tb and _equal(ta[k], tb[k]))
@@ -357,17 +379,7 @@ def _defaults() -> dict:
     """The workspace code's default params, flat (``model.lrn``: True)."""
     from cifar10_tutorial.params import params_from_dict, to_dict
 
-    flat: dict = {}
-
-    def walk(value, prefix: str) -> None:
-        if isinstance(value, dict) and value:
-            for k, v in value.items():
-                walk(v, f"{prefix}{k}.")
-        else:
-            flat[prefix.rstrip(".")] = value
-
-    walk(to_dict(params_from_dict({})), "")
-    return flat
+    return _flat(to_dict(params_from_dict({})))
 
 
 # ----------------------------------------------------------------- what may be recorded
