@@ -324,3 +324,35 @@ def test_a_file_the_evaluation_does_not_write_in_a_variants_eval_folder_is_refus
                                             r"stage did not make"):
         run_variant(params, "mine", synth_data, VariantPaths(tmp_path / "work", out))
     assert not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize("where", ["eval/predictions.csv", "eval/metrics.json", "metrics.json",
+                                   "variant.json"])
+def test_a_folder_where_a_variant_writes_a_file_is_refused_before_it_trains(
+        synth_data, tmp_path, where):
+    """The results are written once training and evaluation are done: a folder at one of
+    their places would fail the run only then. It is named before anything runs."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.exercises.ablation import run_variant
+    from cifar10_tutorial.training.paths import VariantPaths
+    from conftest import tiny_params as params_for
+
+    out = tmp_path / "reports" / "mine"
+    (out / where).mkdir(parents=True)
+    params = dataclasses.replace(params_for(), ablations={"mine": {}})
+    with pytest.raises(PipelineError, match=rf"mine/{where}: a folder, where the ablation@mine "
+                                            rf"stage writes a file when it finishes"):
+        run_variant(params, "mine", synth_data, VariantPaths(tmp_path / "work", out))
+    assert not (tmp_path / "work").exists() and (out / where).is_dir()
+
+
+def test_a_folder_where_the_train_stage_writes_a_file_is_refused_before_it_trains(tmp_path):
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.training.paths import TrainPaths, refuse_foreign_outputs
+
+    for where in ("out/model.pt", "live/provenance.json"):
+        (tmp_path / where).mkdir(parents=True)
+        with pytest.raises(PipelineError, match=rf"{where}: a folder, where the train stage"):
+            refuse_foreign_outputs(TrainPaths(tmp_path / "out", tmp_path / "live"))
+        (tmp_path / where).rmdir()
+    refuse_foreign_outputs(TrainPaths(tmp_path / "out", tmp_path / "live"))

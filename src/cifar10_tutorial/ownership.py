@@ -17,9 +17,11 @@ def listed(names: list[str], most: int = 5) -> str:
                                       else "")
 
 
-def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--out") -> None:
+def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--out",
+                   files: frozenset[str] = frozenset()) -> None:
     """Stop before anything is touched when ``folder`` (a stage's output, which the stage
-    replaces or prunes) holds entries the stage does not make (``ours``: their names)."""
+    replaces or prunes) holds entries the stage does not make (``ours``: their names), or
+    a folder where it writes one of its ``files`` (found only once the run is done)."""
     from .errors import PipelineError
 
     folder = Path(folder)
@@ -33,11 +35,25 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
         raise PipelineError(f"{folder}: holds {', '.join(linked)}, a symbolic link to a folder, "
                             f"which the {stage} stage would replace; move the link away (the "
                             f"folder it points to stays as it is). Nothing was changed.")
+    refuse_in_the_way([folder / name for name in sorted(files)], stage)
     foreign = sorted(p.name for p in folder.iterdir() if p.name not in ours)
     if foreign:
         raise PipelineError(f"{folder}: holds {listed(foreign)}, which the {stage} stage did not make and "
                             f"would delete; give {option} a folder of its own (as in dvc.yaml), "
                             f"or move those elsewhere first. Nothing was changed.")
+
+
+def refuse_in_the_way(paths: list[Path], stage: str) -> None:
+    """Stop before a run starts when one of the files it writes at its end (``paths``)
+    has a folder, or anything but a file, at its place: the run would fail only then."""
+    from .errors import PipelineError
+
+    for path in map(Path, paths):
+        if path.is_dir() or (path.exists() and not path.is_file()):
+            what = "a folder" if path.is_dir() else "not a regular file"
+            raise PipelineError(f"{path}: {what}, where the {stage} stage writes a file when "
+                                f"it finishes; move it elsewhere, then rerun. Nothing was "
+                                f"changed.")
 
 
 def ensure_writable(*folders: Path) -> None:

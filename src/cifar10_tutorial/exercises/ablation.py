@@ -18,7 +18,7 @@ from ..training.mirror import run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import EVAL_NAMES, evaluate
 from ..files import write_text_atomic
-from ..ownership import hold_run_lock, refuse_foreign
+from ..ownership import hold_run_lock, refuse_foreign, refuse_in_the_way
 from ..errors import PipelineError
 from ..param_types import read_params_yaml
 from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
@@ -51,7 +51,8 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
     vp = variant_params(params, name)
     # DVC leaves the variant's results in place until it has run (persist outputs) and
     # then records the folder whole: a file the evaluation does not write is refused
-    refuse_foreign(paths.eval_dir, EVAL_NAMES, f"ablation@{name}", "--out")
+    refuse_foreign(paths.eval_dir, EVAL_NAMES, f"ablation@{name}", "--out", EVAL_NAMES)
+    refuse_in_the_way([paths.metrics, paths.variant], f"ablation@{name}")
     data = trial_held_out(params.ablation, data)
     made: dict = {}  # the held-out evaluation of the last step: the eval below need not repeat it
     tm = train(vp, data, paths.train, progress=progress, continuation=continuation,

@@ -145,10 +145,17 @@ OUT_NAMES = {"model.pt", "checkpoints", "tensorboard", "queued", "raw", "prepare
 LIVE_NAMES = {"metrics.json", "speed.json", "plots", "provenance.json", ".gitignore"}
 
 
+# of those, the files a run writes (as it finishes: a folder there is refused at its start)
+OUT_FILES = frozenset({"model.pt"})
+LIVE_FILES = frozenset({"metrics.json", "speed.json", "provenance.json"})
+
+
 def refuse_foreign_outputs(paths: TrainPaths) -> None:
     same = Path(paths.out_dir).resolve() == Path(paths.live_dir).resolve()
-    refuse_foreign(paths.out_dir, OUT_NAMES | (LIVE_NAMES if same else set()), "train", "--out")
-    refuse_foreign(paths.live_dir, LIVE_NAMES | (OUT_NAMES if same else set()), "train", "--live")
+    refuse_foreign(paths.out_dir, OUT_NAMES | (LIVE_NAMES if same else set()), "train", "--out",
+                   OUT_FILES)
+    refuse_foreign(paths.live_dir, LIVE_NAMES | (OUT_NAMES if same else set()), "train", "--live",
+                   LIVE_FILES)
     refuse_foreign_curves(Path(paths.live_dir) / "plots")
 
 
