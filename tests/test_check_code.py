@@ -125,6 +125,28 @@ def test_a_new_key_at_its_default_is_recorded_and_at_another_value_refused(proje
         "ablation@baseline"]["params"]["reports/params.yaml"]["model"]["norm"] == "lrn"
 
 
+def test_a_named_variant_is_recorded_beside_one_never_run(project):
+    """--variant baseline checks and records baseline alone: a variant added to
+    reports/params.yaml and never run (its stage awaits its first run) is not baseline's
+    business, and is left as it is."""
+    comment(project)
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["ablations"]["mine"] = {"train": {"seed": 5}}
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = check(project, "--variant", "baseline")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "identical: 1 variant(s) (baseline)" in proc.stdout
+    left = stale(project)
+    assert "ablation@baseline" not in left and "ablation@mine" in left \
+        and "ablation@softmax" in left
+    # all of them: the new one is more than code, and the lock is left as it is
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project)
+    assert proc.returncode == 1 and "ablation@mine" in proc.stderr, proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
 # Kills the process that makes the Nth write touching reports/dvc.lock (an open for
 # writing, a rename or a removal of the lock or of a file beside it), with SIGKILL: no
 # clean-up. A sitecustomize, so that it counts in every Python process the check starts

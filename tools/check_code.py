@@ -425,11 +425,12 @@ def _params_change_computes_nothing(root: Path, stage: str, keys: dict) -> list[
                                         _lookup(defaults, key)))]
 
 
-def stale_variants(root: Path) -> tuple[list[str], str]:
+def stale_variants(root: Path, only: Optional[list[str]] = None) -> tuple[list[str], str]:
     """The variant stages ``dvc status reports/dvc.yaml`` finds changed in code (their
     code files, their command) or in params keys added at their defaults only, and what
     else it found, in words (a changed param, data or result; a data-set variant, whose
-    data preparation the check does not run)."""
+    data preparation the check does not run). ``only``: those variants' stages alone (what
+    other stages await, a variant never run say, is theirs to settle)."""
     proc = subprocess.run([dvc_executable(), "status", "--json", str(PIPELINE)],
                           cwd=root, capture_output=True, text=True)
     if proc.returncode:
@@ -442,6 +443,8 @@ def stale_variants(root: Path) -> tuple[list[str], str]:
     for stage, changes in json.loads(proc.stdout or "{}").items():
         if stage == "reports/dvc.yaml:report":
             continue  # rerun, not recorded: its code writes the report itself (seconds)
+        if only is not None and stage not in {VARIANT + n for n in only}:
+            continue
         found = []
         for change in changes:
             # a changed command (reports/dvc.yaml) is not code the check can vouch for: it
@@ -541,7 +544,7 @@ def main(argv=None) -> None:
         stages = []
         names = args.variant or _variants(root / EXERCISES)
     else:
-        stages, other = stale_variants(root)
+        stages, other = stale_variants(root, args.variant)
         if other:
             raise PipelineError(f"{LOCK} left as it is: more than code changed for the "
                                 f"exercise pipeline ({other}); a changed param or data is a "
