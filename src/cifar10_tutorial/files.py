@@ -235,32 +235,31 @@ def recover_swapped_folder(dest: Path, own: set[str], marker: str) -> list[str]:
     in_place = (dest.is_dir() and not dest.is_symlink() and _holds_only(dest, own)
                 and (dest / marker).is_file())
     for old in replaced:
-        if old.is_symlink() or not old.is_dir():
-            said.append(f"{old}: a link or a file where an interrupted swap leaves a folder; "
-                        f"not one it made: left as it is")
-        elif not dest.exists() and not dest.is_symlink() and len(replaced) == 1 \
-                and _holds_only(old, own):
+        if not dest.exists() and not dest.is_symlink() and len(replaced) == 1 \
+                and not old.is_symlink() and old.is_dir() and _holds_only(old, own):
             os.rename(old, dest)
             said.append(f"{dest}: restored from {old.name}, where an interrupted swap left it")
-        elif not in_place:
+        elif not in_place and not old.is_symlink() and old.is_dir():
             said.append(f"{old}: the folder an interrupted swap set aside, and {dest} holds no "
                         f"replacement for it (or several were set aside); left as it is: "
                         f"move the one to keep to {dest.name}")
-        elif _remove_own(old, own):
-            said.append(f"{old}: removed, the folder an interrupted swap replaced")
         else:
-            said.append(f"{old}: left by an interrupted swap, and holds files it did not "
-                        f"write; left as it is: move it away once you have looked at it")
+            said.append(_remove_leftover(old, own, "the folder an interrupted swap replaced"))
     for built in _aside(dest, "staging", "publishing"):
-        if built.is_symlink() or not built.is_dir():
-            said.append(f"{built}: a link or a file where an interrupted swap leaves a "
-                        f"folder; not one it made: left as it is")
-        elif _remove_own(built, own):
-            said.append(f"{built}: removed, a folder an interrupted swap left half built")
-        else:
-            said.append(f"{built}: left by an interrupted swap, and holds files it did not "
-                        f"write; left as it is: move it away once you have looked at it")
+        said.append(_remove_leftover(built, own, "a folder an interrupted swap left half built"))
     return said
+
+
+def _remove_leftover(folder: Path, own: set[str], what: str) -> str:
+    """Remove ``folder``, left by an interrupted swap, when it is a folder holding only
+    files of ``own``; a line saying what was done or why it was left."""
+    if folder.is_symlink() or not folder.is_dir():
+        return (f"{folder}: a link or a file where an interrupted swap leaves a folder; not one "
+                f"it made: left as it is")
+    if _remove_own(folder, own):
+        return f"{folder}: removed, {what}"
+    return (f"{folder}: left by an interrupted swap, and holds files it did not write; left as "
+            f"it is: move it away once you have looked at it")
 
 
 def write_text_atomic(path: Path, text: str) -> None:
