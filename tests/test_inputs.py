@@ -119,23 +119,18 @@ def test_permutation_batches_of_two_ranks_are_the_halves_of_one():
 def test_shuffle_queue_fills_before_the_first_batch_and_keeps_invariants():
     images, labels = toy_data()
     q = ShuffleQueue(images, labels, batch_size=16, seed=0, min_after_dequeue=100,
-                     file_counts=[120] * 5, num_threads=2, chunk_size=32)
+                     file_counts=[120] * 5, num_threads=2, chunk_size=32, steps_per_bulk=7)
     assert q.capacity == 100 + 3 * 16
     try:
         x, y = q.get()
         assert x.shape == (16, 3, 24, 24) and y.shape == (16,)
-        assert q.enqueued >= q.capacity  # the whole capacity was filled first
+        assert q.state()["enqueued"] == q.capacity  # the whole capacity was filled first
         for _ in range(60):  # more than an epoch
             q.get()
             st = q.state()
             ids = st["ids"]
-            assert len(ids) == len(set(ids.tolist()))  # nothing queued twice
+            assert len(ids) == q.capacity - 16 == len(set(ids.tolist()))  # nothing twice
             assert ids.max() < st["enqueued"]
-        # labels in the queue are those of the examples at the queued stream positions
-        with q._cond:
-            ids = q.buf_ids[:q.count].clone()
-            queued = q.slots["idx"][:q.count].clone()
-        assert torch.equal(queued, q.order.at(ids))
     finally:
         q.close()
 
@@ -191,20 +186,23 @@ def test_shuffle_queue_surfaces_worker_errors(monkeypatch):
 
 
 def test_a_queued_batch_is_each_example_distorted_alone_bit_for_bit():
-    """The queue keeps example indices and draws, and distorts a batch when it is handed
-    out: every image of it equals its example distorted alone from its stream position
-    (its chunk's draws), as distorting each on entry would give."""
+    """The queue keeps stream positions, and distorts a batch when it is handed out:
+    every image of it equals its example distorted alone from its stream position (its
+    chunk's draws), as distorting each on entry would give; also across a bulk's end."""
     from cifar10_tutorial.training.distortions import apply_distortions
+    from cifar10_tutorial.training.inputs import _QueueState
 
     images, labels = toy_data(600)
     q = ShuffleQueue(images, labels, batch_size=24, seed=5, min_after_dequeue=120,
-                     file_counts=[120] * 5, num_threads=0, chunk_size=32)
+                     file_counts=[120] * 5, num_threads=0, chunk_size=32, steps_per_bulk=5)
     try:
         for step in range(12):
-            q._fill_inline()
-            gen = torch.Generator()
-            gen.set_state(q.dequeue_gen.get_state())
-            positions = q.buf_ids[torch.randperm(q.count, generator=gen)[:24]]
+            st = q.state()  # the queue as the next pick finds it
+            ahead = _QueueState(q.capacity, torch.Generator())
+            ahead.gen.set_state(st["dequeue_gen"])
+            ahead.ids[:len(st["ids"])], ahead.count = st["ids"].numpy(), len(st["ids"])
+            ahead.enqueued = st["enqueued"]
+            positions = ahead.dequeue(24)
             x, y = q.get(step)
             for i, pos in enumerate(positions.tolist()):
                 draws = q._chunk_draws(pos // 32)[pos % 32:pos % 32 + 1]

@@ -158,8 +158,8 @@ class RunParams:
     collective_timeout_s: Annotated[float, TIMEOUT] = 300.0
     # several nodes: how long each waits for the others to join
     join_timeout_s: Annotated[float, TIMEOUT] = 600.0
-    # workers that fill the shuffle queue; 0: filled inline between steps (the same batches
-    # either way, and inline is the fastest on CPU; the tutorial used 16 threads). Bounded
+    # > 0: a background thread makes the shuffle queue's next picks; 0: made inline (the same
+    # batches either way, and inline is the fastest on CPU; the tutorial used 16 threads). Bounded
     # at 64: more threads only contend for the cores (the OS refuses them long before a million)
     queue_threads: Annotated[int, Range(0, 64, why="more threads than cores only contend "
                                                     "for them")] = 0

@@ -64,31 +64,73 @@ class Draws:
 
 
 def draw_distortions(n: int, gen: torch.Generator, size: int = 32, crop: int = CROP,
-                     flip: bool = True) -> Draws:
-    """Draw on the CPU, in a fixed order, the parameters of ``n`` train distortions."""
+                     flip: bool = True, brightness: bool = True) -> Draws:
+    """Draw on the CPU, in a fixed order, the parameters of ``n`` train distortions.
+    ``brightness=False``: the deltas are left as drawn (uniform in [0, 1)), for callers
+    that only :func:`standardize`, in which the delta cancels; every other draw is the
+    same."""
     span = size - crop + 1
     oy = torch.randint(0, span, (n,), generator=gen)
     ox = torch.randint(0, span, (n,), generator=gen)
     flips = torch.rand(n, generator=gen) < 0.5
     if not flip:
         flips = torch.zeros(n, dtype=torch.bool)
-    delta = (torch.rand(n, generator=gen) * 2 - 1) * MAX_BRIGHTNESS_DELTA
+    delta = torch.rand(n, generator=gen)
+    if brightness:
+        delta = (delta * 2 - 1) * MAX_BRIGHTNESS_DELTA
     lo, hi = CONTRAST_RANGE
     factor = lo + torch.rand(n, generator=gen) * (hi - lo)
     return Draws(oy, ox, flips, delta, factor)
 
 
-def random_crops(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch.Tensor:
-    """uint8 N x C x H x W -> uint8 N x C x crop x crop at the drawn offsets, flipped
-    left-right where drawn (a strided view of every window, one gather, no host sync)."""
-    windows = images.unfold(2, crop, 1).unfold(3, crop, 1)  # N, C, H', W', crop, crop
-    x = windows[torch.arange(len(images), device=images.device), :, d.oy, d.ox]
-    return torch.where(d.flip[:, None, None, None], x.flip(-1), x)
+def pack_draws(d: Draws, idx: torch.Tensor, size: int = 32, crop: int = CROP) -> np.ndarray:
+    """What :func:`distort_batch` needs of examples ``idx`` with draws ``d``, one int64 row
+    each (:data:`COLUMNS`): the example, its source (1: the mirrored image, where a flip
+    is drawn), the crop's offsets in that source (a flip of a crop at ``ox`` is the crop of
+    the mirrored image at ``size - crop - ox``) and the contrast factor (float64, as bits).
+    Made with NumPy on the CPU, so that a batch's draws reach the device as one tensor."""
+    flip = d.flip.numpy()
+    ox = d.ox.numpy()
+    return np.stack([idx.numpy().astype(np.int64), flip.astype(np.int64), d.oy.numpy(),
+                     np.where(flip, size - crop - ox, ox),
+                     d.factor.numpy().astype(np.float64).view(np.int64)], axis=1)
+
+
+COLUMNS = ("idx", "src", "oy", "ox", "factor")  # of a packed row (pack_draws)
+
+
+def crop_windows(images: torch.Tensor, flip: bool = True, crop: int = CROP) -> torch.Tensor:
+    """Every ``crop`` x ``crop`` window of every image, as a strided view
+    ``[S, N, C, H', W', crop, crop]``: S = 2 with flips (source 1: the images mirrored
+    left-right, a copy made once), else 1. A batch's crops are then one gather."""
+    sources = torch.stack([images, images.flip(-1)]) if flip else images[None]
+    return sources.unfold(3, crop, 1).unfold(4, crop, 1)
+
+
+def distort_batch(windows: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distorted images and the labels of a batch, ``rows`` its packed draws
+    (:func:`pack_draws`) on the images' device: one gather of the crops (flips included),
+    then :func:`standardize`."""
+    idx, src, oy, ox, factor = rows.unbind(1)
+    x = windows[src, idx, :, oy, ox]
+    return standardize(x, factor.view(torch.float64)), labels[idx]
 
 
 def apply_distortions(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch.Tensor:
     """uint8 N x C x H x W -> float32 N x C x crop x crop: crop, flip, brightness,
-    contrast, standardization, in the tutorial's order.
+    contrast, standardization, in the tutorial's order, with draws ``d`` (one each)."""
+    rows = pack_draws(d, torch.arange(len(images)), images.shape[-1], crop)
+    windows = crop_windows(images, bool(d.flip.any()), crop)
+    if not d.flip.any():
+        rows[:, 1] = 0
+    return distort_batch(windows, torch.empty(len(images), device=images.device),
+                         to_device(torch.from_numpy(rows), images.device))[0]
+
+
+def standardize(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    """uint8 crops N x C x h x w and their contrast factors (float64) -> float32: the
+    tutorial's brightness, contrast and per-image standardization.
 
     Computed in closed form rather than step by step (same function, tested
     against the step-by-step reference): with crop x, channel means m_c, their
@@ -97,20 +139,33 @@ def apply_distortions(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch
     (so the brightness delta cancels) and divides by
     max(sqrt(mean_c(f^2 var_c + (m_c - m)^2)), 1/sqrt(num_values)). That is one
     affine map per image and channel, applied in a single pass. The channel
-    means and variances come from exact integer sums of the uint8 pixels.
+    means and variances come from exact sums of the pixels (integers below 2^53
+    in float64). Each conversion happens inside an arithmetic kernel (no copy
+    of its own): the pixels to float64 in a product, the map's coefficients to
+    float32 as they are written.
     """
-    d = d.to(images.device)
-    x = random_crops(images, d, crop)
     n, c = x.shape[:2]
-    k = crop * crop
-    v = x.reshape(n, c, k).int()
-    s1 = v.sum(-1, keepdim=True).double()  # exact: at most k x 255
-    s2 = (v * v).sum(-1, keepdim=True).double()  # exact: at most k x 255^2 < 2^31
+    k = x.shape[2] * x.shape[3]
+    v = x * _one(x.device)  # float64
+    s1 = v.sum((2, 3), keepdim=True)  # N x C x 1 x 1, exact: at most k x 255
+    s2 = (v * v).sum((2, 3), keepdim=True)  # exact: at most k x 255^2
     m_c = s1 / k
     var_c = s2 / k - m_c * m_c
     m = m_c.mean(dim=1, keepdim=True)
-    f = d.factor.double()[:, None, None]
+    f = factor.view(n, 1, 1, 1)
     std = (f * f * var_c + (m_c - m) ** 2).mean(dim=1, keepdim=True).sqrt()
-    inv = 1.0 / std.clamp_min(1.0 / math.sqrt(c * k))
-    scale, shift = (f * inv).float(), (((1 - f) * m_c - m) * inv).float()
-    return torch.addcmul(shift[..., None], x.float(), scale[..., None])
+    inv = torch.reciprocal(std.clamp_min(1.0 / math.sqrt(c * k)))
+    scale = torch.mul(f, inv, out=torch.empty(inv.shape, device=x.device))  # float32
+    shift = torch.mul((1 - f) * m_c - m, inv, out=torch.empty(m_c.shape, device=x.device))
+    return torch.addcmul(shift, x, scale)
+
+
+_ONES: dict = {}
+
+
+def _one(device: torch.device) -> torch.Tensor:
+    """A float64 1 on ``device``, made once: multiplied by it, uint8 pixels become float64
+    in the product's own kernel."""
+    if device not in _ONES:
+        _ONES[device] = torch.ones((), dtype=torch.float64, device=device)
+    return _ONES[device]

@@ -18,15 +18,14 @@ Under torchrun each rank gets its part: its slice of every global batch
 """
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import torch
 
-from .distortions import (Draws, apply_distortions, cpu_generator, derive_seed,
-                          draw_distortions, to_device)
+from .distortions import (COLUMNS, Draws, cpu_generator, crop_windows, derive_seed,
+                          distort_batch, draw_distortions, pack_draws, to_device)
 
 if TYPE_CHECKING:
     from ..params import Params
@@ -102,6 +101,7 @@ class PermutationBatches:
         self.batch_size, self.seed, self.flip = batch_size, seed, flip
         self.rank, self.world = rank, world
         self.order = ExampleOrder(len(labels), seed, "permutation")
+        self.windows = crop_windows(images, flip)
         self._pool = ThreadPoolExecutor(1) if prefetch else None
         self._pending: Optional[tuple[int, object]] = None
 
@@ -109,9 +109,9 @@ class PermutationBatches:
         gb = self.batch_size * self.world
         idx = self.order.take(step * gb, gb)
         draws = draw_distortions(gb, cpu_generator(self.seed, 2, step), flip=self.flip)
-        sl = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
-        idx = to_device(idx[sl], self.images.device)
-        return apply_distortions(self.images[idx], draws[sl]), self.labels[idx]
+        rows = pack_draws(draws, idx)[self.rank * self.batch_size:][:self.batch_size]
+        return distort_batch(self.windows, self.labels,
+                             to_device(torch.from_numpy(rows), self.images.device))
 
     def get(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self._pending is not None and self._pending[0] == step:
@@ -129,199 +129,159 @@ class PermutationBatches:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+class _QueueState:
+    """The queue's bookkeeping, on the CPU: the stream positions of the queued examples
+    (``ids[:count]``), how many have entered it, and the generator of its picks."""
+
+    def __init__(self, capacity: int, gen: torch.Generator):
+        self.ids = np.zeros(capacity, dtype=np.int64)
+        self.count = self.enqueued = 0
+        self.gen = gen
+
+    def copy(self) -> "_QueueState":
+        gen = torch.Generator()
+        gen.set_state(self.gen.get_state())
+        new = _QueueState(len(self.ids), gen)
+        new.ids[:], new.count, new.enqueued = self.ids, self.count, self.enqueued
+        return new
+
+    def dequeue(self, batch: int) -> np.ndarray:
+        """Fill to capacity from the stream, then pick ``batch`` at random: their stream
+        positions. The hole each leaves below the top ``batch`` slots is filled by a
+        survivor from the top, in order, so the slots stay ``ids[:count]``."""
+        cap = len(self.ids)
+        self.ids[self.count:] = np.arange(self.enqueued, self.enqueued + cap - self.count)
+        self.enqueued += cap - self.count
+        pick = torch.randperm(cap, generator=self.gen)[:batch].numpy()
+        picked = self.ids[pick]
+        taken = np.zeros(cap, dtype=bool)
+        taken[pick] = True
+        holes = np.sort(pick[pick < cap - batch])
+        movers = np.arange(cap - batch, cap)[~taken[cap - batch:]]
+        self.ids[holes] = self.ids[movers]
+        self.count = cap - batch
+        return picked
+
+
 class ShuffleQueue:
     """The tutorial's RandomShuffleQueue.
 
-    The example stream (file order) enters the queue in chunks of ``chunk_size``, in
-    stream order: inline, just before a dequeue needs it (``num_threads=0``, the default
-    of ``run.queue_threads``), or by ``num_threads`` background workers that keep it
-    topped up ahead of training. A dequeue waits until the queue is full
-    (``capacity = min_after_dequeue + 3 x batch``): at the start that is the fill the
-    tutorial waits for. Waiting for a full queue also makes the batches independent of
-    thread timing, so a run is reproducible and resumes exactly: the state is the stream
-    positions of the queued examples, the count enqueued and the dequeue generator.
+    The example stream (file order) enters the queue in stream order, and a dequeue
+    waits until the queue is full (``capacity = min_after_dequeue + 3 x batch``): at
+    the start that is the fill the tutorial waits for, and waiting for a full queue
+    makes the batches independent of timing, so a run is reproducible and resumes
+    exactly. What the queue holds is a list of stream positions (:class:`_QueueState`);
+    each position's example is the stream's (:class:`ExampleOrder`) and its distortion
+    draws are those of its chunk of ``chunk_size`` positions (a generator per chunk): a
+    pure function of the position. The state in a checkpoint is those positions, the
+    count enqueued and the picks' generator.
 
-    The queue holds what each queued example is, not its pixels: its example index and
-    its distortion draws (drawn per chunk of the stream, a pure function of the stream
-    position), in small tensors on the images' device. A dequeue gathers the picked
-    ones and distorts the batch in one batched pass there: each image's distortion
-    depends on its own pixels and draws only, so the batch is what distorting each
-    example as it entered would have given, bit for bit.
+    Work per step on the device is one gather and one batched distortion
+    (:func:`.distortions.distort_batch`): the picks of ``steps_per_bulk`` steps are
+    made ahead on the CPU, their examples and draws packed into one tensor and copied
+    to the device at once. With ``num_threads`` > 0 the next bulk is made in a
+    background thread while these steps train. Distorting each image from its own
+    pixels and draws makes the batch what distorting each example as it entered the
+    queue would have given, bit for bit.
     """
-
-    FIELDS = ("idx", "oy", "ox", "flip", "delta", "factor")  # a slot: example and draws
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, seed: int,
                  min_after_dequeue: int, file_counts: Optional[list[int]] = None,
-                 num_threads: int = 2, chunk_size: int = 256, flip: bool = True,
-                 state: Optional[dict] = None, rank: int = 0):
+                 num_threads: int = 0, chunk_size: int = 256, flip: bool = True,
+                 state: Optional[dict] = None, rank: int = 0, steps_per_bulk: int = 64):
         self.images, self.labels = images, labels
         self.batch_size, self.seed, self.flip = batch_size, seed, flip
         self.rank = rank
         self.min_after_dequeue = min_after_dequeue
         self.capacity = min_after_dequeue + 3 * batch_size
-        self.chunk_size = chunk_size
+        self.chunk_size, self.steps_per_bulk = chunk_size, steps_per_bulk
         self.order = ExampleOrder(len(labels), derive_seed(seed, rank), "files", file_counts)
-        dev = images.device
-        kinds = {"idx": torch.long, "oy": torch.long, "ox": torch.long, "flip": torch.bool,
-                 "delta": torch.float32, "factor": torch.float32}
-        self.slots = {f: torch.empty(self.capacity, dtype=kinds[f], device=dev)
-                      for f in self.FIELDS}
-        self.buf_ids = torch.empty(self.capacity, dtype=torch.long)  # stream positions
-        self.count = 0
-        self.dequeue_gen = cpu_generator(seed, 3, rank)
-        self.enqueued = 0  # stream positions [0, enqueued) have entered the queue
+        self.windows = crop_windows(images, flip)
+        self.queue = _QueueState(self.capacity, cpu_generator(seed, 3, rank))
         if state:
             self._restore(state)
-        self._next_chunk = self.enqueued // chunk_size
-        self._skip_first = self.enqueued % chunk_size
-        self._cond = threading.Condition()
-        self._next_claim = self._next_chunk
-        self._stop = False
-        self._error: Optional[BaseException] = None
-        self._threads = [threading.Thread(target=self._worker, daemon=True, name=f"queue-{i}")
-                         for i in range(num_threads)]  # none: filled inline by get()
-        for t in self._threads:
-            t.start()
+        self._draws: dict[int, np.ndarray] = {}  # chunk -> its packed draws
+        self._bulk_start = self.queue.copy()  # the queue before the bulk's first pick
+        self._bulk: Optional[torch.Tensor] = None  # steps x batch x COLUMNS, on the device
+        self._used = 0  # of the bulk's steps
+        self._pool = ThreadPoolExecutor(1) if num_threads else None
+        self._next = None  # the next bulk being made: (its start state, future)
 
-    # -- producing
+    # -- the picks, in bulk
     def _chunk_draws(self, chunk: int) -> Draws:
         return draw_distortions(self.chunk_size, cpu_generator(self.seed, 4, self.rank, chunk),
-                                flip=self.flip)
+                                flip=self.flip, brightness=False)
 
-    def _slots_at(self, positions: torch.Tensor) -> dict:
-        """What the examples at stream positions are: their example indices and distortion
-        draws, on the images' device (a pure function of the positions)."""
+    def _rows(self, positions: np.ndarray) -> np.ndarray:
+        """The packed rows (:func:`.distortions.pack_draws`) of the examples at stream
+        ``positions``; each chunk's draws made once, and dropped once no queued or
+        future position is in it."""
         chunks = positions // self.chunk_size
-        rows = positions % self.chunk_size
-        parts = {c: self._chunk_draws(c) for c in chunks.unique().tolist()}
-        if len(parts) == 1:
-            draws = next(iter(parts.values()))[rows]
+        for c in np.unique(chunks).tolist():
+            if c not in self._draws:
+                draws = self._chunk_draws(c)
+                start = c * self.chunk_size
+                self._draws[c] = pack_draws(draws, self.order.take(start, self.chunk_size))
+        out = np.empty((len(positions), len(COLUMNS)), dtype=np.int64)
+        for c in np.unique(chunks).tolist():
+            mask = chunks == c
+            out[mask] = self._draws[c][positions[mask] % self.chunk_size]
+        return out
+
+    def _make_bulk(self, queue: _QueueState) -> torch.Tensor:
+        picked = np.stack([queue.dequeue(self.batch_size) for _ in range(self.steps_per_bulk)])
+        rows = self._rows(picked.reshape(-1)).reshape(*picked.shape, len(COLUMNS))
+        low = int(queue.ids[:queue.count].min()) if queue.count else queue.enqueued
+        for c in [c for c in self._draws if c < low // self.chunk_size]:
+            del self._draws[c]
+        return to_device(torch.from_numpy(rows), self.images.device)
+
+    def _next_bulk(self) -> None:
+        if self._next is None and self._pool is not None:  # the first: made there too
+            self._next = (self.queue.copy(), self._pool.submit(self._make_bulk, self.queue))
+        if self._next is not None:
+            self._bulk_start, future = self._next
+            try:
+                self._bulk = future.result()
+            except Exception as exc:  # in the background thread: said where it happened
+                raise RuntimeError("the shuffle queue's worker failed") from exc
         else:
-            fields = []
-            for name in ("oy", "ox", "flip", "delta", "factor"):
-                col = torch.stack([getattr(parts[c], name) for c in parts])  # chunks x K
-                where = torch.searchsorted(torch.tensor(list(parts)), chunks)
-                fields.append(col[where, rows])
-            draws = Draws(*fields)
-        dev = self.images.device
-        draws = draws.to(dev)
-        return {"idx": to_device(self.order.at(positions), dev), "oy": draws.oy,
-                "ox": draws.ox, "flip": draws.flip, "delta": draws.delta,
-                "factor": draws.factor}
-
-    def _examples(self, slots: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """The distorted images and labels of queued examples (``slots``: theirs)."""
-        draws = Draws(slots["oy"], slots["ox"], slots["flip"], slots["delta"], slots["factor"])
-        return apply_distortions(self.images[slots["idx"]], draws), self.labels[slots["idx"]]
-
-    def _worker(self) -> None:
-        try:
-            while True:
-                with self._cond:
-                    if self._stop:
-                        return
-                    chunk = self._next_claim
-                    self._next_claim += 1
-                start = chunk * self.chunk_size
-                rows = torch.arange(self.chunk_size)
-                if chunk == self._next_chunk and self._skip_first:
-                    rows = rows[self._skip_first:]
-                with self._cond:  # bound the work done ahead to about one queue's worth
-                    self._cond.wait_for(lambda: self._stop or start - self.enqueued <= self.capacity)
-                    if self._stop:
-                        return
-                positions = start + rows
-                slots = self._slots_at(positions)
-                done = 0
-                with self._cond:
-                    self._cond.wait_for(lambda: self._stop or self.enqueued == int(positions[0]))
-                    while done < len(rows):
-                        self._cond.wait_for(lambda: self._stop or self.count < self.capacity)
-                        if self._stop:
-                            return
-                        k = min(self.capacity - self.count, len(rows) - done)
-                        self._put({f: v[done:done + k] for f, v in slots.items()},
-                                  positions[done:done + k])
-                        done += k
-                        self._cond.notify_all()
-        except BaseException as exc:  # surfaced by the next dequeue
-            with self._cond:
-                self._error = exc
-                self._cond.notify_all()
-
-    def _put(self, slots: dict, positions: torch.Tensor) -> None:
-        """Append examples (the next stream positions, in order) after the queued ones."""
-        sl = slice(self.count, self.count + len(positions))
-        for f in self.FIELDS:
-            self.slots[f][sl] = slots[f]
-        self.buf_ids[sl] = positions
-        self.count += len(positions)
-        self.enqueued += len(positions)
-
-    def _fill_inline(self) -> None:
-        """Top the queue up in the calling thread (``num_threads=0``): the same stream
-        and the same examples as the workers would enqueue, without threads that
-        compete with the training step for the cores."""
-        while self.count < self.capacity:
-            start = self.enqueued
-            end = min((start // self.chunk_size + 1) * self.chunk_size,
-                      start + self.capacity - self.count)
-            positions = torch.arange(start, end)
-            self._put(self._slots_at(positions), positions)
+            self._bulk_start = self.queue.copy()
+            self._bulk = self._make_bulk(self.queue)
+        self._used = 0
+        if self._pool is not None:  # the queue is now where the next bulk starts
+            self._next = (self.queue.copy(), self._pool.submit(self._make_bulk, self.queue))
 
     # -- consuming
     def get(self, step: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        b = self.batch_size
-        if not self._threads:
-            self._fill_inline()
-        with self._cond:
-            self._cond.wait_for(lambda: self._error is not None or self.count == self.capacity)
-            if self._error is not None:
-                raise RuntimeError("the shuffle queue's worker failed") from self._error
-            n = self.count
-            pick = torch.randperm(n, generator=self.dequeue_gen)[:b]
-            pick_dev = to_device(pick, self.images.device)
-            picked = {f: v[pick_dev] for f, v in self.slots.items()}
-            # fill the holes below n - b with the survivors from the top b slots
-            taken = torch.zeros(n, dtype=torch.bool)
-            taken[pick] = True
-            holes = pick[pick < n - b].sort().values
-            movers = torch.arange(n - b, n)[~taken[n - b:]]
-            if len(holes):
-                h = to_device(holes, self.images.device)
-                m = to_device(movers, self.images.device)
-                for v in self.slots.values():
-                    v[h] = v[m]
-                self.buf_ids[holes] = self.buf_ids[movers]
-            self.count = n - b
-            self._cond.notify_all()
-        return self._examples(picked)
+        if self._bulk is None or self._used == len(self._bulk):
+            self._next_bulk()
+        rows = self._bulk[self._used]
+        self._used += 1
+        return distort_batch(self.windows, self.labels, rows)
 
     # -- checkpointing
     def state(self) -> dict:
-        with self._cond:
-            return {"ids": self.buf_ids[:self.count].clone(), "enqueued": self.enqueued,
-                    "dequeue_gen": self.dequeue_gen.get_state()}
+        """The queue as it is after the batches handed out so far (the bulk's picks
+        replayed from its start: the bulk itself may reach further ahead)."""
+        q = self._bulk_start.copy()
+        for _ in range(self._used if self._bulk is not None else 0):
+            q.dequeue(self.batch_size)
+        return {"ids": torch.from_numpy(q.ids[:q.count].copy()), "enqueued": q.enqueued,
+                "dequeue_gen": q.gen.get_state()}
 
     def _restore(self, state: dict) -> None:
-        ids = state["ids"].long()
-        self.enqueued = int(state["enqueued"])
-        self.dequeue_gen.set_state(state["dequeue_gen"])
+        ids = state["ids"].long().numpy()
         if len(ids) > self.capacity:
             raise ValueError(f"queue state holds {len(ids)} examples, capacity is {self.capacity}")
-        if len(ids):
-            for f, v in self._slots_at(ids).items():
-                self.slots[f][:len(ids)] = v
-        self.buf_ids[:len(ids)] = ids
-        self.count = len(ids)
+        self.queue.enqueued = int(state["enqueued"])
+        self.queue.gen.set_state(state["dequeue_gen"])
+        self.queue.ids[:len(ids)] = ids
+        self.queue.count = len(ids)
 
     def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        for t in self._threads:
-            t.join(timeout=10)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def shard_file_counts(file_counts: list[int], rank: int, world: int) -> list[int]:

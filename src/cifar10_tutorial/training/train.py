@@ -112,6 +112,10 @@ class _Stop:
             signal.signal(sig, old)
 
 
+def _nan(value: Optional[float]) -> float:
+    return value if value is not None else float("nan")
+
+
 class _Run:
     """The run's state: the network, its optimizer and averages, the loop's counters, the
     values derived from the params once (the schedule: length, steps per epoch, the global
@@ -123,13 +127,16 @@ class _Run:
         self.elapsed = counters["elapsed"]  # seconds of the sessions before this one
         self.reached = counters["reached"]
         self.loss = None  # the last step's loss, on the device
-        loss_avg = counters["loss_avg"]
-        self.loss_avg = torch.tensor(loss_avg if loss_avg is not None else float("nan"),
-                                     device=device)  # moving average, decay 0.9
+        loss_avg = counters["loss_avg"]  # the loss's moving average (decay 0.9), on the device
+        self.loss_avg = (torch.tensor(loss_avg, device=device) if loss_avg is not None
+                         else None)  # None: the first step's loss starts it
         self.first_batch_s: Optional[float] = None
         self.sched, self.d, self.device = sched, d, device
         self.batch_size, self.global_batch = batch_size, batch_size * d.world
         self.t0 = time.perf_counter()
+
+    def _avg(self) -> Optional[float]:
+        return self.loss_avg.item() if self.loss_avg is not None else None
 
     def seconds(self) -> float:
         return self.elapsed + time.perf_counter() - self.t0
@@ -165,7 +172,7 @@ class _Run:
                 "optimizer": optimizer.state_dict(), "ema": ema.averaged_model_state(model),
                 "input": inputs, "signature": signature, "params": run_params(params),
                 "classes": data.classes, "num_classes": data.num_classes,
-                "world_size": self.d.world, "loss_avg": self.loss_avg.item(),
+                "world_size": self.d.world, "loss_avg": self._avg(),
                 "elapsed": self.seconds(), "targets_reached": json.dumps(self.reached),
                 "eval_seconds": held_out.seconds,
                 "tensorboard_run": summaries.run, "segments": segments.to_checkpoint(self.step)}
@@ -183,7 +190,7 @@ class _Run:
         metrics = {
             "epochs": self.step * self.global_batch / num_train,
             "loss": self.loss.item() if self.loss is not None else float("nan"),  # the last step's
-            "loss_avg": self.loss_avg.item(),  # its moving average (decay 0.9)
+            "loss_avg": _nan(self._avg()),  # its moving average (decay 0.9)
             "examples_per_sec": done * self.global_batch / max(session, 1e-9),
             "examples_per_sec_per_device": done * self.batch_size / max(session, 1e-9),
             "wall_time_s": total_time,
@@ -274,8 +281,8 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 run.step += 1
                 if ema is not None:
                     ema.update(model, run.step)
-                run.loss_avg = torch.where(torch.isnan(run.loss_avg), run.loss,
-                                           0.9 * run.loss_avg + 0.1 * run.loss)
+                run.loss_avg = (run.loss if run.loss_avg is None
+                                else 0.9 * run.loss_avg + 0.1 * run.loss)
                 monitor.stepped()
 
                 log_step = run.step % tr.log_every == 0 or run.step == max_steps
