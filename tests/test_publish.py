@@ -351,19 +351,19 @@ def test_what_publish_may_replace_is_only_what_its_manifest_names(tmp_path):
 
 
 @pytest.mark.parametrize("files, why", [
-    ({"README.md": "# my model\n"}, "no published.json: not weights publish wrote"),
-    ({"model.pt": "mine"}, "no published.json: not weights publish wrote"),
-    ({n: "x" for n in ("model.pt", "params.yaml", "provenance.json", "metrics.json",
-                       "README.md")}, "no published.json: not weights publish wrote"),
+    ({"README.md": "# my model\n"}, "no published.json, the manifest publish writes"),
+    ({"model.pt": "mine"}, "no published.json, the manifest publish writes"),
+    # the five names, the card even quoting model.pt's sha256: still not publish's to delete
+    ({"model.pt": "x", "params.yaml": "mine", "provenance.json": "{}", "metrics.json": "{}",
+      "README.md": f"sha256 `{hashlib.sha256(b'x').hexdigest()}`"},
+     "no published.json, the manifest publish writes"),
     ("edited", "README.md: changed since publish wrote it"),
 ])
 def test_a_replace_never_deletes_a_file_publish_did_not_write_as_it_is(tmp_path, files, why):
-    """--replace removes only files publish wrote, as it wrote them: a folder without a
-    manifest counts as published weights only when it holds the five files of old with a
-    card naming model.pt's sha256, and a file whose sha256 is not the manifest's (a card
-    the user edited) is theirs. Refused before the model or results are read."""
-    from publish import _held
-
+    """--replace removes only files publish wrote, as it wrote them: the manifest names
+    them with their sha256, and without one nothing there is publish's (a card the user
+    edited is theirs, as are files that only bear publish's names). Refused before the
+    model or results are read."""
     out = tmp_path / "m"
     out.mkdir()
     if files == "edited":
@@ -377,11 +377,38 @@ def test_a_replace_never_deletes_a_file_publish_did_not_write_as_it_is(tmp_path,
     with pytest.raises(PipelineError, match=re.escape(why)):
         publish("baseline", tmp_path / "none.pt", tmp_path / "none", out, replace=True)
     assert _snapshot(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
-    # the same five files as publish wrote them before the manifest: its own
-    (out / "README.md").write_text(f"- `model.pt`: 1 bytes, sha256 "
-                                   f"`{hashlib.sha256(b'x').hexdigest()}`\n")
-    if "published.json" not in files and len(files) == 5:
-        assert _held(out)[0] == set(files)
+
+
+@pytest.mark.parametrize("manifest", [True, False])
+def test_an_interrupted_publishs_old_folder_is_removed_only_as_it_wrote_it(tmp_path, manifest):
+    """The published folder an interrupted --replace set aside is removed by the next
+    publish only when every file in it is as the manifest records it: an edited one, or
+    no manifest, keeps the folder (named), whatever the file names."""
+    from cifar10_tutorial.files import process_alive
+
+    out = tmp_path / "o"
+    pid = 999_999
+    assert not process_alive(pid)
+    aside = tmp_path / f".o.replaced-{pid}-zz"
+    aside.mkdir()
+    (aside / "metrics.json").write_text('{"edited": "by me"}\n')
+    if manifest:
+        digest = hashlib.sha256(b"as published\n").hexdigest()
+        (aside / "published.json").write_text(json.dumps({"files": {"metrics.json": digest}}))
+    out.mkdir()  # a complete replacement in place: the old folder would be removed
+    (out / "published.json").write_text(json.dumps({"files": {}}))
+    before = _snapshot(aside)
+    from publish import FILES, MANIFEST, _as_written
+    from cifar10_tutorial.files import recover_swapped_folder
+
+    said = recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written)
+    assert aside.is_dir() and _snapshot(aside) == before, said
+    assert any("holds files it did not write" in line for line in said), said
+    # as publish wrote it: removed
+    (aside / "metrics.json").write_text("as published\n")
+    if manifest:
+        said = recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written)
+        assert not aside.exists(), said
 
 
 @pytest.mark.e2e

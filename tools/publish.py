@@ -38,6 +38,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 from typing import Optional
@@ -218,19 +219,12 @@ def _held(out: Path) -> tuple[set[str], str]:
         own = {*own, MANIFEST}
         what = _described(manifest.get("name"), manifest.get("step"),
                           manifest.get("precision_at_1"))
-    elif entries & set(FILES):  # as publish wrote it before it kept a manifest: five files
-        own = set(FILES)
-        if not _legacy_publication(out, entries):
-            raise PipelineError(f"{out}: holds {listed(sorted(entries))} and no {MANIFEST}: not "
-                                f"weights publish wrote (those are {', '.join(FILES)}, the card "
-                                f"naming model.pt's sha256), and publish would delete them; "
-                                f"give --out a folder of its own, or move those elsewhere "
-                                f"first. Nothing was changed.")
-        try:
-            what = _described(None, read_json(out / "provenance.json").get("steps"),
-                              read_json(out / "metrics.json")["eval"]["precision_at_1"])
-        except (PipelineError, KeyError, TypeError):
-            what = "published before publish kept a manifest"
+    elif entries & set(FILES):  # no manifest: publish cannot tell these files are its own
+        raise PipelineError(f"{out}: holds {listed(sorted(entries))} and no {MANIFEST}, the "
+                            f"manifest publish writes with its files; without it publish cannot "
+                            f"tell them from your own, and would delete them: give --out a "
+                            f"folder of its own, or move those elsewhere first. Nothing was "
+                            f"changed.")
     else:
         own, what = set(), ""
     foreign = sorted(entries - own)
@@ -241,21 +235,28 @@ def _held(out: Path) -> tuple[set[str], str]:
     return entries & own, what
 
 
+def _as_written(folder: Path) -> set[str]:
+    """The files in ``folder`` (one an interrupted publish left) that publish may remove:
+    those its manifest names, each still with the sha256 recorded there, and the manifest;
+    in a folder publish was still building (``.NAME.staging-*``, no manifest yet: it is
+    written last) the files publish writes. Nothing in a set-aside published folder
+    without its manifest."""
+    manifest = folder / MANIFEST
+    if manifest.is_symlink() or not manifest.is_file():
+        building = re.search(r"\.(staging|publishing)-[0-9]+-[^.]*$", folder.name)
+        return set(FILES) if building else set()
+    try:
+        files = json.loads(manifest.read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(files, dict):
+        return set()
+    return {n for n, digest in files.items() if n in FILES and _same_file(folder / n, digest)
+            } | {MANIFEST}
+
+
 def _same_file(path: Path, digest) -> bool:
     return path.is_file() and not path.is_symlink() and sha256(path) == digest
-
-
-def _legacy_publication(out: Path, entries: set[str]) -> bool:
-    """Whether ``out`` holds what publish wrote before it kept a manifest: the five files,
-    none a link, the card stating model.pt's sha256 as it did then."""
-    if entries != set(FILES) or any((out / n).is_symlink() or not (out / n).is_file()
-                                    for n in FILES):
-        return False
-    try:
-        card = (out / CARD).read_text(errors="replace")
-    except OSError:
-        return False
-    return f"sha256 `{sha256(out / 'model.pt')}`" in card
 
 
 def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None:
@@ -284,7 +285,7 @@ def publish(name: str, model: Path, results: Path, out: Path,
     """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
     model, results, out = Path(model), Path(results), Path(out)
     _held(out)  # a link or a file at --out: refused before anything is changed beside it
-    for line in recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST):
+    for line in recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written):
         print(f"note: {line}", file=sys.stderr)
     own, held = _held(out)
     r = read_records(name, model, results)
@@ -309,7 +310,7 @@ def publish(name: str, model: Path, results: Path, out: Path,
         swap_in_folder(staged, out, own)
     finally:
         if staged.is_dir():  # not swapped in: only what _write_folder put there
-            recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST)
+            recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written)
     return out / CARD
 
 

@@ -9,7 +9,7 @@ import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` of this machine still runs (one of another user's counts)."""
@@ -219,15 +219,22 @@ def _holds_only(folder: Path, own: set[str]) -> bool:
     return all(p.name in own and p.is_file() and not p.is_symlink() for p in folder.iterdir())
 
 
-def recover_swapped_folder(dest: Path, own: set[str], marker: str) -> list[str]:
+def recover_swapped_folder(dest: Path, own: set[str], marker: str,
+                           owned: Optional[Callable[[Path], set[str]]] = None) -> list[str]:
     """Before a folder is swapped in at ``dest``: what an interrupted
     :func:`swap_in_folder` left beside it. A folder renamed aside while ``dest`` is gone is
     renamed back; folders being built, or an old folder whose replacement is in place, are
     removed when they hold only files of ``own``, an old folder only once ``dest`` holds a
     complete replacement (its ``marker``, a file the writer writes last, and only files of
-    ``own``). Returns a line for each thing done or left (one that holds anything else is
-    named, never removed)."""
+    ``own``). ``owned``: for a leftover folder, the names in it that are the writer's as
+    it wrote them (say, checked against its manifest); by default ``own``. Returns a line
+    for each thing done or left (one that holds anything else is named, never removed)."""
     dest = Path(dest)
+    if owned is not None:
+        own_in = owned
+    else:
+        def own_in(_folder: Path) -> set[str]:
+            return own
     said = []
     replaced = _aside(dest, "replaced")
     # an old folder is removed only once its replacement is in place: dest holds a file of
@@ -236,7 +243,7 @@ def recover_swapped_folder(dest: Path, own: set[str], marker: str) -> list[str]:
                 and (dest / marker).is_file())
     for old in replaced:
         if not dest.exists() and not dest.is_symlink() and len(replaced) == 1 \
-                and not old.is_symlink() and old.is_dir() and _holds_only(old, own):
+                and not old.is_symlink() and old.is_dir() and _holds_only(old, own_in(old)):
             os.rename(old, dest)
             said.append(f"{dest}: restored from {old.name}, where an interrupted swap left it")
         elif not in_place and not old.is_symlink() and old.is_dir():
@@ -244,19 +251,19 @@ def recover_swapped_folder(dest: Path, own: set[str], marker: str) -> list[str]:
                         f"replacement for it (or several were set aside); left as it is: "
                         f"move the one to keep to {dest.name}")
         else:
-            said.append(_remove_leftover(old, own, "the folder an interrupted swap replaced"))
+            said.append(_remove_leftover(old, own_in, "the folder an interrupted swap replaced"))
     for built in _aside(dest, "staging", "publishing"):
-        said.append(_remove_leftover(built, own, "a folder an interrupted swap left half built"))
+        said.append(_remove_leftover(built, own_in, "a folder an interrupted swap left half built"))
     return said
 
 
-def _remove_leftover(folder: Path, own: set[str], what: str) -> str:
+def _remove_leftover(folder: Path, own_in: Callable[[Path], set[str]], what: str) -> str:
     """Remove ``folder``, left by an interrupted swap, when it is a folder holding only
-    files of ``own``; a line saying what was done or why it was left."""
+    files of ``own_in(folder)``; a line saying what was done or why it was left."""
     if folder.is_symlink() or not folder.is_dir():
         return (f"{folder}: a link or a file where an interrupted swap leaves a folder; not one "
                 f"it made: left as it is")
-    if _remove_own(folder, own):
+    if _remove_own(folder, own_in(folder)):
         return f"{folder}: removed, {what}"
     return (f"{folder}: left by an interrupted swap, and holds files it did not write; left as "
             f"it is: move it away once you have looked at it")
