@@ -169,6 +169,8 @@ def test_a_train_output_folder_holding_foreign_files_is_refused_untouched(synth_
     (False, "notes.txt", "my notes\n"),  # a finished run trained again empties plots/
     (True, "metrics/mine.tsv", "a\tb\n1\t2\n"),  # a resumed run cuts every curve back
     (True, "metrics/train/loss.tsv", "step\tloss\n"),  # a header of another curve's name
+    (True, "metrics/train/bytes.tsv", b"step\tbytes\n1\t2.3\n\xff\xfe\n"),  # not UTF-8
+    (True, "metrics/train/folder.tsv", None),  # a folder named as a curve
 ])
 def test_a_users_file_in_the_curves_folder_is_refused_untouched(synth_data, tmp_path, paused,
                                                                  name, text):
@@ -185,7 +187,13 @@ def test_a_users_file_in_the_curves_folder_is_refused_untouched(synth_data, tmp_
     if name == "metrics/train/loss.tsv":
         mine = mine.with_name("loss_avg.tsv")  # a real curve's file, its header not its own
     mine.parent.mkdir(parents=True, exist_ok=True)
-    mine.write_text(text)
+    if text is None:
+        mine.mkdir()
+        (mine / "inside.txt").write_text("mine\n")
+    elif isinstance(text, bytes):
+        mine.write_bytes(text)
+    else:
+        mine.write_text(text)
     before = {p: p.read_bytes() for p in live.rglob("*") if p.is_file()}
     proc = subprocess.run([sys.executable, "stages/train.py"], cwd=proj, capture_output=True,
                           text=True, timeout=300)

@@ -106,7 +106,12 @@ def truncate_plots(live_dir: Path, step: int) -> None:
     checkpoint logged them; the resumed run logs those steps again), and a torn last row
     (``kill -9`` during a write), which the next row would otherwise be glued to."""
     for tsv in sorted((live_dir / "plots").rglob("*.tsv")):
-        lines = tsv.read_text().splitlines(keepends=True)
+        try:  # refuse_foreign_curves stops what is not a curve before a run starts
+            lines = tsv.read_text(encoding="utf-8").splitlines(keepends=True)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PipelineError(f"{tsv}: expected a training curve (UTF-8 text), could not "
+                                f"read it ({exc}); move it out of {live_dir / 'plots'}, then "
+                                f"rerun. Nothing was changed.") from None
         if not lines:
             continue
         header = lines[0].rstrip("\n").split("\t")

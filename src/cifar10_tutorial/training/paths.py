@@ -173,7 +173,7 @@ def refuse_foreign_curves(plots: Path) -> None:
         for entry in sorted(plots.rglob("*")):
             if entry.is_symlink():
                 foreign.append(entry)
-            elif entry.is_dir():
+            elif entry.is_dir() and entry.suffix != ".tsv":  # a folder where a curve goes: not
                 continue
             elif not (entry.is_file() and entry.suffix == ".tsv" and _curve_header(entry)):
                 foreign.append(entry)
@@ -186,10 +186,11 @@ def refuse_foreign_curves(plots: Path) -> None:
 
 
 def _curve_header(tsv: Path) -> bool:
+    """Whether ``tsv`` reads as a curve: UTF-8 text (a curve is a few hundred kB at most)
+    whose header is ``step<TAB><its name>``."""
     try:
-        with open(tsv, "rb") as f:
-            first = f.readline(4096)
-    except OSError:
+        first = tsv.read_bytes().decode("utf-8").partition("\n")[0]
+    except (OSError, UnicodeDecodeError):
         return False
-    return first.rstrip(b"\r\n").split(b"\t") in ([b"step", tsv.stem.encode()],
-                                                  [b"timestamp", b"step", tsv.stem.encode()])
+    return first.rstrip("\r").split("\t") in (["step", tsv.stem],
+                                             ["timestamp", "step", tsv.stem])
