@@ -325,3 +325,17 @@ def test_a_model_of_other_class_names_is_refused(synth_data, trained, tmp_path):
         evaluate(dataclasses.replace(synth_data, meta=meta), trained.model, tmp_path / "ev", 100,
                  "cpu")
     assert not (tmp_path / "ev").exists()
+
+
+@pytest.mark.parametrize("where", ["confusion.png", "metrics.json", "predictions.csv"])
+def test_a_folder_where_the_evaluation_writes_a_file_is_refused_before_it_writes(
+        synth_data, trained, tmp_path, where):
+    """A folder at one of the evaluation's files made it fail half-way, some files
+    rewritten and others old; it is named before anything is computed or written."""
+    out = tmp_path / "eval"
+    (out / where).mkdir(parents=True)
+    (out / "per_class.csv").write_text("old\n")
+    with pytest.raises(PipelineError, match=rf"eval/{where}: a folder, where the eval stage "
+                                            rf"writes a file"):
+        evaluate(synth_data, trained.model, out, batch_size=64, device_name="cpu")
+    assert (out / "per_class.csv").read_text() == "old\n" and (out / where).is_dir()

@@ -17,6 +17,7 @@ from .. import provenance
 from ..checkpoint_files import list_checkpoints, load_checkpoint, run_defining
 from ..devices import pick_device
 from ..errors import PipelineError
+from ..ownership import refuse_in_the_way
 from ..files import save_figure_atomic, write_text_atomic
 from ..model_files import REMAKE, load_model_file, model_from_state
 from ..scoring import precision_at_1
@@ -89,6 +90,8 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     made by the training run that wrote ``model_path`` (``train``'s ``final_evaluation``,
     the same weights and images): written out, not computed again, when its step is the
     model's."""
+    # before anything is computed or written: a folder where a file goes fails only later
+    refuse_in_the_way([Path(out_dir) / name for name in sorted(EVAL_NAMES)], "eval")
     device = pick_device(device_name, key="eval.device")
     ckpt = load_model_file(Path(model_path), device)
     check_fits(ckpt, data, model_path)
