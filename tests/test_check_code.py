@@ -84,10 +84,15 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
     ("src/cifar10_tutorial/params.py",
      'base["train"]["max_steps"] = base["ablation"]["max_steps"]\n',
      'base["train"]["max_steps"] = base["ablation"]["max_steps"] // 2\n',
-     "reports/ablations/baseline/"),
+     "over the whole run of baseline"),
     # the segments a run was trained in, whose steps the model card prints
     ("src/cifar10_tutorial/training/segments.py",
      '"from_step": step, "to_step": step,', '"from_step": 0, "to_step": step,',
+     "train/provenance.json"),
+    # a run paused twice: its segments (a resumed run that kept only the last one)
+    ("src/cifar10_tutorial/training/segments.py",
+     'done = json.loads(ckpt["segments"]) if ckpt is not None else []',
+     'done = json.loads(ckpt["segments"])[-1:] if ckpt is not None else []',
      "train/provenance.json"),
 ])
 def test_a_change_of_what_a_variant_writes_is_refused(project, path, old, new, named):
@@ -123,6 +128,47 @@ def test_a_new_key_at_its_default_is_recorded_and_at_another_value_refused(proje
     assert "ablation@" not in stale(project)  # the report reruns: it reads params.py
     assert yaml.safe_load((project / "reports/dvc.lock").read_text())["stages"][
         "ablation@baseline"]["params"]["reports/params.yaml"]["model"]["norm"] == "lrn"
+
+
+@pytest.mark.parametrize("old, new", [
+    # the staircase, first reached far past the check's short runs
+    ("s.decay_factor ** (step // s.decay_steps)", "s.decay_factor ** (2 * (step // s.decay_steps))"),
+    # the averages' decay, capped: it shows only after thousands of steps
+    ("return min(decay, (1.0 + num_updates) / (10.0 + num_updates))",
+     "return min(min(decay, 0.999), (1.0 + num_updates) / (10.0 + num_updates))"),
+])
+def test_a_change_its_short_runs_do_not_reach_is_refused(project, old, new):
+    """Each variant runs 12 steps here; what its whole run does after them (the learning
+    rate of every step, the decay of every average) is compared too, from both codes and
+    their own params at the full budget."""
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["ablation"]["max_steps"] = 20000  # a whole run that reaches both
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    commit(project, "a long budget")
+    edit(project, "src/cifar10_tutorial/training/optimization.py", old, new)
+    proc = check(project, "--no-record", "--variant", "baseline", "--against", "HEAD")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "the learning rates or weight-average decays over the whole run of baseline " \
+           "differ" in line, line
+
+
+def test_results_trained_on_a_gpu_are_not_recorded_by_a_cpu_check(project):
+    """The check runs the CPU's code path: a variant whose committed results were trained
+    on a GPU is not vouched for, and the lock is left as it is."""
+    import json
+
+    record = project / "reports/ablations/softmax/variant.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "device_type": "cuda"}))
+    dvc(project, "commit", "-f", "reports/dvc.yaml:ablation@softmax")  # as if trained there
+    commit(project, "softmax trained on a GPU")
+    comment(project)
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "says softmax was trained on cuda" in proc.stderr.strip().splitlines()[-1]
+    assert (project / "reports/dvc.lock").read_bytes() == lock
 
 
 def test_a_named_variant_is_recorded_beside_one_never_run(project):

@@ -40,6 +40,7 @@ import json
 import os
 import re
 import shutil
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -230,14 +231,60 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str) -> Pat
            "DVC_ROOT": str(tree)}
     for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR"):
         env.pop(var, None)
-    # paused at its first step, then continued: the checkpoint and resume path runs too
+    # paused after its first step and again after its second, then continued: the
+    # checkpoint and resume path runs too, and the record of a run in three segments
     # (exact resume makes the outputs those of a run straight through)
-    first = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"})
-    proc = first if first.returncode != PAUSED else runs.run(f"exec {command}", tree, env)
+    proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"})
+    if proc.returncode == PAUSED:
+        proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"})
+    if proc.returncode == PAUSED:
+        proc = runs.run(f"exec {command}", tree, env)
     if proc.returncode:
         last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
         raise PipelineError(f"variant {name} did not run with {what}: {last}")
     return tree
+
+
+# What a variant's whole run will do that its 12 steps here do not reach: the learning rate
+# of every step and the decay of every weight-average update, from the tree's own code and
+# its own reports/params.yaml at the full budget, for a training set of each size in
+# argv[2:]. Run in each tree (its code on sys.path); printed as JSON, a digest per variant.
+PLAN = """
+import hashlib, json, struct, sys
+from cifar10_tutorial.params import EXERCISES, load_params, variant_params
+from cifar10_tutorial.training.optimization import (averaging_decay, ema_decay,
+                                                    learning_rate, schedule)
+params = load_params("reports/params.yaml", EXERCISES)
+out = {}
+for name in json.loads(sys.argv[1]):
+    vp, h = variant_params(params, name), hashlib.sha256()
+    for num_train in map(int, sys.argv[2:]):
+        s = schedule(vp, num_train, vp.train.batch_size * vp.train.num_devices)
+        d = averaging_decay(vp)
+        for step in range(s.steps):
+            h.update(struct.pack("<dd", learning_rate(step, s), ema_decay(d, step + 1)))
+        h.update(str(s.steps).encode())
+    out[name] = h.hexdigest()
+print(json.dumps(out))
+"""
+
+
+def plans(runs: "Runs", tree: Path, names: list[str], sizes: list[int], what: str) -> dict:
+    """Each variant's :data:`PLAN` digest, as ``tree``'s code and params give it."""
+    script = tree.parent / f"plan-{tree.name}.py"
+    script.write_text(PLAN)
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1"}
+    words = [sys.executable, str(script), json.dumps(names), *map(str, sizes)]
+    proc = runs.run("exec " + " ".join(shlex.quote(w) for w in words), tree, env)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1]) if not proc.returncode else {}
+    except (ValueError, IndexError):
+        pass
+    last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+    raise PipelineError(f"{LOCK} left as it is: the learning rates and weight averages of the "
+                        f"variants' whole runs could not be computed with {what}'s code ({last}); "
+                        f"the check cannot vouch for what its short runs do not reach: retrain "
+                        f"the variants (dvc repro {PIPELINE})")
 
 
 def _recorded(key, same_params: bool) -> bool:
@@ -563,6 +610,8 @@ def main(argv=None) -> None:
         raise PipelineError(f"{EXERCISES}: variant name {bad[0]!r}: expected a letter, then "
                             f"letters, digits, '_' or '-' (at most 64)")
     names = list(dict.fromkeys(names))
+    if not args.no_record:
+        _trained_where_the_check_runs(root, names)
     before = fingerprint(root)
     verdict = _compare(root, against, short, args.data, names,
                        None if args.no_record else stages)
@@ -581,6 +630,23 @@ def main(argv=None) -> None:
           f"(reports/params.yaml changed, if at all, in keys added at their defaults only); "
           f"commit it with your change (`dvc repro -s reports/dvc.yaml:report` reruns the "
           f"report where its own code changed)")
+
+
+def _trained_where_the_check_runs(root: Path, names: list[str]) -> None:
+    """The check runs every variant on the CPU: results trained on another kind of device
+    (a GPU's copies, kernels and collectives) are not vouched for by it, and not recorded."""
+    for name in names:
+        record = root / "reports/ablations" / name / "variant.json"
+        try:
+            device = json.loads(record.read_text()).get("device_type", "cpu")
+        except (OSError, ValueError, AttributeError):
+            continue  # none yet: its stage is not one the check records (dvc status says)
+        if device != "cpu":
+            raise PipelineError(f"{LOCK} left as it is: {record} says {name} was trained on "
+                                f"{device}, and this check runs the CPU's code path only; "
+                                f"retrain it with the new code (dvc repro -s "
+                                f"{PIPELINE}:ablation@{name}), or check the others with "
+                                f"--variant")
 
 
 def _variants(path: Path) -> list[str]:
@@ -604,6 +670,17 @@ def _remove_dead_scratch() -> None:
         if (pid.isdigit() and not process_alive(int(pid)) and not folder.is_symlink()
                 and (folder / MARK).is_file()):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def _training_set_sizes(root: Path) -> list[int]:
+    """The training-set sizes a whole run's schedule is compared at: the workspace's own
+    prepared data where it has some, and CIFAR-10's 50,000 and its dev split's 40,000."""
+    sizes = {50000, 40000}
+    try:
+        sizes.add(int(json.loads((root / "data/prepared/meta.json").read_text())["counts"]["train"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return sorted(sizes)
 
 
 def _against_made_the_lock(root: Path, theirs: Path, stages: list[str], short: str) -> None:
@@ -643,14 +720,29 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
             data = _fixed_data(tmp, data)
             trees = {"theirs": _tree_of(against, root, tmp / "theirs"),
                      "ours": _workspace_tree(root, tmp / "ours")}
-            for tree in trees.values():
-                raw = yaml.safe_load((tree / EXERCISES).read_text()) or {}
+            raws = {}
+            for key, tree in trees.items():
+                raw = raws[key] = yaml.safe_load((tree / EXERCISES).read_text()) or {}
                 absent = [n for n in names if n not in (raw.get("ablations") or {})]
                 if absent:
-                    where = short if tree == trees["theirs"] else "the workspace"
+                    where = short if key == "theirs" else "the workspace"
                     raise PipelineError(f"variant {absent[0]} is not in the {EXERCISES} of "
                                         f"{where}: nothing to compare it with; retrain it")
-                (tree / EXERCISES).write_text(yaml.safe_dump(short_budget(raw),
+            # the whole runs' schedules, from the full params: what 12 steps do not reach
+            sizes = _training_set_sizes(root)
+            planned = {k: plans(runs, t, names, sizes, short if k == "theirs" else "the workspace")
+                       for k, t in trees.items()}
+            moved = [n for n in names if planned["theirs"].get(n) != planned["ours"].get(n)]
+            if moved:
+                raise PipelineError(
+                    f"the workspace's code does not produce what {short}'s did: the learning "
+                    f"rates or weight-average decays over the whole run of {', '.join(moved[:3])}"
+                    f"{' ...' if len(moved) > 3 else ''} differ (training sets of "
+                    f"{', '.join(map(str, sizes))} images); the committed results are not this "
+                    f"code's: retrain the variants that read the changed code "
+                    f"(dvc repro {PIPELINE})")
+            for key, tree in trees.items():
+                (tree / EXERCISES).write_text(yaml.safe_dump(short_budget(raws[key]),
                                                              sort_keys=False))
             if record_for is not None:
                 _against_made_the_lock(root, trees["theirs"], record_for, short)
