@@ -137,3 +137,35 @@ def test_out_is_checked_before_the_images_are_read(tmp_path, monkeypatch):
         with pytest.raises(PipelineError, match=r"^--out " + re.escape(str(out)) + ": "
                            + message):
             build_dev_split(tmp_path / "no-such-source", out, train=20, test=5, per_class=3)
+
+
+def test_an_existing_out_is_refused_before_the_images_are_read(tmp_path, monkeypatch):
+    """A file at --out (params.yaml, the source zip itself) is not replaced, and a link
+    there is not written through, a dangling one included: one line naming it, nothing
+    written, before the images are decoded."""
+    import dev_split
+
+    def never(*args, **kwargs):
+        raise AssertionError("the images were read before --out was checked")
+
+    monkeypatch.setattr(dev_split, "load_records", never)
+    (tmp_path / "params.yaml").write_text("data: {}\n")
+    (tmp_path / "target.txt").write_text("mine")
+    (tmp_path / "link.tgz").symlink_to(tmp_path / "target.txt")
+    (tmp_path / "dangling.tgz").symlink_to(tmp_path / "nowhere.txt")
+    (tmp_path / "folder_link").symlink_to(tmp_path, target_is_directory=True)
+    before = {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() else None)
+              for p in tmp_path.iterdir()}
+    cases = {tmp_path / "params.yaml": "a file that already exists",
+             tmp_path / "link.tgz": "a symbolic link",
+             tmp_path / "dangling.tgz": "a symbolic link",
+             tmp_path / "folder_link": "a symbolic link"}
+    for out, what in cases.items():
+        with pytest.raises(PipelineError, match=r"^--out " + re.escape(str(out)) + ": " + what
+                           + r"; expected a new file name \(the archive never replaces a "
+                           r"file\): remove it, or give --out another path\. Nothing was "
+                           r"written\.$"):
+            build_dev_split(tmp_path / "params.yaml", out, train=20, test=5, per_class=3)
+    assert {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() else None)
+            for p in tmp_path.iterdir()} == before
+    assert not (tmp_path / "nowhere.txt").exists()

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
 import io
+import os
 import re
 import tempfile
 import zipfile
@@ -130,11 +131,16 @@ def load_records(source: Path, per_class: int = PER_CLASS) -> np.ndarray:
 
 
 def check_out(out: Path) -> None:
-    """``out`` is a place the archive can be written: not a folder, its folder made and
-    writable."""
-    if out.is_dir():
+    """``out`` is a place the archive can be written: a name nothing holds yet (the command
+    never replaces a file, nor writes through a link), its folder made and writable."""
+    if out.is_dir() and not out.is_symlink():
         raise PipelineError(f"--out {out}: a folder; expected the archive's file name, e.g. "
                             f"--out {out / 'cifar10-dev.tar.gz'}")
+    if os.path.lexists(out):  # a dangling link too: writing would create its target
+        what = "a symbolic link" if out.is_symlink() else "a file that already exists"
+        raise PipelineError(f"--out {out}: {what}; expected a new file name (the archive never "
+                            f"replaces a file): remove it, or give --out another path. Nothing "
+                            f"was written.")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out.parent):
