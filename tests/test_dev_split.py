@@ -169,3 +169,44 @@ def test_an_existing_out_is_refused_before_the_images_are_read(tmp_path, monkeyp
     assert {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() else None)
             for p in tmp_path.iterdir()} == before
     assert not (tmp_path / "nowhere.txt").exists()
+
+
+def test_a_failed_write_leaves_no_archive_and_is_one_line(tmp_path):
+    """The archive is written aside and linked into place: a write that fails half way (here
+    the file-size limit, `ulimit -f`; a full disk alike) leaves neither a truncated archive
+    at --out nor the temporary file, and is one line naming --out."""
+    import resource
+
+    repo = make_repository(tmp_path / "repo")
+    out = tmp_path / "out" / "dev.tgz"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, hard))  # Python ignores SIGXFSZ: EFBIG
+    try:
+        with pytest.raises(PipelineError, match=r"^--out " + re.escape(str(out)) + r": cannot "
+                           r"be written \(File too large\); nothing was written: raise the "
+                           r"file-size limit \(ulimit -f\)"):
+            build_dev_split(repo, out, train=20, test=5, per_class=3)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert list(out.parent.iterdir()) == []
+    md5 = build_dev_split(repo, out, train=20, test=5, per_class=3)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["dev.tgz"]
+    import hashlib
+
+    assert hashlib.md5(out.read_bytes()).hexdigest() == md5
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    # a file put at --out while the images were decoded is not replaced
+    import dev_split
+
+    with pytest.raises(FileExistsError):
+        dev_split.write_new_file(out, b"other")
+    assert hashlib.md5(out.read_bytes()).hexdigest() == md5
+    assert sorted(p.name for p in out.parent.iterdir()) == ["dev.tgz"]
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

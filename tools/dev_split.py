@@ -30,6 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
+import errno
+import hashlib
 import io
 import os
 import re
@@ -39,8 +41,9 @@ from typing import Iterator
 
 import numpy as np
 
-from cifar10_tutorial.data.synthetic import CLASSES, write_tar_gz
+from cifar10_tutorial.data.synthetic import CLASSES, tar_gz_bytes
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import WRITE_HINTS, write_new_file
 
 DEV_MD5 = "cbbdb9d17d56e942e56211e6031ea0f1"  # 40,000 train / 10,000 held out
 SHUFFLE_SEED = 2015
@@ -166,8 +169,22 @@ def build_dev_split(source: Path, out: Path, train: int = 40000, test: int = 100
                for i, batch in enumerate(np.split(records[:train], 5))}
     members["cifar-10-batches-bin/test_batch.bin"] = records[train:train + test].tobytes()
     members["cifar-10-batches-bin/batches.meta.txt"] = ("\n".join(CLASSES) + "\n").encode()
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    return write_tar_gz(Path(out), members)
+    data = tar_gz_bytes(members)
+    # written aside and linked into place: a full disk or a kill leaves no truncated
+    # archive at --out, and a file put there meanwhile is not replaced
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        write_new_file(Path(out), data)
+    except FileExistsError:
+        raise PipelineError(f"--out {out}: a file appeared there while the images were "
+                            f"decoded; left as it is, nothing was written: remove it, or give "
+                            f"--out another path") from None
+    except OSError as exc:
+        hint = {**WRITE_HINTS, errno.EFBIG: "raise the file-size limit (ulimit -f) or give "
+                "--out another file system"}.get(exc.errno, "give --out another path")
+        raise PipelineError(f"--out {out}: cannot be written ({exc.strerror or exc}); nothing "
+                            f"was written: {hint}, then rerun") from None
+    return hashlib.md5(data).hexdigest()
 
 
 def main(argv=None) -> None:

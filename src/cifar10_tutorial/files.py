@@ -115,6 +115,36 @@ def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
         raise
 
 
+def write_new_file(path: Path, data: bytes) -> None:
+    """``data`` into ``path``, a name nothing holds: written to a temporary file beside it,
+    then linked into place, which fails (``FileExistsError``) rather than replace what
+    appeared there meanwhile, a dangling link included. The temporary file is removed
+    whatever happens: a full disk, a file-size limit or an interruption leaves no partial
+    ``path`` (a kill -9 leaves only the temporary ``.NAME.*.tmp``)."""
+    import tempfile
+
+    path = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    try:
+        with writing(tmp, path), os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # a new file's usual mode, not mkstemp's 0600
+        try:
+            os.link(tmp, path)  # never replaces: EEXIST whatever is at ``path``
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
+                raise
+            # a file system without hard links: a rename, having looked first
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))
+            os.rename(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap the entries ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``):
     an interruption leaves each name holding one whole folder. False where the system or

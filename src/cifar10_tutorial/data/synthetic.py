@@ -22,8 +22,8 @@ CLASSES = ["airplane", "automobile", "bird", "cat", "deer",
            "dog", "frog", "horse", "ship", "truck"]
 
 
-def write_tar_gz(path: Path, members: dict[str, bytes]) -> str:
-    """Write a reproducible .tar.gz of regular files; return its md5."""
+def tar_gz_bytes(members: dict[str, bytes]) -> bytes:
+    """A reproducible .tar.gz of regular files (fixed timestamps), as bytes."""
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w") as tf:
@@ -31,8 +31,14 @@ def write_tar_gz(path: Path, members: dict[str, bytes]) -> str:
                 info = tarfile.TarInfo(name)
                 info.size, info.mtime = len(raw), 0
                 tf.addfile(info, io.BytesIO(raw))
-    Path(path).write_bytes(buf.getvalue())
-    return hashlib.md5(buf.getvalue()).hexdigest()
+    return buf.getvalue()
+
+
+def write_tar_gz(path: Path, members: dict[str, bytes]) -> str:
+    """Write a reproducible .tar.gz of regular files; return its md5."""
+    data = tar_gz_bytes(members)
+    Path(path).write_bytes(data)
+    return hashlib.md5(data).hexdigest()
 
 
 def learnable_images(labels: np.ndarray, rng: np.random.Generator,
