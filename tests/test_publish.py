@@ -350,6 +350,37 @@ def test_what_publish_may_replace_is_only_what_its_manifest_names(tmp_path):
     assert _snapshot(out) == before
 
 
+@pytest.mark.e2e
+def test_publish_of_a_finished_variant_under_a_file_is_one_line(finished, tmp_path):
+    """The command itself, with records it would publish: --out under a file is one line,
+    not FileExistsError from making its folder; nothing is written."""
+    (tmp_path / "afile").write_text("mine")
+    proc = _run(finished, "tools/publish.py", "baseline", "--out", str(tmp_path / "afile" / "sub"))
+    line = _one_error_line(proc)
+    assert f"{tmp_path / 'afile'}: a file, where the run needs a folder" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_an_out_whose_folder_cannot_be_made_is_one_line(tmp_path):
+    """--out under a file (afile/sub) or where no folder can be made (/proc/x/y): one line
+    naming the path and the fix, before the model or results are read, nothing changed."""
+    (tmp_path / "afile").write_text("mine")
+    cases = {tmp_path / "afile" / "sub": r"afile: a file, where the run needs a folder to "
+                                          r"write into; give another path, or move that file",
+             tmp_path / "afile" / "sub" / "deeper": r"afile: a file, where the run needs a "
+                                                    r"folder to make .*afile/sub in; give "
+                                                    r"another path, or move that file"}
+    if Path("/proc/self").is_dir():
+        cases[Path("/proc/x/y")] = r"^/proc: cannot write there \(.+\), and the run writes " \
+                                   r"/proc/x; nothing was changed"
+    for out, message in cases.items():
+        with pytest.raises(PipelineError, match=message):
+            publish("baseline", tmp_path / "none.pt", tmp_path / "none", out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
 @pytest.mark.parametrize("files, why", [
     ({"README.md": "# my model\n"}, "no published.json, the manifest publish writes"),
     ({"model.pt": "mine"}, "no published.json, the manifest publish writes"),

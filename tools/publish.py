@@ -285,6 +285,9 @@ def publish(name: str, model: Path, results: Path, out: Path,
     """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
     model, results, out = Path(model), Path(results), Path(out)
     _held(out)  # a link or a file at --out: refused before anything is changed beside it
+    # a folder --out cannot be made in (a file above it, /proc): one line, before the
+    # records are read
+    ensure_writable(out.parent)
     for line in recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written):
         print(f"note: {line}", file=sys.stderr)
     own, held = _held(out)
@@ -298,8 +301,13 @@ def publish(name: str, model: Path, results: Path, out: Path,
             f"Nothing was changed.")
     if check_data is not None:
         check_precision(model, Path(check_data), r.eval, r.metrics)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    ensure_writable(out.parent)
+    ensure_writable(out.parent)  # again: the records took a while
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PipelineError(f"{out.parent}: cannot be made ({exc.strerror or exc}), and "
+                            f"publish writes {out} in it; give --out another path. Nothing "
+                            f"was changed.") from None
     staged = staging_folder(out)
     try:
         _write_folder(staged, r, out, curve)

@@ -73,6 +73,10 @@ def ensure_writable(*folders: Path) -> None:
         probe = folder
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
+        if not probe.is_dir():  # a file above it: the folder can never be made there
+            raise PipelineError(f"{probe}: a file, where the run needs a folder to make "
+                                f"{folder} in; give another path, or move that file; nothing "
+                                f"was changed")
         try:
             fd, name = tempfile.mkstemp(prefix=".write-probe-", dir=probe)
             os.close(fd)
