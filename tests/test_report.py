@@ -452,3 +452,35 @@ def test_a_damaged_variant_record_is_one_line_naming_it(tmp_path, text):
     (folder / "variant.json").write_text(text)
     with pytest.raises(PipelineError, match=r"no_lrn/variant.json: .*rerun .*ablation@no_lrn"):
         load_variants(tmp_path)
+
+
+@pytest.mark.parametrize("key, value, found", [
+    ("precision_at_1", '"0.5"', '"0.5"'), ("num_examples", "true", "true"),
+    ("examples_per_sec", "null", "null"), ("loss", "[1.0]", "a list")])
+def test_a_figure_that_is_not_a_number_is_one_line_naming_the_key(tmp_path, key, value, found):
+    """Every figure of a variant's metrics.json is a number, as the stage writes them: a
+    string, a bool, a null or a list is one line naming the file and the key, not a
+    traceback from a number format."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    path = tmp_path / "a" / "no_lrn" / "metrics.json"
+    m = json.loads(path.read_text())
+    m["eval"][key] = "VALUE"
+    path.write_text(json.dumps(m).replace('"VALUE"', value))
+    with pytest.raises(PipelineError, match=r"^" + re.escape(f"{path}: eval.{key} is {found}, "
+                                                           f"expected a number; rerun the "
+                                                           f"variant (`dvc repro -f reports/"
+                                                           f"dvc.yaml:ablation@no_lrn`)") + "$"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+    # a nested figure too, and a section that is not a record
+    m["eval"][key] = 0.5
+    m["train"]["held_out"]["precision_at_1"] = "0.5"
+    path.write_text(json.dumps(m))
+    with pytest.raises(PipelineError, match=r"train\.held_out\.precision_at_1 is \"0\.5\", "
+                                            r"expected a number"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+    path.write_text(json.dumps({**m, "train": [1]}))
+    with pytest.raises(PipelineError, match=r"metrics\.json: train is a list, expected a "
+                                            r"record of numbers"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)

@@ -29,6 +29,7 @@ def load_variants(root: Path) -> pd.DataFrame:
                                 f"version of the code); rerun the variant "
                                 f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`).")
         m = _record(path, ("train", "eval"))
+        _numbers_only(path, m)
         precision = m["eval"].get("precision_at_1")
         if isinstance(precision, float) and not math.isfinite(precision):
             raise PipelineError(f"{path}: its precision is not finite (eval.precision_at_1: "
@@ -74,6 +75,26 @@ def _record(path: Path, keys: tuple) -> dict:
                             f"{'no ' + missing[0] if isinstance(value, dict) else 'a ' + type(value).__name__}; "
                             f"rerun the variant ({rerun})")
     return value
+
+
+def _numbers_only(path: Path, metrics: dict) -> None:
+    """Every figure of a metrics.json (its train and eval records, nested ones included) is
+    a real number, as the stage writes them: a string or a bool there would reach the
+    report's formats (``:.1f``) as a traceback; one line naming the file and the key."""
+    def walk(value, key: str, expected: str = "a number") -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{key}.{k}")
+        elif (isinstance(value, bool) or not isinstance(value, (int, float))
+              or expected != "a number"):
+            found = json.dumps(value) if isinstance(value, (str, bool, type(None))) \
+                else f"a {type(value).__name__}"
+            raise PipelineError(f"{path}: {key} is {found[:40]}, expected {expected}; rerun "
+                                f"the variant (`dvc repro -f "
+                                f"reports/dvc.yaml:ablation@{path.parent.name}`)")
+
+    for section in ("train", "eval"):
+        walk(metrics[section], section, "a record of numbers")
 
 
 def load_provenance(root: Path, name: str) -> Optional[dict]:
