@@ -484,3 +484,19 @@ def test_a_figure_that_is_not_a_number_is_one_line_naming_the_key(tmp_path, key,
     with pytest.raises(PipelineError, match=r"metrics\.json: train is a list, expected a "
                                             r"record of numbers"):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+
+
+@pytest.mark.parametrize("text", ['{"commit": "aaaa', '[1, 2]'], ids=["truncated", "a-list"])
+def test_a_damaged_provenance_record_is_one_line_naming_it(tmp_path, text):
+    """A variant's train/provenance.json cut short (or of another shape): one line naming
+    the file and the stage that writes it again, not a JSONDecodeError traceback."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    path = tmp_path / "a" / "no_lrn" / "train" / "provenance.json"
+    path.write_text(text)
+    with pytest.raises(PipelineError, match=r"^" + re.escape(str(path)) + r": (cannot be read "
+                       r"as JSON \(JSONDecodeError: .+\); expected the record the variant's "
+                       r"stage writes: rerun it|expected a record, found a list; rerun the "
+                       r"variant) \(`dvc repro -f reports/dvc\.yaml:ablation@no_lrn`\)$"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)

@@ -59,10 +59,11 @@ def load_variants(root: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("variant")
 
 
-def _record(path: Path, keys: tuple) -> dict:
-    """A variant's JSON record (metrics.json, variant.json), with ``keys``; else one line
-    naming the file and the stage that writes it again."""
-    rerun = f"`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`"
+def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
+    """A variant's JSON record (metrics.json, variant.json, provenance.json), with ``keys``;
+    else one line naming the file and the stage that writes it again (``variant``: its
+    name, where the file is not in the variant's own folder)."""
+    rerun = f"`dvc repro -f reports/dvc.yaml:ablation@{variant or path.parent.name}`"
     try:
         value = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -70,8 +71,9 @@ def _record(path: Path, keys: tuple) -> dict:
                             f"{str(exc)[:80]}); expected the record the variant's stage "
                             f"writes: rerun it ({rerun})") from None
     missing = [k for k in keys if not isinstance(value, dict) or k not in value]
-    if missing:
-        raise PipelineError(f"{path}: expected a record with {', '.join(keys)}, found "
+    if missing or not isinstance(value, dict):
+        with_keys = f" with {', '.join(keys)}" if keys else ""
+        raise PipelineError(f"{path}: expected a record{with_keys}, found "
                             f"{'no ' + missing[0] if isinstance(value, dict) else 'a ' + type(value).__name__}; "
                             f"rerun the variant ({rerun})")
     return value
@@ -100,7 +102,8 @@ def _numbers_only(path: Path, metrics: dict) -> None:
 def load_provenance(root: Path, name: str) -> Optional[dict]:
     """A variant's provenance.json (written by its training run), or None (older results)."""
     path = Path(root) / name / "train" / "provenance.json"
-    return _device_read(json.loads(path.read_text())) if path.is_file() else None
+    # a damaged one (cut short, another shape) is one line naming it, as the other records
+    return _device_read(_record(path, (), name)) if path.is_file() else None
 
 
 def device_text(device: str, processes: int = 1) -> str:
