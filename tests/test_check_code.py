@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, commit, dvc, tiny_project
+from conftest import ROOT, commit, dvc, init_repo, tiny_project
 
 pytestmark = pytest.mark.e2e
 
@@ -310,3 +310,40 @@ def test_results_of_older_code_than_the_locks_commit_are_not_recorded(project):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "results were made with another src/cifar10_tutorial/model.py" in proc.stderr
     assert lock.read_bytes() == before
+
+
+@pytest.mark.parametrize("path, text, args, problem", [
+    ("reports/params.yaml", "eval: {}\nablations: [\n", ["--no-record"],
+     r"expected the node content, but found '<stream end>' on line 3"),
+    ("reports/dvc.lock", "schema: '2.0'\nstages:\n  a: [1, 2\n  b: 3\n", [],
+     r"expected ',' or '\]', but got ':' on line 4, while parsing a flow sequence from line 3"),
+    ("reports/dvc.yaml", "- a list\n", ["--no-record"], r"expected a YAML mapping \(key: value "
+                                                        r"lines\), found a list"),
+], ids=["params", "lock", "pipeline"])
+def test_a_damaged_yaml_file_is_one_line_naming_it(tmp_path, monkeypatch, path, text, args,
+                                                   problem):
+    """reports/params.yaml, dvc.yaml or dvc.lock that YAML cannot read (an edit cut short):
+    one line naming the file and the problem with its line, before anything runs; nothing
+    changed. (No project needed: the files are read first; a repository where the lock was
+    committed all the same.)"""
+    import check_code
+    from cifar10_tutorial.errors import PipelineError
+
+    init_repo(tmp_path)
+    for folder in ("src", "stages", "reports"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "README.md").write_text("a file git keeps\n")
+    (tmp_path / "reports/params.yaml").write_text("ablations:\n  baseline: {}\n")
+    (tmp_path / "reports/dvc.yaml").write_text("stages: {}\n")
+    (tmp_path / "reports/dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    damaged = tmp_path / path
+    commit(tmp_path, "the lock")
+    damaged.write_text(text)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*")
+              if p.is_file() and ".git" not in p.parts}
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError, match=r"^" + path.replace(".", r"\.") + r": (not valid "
+                       r"YAML \()?" + problem + r".*Nothing was changed\.$"):
+        check_code.main(args)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*")
+            if p.is_file() and ".git" not in p.parts} == before

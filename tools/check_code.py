@@ -76,6 +76,50 @@ TIMING = re.compile(r"(^|_)(s|sec|secs|seconds|per_sec|per_sec_per_device|utc)$"
                     r"|^examples_per_sec")
 
 
+def _parse_yaml(text: str, shown, fix: str):
+    """``text``, the YAML file ``shown`` (reports/params.yaml, dvc.yaml, dvc.lock: the
+    user's files), parsed: a mapping, or None for an empty file; else one line naming the
+    file, the problem and its line, and ``fix``."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        where = f" on line {mark.line + 1}" if mark is not None else ""
+        begun = getattr(exc, "context_mark", None)  # where the unclosed [ or " began
+        if getattr(exc, "context", None) and begun is not None and mark is not None \
+                and begun.line != mark.line:
+            where += f", {exc.context} from line {begun.line + 1}"
+        raise PipelineError(f"{shown}: not valid YAML ({problem}{where}); {fix}. Nothing was "
+                            f"changed.") from None
+    except (RecursionError, ValueError) as exc:  # nested without end, a huge integer
+        raise PipelineError(f"{shown}: not YAML the check can read ({type(exc).__name__}); "
+                            f"{fix}. Nothing was changed.") from None
+    if value is not None and not isinstance(value, dict):
+        raise PipelineError(f"{shown}: expected a YAML mapping (key: value lines), found a "
+                            f"{type(value).__name__}; {fix}. Nothing was changed.")
+    return value
+
+
+def _read_yaml(path: Path, shown=None, fix: Optional[str] = None):
+    """The YAML file ``path`` parsed (see _parse_yaml); ``shown``: the name to give it."""
+    shown = shown or path
+    fix = fix or f"fix it (`git diff {shown}` shows what changed since its commit), then rerun"
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelineError(f"{shown}: cannot be read ({getattr(exc, 'strerror', None) or exc}); "
+                            f"{fix}. Nothing was changed.") from None
+    return _parse_yaml(text, shown, fix)
+
+
+def _fix_of(where: str) -> str:
+    """What to do about a damaged file of the workspace, or of the commit ``where``."""
+    if where == "the workspace":
+        return "fix it, then rerun"
+    return "give --against a commit whose file is whole"
+
+
 def _git(*args: str, cwd: Path = Path(".")) -> str:
     proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
     if proc.returncode:
@@ -218,8 +262,13 @@ def _die_with_parent() -> None:
 def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str) -> Path:
     """Variant ``name``'s stage command, as ``tree``'s reports/dvc.yaml gives it, run in
     ``tree`` (the stage's wdir) on ``data``; the tree it wrote in."""
-    pipeline = yaml.safe_load((tree / PIPELINE).read_text())
-    command = pipeline["stages"]["ablation"]["do"]["cmd"]
+    pipeline = _read_yaml(tree / PIPELINE, f"{PIPELINE} of {what}", _fix_of(what)) or {}
+    try:
+        command = pipeline["stages"]["ablation"]["do"]["cmd"]
+    except (KeyError, TypeError):
+        raise PipelineError(f"{PIPELINE} of {what}: expected an ablation stage with a "
+                            f"foreach ... do: cmd: (the variants' stage command); found none; "
+                            f"{_fix_of(what)}") from None
     command = " ".join(command.split()).replace("${key}", name)  # a checked name (NAME)
     prepared = tree / "data" / "prepared"
     if not prepared.exists():
@@ -461,10 +510,10 @@ def _params_change_computes_nothing(root: Path, stage: str, keys: dict) -> list[
     """The params of ``stage`` that changed in more than keys added at their defaults."""
     from cifar10_tutorial.params import params_from_dict, to_dict
 
-    lock = yaml.safe_load((root / LOCK).read_text()) or {}
+    lock = _read_yaml(root / LOCK, LOCK) or {}
     recorded = (((lock.get("stages") or {}).get(stage.split(":", 1)[1]) or {})
                 .get("params") or {}).get(str(EXERCISES)) or {}
-    current = yaml.safe_load((root / EXERCISES).read_text()) or {}
+    current = _read_yaml(root / EXERCISES, EXERCISES) or {}
     defaults = to_dict(params_from_dict({}))
     return [key for key, state in keys.items()
             if not (state == "modified" and key.split(".")[0] in defaults
@@ -527,7 +576,8 @@ def record(root: Path, stages: list[str]) -> None:
 
     with Repo(str(root)) as repo, repo.lock:  # read, change and write under DVC's lock
         before = (root / LOCK).read_text()
-        lock = yaml.safe_load(before)
+        lock = _parse_yaml(before, LOCK, "fix it, then rerun") or {}
+        lock.setdefault("stages", {})
         for address in stages:
             (stage,) = repo.stage.collect(address)
             stage.save()
@@ -581,6 +631,11 @@ def main(argv=None) -> None:
         raise PipelineError(f"check-code: {root} is not the repository root of a checkout of "
                             f"this project (no {', '.join(f'{n}/' for n in missing)}); run it "
                             f"from the folder that holds src/ and stages/")
+    # the user's files the check reads, each damaged one one line before anything runs
+    # (DVC's own messages about them span many lines)
+    for path in (EXERCISES, PIPELINE, *([] if args.no_record else [LOCK])):
+        if (root / path).is_file():
+            _read_yaml(root / path, path)
     for name in args.variant or []:
         if not NAME.fullmatch(name):
             raise PipelineError(f"--variant {name!r}: expected a variant name (a letter, then "
@@ -650,7 +705,7 @@ def _trained_where_the_check_runs(root: Path, names: list[str]) -> None:
 
 
 def _variants(path: Path) -> list[str]:
-    raw = yaml.safe_load(path.read_text()) if path.is_file() else None
+    raw = _read_yaml(path, EXERCISES) if path.is_file() else None
     names = list(((raw or {}).get("ablations") or {}))
     if not names:
         raise PipelineError(f"{path}: no variants under ablations: to check")
@@ -689,7 +744,7 @@ def _against_made_the_lock(root: Path, theirs: Path, stages: list[str], short: s
     that last wrote the lock may hold later code that no variant was run with.)"""
     from cifar10_tutorial.files import md5_of
 
-    recorded = (yaml.safe_load((root / LOCK).read_text()) or {}).get("stages") or {}
+    recorded = (_read_yaml(root / LOCK, LOCK) or {}).get("stages") or {}
     for stage in stages:
         for dep in (recorded.get(stage.split(":", 1)[1]) or {}).get("deps") or []:
             path = dep.get("path", "")
@@ -722,10 +777,11 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                      "ours": _workspace_tree(root, tmp / "ours")}
             raws = {}
             for key, tree in trees.items():
-                raw = raws[key] = yaml.safe_load((tree / EXERCISES).read_text()) or {}
+                where = short if key == "theirs" else "the workspace"
+                raw = raws[key] = _read_yaml(tree / EXERCISES, f"{EXERCISES} of {where}",
+                                             _fix_of(where)) or {}
                 absent = [n for n in names if n not in (raw.get("ablations") or {})]
                 if absent:
-                    where = short if key == "theirs" else "the workspace"
                     raise PipelineError(f"variant {absent[0]} is not in the {EXERCISES} of "
                                         f"{where}: nothing to compare it with; retrain it")
             # the whole runs' schedules, from the full params: what 12 steps do not reach
