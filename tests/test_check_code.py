@@ -186,6 +186,10 @@ def test_a_named_variant_is_recorded_beside_one_never_run(project):
     left = stale(project)
     assert "ablation@baseline" not in left and "ablation@mine" in left \
         and "ablation@softmax" in left
+    # a name that is no variant: not "nothing to record"
+    proc = check(project, "--variant", "basline")
+    assert proc.returncode == 1 and "--variant basline: not a variant of reports/params.yaml" \
+        in proc.stderr, proc.stdout + proc.stderr
     # all of them: the new one is more than code, and the lock is left as it is
     lock = (project / "reports/dvc.lock").read_bytes()
     proc = check(project)

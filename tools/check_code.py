@@ -640,6 +640,11 @@ def main(argv=None) -> None:
         if not NAME.fullmatch(name):
             raise PipelineError(f"--variant {name!r}: expected a variant name (a letter, then "
                                 f"letters, digits, '_' or '-', at most 64)")
+    unknown = [n for n in args.variant or [] if n not in _variants(root / EXERCISES)]
+    if unknown:  # a typo must not pass as "nothing to record"
+        raise PipelineError(f"--variant {unknown[0]}: not a variant of {EXERCISES} (its "
+                            f"variants: {', '.join(_variants(root / EXERCISES)[:8])}"
+                            f"{' ...' if len(_variants(root / EXERCISES)) > 8 else ''})")
     against = args.against or lock_commit(root)
     short = _git("rev-parse", "--short", against, cwd=root)
     if args.no_record:
