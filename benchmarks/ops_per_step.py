@@ -6,7 +6,7 @@ the shuffle queue's bulk (its picks are made that many steps at a time), so that
 difference holds one bulk's work, as many steps share it. On a GPU, each op is a kernel
 launch or a copy: the host work around the step.
 
-    python benchmarks/ops_per_step.py --data data/prepared [--steps 64] [--device cpu]
+    python benchmarks/ops_per_step.py [--data PREPARED] [--steps 64] [--device cpu]
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from cifar10_tutorial.cli import stage_output  # noqa: E402
 from cifar10_tutorial.data.prepared import load_prepared  # noqa: E402
 from cifar10_tutorial.params import load_params, params_from_dict, to_dict  # noqa: E402
 from cifar10_tutorial.training.paths import TrainPaths  # noqa: E402
@@ -50,7 +51,8 @@ def counted(params, data, steps: int) -> collections.Counter:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path("data/prepared"))
+    ap.add_argument("--data", type=Path, help="prepared data (default: the preprocess stage's "
+                    "output in dvc.yaml)")
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--device", default="cpu")
@@ -58,7 +60,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     raw = to_dict(load_params(args.params))
     raw["train"]["device"] = args.device
-    params, data = params_from_dict(raw), load_prepared(args.data)
+    params = params_from_dict(raw)
+    data = load_prepared(args.data or stage_output("preprocess"))
     a, b = counted(params, data, args.steps), counted(params, data, 2 * args.steps)
     per = {k: (b[k] - a[k]) / args.steps for k in b if b[k] != a[k]}
     total = sum(per.values())

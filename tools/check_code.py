@@ -695,8 +695,14 @@ def main(argv=None) -> None:
 def _trained_where_the_check_runs(root: Path, names: list[str]) -> None:
     """The check runs every variant on the CPU: results trained on another kind of device
     (a GPU's copies, kernels and collectives) are not vouched for by it, and not recorded."""
+    try:  # the results folder the ablation stage writes for a variant ({variant}: its name)
+        cmd = _read_yaml(root / PIPELINE, PIPELINE)["stages"]["ablation"]["do"]["cmd"]
+        words = shlex.split(" ".join(cmd.split()))
+        out = words[words.index("--out") + 1]
+    except (KeyError, TypeError, ValueError, IndexError):
+        return  # no such stage: its variants are refused elsewhere
     for name in names:
-        record = root / "reports/ablations" / name / "variant.json"
+        record = root / out.replace("{variant}", name).replace("${key}", name) / "variant.json"
         try:
             device = json.loads(record.read_text()).get("device_type", "cpu")
         except (OSError, ValueError, AttributeError):
@@ -737,8 +743,11 @@ def _training_set_sizes(root: Path) -> list[int]:
     prepared data where it has some, and CIFAR-10's 50,000 and its dev split's 40,000."""
     sizes = {50000, 40000}
     try:
-        sizes.add(int(json.loads((root / "data/prepared/meta.json").read_text())["counts"]["train"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        from cifar10_tutorial.cli import stage_output
+
+        meta = root / stage_output("preprocess", dvc_yaml=root / "dvc.yaml") / "meta.json"
+        sizes.add(int(json.loads(meta.read_text())["counts"]["train"]))
+    except (OSError, ValueError, KeyError, TypeError, PipelineError):
         pass
     return sorted(sizes)
 
