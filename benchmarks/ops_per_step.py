@@ -70,7 +70,15 @@ def main(argv=None) -> None:
     for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
         print(f"  {v:7.2f}  {k}")
     if args.json:
-        args.json.write_text(json.dumps({"ops_per_step": total, "by_op": per}, indent=2) + "\n")
+        from cifar10_tutorial import provenance
+        import torch
+
+        record = {"ops_per_step": round(total, 2), "steps": [args.steps, 2 * args.steps],
+                  "batch_size": params.train.batch_size, "input": params.input.shuffle,
+                  **provenance.code_version(), "torch": torch.__version__,
+                  "device": provenance.device_description(torch.device(args.device)),
+                  "by_op": {k: round(v, 3) for k, v in sorted(per.items(), key=lambda kv: -kv[1])}}
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":
