@@ -17,7 +17,9 @@ def test_variants_override_the_baseline_and_share_the_budget():
     assert {"baseline", "softmax", "local_head", "queue_fill_10pct", "queue_fill_1pct",
             "queue_fill_0pct", "devices_2x64", "no_lrn"} <= set(params.ablations)
     base = variant_params(params, "baseline")
-    assert base.train.max_steps == params.ablation.max_steps
+    budget = params.ablation.max_steps  # a trial (the docs' loop) cuts every variant to it
+    trial = params.ablation.trial_steps
+    assert base.train.max_steps == (budget if trial is None else min(budget, trial))
     assert base.model == params.model and base.input == params.input
     assert variant_params(params, "softmax").model.output == "softmax"
     assert variant_params(params, "local_head").model.head == "local"
