@@ -134,8 +134,8 @@ def test_a_trials_banner_names_the_knob_that_capped_it(tmp_path):
     images = json.loads((tmp_path / "a/baseline/metrics.json").read_text())["eval"]["num_examples"]
     assert ("> **A trial.** `ablation.trial_steps: 5` capped every variant at 5 steps, those "
             f"with a budget of their own included, and each was evaluated on {images:,} "
-            "held-out images (`ablation.trial_eval_images`), fewer than the 2,000 below "
-            "which") in top
+            "held-out images (`ablation.trial_eval_images`); its steps are fewer than the "
+            "2,000 steps below which") in top
     assert "`dvc exp run -S reports/params.yaml:ablation.trial_steps=null reports/dvc.yaml:report`" in top
     assert "ablation.max_steps" not in top and "*Answer:*" not in text
     # a trial long enough to answer still says what capped it

@@ -275,7 +275,7 @@ def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: 
 
 def banner(r: Results) -> list[str]:
     """What capped the runs, when it makes the report a trial or too short to answer."""
-    short = (f"fewer than the {MIN_STEPS:,} below which this report draws no conclusions "
+    short = (f"fewer than the {MIN_STEPS:,} steps below which this report draws no conclusions "
              f"(the moving averages and the loss have barely started). The tables show what "
              f"was measured; every answer is withheld. ")
     if r.trial_steps is not None:
@@ -283,7 +283,7 @@ def banner(r: Results) -> list[str]:
         return [f"> **A trial.** `ablation.trial_steps: {r.trial_steps}` capped every variant "
                 f"at {r.trial_steps:,} steps, those with a budget of their own included, and "
                 f"each was evaluated on {images:,} held-out images "
-                f"(`ablation.trial_eval_images`){', ' + short if r.withheld else '. '}"
+                f"(`ablation.trial_eval_images`){'; its steps are ' + short if r.withheld else '. '}"
                 f"For the full runs set it back to null: `dvc exp run -S "
                 f"reports/params.yaml:ablation.trial_steps=null reports/dvc.yaml:report`.", ""]
     if not r.withheld:
