@@ -309,9 +309,10 @@ def test_the_published_weights_are_what_their_card_says(tmp_path):
 @pytest.mark.parametrize("manifest", [True, False])
 def test_the_projects_published_weights_are_not_replaced_without_a_question(finished, tmp_path,
                                                                             manifest):
-    """The project's own published folder (as committed, and as publish wrote it before it
-    kept a manifest): a new tutorial_100k run is not published over it without --replace;
-    the line names the folder and the weights it holds, and nothing in it changes."""
+    """The project's own published folder: a new tutorial_100k run is not published over
+    it without --replace; the line names the folder and the weights it holds, and nothing
+    in it changes. Without its manifest nothing there is publish's to replace, even with
+    --replace (its files may be a user's copy, edited)."""
     out = tmp_path / "models" / PUBLISHED
     shutil.copytree(ROOT / "models" / PUBLISHED, out)
     if not manifest:
@@ -320,9 +321,16 @@ def test_the_projects_published_weights_are_not_replaced_without_a_question(fini
     steps = json.loads((out / "provenance.json").read_text())["steps"]
     line = _one_error_line(_run(finished, "tools/publish.py", PUBLISHED,
                                 "--out", str(out)))
-    named = f"{PUBLISHED}, " if manifest else ""
-    assert line.startswith(f"error: {out}: already holds published weights ({named}step "
-                           f"{steps:,}, "), line
+    if not manifest:
+        for args in ((), ("--replace",)):
+            line = _one_error_line(_run(finished, "tools/publish.py", PUBLISHED,
+                                        "--out", str(out), *args))
+            assert line.startswith(f"error: {out}: holds README.md, metrics.json, model.pt, "
+                                   f"params.yaml, provenance.json and no published.json"), line
+            assert _snapshot(out) == before
+        return
+    assert line.startswith(f"error: {out}: already holds published weights ({PUBLISHED}, "
+                           f"step {steps:,}, "), line
     assert _snapshot(out) == before
     replaced = _run(finished, "tools/publish.py", PUBLISHED,
                     "--out", str(out), "--replace")
