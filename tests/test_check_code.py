@@ -101,8 +101,21 @@ def test_a_change_of_what_a_variant_writes_is_refused(project, path, old, new, n
     proc = check(project)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
-    assert "does not produce what" in line and named in line, line
+    assert "the workspace (its code changed) does not produce what" in line \
+        and named in line, line
     assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_a_difference_is_blamed_on_what_changed(project):
+    """Only a variant's param changed: the check says so, not that the code did."""
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["ablations"]["softmax"]["train"] = {"seed": 9}
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = check(project, "--no-record", "--variant", "softmax")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "the workspace (its reports/params.yaml changed) does not produce what" in line, line
 
 
 def test_a_new_key_at_its_default_is_recorded_and_at_another_value_refused(project):
@@ -193,7 +206,8 @@ def test_a_named_variant_is_recorded_beside_one_never_run(project):
     # all of them: the new one is more than code, and the lock is left as it is
     lock = (project / "reports/dvc.lock").read_bytes()
     proc = check(project)
-    assert proc.returncode == 1 and "ablation@mine" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "ablation@mine never run (no entry in " \
+        "reports/dvc.lock" in proc.stderr.strip().splitlines()[-1], proc.stderr
     assert (project / "reports/dvc.lock").read_bytes() == lock
 
 

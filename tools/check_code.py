@@ -536,10 +536,17 @@ def stale_variants(root: Path, only: Optional[list[str]] = None) -> tuple[list[s
                                 f"has ended")
         return [], f"dvc status failed: {proc.stderr.strip()}"
     stages, other = [], []
+    locked = (_read_yaml(root / LOCK, LOCK) or {}).get("stages") or {} \
+        if (root / LOCK).is_file() else {}
     for stage, changes in json.loads(proc.stdout or "{}").items():
         if stage == "reports/dvc.yaml:report":
             continue  # rerun, not recorded: its code writes the report itself (seconds)
         if only is not None and stage not in {VARIANT + n for n in only}:
+            continue
+        if stage.startswith(VARIANT) and stage.split(":", 1)[1] not in locked:
+            # no results of any code to compare with: its first run is dvc repro's
+            other.append(f"{stage} never run (no entry in {LOCK}; run it first: dvc repro "
+                         f"-s {stage}, or check the others with --variant)")
             continue
         found = []
         for change in changes:
@@ -789,6 +796,7 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
             data = _fixed_data(tmp, data)
             trees = {"theirs": _tree_of(against, root, tmp / "theirs"),
                      "ours": _workspace_tree(root, tmp / "ours")}
+            changed = _what_changed(trees)
             raws = {}
             for key, tree in trees.items():
                 where = short if key == "theirs" else "the workspace"
@@ -805,11 +813,11 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
             moved = [n for n in names if planned["theirs"].get(n) != planned["ours"].get(n)]
             if moved:
                 raise PipelineError(
-                    f"the workspace's code does not produce what {short}'s did: the learning "
-                    f"rates or weight-average decays over the whole run of {', '.join(moved[:3])}"
+                    f"{changed} does not produce what {short}'s did: the learning rates or "
+                    f"weight-average decays over the whole run of {', '.join(moved[:3])}"
                     f"{' ...' if len(moved) > 3 else ''} differ (training sets of "
-                    f"{', '.join(map(str, sizes))} images); the committed results are not this "
-                    f"code's: retrain the variants that read the changed code "
+                    f"{', '.join(map(str, sizes))} images); the committed results are not "
+                    f"the workspace's: retrain the variants that read what changed "
                     f"(dvc repro {PIPELINE})")
             for key, tree in trees.items():
                 (tree / EXERCISES).write_text(yaml.safe_dump(short_budget(raws[key]),
@@ -837,11 +845,25 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
         signal.signal(signal.SIGTERM, previous)
     if differ:
         raise PipelineError(
-            f"the workspace's code does not produce what {short}'s did: {len(differ)} "
+            f"{changed} does not produce what {short}'s did: {len(differ)} "
             f"differ ({', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''}); the "
-            f"committed results are not this code's: retrain the variants that read the "
-            f"changed code (dvc repro {PIPELINE})")
+            f"committed results are not the workspace's: retrain the variants that read "
+            f"what changed (dvc repro {PIPELINE})")
     return compared
+
+
+def _what_changed(trees: dict) -> str:
+    """The workspace, with which of what a variant runs differs between the two trees
+    (its code, reports/dvc.yaml, reports/params.yaml): a difference is blamed on what
+    changed."""
+    theirs, ours = fingerprint(trees["theirs"]), fingerprint(trees["ours"])
+    changed = {k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k)}
+    parts = (["code"] if any(k.split("/")[0] in CODE for k in changed) else []) \
+        + [str(p) for p in (PIPELINE, EXERCISES) if str(p) in changed]
+    if not parts:  # the same files ran twice: the runs themselves are not reproducible
+        return ("the workspace (no file a variant runs differs from the commit's: its runs "
+                "are not deterministic here)")
+    return f"the workspace (its {' and '.join(parts)} changed)"
 
 
 if __name__ == "__main__":
