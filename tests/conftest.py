@@ -132,8 +132,10 @@ def tiny_project(dest: Path, archive: dict | None = None, md5: bool = True, git:
         set_params(project, "data", url=str(path), md5=info["md5"] if md5 else None)
     for section, values in sections.items():
         set_params(project, section, **values)
-        if section in EXERCISE_SECTIONS:
-            set_params(project, section, exercises=True, **values)
+        if section in EXERCISE_SECTIONS:  # the variants' budget is ablation.max_steps
+            set_params(project, section, exercises=True, **{
+                k: v for k, v in values.items()
+                if not (section == "train" and k in ("max_steps", "max_epochs"))})
     if git:
         init_repo(project)
     return project

@@ -349,6 +349,21 @@ def test_a_section_of_the_other_params_file_is_refused_naming_where_it_belongs(
     assert load_params(_file(tmp_path, name, raw))  # the project's own: fine
 
 
+@pytest.mark.parametrize("key", ["max_steps", "max_epochs"])
+def test_a_main_run_budget_in_the_exercise_params_is_refused(tmp_path, key):
+    """The variants train ablation.max_steps (or their own budget): a train.max_steps or
+    max_epochs in reports/params.yaml's baseline would be read by nothing."""
+    raw = yaml.safe_load((ROOT / "reports/params.yaml").read_text())
+    path = _file(tmp_path, "reports/params.yaml",
+                 {**raw, "train": {**(raw.get("train") or {}), key: 500}})
+    with pytest.raises(ParamsError, match=rf"^{path}: train\.{key}: the variants' budget is "
+                                          rf"ablation\.max_steps .* remove it from the train: "
+                                          rf"section here$"):
+        load_params(path)
+    raw["ablations"] = {"mine": {"train": {key: 5}}}  # a variant's own: fine
+    assert load_params(_file(tmp_path, "reports/params.yaml", raw))
+
+
 def test_the_exercise_params_need_both_groups_of_variants(tmp_path):
     """reports/dvc.yaml expands `ablations:` and `dataset_ablations:`: a file without one,
     or an empty one, is refused by its own name; `{}` runs no variant."""

@@ -416,6 +416,13 @@ def check_sections(raw: dict, file: ParamsFile) -> None:
                               f"{'move it there' if file is MAIN else 'remove it here'}")
         raise ParamsError(f"unknown key {section} in params; valid keys in the top level of "
                           f"{file.name}: {', '.join(file.sections)}")
+    train = raw.get("train")
+    budget = [k for k in ("max_steps", "max_epochs")
+              if file is EXERCISES and isinstance(train, dict) and k in train]
+    if budget:  # variant_params replaces it: set here, it would be read by nothing
+        raise ParamsError(f"train.{budget[0]}: the variants' budget is ablation.max_steps (a "
+                          f"variant's own train.max_steps or max_epochs goes under its name in "
+                          f"ablations:); remove it from the train: section here")
     for section in file.required:
         if section not in raw:
             raise ParamsError(f"has no {section}: section, which reports/dvc.yaml reads; "
