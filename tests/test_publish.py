@@ -358,6 +358,43 @@ def test_what_publish_may_replace_is_only_what_its_manifest_names(tmp_path):
     assert _snapshot(out) == before
 
 
+def test_a_linked_file_in_the_published_folder_is_refused(tmp_path):
+    """A manifest (or any file publish writes) that is a link is not publish's: refused
+    before anything is read, the link and what it points at left as they are."""
+    out, elsewhere = tmp_path / "m", tmp_path / "elsewhere.json"
+    out.mkdir()
+    (out / "model.pt").write_bytes(b"w")
+    elsewhere.write_text(json.dumps({"name": "baseline", "files": {
+        "model.pt": hashlib.sha256(b"w").hexdigest()}}))
+    (out / "published.json").symlink_to(elsewhere)
+    before, text = _snapshot(out), elsewhere.read_text()
+    with pytest.raises(PipelineError, match=r"m/published.json: a link, where publish writes "
+                                            r"a file of its own"):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", out, replace=True)
+    assert _snapshot(out) == before and elsewhere.read_text() == text
+
+
+def test_a_swapped_out_folder_holding_more_is_kept_and_returned(tmp_path):
+    """The old folder a swap replaced keeps whatever is not the writer's, and the swap
+    says where it is: the caller names it, never silently."""
+    from cifar10_tutorial.files import swap_in_folder
+
+    dest, staged = tmp_path / "d", tmp_path / ".d.staging-1-x"
+    dest.mkdir()
+    staged.mkdir()
+    (dest / "model.pt").write_text("old")
+    (dest / "notes.txt").write_text("mine")
+    (staged / "model.pt").write_text("new")
+    kept = swap_in_folder(staged, dest, {"model.pt"})
+    assert (dest / "model.pt").read_text() == "new"
+    assert kept is not None and (kept / "notes.txt").read_text() == "mine" \
+        and (kept / "model.pt").read_text() == "old"
+    (staged2 := tmp_path / ".d.staging-2-y").mkdir()
+    (staged2 / "model.pt").write_text("newer")
+    assert swap_in_folder(staged2, dest, {"model.pt"}) is None  # only its own: removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["d", kept.name])
+
+
 @pytest.mark.e2e
 def test_publish_of_a_finished_variant_under_a_file_is_one_line(finished, tmp_path):
     """The command itself, with records it would publish: --out under a file is one line,

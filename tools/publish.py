@@ -202,6 +202,11 @@ def _held(out: Path) -> tuple[set[str], str]:
     if not out.exists():
         return set(), ""
     entries = {p.name for p in out.iterdir()}
+    linked = sorted(n for n in entries & {*FILES, MANIFEST} if (out / n).is_symlink())
+    if linked:  # publish writes files, never links: one there is not publish's to replace
+        raise PipelineError(f"{out / linked[0]}: a link, where publish writes a file of its "
+                            f"own; give --out a folder of its own, or move it elsewhere "
+                            f"first. Nothing was changed.")
     if MANIFEST in entries:
         manifest = read_json(out / MANIFEST)
         own = manifest.get("files")
@@ -315,7 +320,10 @@ def publish(name: str, model: Path, results: Path, out: Path,
         if own and not replace:  # published meanwhile (another publish): a question again
             raise PipelineError(f"{out}: weights were published there meanwhile ({held}); "
                                 f"give --replace to replace them. Nothing was changed.")
-        swap_in_folder(staged, out, own)
+        kept = swap_in_folder(staged, out, own)
+        if kept is not None:  # never silently: the old folder held what publish did not write
+            print(f"note: the folder {out} held before is kept as {kept}: it holds more than "
+                  f"the files publish wrote; look through it, then delete it", file=sys.stderr)
     finally:
         if staged.is_dir():  # not swapped in: only what _write_folder put there
             recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written)

@@ -202,17 +202,18 @@ def staging_folder(dest: Path) -> Path:
     return path
 
 
-def swap_in_folder(staged: Path, dest: Path, own: set[str]) -> None:
+def swap_in_folder(staged: Path, dest: Path, own: set[str]) -> Optional[Path]:
     """``staged`` (a folder built beside ``dest``) becomes ``dest`` whole. A folder already at
     ``dest`` is exchanged with it in one step where the system can (then ``staged`` holds the
     old one), else renamed aside to ``.NAME.replaced-*`` first; of the old folder only the
     files named in ``own`` are removed, and it only when nothing else is in it. Whatever
     moment an interruption comes, ``dest`` holds the old folder or the new one, or (two-step
-    rename only) the old one waits beside it for :func:`recover_swapped_folder`."""
+    rename only) the old one waits beside it for :func:`recover_swapped_folder`. Returns
+    the old folder where it was kept (it held more than ``own``), for the caller to name."""
     staged, dest = Path(staged), Path(dest)
     if not dest.exists():
         os.rename(staged, dest)
-        return
+        return None
     if _exchange(staged, dest):
         old = staged
     else:
@@ -227,7 +228,7 @@ def swap_in_folder(staged: Path, dest: Path, own: set[str]) -> None:
         except OSError:
             os.rename(old, dest)
             raise
-    _remove_own(old, own)
+    return None if _remove_own(old, own) else old
 
 
 def _remove_own(folder: Path, own: set[str]) -> bool:
