@@ -35,6 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -735,14 +736,41 @@ SCRATCH, MARK = "cifar10-check-", ".cifar10-check-code"  # its scratch folder's 
 
 def _remove_dead_scratch() -> None:
     """The scratch folders a killed check left (its pid in the name no longer runs, its
-    mark inside): a kill -9 runs no clean-up, and each holds tens of MB."""
+    mark inside): a kill -9 runs no clean-up, and each holds tens of MB. One killed in its
+    own clean-up, after the mark (removed last), is empty: only then removed unmarked."""
     from cifar10_tutorial.files import process_alive
 
     for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*-*"):
         pid = folder.name[len(SCRATCH):].split("-")[0]
-        if (pid.isdigit() and not process_alive(int(pid)) and not folder.is_symlink()
-                and (folder / MARK).is_file()):
+        if not pid.isdigit() or process_alive(int(pid)) or folder.is_symlink() \
+                or not folder.is_dir():
+            continue
+        if (folder / MARK).is_file():
             shutil.rmtree(folder, ignore_errors=True)
+        elif not any(folder.iterdir()):
+            folder.rmdir()
+
+
+@contextlib.contextmanager
+def _scratch():
+    """A scratch folder of this check in the system's temporary folder, marked as its own
+    before anything is written in it; removed at the end with the mark last, so that a
+    kill at any moment leaves it marked or empty (:func:`_remove_dead_scratch`)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{os.getpid()}-"))
+    (tmp / MARK).write_text("the scratch folder of cifar10 check-code\n")
+    try:
+        yield tmp
+    finally:
+        for entry in tmp.iterdir():
+            if entry.name == MARK:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        if not any(e.name != MARK for e in tmp.iterdir()):  # else: marked, for the next run
+            (tmp / MARK).unlink()
+            tmp.rmdir()
 
 
 def _training_set_sizes(root: Path) -> list[int]:
@@ -790,9 +818,7 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         _remove_dead_scratch()
-        with tempfile.TemporaryDirectory(prefix=f"{SCRATCH}{os.getpid()}-") as tmp:
-            tmp = Path(tmp)
-            (tmp / MARK).write_text("the scratch folder of cifar10 check-code\n")
+        with _scratch() as tmp:
             data = _fixed_data(tmp, data)
             trees = {"theirs": _tree_of(against, root, tmp / "theirs"),
                      "ours": _workspace_tree(root, tmp / "ours")}
