@@ -486,6 +486,30 @@ def test_a_figure_that_is_not_a_number_is_one_line_naming_the_key(tmp_path, key,
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
 
 
+@pytest.mark.parametrize("key, value, found, expected", [
+    ("global_batch_size", '"128"', '"128"', "a whole number"),
+    ("world_size", "true", "true", "a whole number"),
+    ("lrn", '"yes"', '"yes"', "true or false"), ("schedule", "[1]", "a list", "a string"),
+    ("min_fraction_of_examples_in_queue", "null", "null", "a number")])
+def test_a_variant_record_of_another_kind_is_one_line_naming_the_key(tmp_path, key, value,
+                                                                      found, expected):
+    """Each key of a variant.json the report reads is of the kind the stage writes: a
+    string where a whole number goes (or a bool, or a null) is one line naming the file
+    and the key, before any table is made."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    path = tmp_path / "a" / "no_lrn" / "variant.json"
+    v = json.loads(path.read_text())
+    v[key] = "VALUE"
+    path.write_text(json.dumps(v).replace('"VALUE"', value))
+    with pytest.raises(PipelineError, match=r"^" + re.escape(f"{path}: {key} is {found}, "
+                                                           f"expected {expected}; rerun the "
+                                                           f"variant (`dvc repro -f reports/"
+                                                           f"dvc.yaml:ablation@no_lrn`)") + "$"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+
+
 @pytest.mark.parametrize("text", ['{"commit": "aaaa', '[1, 2]'], ids=["truncated", "a-list"])
 def test_a_damaged_provenance_record_is_one_line_naming_it(tmp_path, text):
     """A variant's train/provenance.json cut short (or of another shape): one line naming

@@ -37,6 +37,7 @@ def load_variants(root: Path) -> pd.DataFrame:
                                 f"it (`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`"
                                 f"; dataset_ablation@{path.parent.name} for a data-set variant).")
         variant = _record(described, ("variant",))
+        _typed(described, variant)
         folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
         train["steps"], train["final_loss_avg"] = train.pop("step"), train.pop("loss_avg")
@@ -97,6 +98,31 @@ def _numbers_only(path: Path, metrics: dict) -> None:
 
     for section in ("train", "eval"):
         walk(metrics[section], section, "a record of numbers")
+
+
+# what the ablation stage writes in a variant.json, by kind: a key of another kind would
+# reach the report's tables and formats (a name as a number, a batch size as a string)
+_VARIANT_KINDS = {**dict.fromkeys(("variant", "dataset", "device", "device_type", "schedule",
+                                   "shuffle", "head", "output"), (str,)),
+                  **dict.fromkeys(("world_size", "global_batch_size", "batch_size", "seed",
+                                   "num_train"), (int,)),
+                  "min_fraction_of_examples_in_queue": (int, float), "lrn": (bool,)}
+
+
+def _typed(path: Path, record: dict) -> None:
+    """Each key of a variant.json of the kind the stage writes (keys it does not know are
+    left to the report's readers); one line naming the file, the key and what was found."""
+    for key, kinds in _VARIANT_KINDS.items():
+        value = record.get(key)
+        if key not in record or (isinstance(value, kinds)
+                                 and (bool not in kinds) == (not isinstance(value, bool))):
+            continue
+        found = json.dumps(value)[:40] if isinstance(value, (str, bool, int, float, type(None))) \
+            else f"a {type(value).__name__}"
+        expected = {(str,): "a string", (int,): "a whole number",
+                    (bool,): "true or false"}.get(kinds, "a number")
+        raise PipelineError(f"{path}: {key} is {found}, expected {expected}; rerun the variant "
+                            f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`)")
 
 
 def load_provenance(root: Path, name: str) -> Optional[dict]:
