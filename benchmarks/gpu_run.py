@@ -73,6 +73,8 @@ from gpu_plan import DRY, TARGETS, Budget, Sizes, fit
 from gpu_parts import (attempt, host_syncs_per_step, input_step, losses_against_cpu, short_run,
                        syncer, throughput, with_sections)
 from gpu_table import format_table
+from cifar10_tutorial.training.inputs import run_shape
+from cifar10_tutorial.training.optimization import schedule
 from cifar10_tutorial.training.train import train
 
 # --------------------------------------------------------------------------- 3. time to accuracy
@@ -87,7 +89,9 @@ def _curve(live: Path) -> list[dict]:
 
 
 def fast_schedule(params: Params, data: Prepared, sizes: Sizes, root: Path) -> dict:
-    steps_per_epoch = len(data.train_labels) / params.train.batch_size
+    # the run's own shape and schedule (its processes' global batch included)
+    shape = run_shape(params, len(data.train_labels), world=params.train.num_devices)
+    steps_per_epoch = schedule(params, shape.num_train, shape.global_batch).steps_per_epoch
     p = with_sections(params, train={"schedule": "fast", "max_epochs": sizes.fast_epochs,
                              "log_every": 100}, run={"checkpoint_every": 10 ** 9},
               eval={"every_steps": max(1, round(steps_per_epoch)), "targets": TARGETS})

@@ -198,10 +198,7 @@ def test_a_queued_batch_is_each_example_distorted_alone_bit_for_bit():
     try:
         for step in range(12):
             st = q.state()  # the queue as the next pick finds it
-            ahead = _QueueState(q.capacity, torch.Generator())
-            ahead.gen.set_state(st["dequeue_gen"])
-            ahead.ids[:len(st["ids"])], ahead.count = st["ids"].numpy(), len(st["ids"])
-            ahead.enqueued = st["enqueued"]
+            ahead = _QueueState.from_state(q.capacity, st)
             positions = ahead.dequeue(24)
             x, y = q.get(step)
             for i, pos in enumerate(positions.tolist()):
@@ -211,3 +208,31 @@ def test_a_queued_batch_is_each_example_distorted_alone_bit_for_bit():
                 assert torch.equal(x[i:i + 1], alone) and y[i] == labels[example[0]]
     finally:
         q.close()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_the_runs_shape_is_what_its_queues_and_schedule_use(world):
+    """The run's sizes are derived once (run_shape) and passed down: each rank's queue is
+    over the shard the shape counts, with the fill and capacity it gives; the global
+    batch is the schedule's; the report's queue table reads the same capacity."""
+    from cifar10_tutorial.params import params_from_dict, queue_sizes
+    from cifar10_tutorial.training.inputs import make_batches, run_shape
+    from cifar10_tutorial.training.optimization import schedule
+
+    images, labels = toy_data(301)
+    counts = [100, 101, 100]
+    params = params_from_dict({"train": {"batch_size": 8, "max_steps": 5},
+                               "input": {"min_fraction_of_examples_in_queue": 0.3}})
+    for rank in range(world):
+        shape = run_shape(params, 301, counts, rank, world)
+        q = make_batches(images, labels, shuffle="queue", shape=shape, seed=0, flip=True,
+                         queue_threads=0, file_counts=counts, rank=rank)
+        try:
+            assert shape.shard == len(q.labels)
+            assert (q.min_after_dequeue, q.capacity) == (shape.min_after_dequeue,
+                                                        shape.queue_capacity)
+            assert shape.queue_capacity == queue_sizes(0.3, len(q.labels), 8)[1]
+        finally:
+            q.close()
+        assert shape.global_batch == 8 * world
+        assert schedule(params, 301, shape.global_batch).steps_per_epoch == 301 / (8 * world)

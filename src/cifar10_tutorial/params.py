@@ -116,6 +116,19 @@ class InputParams:
     flip: Optional[bool] = None  # random left-right flips; null: the data set's default
 
 
+def queue_sizes(fraction: float, examples: int, batch_size: int) -> tuple[int, int]:
+    """The shuffle queue over ``examples`` records (``input.shuffle: queue``): what it
+    holds before the first batch (``min_fraction_of_examples_in_queue`` of them) and its
+    capacity, 3 batches more (cifar10_input.py's). The one place both are derived: the
+    input pipeline's queue and the report's table read them here."""
+    min_after = int(fraction * examples)
+    return min_after, queue_capacity(min_after, batch_size)
+
+
+def queue_capacity(min_after_dequeue: int, batch_size: int) -> int:
+    return min_after_dequeue + 3 * batch_size
+
+
 
 @dataclass(frozen=True)
 class TrainParams:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..errors import PipelineError
 from ..files import write_text_atomic
+from ..params import queue_sizes
 from .reference import ref, reference_markdown
 from .results import (Results, banner, load_curve, load_variants, make_results, marker,
                           markdown_table, pct, plot, provenance_section, speed_ratio)
@@ -188,8 +189,9 @@ def _exercise3_queue_fill(r: Results) -> list[str]:
         return md + ["*Not run:* fewer than two queue-fill variants have results.", ""]
     fill = q["min_fraction_of_examples_in_queue"]
     t = pd.DataFrame({"variant": q.index, "min fraction": fill,
-                      "examples queued before step 1": (fill * q["num_train"]).astype(int)
-                      + 3 * q["batch_size"],
+                      "examples queued before step 1": [  # the queue's capacity
+                          queue_sizes(f, int(n), int(b))[1]
+                          for f, n, b in zip(fill, q["num_train"], q["batch_size"])],
                       "time to first batch (s)": q["time_to_first_batch_s"].map(lambda v: f"{v:.2f}"),
                       "final loss": q["final_loss_avg"].map(lambda v: f"{v:.3f}"),
                       "precision @ 1": q["precision_at_1"].map(pct)})

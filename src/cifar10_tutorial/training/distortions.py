@@ -121,9 +121,7 @@ def apply_distortions(images: torch.Tensor, d: Draws, crop: int = CROP) -> torch
     """uint8 N x C x H x W -> float32 N x C x crop x crop: crop, flip, brightness,
     contrast, standardization, in the tutorial's order, with draws ``d`` (one each)."""
     rows = pack_draws(d, torch.arange(len(images)), images.shape[-1], crop)
-    windows = crop_windows(images, bool(d.flip.any()), crop)
-    if not d.flip.any():
-        rows[:, 1] = 0
+    windows = crop_windows(images, bool(d.flip.any()), crop)  # no flip drawn: no mirror
     return distort_batch(windows, torch.empty(len(images), device=images.device),
                          to_device(torch.from_numpy(rows), images.device))[0]
 

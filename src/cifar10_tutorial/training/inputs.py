@@ -19,17 +19,52 @@ Under torchrun each rank gets its part: its slice of every global batch
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import torch
 
+from ..params import queue_capacity, queue_sizes
 from .distortions import (COLUMNS, Draws, cpu_generator, crop_windows, derive_seed,
                           distort_batch, draw_distortions, pack_draws, to_device)
 
 if TYPE_CHECKING:
     from ..params import Params
     from ..data.prepared import Prepared
+
+# --------------------------------------------------------------------------- the run's shape
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """The run's sizes, derived once (:func:`run_shape`) and passed down: each process's
+    batch and the global one, the training images, and this process's share of the
+    records (its shard) with its shuffle queue's sizes."""
+
+    batch_size: int  # each process's
+    world: int  # processes
+    num_train: int
+    shard: int  # the records this process's queue reads (all of them in one process)
+    min_after_dequeue: int  # the queue's fill before the first batch, of the shard
+    queue_capacity: int
+
+    @property
+    def global_batch(self) -> int:  # the steps in an epoch: the schedule's (num_train / this)
+        return self.batch_size * self.world
+
+
+def run_shape(params: "Params", num_train: int, file_counts: Optional[list[int]] = None,
+              rank: int = 0, world: int = 1) -> RunShape:
+    """The :class:`RunShape` of rank ``rank`` of ``world`` processes, training on
+    ``num_train`` images (``file_counts``: the records of each file; a rank's shard is
+    every ``world``-th record of each)."""
+    counts = file_counts or [num_train]
+    shard = sum(shard_file_counts(counts, rank, world))
+    bs = params.train.batch_size
+    return RunShape(bs, world, num_train, shard,
+                    *queue_sizes(params.input.min_fraction_of_examples_in_queue, shard, bs))
+
 
 # --------------------------------------------------------------------------- example order
 
@@ -109,7 +144,8 @@ class PermutationBatches:
         gb = self.batch_size * self.world
         idx = self.order.take(step * gb, gb)
         draws = draw_distortions(gb, cpu_generator(self.seed, 2, step), flip=self.flip)
-        rows = pack_draws(draws, idx)[self.rank * self.batch_size:][:self.batch_size]
+        mine = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
+        rows = pack_draws(draws[mine], idx[mine])  # the global batch's draws, this rank's part
         return distort_batch(self.windows, self.labels,
                              to_device(torch.from_numpy(rows), self.images.device))
 
@@ -137,6 +173,17 @@ class _QueueState:
         self.ids = np.zeros(capacity, dtype=np.int64)
         self.count = self.enqueued = 0
         self.gen = gen
+
+    @classmethod
+    def from_state(cls, capacity: int, state: dict) -> "_QueueState":
+        """The bookkeeping a :meth:`ShuffleQueue.state` (a checkpoint's) describes."""
+        ids = state["ids"].long().numpy()
+        if len(ids) > capacity:
+            raise ValueError(f"queue state holds {len(ids)} examples, capacity is {capacity}")
+        new = cls(capacity, torch.Generator())
+        new.gen.set_state(state["dequeue_gen"])
+        new.ids[:len(ids)], new.count, new.enqueued = ids, len(ids), int(state["enqueued"])
+        return new
 
     def copy(self) -> "_QueueState":
         gen = torch.Generator()
@@ -193,13 +240,12 @@ class ShuffleQueue:
         self.batch_size, self.seed, self.flip = batch_size, seed, flip
         self.rank = rank
         self.min_after_dequeue = min_after_dequeue
-        self.capacity = min_after_dequeue + 3 * batch_size
+        self.capacity = queue_capacity(min_after_dequeue, batch_size)
         self.chunk_size, self.steps_per_bulk = chunk_size, steps_per_bulk
         self.order = ExampleOrder(len(labels), derive_seed(seed, rank), "files", file_counts)
         self.windows = crop_windows(images, flip)
-        self.queue = _QueueState(self.capacity, cpu_generator(seed, 3, rank))
-        if state:
-            self._restore(state)
+        self.queue = (_QueueState.from_state(self.capacity, state) if state
+                      else _QueueState(self.capacity, cpu_generator(seed, 3, rank)))
         self._draws: dict[int, np.ndarray] = {}  # chunk -> its packed draws
         self._bulk_start = self.queue.copy()  # the queue before the bulk's first pick
         self._bulk: Optional[torch.Tensor] = None  # steps x batch x COLUMNS, on the device
@@ -217,13 +263,12 @@ class ShuffleQueue:
         ``positions``; each chunk's draws made once, and dropped once no queued or
         future position is in it."""
         chunks = positions // self.chunk_size
+        out = np.empty((len(positions), len(COLUMNS)), dtype=np.int64)
         for c in np.unique(chunks).tolist():
             if c not in self._draws:
                 draws = self._chunk_draws(c)
                 start = c * self.chunk_size
                 self._draws[c] = pack_draws(draws, self.order.take(start, self.chunk_size))
-        out = np.empty((len(positions), len(COLUMNS)), dtype=np.int64)
-        for c in np.unique(chunks).tolist():
             mask = chunks == c
             out[mask] = self._draws[c][positions[mask] % self.chunk_size]
         return out
@@ -270,15 +315,6 @@ class ShuffleQueue:
         return {"ids": torch.from_numpy(q.ids[:q.count].copy()), "enqueued": q.enqueued,
                 "dequeue_gen": q.gen.get_state()}
 
-    def _restore(self, state: dict) -> None:
-        ids = state["ids"].long().numpy()
-        if len(ids) > self.capacity:
-            raise ValueError(f"queue state holds {len(ids)} examples, capacity is {self.capacity}")
-        self.queue.enqueued = int(state["enqueued"])
-        self.queue.gen.set_state(state["dequeue_gen"])
-        self.queue.ids[:len(ids)] = ids
-        self.queue.count = len(ids)
-
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -289,28 +325,28 @@ def shard_file_counts(file_counts: list[int], rank: int, world: int) -> list[int
     return [len(range(rank, c, world)) for c in file_counts]
 
 
-def input_options(params: "Params", data: "Prepared") -> dict:
-    """:func:`make_batches`'s settings from ``input`` and ``train`` (flips: the data set's
-    default unless ``input.flip`` says)."""
+def input_options(params: "Params", data: "Prepared", shape: Optional[RunShape] = None) -> dict:
+    """:func:`make_batches`'s settings from ``input``, ``train`` and the run's ``shape``
+    (by default one process's; flips: the data set's default unless ``input.flip`` says)."""
     inp = params.input
-    return {"shuffle": inp.shuffle, "batch_size": params.train.batch_size,
-            "seed": params.train.seed,
+    file_counts = data.meta.get("file_counts", {}).get("train")
+    return {"shuffle": inp.shuffle, "seed": params.train.seed,
+            "shape": shape or run_shape(params, len(data.train_labels), file_counts),
             "flip": inp.flip if inp.flip is not None else bool(data.meta.get("flip", True)),
-            "min_fraction_in_queue": inp.min_fraction_of_examples_in_queue,
-            "queue_threads": params.run.queue_threads,
-            "file_counts": data.meta.get("file_counts", {}).get("train")}
+            "queue_threads": params.run.queue_threads, "file_counts": file_counts}
 
 
-def make_batches(images: torch.Tensor, labels: torch.Tensor, *, shuffle: str, batch_size: int,
-                 seed: int, flip: bool, min_fraction_in_queue: float, queue_threads: int,
+def make_batches(images: torch.Tensor, labels: torch.Tensor, *, shuffle: str, shape: RunShape,
+                 seed: int, flip: bool, queue_threads: int,
                  file_counts: Optional[list] = None, state: Optional[dict] = None,
-                 rank: int = 0, world: int = 1):
-    """The batch source of rank ``rank`` of ``world``: its slice of each global batch
+                 rank: int = 0):
+    """The batch source of rank ``rank`` of ``shape.world``: its slice of each global batch
     (``shuffle: permutation``), or a shuffle queue over its own disjoint shard of the
     records (``queue``: ``file_counts``, the records of each file in order), resumed from
     ``state`` (a checkpoint's) when given."""
+    world = shape.world
     if shuffle == "permutation":
-        return PermutationBatches(images, labels, batch_size, seed, flip=flip,
+        return PermutationBatches(images, labels, shape.batch_size, seed, flip=flip,
                                   rank=rank, world=world)
     file_counts = file_counts or [len(labels)]
     if world > 1:  # every world-th record of each file
@@ -319,7 +355,7 @@ def make_batches(images: torch.Tensor, labels: torch.Tensor, *, shuffle: str, ba
                          for s, c in zip(starts, file_counts)])
         images, labels = images[idx], labels[idx]
         file_counts = shard_file_counts(file_counts, rank, world)
-    min_after = int(min_fraction_in_queue * len(labels))
-    return ShuffleQueue(images, labels, batch_size, seed, min_after_dequeue=min_after,
+    return ShuffleQueue(images, labels, shape.batch_size, seed,
+                        min_after_dequeue=shape.min_after_dequeue,
                         file_counts=file_counts, num_threads=queue_threads, flip=flip,
                         state=state or None, rank=rank)

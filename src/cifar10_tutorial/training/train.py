@@ -32,7 +32,7 @@ from ..errors import TrainingError
 from ..files import torch_save_atomic
 from .host_memory import keep_freed_memory
 from .distortions import STEP_DRAWS, derive_seed
-from .inputs import make_batches
+from .inputs import RunShape, input_options, make_batches, run_shape
 from ..model import macs_per_image, num_params
 from .monitoring import HeldOut, Monitor, Summaries
 from .. import provenance
@@ -118,10 +118,11 @@ def _nan(value: Optional[float]) -> float:
 
 class _Run:
     """The run's state: the network, its optimizer and averages, the loop's counters, the
-    values derived from the params once (the schedule: length, steps per epoch, the global
-    batch) and what rank 0 records; carried from phase to phase, and into checkpoints."""
+    values derived from the params once (its shape: the batches, steps per epoch; its
+    schedule: length and rates) and what rank 0 records; carried from phase to phase, and
+    into checkpoints."""
 
-    def __init__(self, counters: dict, sched: Schedule, batch_size: int, d: Dist,
+    def __init__(self, counters: dict, sched: Schedule, shape: RunShape, d: Dist,
                  device: torch.device):
         self.start = self.step = counters["step"]
         self.elapsed = counters["elapsed"]  # seconds of the sessions before this one
@@ -132,7 +133,7 @@ class _Run:
                          else None)  # None: the first step's loss starts it
         self.first_batch_s: Optional[float] = None
         self.sched, self.d, self.device = sched, d, device
-        self.batch_size, self.global_batch = batch_size, batch_size * d.world
+        self.batch_size, self.global_batch = shape.batch_size, shape.global_batch
         self.t0 = time.perf_counter()
 
     def _avg(self) -> Optional[float]:
@@ -218,14 +219,17 @@ def _same_job(signature: dict, data: Prepared, ckpt: Optional[dict], d: Dist,
 
 def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional[bool],
            d: Dist, device: torch.device, cont: Continuation, final: Optional[dict]) -> dict:
-    tr, inp = params.train, params.input
+    tr = params.train
     # ---- set up: the network, its optimizer and averages; resume or start afresh
     torch.manual_seed(tr.seed)
     model = training_model(params, data.num_classes, device)
     optimizer = make_optimizer(model, params)
     ema = WeightAverage(model, averaging_decay(params)) if d.main else None
     num_train = len(data.train_labels)
-    sched = schedule(params, num_train, tr.batch_size * d.world)  # derived once, here
+    # the run's sizes and schedule, derived once, here, and passed down
+    shape = run_shape(params, num_train, data.meta.get("file_counts", {}).get("train"),
+                      d.rank, d.world)
+    sched = schedule(params, shape.num_train, shape.global_batch)
     max_steps = sched.steps
     signature = run_signature(params, data.content_hash, device, d.world)
     mirror = Mirror.writable(cont.mirror, paths) if cont.mirror and d.main else None
@@ -237,14 +241,9 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
     train_step = make_step(replicate(model, device, d), model, optimizer, device,
                            **step_options(params))
     images, labels = (torch.from_numpy(a).to(device) for a in (data.train_images, data.train_labels))
-    run = _Run(counters, sched, tr.batch_size, d, device)
-    batches = make_batches(
-        images, labels, shuffle=inp.shuffle, batch_size=tr.batch_size, seed=tr.seed,
-        flip=inp.flip if inp.flip is not None else bool(data.meta.get("flip", True)),
-        min_fraction_in_queue=inp.min_fraction_of_examples_in_queue,
-        queue_threads=params.run.queue_threads,
-        file_counts=data.meta.get("file_counts", {}).get("train"),
-        state=ckpt["input"][d.rank] if ckpt else None, rank=d.rank, world=d.world)
+    run = _Run(counters, sched, shape, d, device)
+    batches = make_batches(images, labels, **input_options(params, data, shape),
+                           state=ckpt["input"][d.rank] if ckpt else None, rank=d.rank)
     monitor = Monitor(paths.live_dir, run.start, max_steps, ckpt is not None, d.main, progress)
     summaries = held_out = None
     if d.main:
