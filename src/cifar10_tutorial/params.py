@@ -160,7 +160,8 @@ class TrainParams:
 @dataclass(frozen=True)
 class RunParams:
     """How a run is carried out, never what it computes (what follows from that:
-    docs/training.md#what-each-stages-hash-covers)."""
+    docs/training.md#what-each-stages-hash-covers); ``capture_step`` changes float
+    rounding on a GPU only, as another kernel would."""
 
 
     checkpoint_every: Annotated[int, STEPS] = 1000  # steps between checkpoints (and the last step)
@@ -176,6 +177,11 @@ class RunParams:
     # at 64: more threads only contend for the cores (the OS refuses them long before a million)
     queue_threads: Annotated[int, Range(0, 64, why="more threads than cores only contend "
                                                     "for them")] = 0
+    # the whole train step as one CUDA graph (training/optimization.py CapturedStep): auto on
+    # a GPU where it can (one process, no dropout), on (the CPU runs the graph's body as it
+    # is, the same bits as off), off. The same arithmetic as eager, the rate read from a
+    # tensor: equal to float rounding on a GPU, bit for bit on the CPU
+    capture_step: Literal["auto", "on", "off"] = "auto"
 
 
 @dataclass(frozen=True)

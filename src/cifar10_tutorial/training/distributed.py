@@ -379,12 +379,17 @@ def same_job(facts: dict, d: Dist) -> None:
                     f"(a shared folder, or --mirror); fix that node, then restart the job")
 
 
-def agree(loss: torch.Tensor, stop: bool, d: Dist, device: torch.device) -> tuple[float, bool]:
-    """One collective at log steps: (the loss averaged over the ranks, whether any rank was
-    asked to stop)."""
-    status = torch.stack([loss.float(), torch.tensor(float(stop), device=device)])
+def agree(loss: torch.Tensor, stop: bool, d: Dist, device: torch.device,
+          *more: torch.Tensor) -> tuple[float, bool, list[float]]:
+    """One collective and one read-back at log steps: (the loss averaged over the ranks,
+    whether any rank was asked to stop, this rank's values of ``more``), all read in one
+    transfer from the device."""
+    status = torch.stack([loss.float(), torch.tensor(float(stop), device=device),
+                          *(m.float() for m in more)])
     if d.active:
         import torch.distributed as dist
-        dist.all_reduce(status)
-        status[0] /= d.world
-    return status[0].item(), bool(status[1].item())
+        head = status[:2]  # the loss and the stop flag; ``more`` stays this rank's own
+        dist.all_reduce(head)
+        head[0] /= d.world
+    values = status.tolist()
+    return values[0], bool(values[1]), values[2:]

@@ -99,9 +99,13 @@ class WeightAverage:
         self._targets = list(self.shadow.values())
 
     @torch.no_grad()
-    def update(self, model: torch.nn.Module, num_updates: int) -> None:
-        d = ema_decay(self.decay, num_updates)
-        torch._foreach_lerp_(self._targets, self._live, 1.0 - d)
+    def update(self, model: torch.nn.Module, num_updates: int,
+               weight: Optional[torch.Tensor] = None) -> None:
+        """One update after ``num_updates`` steps; or with ``weight`` (a device tensor
+        holding 1 - the decay, as a captured step reads it: the same bits)."""
+        if weight is None:
+            weight = 1.0 - ema_decay(self.decay, num_updates)
+        torch._foreach_lerp_(self._targets, self._live, weight)
 
     def load_state_dict(self, state: dict) -> None:
         """From a checkpoint's ``ema``: the averaged model state (:meth:`averaged_model_state`,
@@ -168,7 +172,10 @@ class SGD:
             p.grad = None
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, neg_lr: Optional[torch.Tensor] = None) -> None:
+        """One update at ``param_groups[0]["lr"]``, or at the rate ``-neg_lr`` holds (a
+        device tensor, as a captured step reads it: the same product and sum, bit for bit
+        on the CPU)."""
         g = self.param_groups[0]
         lr, momentum = g["lr"], g["momentum"]
         live = [i for i, p in enumerate(self.params) if p.grad is not None]
@@ -186,7 +193,10 @@ class SGD:
                 torch._foreach_add_(grads, bufs, alpha=momentum)
             else:
                 grads = bufs
-        torch._foreach_add_(params, grads, alpha=-lr)
+        if neg_lr is None:
+            torch._foreach_add_(params, grads, alpha=-lr)
+        else:
+            torch._foreach_addcmul_(params, grads, [neg_lr] * len(grads))
 
     def _buffer(self, i: int, grad: torch.Tensor, momentum: float) -> torch.Tensor:
         """Parameter ``i``'s momentum buffer, updated with ``grad`` (its first: ``grad``)."""
@@ -251,7 +261,7 @@ def step_options(params: Params) -> dict:
 def make_step(net: torch.nn.Module, model: CifarNet, optimizer: SGD, device: torch.device, *,
               weight_decay: float, label_smoothing: float, decay_every_matrix: bool,
               bf16: bool, channels_last: bool):
-    """The train step ``step(x, y) -> (loss, cross-entropy, weight decay)``: forward
+    """The train step ``step(x, y[, neg_lr]) -> (loss, cross-entropy, weight decay)``: forward
     (under bf16 autocast with ``bf16``), the loss in float32 (``label_smoothing``, and
     ``weight_decay`` on local3/local4, or with ``decay_every_matrix`` on every weight
     matrix and kernel), backward, one SGD update. ``net`` may be the
@@ -261,7 +271,7 @@ def make_step(net: torch.nn.Module, model: CifarNet, optimizer: SGD, device: tor
     params = list(model.parameters())
     weights = model.decayed_weights() if decayed is None else decayed
 
-    def step(x: torch.Tensor, y: torch.Tensor):
+    def step(x: torch.Tensor, y: torch.Tensor, neg_lr: Optional[torch.Tensor] = None):
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -283,6 +293,100 @@ def make_step(net: torch.nn.Module, model: CifarNet, optimizer: SGD, device: tor
             decay_gradients([grads[w] for w in weights], weights, weight_decay)
             for p in params:
                 p.grad = grads[p]
-        optimizer.step()
+        optimizer.step(neg_lr)  # the rate: its param group's, or -neg_lr (CapturedStep)
         return (loss.detach(), ce, l2) if distributed else (loss, ce, l2)  # no graph to drop
     return step
+
+
+class CapturedStep:
+    """The whole step of a one-process run (``run.capture_step``): forward, loss, backward,
+    the SGD update, the weight averages and the loss's moving average, as one CUDA graph
+    replayed each step; its inputs (the batch, the learning rate and the averages' weight,
+    1 - decay) are device tensors filled before each replay, so that no schedule makes
+    it capture again, and nothing is read back to the host between log steps.
+
+    The arithmetic is the eager step's (:func:`make_step`, :meth:`WeightAverage.update`,
+    the loop's ``0.9 x avg + 0.1 x loss``) with the rate and the weight read from
+    tensors; on the CPU, where there are no graphs, the same body runs as it is each step,
+    bit for bit the eager run's (a test holds it). On CUDA the first ``WARMUP`` steps run
+    the body on a side stream (CUDA's lazy set-ups happen there, before capture), the
+    next is captured, and every step after is one replay. ``eager=True`` (a step whose
+    activations TensorBoard records: hooks do not run in a replay) runs the body as it is.
+    """
+
+    WARMUP = 3
+
+    def __init__(self, model: CifarNet, optimizer: SGD, ema: WeightAverage,
+                 device: torch.device, loss_avg: Optional[torch.Tensor], **options):
+        self.model, self.optimizer, self.ema, self.device = model, optimizer, ema, device
+        self.step_fn = make_step(model, model, optimizer, device, **options)
+        self.neg_lr = torch.zeros((), device=device)
+        self.weight = torch.zeros((), device=device)
+        self.avg = torch.zeros((), device=device)
+        self.started = loss_avg is not None  # else: the first loss starts the average
+        if self.started:
+            self.avg.copy_(loss_avg)
+        self.graph, self.static, self.out = None, None, None
+        self.calls = 0
+
+    def _body(self, x: torch.Tensor, y: torch.Tensor):
+        loss, ce, l2 = self.step_fn(x, y, self.neg_lr)
+        self.ema.update(self.model, 0, self.weight)
+        with torch.no_grad():
+            if self.started:
+                self.avg.copy_(0.9 * self.avg + 0.1 * loss)
+            else:
+                self.avg.copy_(loss)
+        return loss, ce, l2
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, lr: float, num_updates: int,
+                 eager: bool = False):
+        """Step ``num_updates`` (1-based) at rate ``lr``: (loss, cross-entropy, weight
+        decay, the loss's moving average), device tensors."""
+        self.neg_lr.fill_(-lr)
+        self.weight.fill_(1.0 - ema_decay(self.ema.decay, num_updates))
+        self.calls += 1
+        if self.device.type != "cuda" or eager or not self.started:
+            out = self._body(x, y)
+        elif self.calls <= self.WARMUP:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                out = self._body(x, y)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+        else:
+            if self.graph is None:
+                self.static = (x.clone(), y.clone())
+                self.graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self.graph):
+                    self.out = self._body(*self.static)
+            else:
+                self.static[0].copy_(x)
+                self.static[1].copy_(y)
+            self.graph.replay()
+            out = self.out
+        self.started = True
+        return (*out, self.avg)
+
+
+def capture_refusal(params: Params, device: torch.device, world: int) -> Optional[str]:
+    """Why the step cannot be captured here (None: it can): several processes (their
+    gradients are averaged between backward and update), dropout (its masks are drawn
+    from a seed set each step, outside a graph)."""
+    if world > 1:
+        return f"{world} processes average their gradients between backward and update"
+    if params.model.dropout > 0:
+        return "model.dropout draws its masks from a seed set each step"
+    return None
+
+
+def use_capture(params: Params, device: torch.device, world: int) -> bool:
+    """``run.capture_step``: ``auto`` captures on CUDA where it can (on the CPU there is no
+    graph to gain); ``on`` everywhere (the CPU runs the graph's body as it is), and where
+    it cannot it is refused in one line; ``off`` never."""
+    mode = params.run.capture_step
+    why = capture_refusal(params, device, world)
+    if mode == "on" and why is not None:
+        raise TrainingError(f"run.capture_step is on but the step cannot be captured: {why}; "
+                            f"set run.capture_step: auto (or off)")
+    return mode == "on" or (mode == "auto" and device.type == "cuda" and why is None)

@@ -38,8 +38,9 @@ from .monitoring import HeldOut, Monitor, Summaries
 from .. import provenance
 from ..params import Params
 from ..data.prepared import Prepared
-from .optimization import (Schedule, WeightAverage, averaging_decay, learning_rate,
-                           make_optimizer, make_step, schedule, step_options, training_model)
+from .optimization import (CapturedStep, Schedule, WeightAverage, averaging_decay,
+                           learning_rate, make_optimizer, make_step, schedule, step_options,
+                           training_model, use_capture)
 
 log = logging.getLogger(__name__)
 
@@ -146,21 +147,22 @@ class _Run:
             log_step: bool, stop_now: bool) -> bool:
         """The log line and DVCLive row (log steps), TensorBoard summaries (summary steps);
         returns whether any rank was asked to stop."""
-        value, stop_now = agree(self.loss, stop_now, self.d, self.device)  # averaged over ranks
+        # the loss averaged over ranks, and this rank's others: one read-back from the device
+        value, stop_now, (loss_avg, ce, wd) = agree(self.loss, stop_now, self.d, self.device,
+                                                    self.loss_avg, ce, wd)
         if not math.isfinite(value):
             raise TrainingError(f"the loss became {value} at step {self.step} (lr {lr:g}): "
                                 f"training diverged. Lower train.initial_lr or check the input "
                                 f"data.")
-        loss_avg = self.loss_avg.item()
         dt, eps = monitor.examples_per_sec(self.global_batch)
         if log_step:
-            monitor.log_line(self.step, value, loss_avg, lr, ce.item(), dt, eps,
+            monitor.log_line(self.step, value, loss_avg, lr, ce, dt, eps,
                              self.batch_size / dt if self.d.active else None)
         if summaries is not None:
             summaries.write(self.step, {"learning_rate": lr, "loss/total": value,
                                         "loss/total_avg": loss_avg,
-                                        "loss/cross_entropy": ce.item(),
-                                        "loss/weight_decay": wd.item(),
+                                        "loss/cross_entropy": ce,
+                                        "loss/weight_decay": wd,
                                         "examples_per_sec": eps}, x)
         return stop_now
 
@@ -242,6 +244,8 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                            **step_options(params))
     images, labels = (torch.from_numpy(a).to(device) for a in (data.train_images, data.train_labels))
     run = _Run(counters, sched, shape, d, device)
+    captured = (CapturedStep(model, optimizer, ema, device, run.loss_avg, **step_options(params))
+                if use_capture(params, device, d.world) else None)
     batches = make_batches(images, labels, **input_options(params, data, shape),
                            state=ckpt["input"][d.rank] if ckpt else None, rank=d.rank)
     monitor = Monitor(paths.live_dir, run.start, max_steps, ckpt is not None, d.main, progress)
@@ -276,12 +280,16 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 # the seed, the rank and the step: a resumed run draws what the
                 # uninterrupted one drew, and each rank draws its own
                 torch.manual_seed(derive_seed(tr.seed, STEP_DRAWS, d.rank, run.step))
-                run.loss, ce, wd = train_step(x, y)
+                if captured is not None:  # the same, one graph replay (run.capture_step)
+                    run.loss, ce, wd, run.loss_avg = captured(x, y, lr, run.step + 1,
+                                                              eager=summarize)
+                else:
+                    run.loss, ce, wd = train_step(x, y)
+                    if ema is not None:
+                        ema.update(model, run.step + 1)
+                    run.loss_avg = (run.loss if run.loss_avg is None
+                                    else 0.9 * run.loss_avg + 0.1 * run.loss)
                 run.step += 1
-                if ema is not None:
-                    ema.update(model, run.step)
-                run.loss_avg = (run.loss if run.loss_avg is None
-                                else 0.9 * run.loss_avg + 0.1 * run.loss)
                 monitor.stepped()
 
                 log_step = run.step % tr.log_every == 0 or run.step == max_steps
@@ -318,7 +326,9 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
             data.content_hash, signature["params"], device, code=code, steps=run.step,
             epochs=metrics["epochs"], wall_time_s=metrics["wall_time_s"], world_size=d.world,
             global_batch_size=run.global_batch, schedule=tr.schedule, device_type=device.type,
-            segments=segments.at(run.step)))
+            segments=segments.at(run.step),
+            # replayed as a CUDA graph (run.capture_step): the rate read from a tensor
+            **({"captured_step": True} if captured is not None and captured.graph else {})))
         log.info("trained %d steps in %.1f s: %s", run.step, metrics["wall_time_s"],
                  json.dumps(metrics))
     return {"step": run.step, **metrics}
