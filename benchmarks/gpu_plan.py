@@ -27,18 +27,19 @@ class Sizes:
     multi_steps: int = 300  # each throughput run on 1 and on every device
     weight_steps: int = 30  # 1 x 128 against 2 x 64, at a low rate
     cpu_processes: int = 2  # the "devices" of a run on a CPU (gloo)
+    stage_steps: int = 500  # the train stage's own loop at each batch, eager and captured
 
 
 DRY = Sizes(check_steps=6, short_steps=20, batches=(32, 64), windows=2, window_steps=3,
             compiled_batches=2, fast_epochs=2, tutorial_steps=40, tutorial_seconds=30.0, eval_every=20, parallel=2,
-            parallel_steps=10, multi_steps=6, weight_steps=4)
+            parallel_steps=10, multi_steps=6, weight_steps=4, stage_steps=8)
 
 TARGETS = [0.80, 0.84, 0.86]  # held-out precisions timed by the schedule parts
 
 # each part's share of the time left once the data is there (every device's part only
 # where 2 or more are visible: the shares are of the parts that run)
-SHARES = {"correctness": 0.10, "throughput": 0.25, "fast": 0.30, "tutorial": 0.20,
-          "side_by_side": 0.15, "multi_device": 0.15}
+SHARES = {"correctness": 0.10, "throughput": 0.25, "train_stage": 0.10, "fast": 0.30,
+          "tutorial": 0.20, "side_by_side": 0.15, "multi_device": 0.15}
 COMPILE_SECONDS = 45.0  # what one torch.compile(mode="reduce-overhead") takes, about
 START_SECONDS = 15.0  # a train stage's process start (python, torch, CUDA), about
 
@@ -68,8 +69,12 @@ def fit(sizes: Sizes, seconds: float, steps_per_sec: float, batch: int,
         spent += per_batch(b)
     left = max(0.0, share("throughput") - spent)
     n = sizes.parallel  # side by side: one alone, then n at once, each ending with an evaluation
+    # the train stage's loop: each batch size eager and captured, a start of a second each
+    stage_step = 2 * sum(b / batch for b in batches) / sps
     return dataclasses.replace(
         sizes,
+        stage_steps=int(min(sizes.stage_steps, max(20, (share("train_stage")
+                                                        - 2 * len(batches)) / stage_step))),
         short_steps=int(min(sizes.short_steps,
                             max(100, 0.6 * sps * (share("correctness") - ev)))),
         batches=tuple(batches),

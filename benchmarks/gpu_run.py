@@ -88,6 +88,33 @@ def _curve(live: Path) -> list[dict]:
              "precision_at_1_raw": float(row.precision_at_1_raw)} for row in c.itertuples()]
 
 
+def train_stage(params: Params, data: Prepared, sizes: Sizes, root: Path) -> list[dict]:
+    """The train stage's own loop (:func:`train`: the input pipeline, the step, the
+    averages, the log lines) at each batch size, eager and with its step captured
+    (``run.capture_step`` off and on): examples/sec over ``sizes.stage_steps`` steps,
+    no held-out evaluation, one checkpoint at the end. Each mode is measured on its own:
+    one that fails leaves the others."""
+    rows = []
+    for batch in sizes.batches:
+        row = {"batch_size": batch}
+        for mode, key in (("off", "eager"), ("on", "captured")):
+            p = with_sections(params, train={"batch_size": batch, "max_steps": sizes.stage_steps,
+                                             "log_every": max(1, sizes.stage_steps // 5)},
+                              run={"checkpoint_every": 10 ** 9, "summary_every": 10 ** 9,
+                                   "capture_step": mode},
+                              eval={"every_steps": 0})
+            where = root / f"stage-{batch}-{key}"
+
+            def measure(p=p, where=where) -> dict:
+                m = train(p, data, TrainPaths(where, where.with_name(where.name + "-live")),
+                          progress=False)
+                return {k: m[k] for k in ("examples_per_sec", "time_to_first_batch_s",
+                                          "loss_avg", "wall_time_s")}
+            row[key] = attempt(measure)
+        rows.append(row)
+    return rows
+
+
 def fast_schedule(params: Params, data: Prepared, sizes: Sizes, root: Path) -> dict:
     # the run's own shape and schedule (its processes' global batch included)
     shape = run_shape(params, len(data.train_labels), world=params.train.num_devices)
@@ -217,6 +244,7 @@ def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry
                     params, data, device, sizes.check_steps)),
                 "short_run": attempt(lambda: short_run(params, data, sizes.short_steps, root))},
             "throughput": lambda: throughput(params, data, device, sizes),
+            "train_stage": lambda: train_stage(params, data, sizes, root),
             "fast": lambda: fast_schedule(params, data, sizes, root),
             "tutorial": lambda: tutorial_schedule(
                 params, data, sizes,
@@ -242,7 +270,11 @@ def run(params: Params, params_file: Path, data_dir: Path, device_name: str, dry
 
 
 def failures(name: str, out) -> list[str]:
-    """``[name]`` where the part failed, else its measurements that did (``name.key``)."""
+    """``[name]`` where the part failed, else its measurements that did (``name.key``, or
+    ``name.BATCH.key`` in a part measured at each batch size)."""
+    if isinstance(out, list) and name == "train_stage":  # a stage that failed is a failure
+        return [f"{name}.{row.get('batch_size')}.{k}" for row in out if isinstance(row, dict)
+                for k, v in row.items() if isinstance(v, dict) and "error" in v]
     if not isinstance(out, dict):
         return []
     if "error" in out:
@@ -250,9 +282,21 @@ def failures(name: str, out) -> list[str]:
     return [f"{name}.{k}" for k, v in out.items() if isinstance(v, dict) and "error" in v]
 
 
+def _failed(v) -> bool:
+    """A measurement that is missing or raised (``{"error": ...}``)."""
+    return not isinstance(v, dict) or "error" in v
+
+
 def _steps_per_sec(result: dict, params: Params) -> Optional[float]:
-    """The eager step with its input pipeline at the params' batch (or the first measured),
-    else the rate the budget was planned at; None where neither was measured."""
+    """The train stage's own loop at the params' batch as it runs by default (captured
+    where ``run.capture_step: auto`` captures), else the eager step with its input
+    pipeline at the params' batch (or the first measured), else the rate the budget was
+    planned at; None where none was measured."""
+    stage = result.get("train_stage")
+    for row in stage if isinstance(stage, list) else []:
+        best = row.get("captured") if not _failed(row.get("captured")) else row.get("eager")
+        if row["batch_size"] == params.train.batch_size and not _failed(best):
+            return best["examples_per_sec"] / row["batch_size"]
     rows = result.get("throughput")
     rows = rows if isinstance(rows, list) else []
     base = next((r for r in rows if r["batch_size"] == params.train.batch_size),
@@ -292,3 +336,4 @@ def main(argv=None, built: Optional[tuple[Path, dict]] = None, t0: Optional[floa
 
 if __name__ == "__main__":
     run_stage(main)
+

@@ -5,7 +5,8 @@ from __future__ import annotations
 from gpu_plan import TARGETS
 
 
-PARTS = ("correctness", "throughput", "fast", "tutorial", "multi_device", "side_by_side")
+PARTS = ("correctness", "throughput", "train_stage", "fast", "tutorial", "multi_device",
+         "side_by_side")
 
 
 def _failed(v) -> bool:
@@ -48,6 +49,14 @@ def format_table(r: dict) -> str:
                 v = row.get(key)
                 cells.append("-" if v is None else v.get("error", "")[:40] if "error" in v
                              else f"{v['examples_per_sec']:,.0f}/s ({v['ms_per_step']:.2f} ms)")
+            lines.append(f"| {row['batch_size']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if "train_stage" in r:
+        lines += ["| batch | train stage, eager | train stage, captured step |", "|---|---|---|"]
+        for row in r["train_stage"]:
+            cells = [("-" if v is None else _error(v)[:60] if _failed(v)
+                      else f"{v['examples_per_sec']:,.0f}/s")
+                     for v in (row.get("eager"), row.get("captured"))]
             lines.append(f"| {row['batch_size']} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += _schedule_lines(r)

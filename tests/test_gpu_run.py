@@ -54,6 +54,13 @@ def test_gpu_run_dry_mode_on_cpu(synth_data, tmp_path):
     assert short["steps"] == 20 and 0 <= short["precision_at_1"] <= 1
     rows = {row["batch_size"]: row for row in r["throughput"]}
     assert set(rows) == {32, 64}
+    # the train stage's own loop, eager and captured (on a CPU the graph's body, bit for
+    # bit the eager step: the same loss after the same steps)
+    stage = {row["batch_size"]: row for row in r["train_stage"]}
+    assert set(stage) == {32, 64}
+    for row in stage.values():
+        assert row["eager"]["examples_per_sec"] > 0 and row["captured"]["examples_per_sec"] > 0
+        assert row["captured"]["loss_avg"] == row["eager"]["loss_avg"]
     for row in rows.values():
         for key in ("eager_input_pipeline", "eager_fixed_batch"):
             assert row[key]["examples_per_sec"] > 0
@@ -100,22 +107,23 @@ def test_a_budget_shrinks_every_part_and_never_grows_one():
     roomy = fit(full, 10 ** 6, 500.0, 128, 312.5)
     assert roomy == full  # time for everything: the full sizes
     quick = fit(full, 300, 500.0, 128, 312.5)  # a fast device, five minutes
-    assert quick.tutorial_seconds == pytest.approx(48) and quick.parallel_steps < full.parallel_steps
+    assert quick.tutorial_seconds == pytest.approx(48 / 1.1) and quick.parallel_steps < full.parallel_steps
     assert quick.compiled_batches == 1 and quick.short_steps == full.short_steps
     tight = fit(full, 300, 50.0, 128, 312.5)  # a slower one: every part shrinks
-    assert tight.short_steps == 900 and tight.fast_epochs == 11 and tight.parallel_steps == 150
+    assert tight.short_steps == 818 and tight.fast_epochs == 10 and tight.parallel_steps == 109
+    assert tight.stage_steps == 193 < quick.stage_steps < full.stage_steps  # the stage's loop
     assert 1 <= len(tight.batches) < len(full.batches) and tight.compiled_batches == 0
     assert tight.check_steps == full.check_steps and tight.windows == full.windows
     slow_eval = fit(full, 300, 50.0, 128, 312.5, eval_seconds=5.0)  # evaluations cost time too
-    assert slow_eval.fast_epochs == 6 and slow_eval.short_steps == 750
+    assert slow_eval.fast_epochs == 5 and slow_eval.short_steps == 668
     assert slow_eval.tutorial_seconds < tight.tutorial_seconds
     slow = fit(full, 300, 5.0, 128, 312.5)  # a slow device: the smallest of each part
     assert slow.batches == (128,) and slow.compiled_batches == 0 and slow.fast_epochs == 1
     assert fit(DRY, 10 ** 6, 500.0, 32, 31.25) == DRY
     # with several devices visible their part takes a share of the budget from the others
     multi = fit(full, 300, 500.0, 128, 312.5, devices=8)
-    assert multi.tutorial_seconds == pytest.approx(48 / 1.15) and multi.multi_steps == 20
-    assert fit(full, 600, 500.0, 128, 312.5, devices=8).multi_steps == full.multi_steps
+    assert multi.tutorial_seconds == pytest.approx(48 / 1.25) and multi.multi_steps == 20
+    assert fit(full, 700, 500.0, 128, 312.5, devices=8).multi_steps == full.multi_steps
 
 
 def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path):
@@ -128,8 +136,8 @@ def test_a_run_past_its_budget_skips_the_parts_and_says_so(synth_data, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads((tmp_path / "gpu" / "cpu-dry.json").read_text())
     assert r["finished"] and r["budget_s"] == 0.01
-    assert r["skipped"] == ["correctness", "throughput", "fast", "tutorial", "multi_device",
-                            "side_by_side"]
+    assert r["skipped"] == ["correctness", "throughput", "train_stage", "fast", "tutorial",
+                            "multi_device", "side_by_side"]
     assert "skipped (out of budget): correctness, throughput" in proc.stdout
     bad = subprocess.run([sys.executable, GPU_RUN, "--dry", "--device",
                           "cpu", "--budget-s", "0"], cwd=proj, capture_output=True, text=True,
@@ -256,6 +264,9 @@ def test_a_failing_part_records_its_error_and_the_others_still_run(synth_data, t
     monkeypatch.setattr(gpu_run, "host_syncs_per_step", lambda *a: None)
     monkeypatch.setattr(gpu_run, "short_run", lambda *a: short)
     monkeypatch.setattr(gpu_run, "throughput", fail(ValueError("no\nbatch")))
+    monkeypatch.setattr(gpu_run, "train_stage", lambda *a: [
+        {"batch_size": 32, "eager": {"error": "RuntimeError: x"},
+         "captured": {"error": "RuntimeError: y"}}])  # no rate measured: planned on its own
     monkeypatch.setattr(gpu_run, "quick_rate", lambda *a: 7.0)
     monkeypatch.setattr(gpu_run, "fast_schedule", lambda *a: ran.setdefault("fast", {
         "epochs": 2, "steps": 63, "train_seconds": 1.0, "reached": {},
@@ -270,18 +281,22 @@ def test_a_failing_part_records_its_error_and_the_others_still_run(synth_data, t
     params.write_text("train: {batch_size: 32}\n")
     out = tmp_path / "gpu"
     with pytest.raises(PipelineError, match=r"failed: correctness\.losses, throughput, "
-                                            r"side_by_side; each one's error is in "):
+                                            r"train_stage\.32\.eager, train_stage\.32\."
+                                            r"captured, side_by_side; each one's error is in "):
         gpu_run.main(["--dry", "--device", "cpu", "--data", str(data), "--params", str(params),
                       "--out", str(out)])
     r = json.loads((out / "cpu-dry.json").read_text())
-    assert r["finished"] and r["failed"] == ["correctness.losses", "throughput", "side_by_side"]
+    assert r["finished"] and r["failed"] == ["correctness.losses", "throughput",
+                                             "train_stage.32.eager", "train_stage.32.captured",
+                                             "side_by_side"]
     assert r["correctness"] == {"losses": {"error": f"RuntimeError: {mismatch}"},
                                 "host_syncs_per_step": None, "short_run": short}
     assert r["throughput"] == {"error": "ValueError: no\nbatch"}
     assert r["side_by_side"] == {"error": "PipelineError: a stage failed"}
     assert r["fast"] == ran["fast"] and r["multi_device"] == {"skipped": "one device"}
     assert r["tutorial"]["planned_at"] == 7.0  # no throughput: the rate measured on its own
-    assert list(r["part_seconds"]) == ["correctness", "throughput", "fast", "tutorial",
+    assert list(r["part_seconds"]) == ["correctness", "throughput", "train_stage", "fast",
+                                       "tutorial",
                                        "multi_device", "side_by_side"]
     table = gpu_run.format_table(r)
     assert f"| losses | FAILED: RuntimeError: {mismatch} |" in table
