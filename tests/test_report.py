@@ -524,3 +524,18 @@ def test_a_damaged_provenance_record_is_one_line_naming_it(tmp_path, text):
                        r"stage writes: rerun it|expected a record, found a list; rerun the "
                        r"variant) \(`dvc repro -f reports/dvc\.yaml:ablation@no_lrn`\)$"):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+
+
+def test_a_table_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
+    """The report writes its tables as files of its own: a link at one (to a foreign file)
+    is refused in one line, never written through."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("mine\n")
+    (tmp_path / "out" / "tables").mkdir(parents=True)
+    (tmp_path / "out" / "tables" / "summary.csv").symlink_to(foreign)
+    with pytest.raises(PipelineError, match=r"summary.csv: a link, where this run writes a file"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+    assert foreign.read_text() == "mine\n"

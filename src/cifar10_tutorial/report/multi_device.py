@@ -9,6 +9,8 @@ from typing import Optional
 
 import pandas as pd
 
+from ..files import write_text_atomic
+
 from .reference import ref
 from .results import Results, device_text, markdown_table, pct, plot, speed_ratio
 
@@ -39,7 +41,7 @@ def exercise5_devices(r: Results, timing: Optional[Path] = None) -> list[str]:
                          f"{st['sec_per_batch_median']:.3f}", ""]
     for row in ref("devices_rows"):
         t.loc[len(t)] = row
-    t.to_csv(r.tables / "exercise5_devices.csv", index=False)
+    write_text_atomic(r.tables / "exercise5_devices.csv", t.to_csv(index=False))
     cpu = m.get("device_type") == "cpu"
     _devices_plot(r, base, m, timed)
     learns = (f"2 x 64 reaches {pct(m.precision_at_1)} against {pct(base.precision_at_1)} "

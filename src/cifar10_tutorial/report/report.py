@@ -110,7 +110,7 @@ def _summary(r: Results) -> list[str]:
         "parameters": df["num_params"].map(lambda v: f"{int(v):,}"),
     })
     summary.loc[len(summary)] = ref("summary_row")
-    summary.to_csv(r.tables / "summary.csv", index=False)
+    write_text_atomic(r.tables / "summary.csv", summary.to_csv(index=False))
 
     def draw(ax):
         for name in r.exercises.index:
@@ -138,7 +138,7 @@ def _exercise1_softmax(r: Results) -> list[str]:
                       "precision @ 1 (raw)": [pct(base.precision_at_1_raw),
                                               pct(s.precision_at_1_raw)],
                       "final loss": [f"{base.final_loss_avg:.4f}", f"{s.final_loss_avg:.4f}"]})
-    t.to_csv(r.tables / "exercise1_softmax.csv", index=False)
+    write_text_atomic(r.tables / "exercise1_softmax.csv", t.to_csv(index=False))
     d = 100 * (s.precision_at_1 - base.precision_at_1)
     same = abs(d) < 1e-9 and abs(s.final_loss_avg - base.final_loss_avg) < 1e-9
     why = ("Training is identical (the loss is computed from the logits in both, so the runs "
@@ -167,7 +167,7 @@ def _exercise2_local_head(r: Results) -> list[str]:
                       "precision @ 1": [pct(base.precision_at_1), pct(h.precision_at_1)],
                       "train examples/sec": [f"{base.examples_per_sec:,.0f}",
                                              f"{h.examples_per_sec:,.0f}"]})
-    t.to_csv(r.tables / "exercise2_local_head.csv", index=False)
+    write_text_atomic(r.tables / "exercise2_local_head.csv", t.to_csv(index=False))
     d = 100 * (h.precision_at_1 - base.precision_at_1)
     speed = h.examples_per_sec / base.examples_per_sec
     return md + [markdown_table(t), "", r.answer(
@@ -195,7 +195,7 @@ def _exercise3_queue_fill(r: Results) -> list[str]:
                       "time to first batch (s)": q["time_to_first_batch_s"].map(lambda v: f"{v:.2f}"),
                       "final loss": q["final_loss_avg"].map(lambda v: f"{v:.3f}"),
                       "precision @ 1": q["precision_at_1"].map(pct)})
-    t.to_csv(r.tables / "exercise3_queue_fill.csv", index=False)
+    write_text_atomic(r.tables / "exercise3_queue_fill.csv", t.to_csv(index=False))
     hi, lo = q.iloc[0], q.iloc[-1]
     moved = 100 * (lo.precision_at_1 - hi.precision_at_1)
     sooner = r.noise(lo.time_to_first_batch_s - hi.time_to_first_batch_s, "time_to_first_batch_s",
@@ -229,7 +229,7 @@ def _exercise4_averaging(r: Results) -> list[str]:
                       "raw": ex["precision_at_1_raw"].map(pct),
                       "gain (points)": gain.map(lambda v: f"{v:+.1f}")})
     t.loc[len(t)] = ref("averaging_row")
-    t.to_csv(r.tables / "exercise4_averaging.csv", index=False)
+    write_text_atomic(r.tables / "exercise4_averaging.csv", t.to_csv(index=False))
 
     def draw(ax):
         x = range(len(ex))
@@ -279,7 +279,7 @@ def _exercise6_dataset(r: Results, every: pd.DataFrame, dataset_variants: list[s
         t.loc[len(t)] = ["baseline", "cifar10", f"{int(base.num_train):,}",
                          f"{int(base.steps):,}", pct(base.precision_at_1),
                          pct(base.precision_at_1_raw)]
-    t.to_csv(r.tables / "exercise6_svhn.csv", index=False)
+    write_text_atomic(r.tables / "exercise6_svhn.csv", t.to_csv(index=False))
     v = ran[0]
     return md + [markdown_table(t), "",
                  r.answer(f"after {int(v['steps']):,} steps the network reaches "
@@ -298,7 +298,7 @@ def _no_lrn(r: Results) -> list[str]:
                       "precision @ 1": [pct(base.precision_at_1), pct(n.precision_at_1)],
                       "train examples/sec": [f"{base.examples_per_sec:,.0f}",
                                              f"{n.examples_per_sec:,.0f}"]})
-    t.to_csv(r.tables / "no_lrn.csv", index=False)
+    write_text_atomic(r.tables / "no_lrn.csv", t.to_csv(index=False))
     d = 100 * (n.precision_at_1 - base.precision_at_1)
     speed = n.examples_per_sec / base.examples_per_sec
     return ["## Without local response normalization", "", markdown_table(t), "",
@@ -318,7 +318,7 @@ def _bf16(r: Results) -> list[str]:
                       "precision @ 1 (raw)": [pct(v.precision_at_1_raw) for _, _, v in rows],
                       "train examples/sec": [f"{v.examples_per_sec:,.0f}" for _, _, v in rows],
                       "machine": [v.device for _, _, v in rows]})
-    t.to_csv(r.tables / "bf16.csv", index=False)
+    write_text_atomic(r.tables / "bf16.csv", t.to_csv(index=False))
 
     def place(column: str) -> str:
         lo, hi, v = seeds[column].min(), seeds[column].max(), b[column]

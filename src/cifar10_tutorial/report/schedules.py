@@ -9,6 +9,8 @@ from typing import Optional
 
 import pandas as pd
 
+from ..files import write_text_atomic
+
 from .reference import ref
 from .results import (MIN_STEPS, REPRODUCTION, Results, load_provenance, machine_of, marker,
                       markdown_table, pct, plot)
@@ -36,7 +38,7 @@ def reproduction(r: Results) -> list[str]:
                           "held-out precision @ 1 (averaged)": c["precision_at_1"].map(pct),
                           "(raw)": c["precision_at_1_raw"].map(pct)
                           if "precision_at_1_raw" in c else ""})
-        t.to_csv(r.tables / "reproduction_curve.csv", index=False)
+        write_text_atomic(r.tables / "reproduction_curve.csv", t.to_csv(index=False))
         md += [markdown_table(t), ""]
 
         def draw(ax):
@@ -82,7 +84,7 @@ def _segments(r: Results) -> list[str]:
         "machine": [s.get("device") or "unknown" for s in segs],
         "commit": [(s.get("commit") or "unknown")[:10] for s in segs],
         "ended (UTC)": [s.get("ended_utc") or "" for s in segs]})
-    t.to_csv(r.tables / "reproduction_segments.csv", index=False)
+    write_text_atomic(r.tables / "reproduction_segments.csv", t.to_csv(index=False))
     return [f"It ran in {len(segs)} segments, each continuing from the checkpoint the one "
             f"before it wrote when it stopped (docs/continuing.md):", "",
             markdown_table(t), ""]
@@ -144,7 +146,7 @@ def _time_to_accuracy_table(r: Results) -> pd.DataFrame:
                       "train time (s)": timed["train_seconds"].map(lambda v: f"{v:,.0f}"),
                       **{f"reaches {100 * float(x):g}%": [_when(row, x) for row in timed.itertuples()]
                          for x in targets}})
-    t.to_csv(r.tables / "time_to_accuracy.csv", index=False)
+    write_text_atomic(r.tables / "time_to_accuracy.csv", t.to_csv(index=False))
     return t
 
 

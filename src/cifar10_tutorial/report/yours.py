@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..files import write_text_atomic
+
 from .results import Results, load_curve, markdown_table, marker, pct, plot
 
 
@@ -51,7 +53,7 @@ def _section(r: Results, name: str, v: pd.Series, changes: dict) -> list[str]:
                       "precision @ 1 (raw)": [pct(x["precision_at_1_raw"]) for _, x in rows],
                       "final loss (avg)": [f"{x['final_loss_avg']:.3f}" for _, x in rows],
                       "train examples/sec": [f"{x['examples_per_sec']:,.0f}" for _, x in rows]})
-    t.to_csv(r.tables / f"variant_{name}.csv", index=False)
+    write_text_atomic(r.tables / f"variant_{name}.csv", t.to_csv(index=False))
     md = [f"### `{name}`", "", f"It changes {what}.", "", markdown_table(t), ""]
     if base is not None:
         d = 100 * (v["precision_at_1"] - base.precision_at_1)

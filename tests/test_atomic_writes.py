@@ -1,0 +1,47 @@
+"""Every file an output is written through (files._replace_with: write_text_atomic,
+torch_save_atomic, save_figure_atomic) is written beside it under a new temporary name,
+then renamed over it. Whatever is already at the temporary name (a link to a foreign
+file, a user's file, a folder) or a link at the output itself is refused in one line:
+no write goes through a link, and no file that is not this write's is replaced."""
+import pytest
+
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import write_text_atomic
+
+
+@pytest.mark.parametrize("in_the_way", ["link", "file", "folder"])
+def test_anything_at_the_temporary_name_is_refused_and_left_as_it_is(tmp_path, in_the_way):
+    out, foreign = tmp_path / "metrics.json", tmp_path / "foreign.txt"
+    out.write_text("old\n")
+    foreign.write_text("not yours\n")
+    tmp = tmp_path / "metrics.json.tmp"
+    {"link": lambda: tmp.symlink_to(foreign), "file": lambda: tmp.write_text("mine\n"),
+     "folder": lambda: tmp.mkdir()}[in_the_way]()
+    what = {"link": "a link", "file": "a file", "folder": "a folder"}[in_the_way]
+    with pytest.raises(PipelineError, match=rf"^{tmp}: {what} in the way of writing "
+                                            rf"metrics.json .* metrics.json was not changed\.$"):
+        write_text_atomic(out, "new\n")
+    assert out.read_text() == "old\n" and foreign.read_text() == "not yours\n"
+    assert tmp.is_symlink() if in_the_way == "link" else tmp.exists()
+    if in_the_way == "file":
+        assert tmp.read_text() == "mine\n"
+
+
+def test_an_output_that_is_a_link_is_refused_and_what_it_points_to_kept(tmp_path):
+    out, foreign = tmp_path / "summary.csv", tmp_path / "foreign.csv"
+    foreign.write_text("a,b\n")
+    out.symlink_to(foreign)
+    with pytest.raises(PipelineError, match=rf"^{out}: a link, where this run writes a file"):
+        write_text_atomic(out, "x\n")
+    assert out.is_symlink() and foreign.read_text() == "a,b\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign.csv", "summary.csv"]
+
+
+def test_a_write_leaves_only_its_file_and_a_failed_one_nothing(tmp_path):
+    out = tmp_path / "r.md"
+    write_text_atomic(out, "one\n")
+    write_text_atomic(out, "two\n")
+    assert out.read_text() == "two\n" and sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]
+    with pytest.raises(TypeError):
+        write_text_atomic(out, 3)  # the writer fails: its own temporary file goes
+    assert out.read_text() == "two\n" and sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]
