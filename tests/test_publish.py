@@ -511,3 +511,28 @@ def test_the_default_results_folder_is_the_one_the_ablation_stage_writes(monkeyp
 
     monkeypatch.chdir(ROOT)
     assert variant_results("baseline") == Path("reports/ablations/baseline")
+
+
+def test_a_folder_named_as_a_staging_one_is_removed_only_with_publishs_mark(tmp_path):
+    """A folder publish was building carries its mark from its first write: a folder of
+    that name without it (the user's own) keeps every file, whatever their names; one
+    with the mark, left by a killed publish, is removed."""
+    from publish import BUILDING, FILES, MANIFEST, _as_written
+    from cifar10_tutorial.files import recover_swapped_folder
+
+    out = tmp_path / "x"
+    mine = tmp_path / ".x.staging-999999-mywork"
+    mine.mkdir()
+    (mine / "README.md").write_text("my notes\n")
+    (mine / "params.yaml").write_text("mine: 1\n")
+    before = _snapshot(mine)
+    with pytest.raises(PipelineError):  # the model does not exist: refused after the clean-up
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", out)
+    assert _snapshot(mine) == before
+    killed = tmp_path / ".x.staging-999998-ab"
+    killed.mkdir()
+    (killed / BUILDING).write_text("")
+    (killed / "model.pt").write_bytes(b"half")
+    said = recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written)
+    assert not killed.exists() and _snapshot(mine) == before, said
+    assert any("holds files it did not write" in line and "mywork" in line for line in said)

@@ -55,6 +55,7 @@ from cifar10_tutorial.report.results import device_text
 CARD = "README.md"
 MANIFEST = "published.json"
 FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", CARD)
+BUILDING = ".publish-building"  # the mark of a folder publish is building, its first file
 REPORT_DVC_YAML = Path("reports/dvc.yaml")
 
 
@@ -248,8 +249,12 @@ def _as_written(folder: Path) -> set[str]:
     without its manifest."""
     manifest = folder / MANIFEST
     if manifest.is_symlink() or not manifest.is_file():
+        # a folder publish was building holds its mark, written before any file: a folder
+        # of that name without it is not publish's, whatever its files are called
         building = re.search(r"\.(staging|publishing)-[0-9]+-[^.]*$", folder.name)
-        return set(FILES) if building else set()
+        mark = folder / BUILDING
+        return ({*FILES, BUILDING} if building and mark.is_file() and not mark.is_symlink()
+                else set())
     try:
         files = json.loads(manifest.read_text()).get("files")
     except (OSError, ValueError, AttributeError):
@@ -315,7 +320,9 @@ def publish(name: str, model: Path, results: Path, out: Path,
                             f"was changed.") from None
     staged = staging_folder(out)
     try:
+        (staged / BUILDING).write_text("a folder cifar10 publish is building\n")  # first
         _write_folder(staged, r, out, curve)
+        (staged / BUILDING).unlink()  # complete: its manifest says what is publish's now
         own, held = _held(out)  # again: what a user put there meanwhile is not replaced either
         if own and not replace:  # published meanwhile (another publish): a question again
             raise PipelineError(f"{out}: weights were published there meanwhile ({held}); "
