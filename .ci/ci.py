@@ -51,12 +51,36 @@ def load_config(name: str, root: Path) -> dict:
         raise PipelineError(f"{path}: no such CI configuration; " + (
             f"known: {', '.join(known)}" if known else f"{root} holds none: run it from the "
             f"repository root"))
-    config = yaml.safe_load(path.read_text())
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        raise PipelineError(f"{path}: cannot be read as YAML ({type(exc).__name__}"
+                            f"{f' at line {where.line + 1}' if where else ''}); fix it, or "
+                            f"`git checkout {path}`") from None
+    expected = (f"expected a mapping with keys archive (synthetic | given), archive_args, "
+                f"report (true | false), params and exercise_params (each a mapping of "
+                f"section.key: value)")
+    if not isinstance(config, dict):
+        raise PipelineError(f"{path}: {expected}; found "
+                            f"{'nothing' if config is None else 'a ' + type(config).__name__}")
     unknown = set(config) - {"archive", "archive_args", "report", "params", "exercise_params"}
     if unknown or config.get("archive") not in ("synthetic", "given"):
-        raise PipelineError(f"{path}: expected keys archive (synthetic | given), archive_args, "
-                            f"report, params, exercise_params; found {sorted(config)} (archive: "
+        raise PipelineError(f"{path}: {expected}; found {sorted(map(str, config))} (archive: "
                             f"{config.get('archive')!r})")
+    for key in ("params", "exercise_params", "archive_args"):
+        value = config.get(key)
+        if value is not None and not (isinstance(value, dict)
+                                      and all(isinstance(k, str) for k in value)):
+            raise PipelineError(f"{path}: {key}: expected a mapping of names to values, found "
+                                f"a {type(value).__name__}")
+    args = set(config.get("archive_args") or {}) - {"train_per_batch", "test", "seed"}
+    if args:
+        raise PipelineError(f"{path}: archive_args: {sorted(args)[0]}: expected "
+                            f"train_per_batch, test or seed (the synthetic archive's sizes)")
+    if not isinstance(config.get("report", False), bool):
+        raise PipelineError(f"{path}: report: expected true or false, found "
+                            f"{config['report']!r}")
     return config
 
 

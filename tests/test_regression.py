@@ -438,3 +438,31 @@ def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
                            str(notgz)], cwd=clone, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert f"--real-archive {notgz}: not a gzip tar" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", r"expected a mapping with keys archive .*; found nothing$"),
+    ("- a\n- b\n", r"expected a mapping with keys archive .*; found a list$"),
+    ("archive: synthetic\nparams: [1]\n", r"params: expected a mapping of names to values, "
+                                           r"found a list$"),
+    ("archive: synthetic\narchive_args: {bogus: 1}\n", r"archive_args: bogus: expected "
+                                                        r"train_per_batch, test or seed"),
+    ("archive: synthetic\nreport: yes please\n", r"report: expected true or false, found "
+                                                  r"'yes please'$"),
+    ("archive: [synthetic\n", r"cannot be read as YAML \(\w+ at line \d+\); fix it, or "
+                              r"`git checkout .*`$"),
+], ids=["empty", "list", "params-list", "archive-args", "report-words", "bad-yaml"])
+def test_a_damaged_ci_configuration_is_one_line_naming_it(tmp_path, text, message):
+    """`cifar10 ci NAME` reads .ci/configs/NAME.yaml: an empty one, a list, a params list,
+    an unknown archive argument, a report that is not true or false, or YAML that does not
+    parse is one line naming the file, not a traceback from deep in the run."""
+    sys.path.insert(0, str(ROOT / ".ci"))
+    try:
+        import ci
+    finally:
+        sys.path.remove(str(ROOT / ".ci"))
+    (tmp_path / ".ci" / "configs").mkdir(parents=True)
+    path = tmp_path / ".ci" / "configs" / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(PipelineError, match=rf"^{path}: {message}"):
+        ci.load_config("mine", tmp_path)
