@@ -255,3 +255,40 @@ def test_a_member_larger_than_an_image_is_refused_before_it_is_read(tmp_path, mo
                        r"jpg is 2,097,152 bytes; expected a CIFAR-10 JPEG"):
         build_dev_split(repo, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
     assert not (tmp_path / "o.tar.gz").exists()
+
+
+def _declaring(width: int, height: int) -> bytes:
+    """A 32x32 JPEG whose header (SOF0) declares another size."""
+    raw = bytearray(_jpeg(9))
+    sof = raw.index(b"\xff\xc0")
+    raw[sof + 5:sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    return bytes(raw)
+
+
+@pytest.mark.parametrize("raw, said", [
+    (_declaring(60000, 60000), r"is truncated or not a JPEG \(.+\)"),  # past PIL's bomb limit
+    (_declaring(64, 64), r"is 64x64; expected a 32x32 CIFAR-10 image$")])
+def test_an_image_declaring_another_size_is_refused_before_it_is_decoded(tmp_path, raw, said):
+    repo = make_repository(tmp_path / "repo")
+    (repo / "train" / "cat" / "0001.jpg").write_bytes(raw)
+    with pytest.raises(PipelineError, match=r"^" + re.escape(str(repo)) + r": train/cat/"
+                                            r"0001\.jpg " + said):
+        build_dev_split(repo, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+    assert not (tmp_path / "o.tar.gz").exists()
+
+
+def test_an_encrypted_member_is_one_line_naming_it(tmp_path):
+    repo = make_repository(tmp_path / "repo")
+    source = zip_of(repo, tmp_path / "repo.zip")
+    data, name = bytearray(source.read_bytes()), b"repo/train/cat/0001.jpg"
+    # the member's "encrypted" flag set, in its local header and its central directory entry
+    for sig, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+        pos = data.find(sig)
+        while pos >= 0:
+            if data[pos + name_at:pos + name_at + len(name)] == name:
+                data[pos + flag_at] |= 0x1
+            pos = data.find(sig, pos + 1)
+    source.write_bytes(bytes(data))
+    with pytest.raises(PipelineError, match=r"member repo/train/cat/0001\.jpg cannot be read "
+                                            r"from the zip \(.*password required.*\)"):
+        build_dev_split(source, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)

@@ -82,9 +82,10 @@ def _images(source: Path) -> Iterator[tuple[str, bytes]]:
                     with z.open(info) as member:
                         raw = member.read(MAX_IMAGE_BYTES + 1)
                 except (zipfile.BadZipFile, zlib.error, EOFError, OSError,
-                        NotImplementedError) as exc:
+                        NotImplementedError, RuntimeError) as exc:  # RuntimeError: encrypted
+                    why = re.sub(r"\s*<[^>]*>", "", str(exc)).strip()[:80]  # no ZipInfo dump
                     raise PipelineError(f"{source}: member {info.filename} cannot be read from "
-                                        f"the zip ({str(exc)[:80] or type(exc).__name__}); "
+                                        f"the zip ({why or type(exc).__name__}); "
                                         f"expected a CIFAR-10 JPEG: make the zip again from a "
                                         f"fresh copy of {SOURCE}") from None
                 _refuse_large(source, info.filename, len(raw), f"more than {MAX_IMAGE_BYTES:,} "
@@ -151,9 +152,13 @@ def load_records(source: Path, per_class: int = PER_CLASS) -> np.ndarray:
     records = np.empty((len(found), 3073), np.uint8)
     for i, (rel, raw) in enumerate(found):
         try:
-            with Image.open(io.BytesIO(raw)) as img:
+            with Image.open(io.BytesIO(raw)) as img:  # reads the header only
+                if img.size != (32, 32):  # before decoding: a header may declare gigapixels
+                    raise PipelineError(f"{source}: train/{rel} is {img.size[0]}x{img.size[1]}; "
+                                        f"expected a 32x32 CIFAR-10 image")
                 pixels = np.asarray(img.convert("RGB"))
-        except (OSError, ValueError, SyntaxError) as exc:  # PIL's errors of a damaged file
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+            # PIL's errors of a damaged file, and of a header past its pixel limit
             why = re.sub(r"\s*<[^>]*>", "", str(exc)).strip() or type(exc).__name__
             raise PipelineError(f"{source}: train/{rel} is truncated or not a JPEG ({why}); "
                                 f"expected a 32x32 CIFAR-10 image: take the file from a fresh "
