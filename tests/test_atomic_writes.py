@@ -1,8 +1,7 @@
 """Every file an output is written through (files._replace_with: write_text_atomic,
-torch_save_atomic, save_figure_atomic) is written beside it under a new temporary name,
-then renamed over it. Whatever is already at the temporary name (a link to a foreign
-file, a user's file, a folder) or a link at the output itself is refused in one line:
-no write goes through a link, and no file that is not this write's is replaced."""
+torch_save_atomic, save_figure_atomic) is written beside it under a new temporary name of
+its own, then renamed over it: what lies beside it is never written through or replaced,
+and a link at the output itself is refused in one line."""
 import pytest
 
 from cifar10_tutorial.errors import PipelineError
@@ -10,21 +9,24 @@ from cifar10_tutorial.files import write_text_atomic
 
 
 @pytest.mark.parametrize("in_the_way", ["link", "file", "folder"])
-def test_anything_at_the_temporary_name_is_refused_and_left_as_it_is(tmp_path, in_the_way):
+def test_whatever_lies_beside_the_output_is_left_as_it_is(tmp_path, in_the_way):
+    """The temporary file is made new under a name of its own: a link to a foreign file, a
+    user's file or a folder at ``NAME.tmp`` (the old fixed name) is neither written
+    through nor replaced, and the output is written."""
     out, foreign = tmp_path / "metrics.json", tmp_path / "foreign.txt"
     out.write_text("old\n")
     foreign.write_text("not yours\n")
     tmp = tmp_path / "metrics.json.tmp"
     {"link": lambda: tmp.symlink_to(foreign), "file": lambda: tmp.write_text("mine\n"),
      "folder": lambda: tmp.mkdir()}[in_the_way]()
-    what = {"link": "a link", "file": "a file", "folder": "a folder"}[in_the_way]
-    with pytest.raises(PipelineError, match=rf"^{tmp}: {what} in the way of writing "
-                                            rf"metrics.json .* metrics.json was not changed\.$"):
-        write_text_atomic(out, "new\n")
-    assert out.read_text() == "old\n" and foreign.read_text() == "not yours\n"
+    write_text_atomic(out, "new\n")
+    assert out.read_text() == "new\n" and not out.is_symlink()
+    assert foreign.read_text() == "not yours\n"
     assert tmp.is_symlink() if in_the_way == "link" else tmp.exists()
     if in_the_way == "file":
         assert tmp.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foreign.txt", "metrics.json",
+                                                         "metrics.json.tmp"]
 
 
 def test_an_output_that_is_a_link_is_refused_and_what_it_points_to_kept(tmp_path):

@@ -94,6 +94,9 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
      'done = json.loads(ckpt["segments"]) if ckpt is not None else []',
      'done = json.loads(ckpt["segments"])[-1:] if ckpt is not None else []',
      "train/provenance.json"),
+    # the evaluation past its first batch (the check evaluates in several)
+    ("src/cifar10_tutorial/scoring.py", "out.append(model.logits(x).float())",
+     "out.append(model.logits(x if i == 0 else x.flip(-1)).float())", "metrics.json"),
 ])
 def test_a_change_of_what_a_variant_writes_is_refused(project, path, old, new, named):
     edit(project, path, old, new)
@@ -116,6 +119,41 @@ def test_a_difference_is_blamed_on_what_changed(project):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert "the workspace (its reports/params.yaml changed) does not produce what" in line, line
+
+
+def test_a_resume_that_forgets_the_targets_reached_is_refused(project):
+    """The check evaluates on the held-out images at step 2, where it also pauses, with a
+    target every run reaches there: a resume that forgets the targets reached before it
+    records them again later, and is refused."""
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["eval"]["every_steps"] = 100  # held-out evaluation on (the check cuts it to 2)
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    commit(project, "held-out evaluation on")
+    edit(project, "src/cifar10_tutorial/training/checkpoints.py",
+         '"reached": json.loads(ckpt.get("targets_reached", "{}"))}', '"reached": {}}')
+    proc = check(project, "--no-record", "--variant", "baseline", "--against", "HEAD")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "does not produce what" in line and "metrics.json" in line, line
+
+
+def test_results_of_a_trial_are_checked_through_the_trials_path(project):
+    """Committed results of a trial (ablation.trial_steps set) are compared through the
+    trial's own path: a change to how a trial cuts its held-out images is refused."""
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["ablation"]["trial_steps"] = 4
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    commit(project, "a trial")
+    edit(project, "src/cifar10_tutorial/exercises/ablation.py",
+         "test_images=data.test_images[:keep],\n                               "
+         "test_labels=data.test_labels[:keep],",
+         "test_images=data.test_images[:keep // 2],\n                               "
+         "test_labels=data.test_labels[:keep // 2],")
+    proc = check(project, "--no-record", "--variant", "baseline", "--against", "HEAD")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "does not produce what" in proc.stderr.strip().splitlines()[-1]
 
 
 def test_a_new_key_at_its_default_is_recorded_and_at_another_value_refused(project):

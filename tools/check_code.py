@@ -11,7 +11,10 @@ code, reports/dvc.yaml and reports/params.yaml of ``--against`` (by default the 
 that last recorded ``reports/dvc.lock``) and once with the workspace's, uncommitted edits
 included; then compares everything the stage writes: the raw and averaged weights tensor
 for tensor, and every result file (metrics, evaluation tables, curves, the variant's
-record), timings and the commit aside.
+record), timings and the commit aside. It proves what those short runs reach, and the
+learning rates and average decays of every step of the whole runs (``learning_rate`` and
+``ema_decay`` of both codes); not a change acting only later in the loop or only on a
+larger training set (``--data`` gives one): docs/exercises.md says what to run then.
 
 Only when every variant agrees, and only when nothing but code changed for them (no data,
 no result, no param but a new key set to its default, which computes nothing new:
@@ -64,7 +67,12 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 # the short budget every variant is cut to, the same in both trees: steps where a variant
 # counts steps, one epoch where it counts epochs, the held-out evaluation during training
 # every few steps where it has one; all on the CPU, each at its own batch size
-STEPS, EPOCHS, EVAL_EVERY = 12, 1, 6
+STEPS, EPOCHS, EVAL_EVERY = 12, 1, 2
+# the evaluation: in batches of EVAL_BATCH (several, the last one short, on the check's 50
+# held-out images), and a held-out target every run reaches at its first evaluation (step
+# 2, where the run is also paused: what a resume keeps of the targets reached shows); a
+# trial's evaluation over TRIAL_IMAGES of them (fewer than the check's held-out images)
+EVAL_BATCH, REACHED, TRIAL_IMAGES = 16, 0.01, 40
 PAUSED = 75  # a stage's exit status when it paused at its deadline (CIFAR10_STOP_AT)
 # what a result file records of the run rather than computes: when and where it ran, how
 # fast, and which commit; everything else must be equal
@@ -199,16 +207,31 @@ def short_budget(raw: dict) -> dict:
                 train["max_steps"] = STEPS
             if train.get("max_epochs") is not None:
                 train["max_epochs"] = EPOCHS
-        if isinstance(ev, dict) and isinstance(ev.get("every_steps"), int) \
-                and ev["every_steps"] > 0:
-            ev["every_steps"] = EVAL_EVERY
+        if isinstance(ev, dict):
+            if "batch_size" in ev:
+                ev["batch_size"] = EVAL_BATCH
+            if isinstance(ev.get("every_steps"), int) and ev["every_steps"] > 0:
+                ev["every_steps"] = EVAL_EVERY
+            targets = ev.get("targets")
+            if isinstance(targets, list) and all(isinstance(t, (int, float)) for t in targets):
+                ev["targets"] = sorted({REACHED, *targets})
 
     raw.setdefault("train", {}).update(device="cpu")  # each variant's own batch size
+    from cifar10_tutorial.params import EvalParams
+
+    # the baseline's evaluation, its defaults written out: the cut applies to them too
+    ev = raw.setdefault("eval", {})
+    if isinstance(ev, dict):
+        ev.setdefault("batch_size", EvalParams.batch_size)
+        ev.setdefault("every_steps", EvalParams.every_steps)
+        ev.setdefault("targets", list(EvalParams().targets))
     cut(raw)
     ablation = raw.setdefault("ablation", {})
     ablation["max_steps"] = STEPS
-    if "trial_steps" in ablation:
-        ablation["trial_steps"] = None
+    if ablation.get("trial_steps") is not None:  # results of a trial: its path runs too
+        ablation["trial_steps"] = STEPS
+        if ablation.get("trial_eval_images", 2000) is not None:
+            ablation["trial_eval_images"] = TRIAL_IMAGES
     for overrides in (raw.get("ablations") or {}).values():
         if isinstance(overrides, dict):
             cut(overrides)

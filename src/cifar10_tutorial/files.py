@@ -103,10 +103,12 @@ def _disk_full(path: Path) -> bool:
 
 
 def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
-    """``write(tmp)`` a file beside ``path`` (``path`` + ``suffix``), then rename it over
-    ``path``. The temporary file is made new (never an existing file, link or folder of
-    that name, which is refused in one line: it is not this write's), and ``path`` itself
-    must not be a link: the file replaces it, never what it points to."""
+    """``write(tmp)`` a new file beside ``path`` (``.NAME.<random><suffix>``, made with
+    O_EXCL: never an existing file, link or folder), then rename it over ``path``, which
+    must not be a link: the file replaces it, never what it points to. A kill -9 between
+    the two leaves only that hidden temporary file."""
+    import tempfile
+
     from .errors import PipelineError
 
     path = Path(path)
@@ -115,16 +117,12 @@ def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
         raise PipelineError(f"{path}: a link, where this run writes a file of its own (it "
                             f"would replace the link, and {os.path.realpath(path)} would no "
                             f"longer be written); move the link away, then rerun")
-    tmp = path.with_name(path.name + suffix)
-    try:  # made new: O_EXCL refuses any entry of that name, and a link is not followed
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                         | getattr(os, "O_NOFOLLOW", 0), 0o666))
-    except FileExistsError:
-        what = "a link" if tmp.is_symlink() else "a folder" if tmp.is_dir() else "a file"
-        raise PipelineError(f"{tmp}: {what} in the way of writing {path.name} (the name of "
-                            f"its temporary file: left by an interrupted run, or not this "
-                            f"project's); look at it, move it away or delete it, then rerun. "
-                            f"{path.name} was not changed.") from None
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # a new file's usual mode, not mkstemp's 0600
     try:
         with writing(tmp, path):
             write(tmp)
