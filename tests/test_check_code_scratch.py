@@ -42,3 +42,30 @@ def test_a_dead_checks_folder_is_removed_if_marked_or_empty_only(tmpdir_):
     check_code._remove_dead_scratch()
     assert sorted(p.name for p in tmpdir_.iterdir()) == sorted([unmarked.name, alive.name])
     assert (unmarked / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("variant, provenance", [
+    ({"variant": "softmax"}, {"device_type": "cuda"}),  # variant.json without the device
+    ({"variant": "softmax", "device_type": "cuda"}, None)])
+def test_results_a_record_says_were_trained_off_the_cpu_are_not_recorded(tmp_path, variant,
+                                                                         provenance):
+    """Either record of a variant's results (variant.json, train/provenance.json) saying
+    it trained on a GPU keeps the CPU-only check from recording it."""
+    import json
+    import shutil
+
+    from conftest import ROOT
+    from cifar10_tutorial.errors import PipelineError
+
+    (tmp_path / "reports").mkdir()
+    shutil.copyfile(ROOT / "reports" / "dvc.yaml", tmp_path / "reports" / "dvc.yaml")
+    folder = tmp_path / "reports" / "ablations" / "softmax"
+    (folder / "train").mkdir(parents=True)
+    (folder / "variant.json").write_text(json.dumps(variant))
+    if provenance is not None:
+        (folder / "train" / "provenance.json").write_text(json.dumps(provenance))
+    with pytest.raises(PipelineError, match=r"says softmax was trained on cuda"):
+        check_code._trained_where_the_check_runs(tmp_path, ["softmax"])
+    (folder / "variant.json").write_text(json.dumps({"variant": "softmax"}))
+    (folder / "train" / "provenance.json").write_text(json.dumps({"device_type": "cpu"}))
+    check_code._trained_where_the_check_runs(tmp_path, ["softmax"])  # the CPU's: fine

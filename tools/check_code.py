@@ -733,12 +733,16 @@ def _trained_where_the_check_runs(root: Path, names: list[str]) -> None:
     except (KeyError, TypeError, ValueError, IndexError):
         return  # no such stage: its variants are refused elsewhere
     for name in names:
-        record = root / out.replace("{variant}", name).replace("${key}", name) / "variant.json"
-        try:
-            device = json.loads(record.read_text()).get("device_type", "cpu")
-        except (OSError, ValueError, AttributeError):
-            continue  # none yet: its stage is not one the check records (dvc status says)
-        if device != "cpu":
+        folder = root / out.replace("{variant}", name).replace("${key}", name)
+        devices = {}
+        for record in (folder / "variant.json", folder / "train" / "provenance.json"):
+            try:  # each record names the device; either one off the CPU is enough
+                devices[record] = json.loads(record.read_text()).get("device_type")
+            except (OSError, ValueError, AttributeError):
+                pass  # none yet: its stage is not one the check records (dvc status says)
+        off_cpu = [(r, d) for r, d in devices.items() if d not in (None, "cpu")]
+        if off_cpu:
+            record, device = off_cpu[0]
             raise PipelineError(f"{LOCK} left as it is: {record} says {name} was trained on "
                                 f"{device}, and this check runs the CPU's code path only; "
                                 f"retrain it with the new code (dvc repro -s "
