@@ -307,11 +307,14 @@ def report(event: Event, verdict: str, table: str) -> None:
     """The verdict and the table: the job's summary (appended) and the comment's file."""
     text = (f"### Regression gate, `{CONFIG}` configuration, {event.sha[:12]}\n\n{verdict}\n\n"
             + (table or "(no table: the pipeline stopped before the regression stage)") + "\n")
-    try:  # a link there is replaced, never written through
+    try:  # the gate's own file in a CI checkout: a link there is replaced, never written through
+        if (ROOT / COMMENT).is_symlink():
+            (ROOT / COMMENT).unlink()  # the link only: what it points to stays as it is
         write_text_atomic(ROOT / COMMENT, text)
-    except OSError as exc:
+    except (OSError, PipelineError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)[:120]
         raise PipelineError(f"{ROOT / COMMENT}: the comment cannot be written there "
-                            f"({exc.strerror}); expected a file or nothing: move what is "
+                            f"({why}); expected a file or nothing: move what is "
                             f"there away. The verdict: {verdict.splitlines()[0][:200]}") from None
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
