@@ -391,10 +391,14 @@ def _tensors(path: Path, same_params: bool = True) -> dict:
                  lambda k: _recorded(k, same_params))
 
 
+JSON_TEXT = ("segments", "targets_reached")  # checkpoint entries that are JSON text
+
+
 def _flat(value, skip=lambda key: False) -> dict:
     """``value``'s leaves by their path of keys (``model.lrn``, ``segments.0.to_step``),
-    leaving out the entries whose key ``skip`` says; a checkpoint's segments (JSON text,
-    as checkpoints hold them) are read as what they hold."""
+    leaving out the entries whose key ``skip`` says; a checkpoint's segments and targets
+    reached (JSON text, as checkpoints hold them) are read as what they hold, so that
+    their times are left out too."""
     flat: dict = {}
 
     def walk(value, prefix: str) -> None:
@@ -402,7 +406,7 @@ def _flat(value, skip=lambda key: False) -> dict:
             for k, v in value.items():
                 if skip(k):
                     continue
-                if k == "segments" and isinstance(v, str):
+                if k in JSON_TEXT and isinstance(v, str):
                     try:
                         v = json.loads(v)
                     except ValueError:
