@@ -91,13 +91,13 @@ def _curve(live: Path) -> list[dict]:
 def train_stage(params: Params, data: Prepared, sizes: Sizes, root: Path) -> list[dict]:
     """The train stage's own loop (:func:`train`: the input pipeline, the step, the
     averages, the log lines) at each batch size, eager and with its step captured
-    (``run.capture_step`` off and on): examples/sec over ``sizes.stage_steps`` steps,
+    (``run.capture_step`` never and always): examples/sec over ``sizes.stage_steps`` steps,
     no held-out evaluation, one checkpoint at the end. Each mode is measured on its own:
     one that fails leaves the others."""
     rows = []
     for batch in sizes.batches:
         row = {"batch_size": batch}
-        for mode, key in (("off", "eager"), ("on", "captured")):
+        for mode, key in (("never", "eager"), ("always", "captured")):
             p = with_sections(params, train={"batch_size": batch, "max_steps": sizes.stage_steps,
                                              "log_every": max(1, sizes.stage_steps // 5)},
                               run={"checkpoint_every": 10 ** 9, "summary_every": 10 ** 9,

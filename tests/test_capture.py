@@ -32,9 +32,9 @@ def test_the_captured_steps_body_is_the_eager_step_bit_for_bit(synth_data, tmp_p
     and averaged weights, metrics and curves; summary steps (run eagerly) included."""
     common = {"train": {"max_steps": 11, "log_every": 3, **sections.get("train", {})},
               "eval": {"every_steps": 5}, "input": sections.get("input", {})}
-    off = tiny_params(run={"capture_step": "off", "checkpoint_every": 4, "summary_every": 4},
+    off = tiny_params(run={"capture_step": "never", "checkpoint_every": 4, "summary_every": 4},
                       **common)
-    on = tiny_params(run={"capture_step": "on", "checkpoint_every": 4, "summary_every": 4},
+    on = tiny_params(run={"capture_step": "always", "checkpoint_every": 4, "summary_every": 4},
                      **common)
     train(off, synth_data, paths(tmp_path / "off"), progress=False)
     train(on, synth_data, paths(tmp_path / "on"), progress=False)
@@ -54,15 +54,15 @@ def test_the_captured_steps_body_is_the_eager_step_bit_for_bit(synth_data, tmp_p
 def test_where_a_step_cannot_be_captured_on_is_refused_and_auto_stays_eager():
     cpu = torch.device("cpu")
     assert not use_capture(tiny_params(), cpu, 1)  # auto: no graph to gain on a CPU
-    assert use_capture(tiny_params(run={"capture_step": "on"}), cpu, 1)
-    assert not use_capture(tiny_params(run={"capture_step": "off"}), torch.device("cuda"), 1)
+    assert use_capture(tiny_params(run={"capture_step": "always"}), cpu, 1)
+    assert not use_capture(tiny_params(run={"capture_step": "never"}), torch.device("cuda"), 1)
     for params, world, why in [
-            (tiny_params(run={"capture_step": "on"}), 2, "2 processes average their gradients"),
-            (tiny_params(run={"capture_step": "on"}, model={"dropout": 0.5}), 1,
+            (tiny_params(run={"capture_step": "always"}), 2, "2 processes average their gradients"),
+            (tiny_params(run={"capture_step": "always"}, model={"dropout": 0.5}), 1,
              "model.dropout draws its masks")]:
-        with pytest.raises(TrainingError, match=rf"^run.capture_step is on but the step cannot "
-                                                rf"be captured: {why}.*; set run.capture_step: "
-                                                rf"auto \(or off\)$"):
+        with pytest.raises(TrainingError, match=rf"^run.capture_step is always but the step "
+                                                rf"cannot be captured: {why}.*; set "
+                                                rf"run.capture_step: auto \(or never\)$"):
             use_capture(params, cpu, world)
         auto = tiny_params(model={"dropout": params.model.dropout})
         assert not use_capture(auto, torch.device("cuda"), world)  # auto: eager there
@@ -96,3 +96,26 @@ def test_a_replayed_graph_trains_as_the_eager_step_does():
         results.append({k: v.clone() for k, v in ema.averaged_model_state(model).items()})
     for name, eager in results[0].items():
         torch.testing.assert_close(results[1][name], eager, rtol=1e-4, atol=1e-5)
+
+
+def test_always_with_several_processes_is_refused_before_torchrun_starts():
+    """Several processes cannot share one graph: refused once, in the launching process,
+    before torchrun would start them (and refuse it in each)."""
+    from cifar10_tutorial.training.distributed import relaunch_on_devices
+
+    params = tiny_params(train={"num_devices": 2}, run={"capture_step": "always"})
+    with pytest.raises(TrainingError, match=r"^run.capture_step is always but the step cannot "
+                                            r"be captured: 2 processes average"):
+        relaunch_on_devices(params.train, params.run, "stages/train.py", [])
+
+
+def test_the_values_are_not_words_yaml_reads_as_booleans(tmp_path):
+    """`on`/`off` unquoted are true/false in YAML (and `dvc exp run -S` writes them so):
+    the values are auto, always and never, which YAML reads as words."""
+    import yaml
+
+    from cifar10_tutorial.params import params_from_dict
+
+    for word in ("auto", "always", "never"):
+        raw = yaml.safe_load(f"run: {{capture_step: {word}}}")
+        assert params_from_dict(raw).run.capture_step == word

@@ -178,10 +178,11 @@ class RunParams:
     queue_threads: Annotated[int, Range(0, 64, why="more threads than cores only contend "
                                                     "for them")] = 0
     # the whole train step as one CUDA graph (training/optimization.py CapturedStep): auto on
-    # a GPU where it can (one process, no dropout), on (the CPU runs the graph's body as it
-    # is, the same bits as off), off. The same arithmetic as eager, the rate read from a
-    # tensor: equal to float rounding on a GPU, bit for bit on the CPU
-    capture_step: Literal["auto", "on", "off"] = "auto"
+    # a GPU where it can (one process, no dropout), always (the CPU runs the graph's body as
+    # it is, the same bits as never), never. The same arithmetic as eager, the rate read from
+    # a tensor: equal to float rounding on a GPU, bit for bit on the CPU. (Not on/off: YAML
+    # reads those as true/false)
+    capture_step: Literal["auto", "always", "never"] = "auto"
 
 
 @dataclass(frozen=True)

@@ -199,6 +199,11 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str], nodes: Nodes = No
     import threading
 
     check_devices(tr, nodes.per_node(tr.num_devices))
+    if run.capture_step == "always":  # refused here, once, not in every process torchrun starts
+        from .optimization import refused_capture
+
+        raise refused_capture(f"{tr.num_devices} processes average their gradients between "
+                              f"backward and update")
     cmd = torchrun_command(tr.num_devices, run.max_restarts, script, argv, nodes,
                            run.join_timeout_s)
     print("launching:", " ".join(cmd), file=sys.stderr, flush=True)

@@ -382,11 +382,16 @@ def capture_refusal(params: Params, device: torch.device, world: int) -> Optiona
 
 def use_capture(params: Params, device: torch.device, world: int) -> bool:
     """``run.capture_step``: ``auto`` captures on CUDA where it can (on the CPU there is no
-    graph to gain); ``on`` everywhere (the CPU runs the graph's body as it is), and where
-    it cannot it is refused in one line; ``off`` never."""
+    graph to gain); ``always`` everywhere (the CPU runs the graph's body as it is), and
+    where it cannot it is refused in one line; ``never`` never."""
     mode = params.run.capture_step
     why = capture_refusal(params, device, world)
-    if mode == "on" and why is not None:
-        raise TrainingError(f"run.capture_step is on but the step cannot be captured: {why}; "
-                            f"set run.capture_step: auto (or off)")
-    return mode == "on" or (mode == "auto" and device.type == "cuda" and why is None)
+    if mode == "always" and why is not None:
+        raise refused_capture(why)
+    return mode == "always" or (mode == "auto" and device.type == "cuda" and why is None)
+
+
+def refused_capture(why: str) -> TrainingError:
+    """``run.capture_step: always`` where the step cannot be captured, ``why``."""
+    return TrainingError(f"run.capture_step is always but the step cannot be captured: {why}; "
+                         f"set run.capture_step: auto (or never)")
