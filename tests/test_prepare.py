@@ -101,8 +101,16 @@ def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(archive, tmp_
     mine = [tmp_path / ".prepared.tmp", tmp_path / ".prepared.notes-1-2"]
     for folder in mine:
         folder.mkdir()
+    # a folder of the user's named as a leftover, of a process that has gone: it holds a
+    # file the stage never writes, so it is not the stage's to remove
+    snapshot = tmp_path / f".prepared.old-{gone.pid}-snapshot"
+    snapshot.mkdir()
+    (snapshot / "NOTES.md").write_text("mine")
+    (snapshot / "train_images.npy").write_bytes(b"kept")
     prepare(archive["path"], out, CIFAR10)
     assert not left.exists() and live.exists() and all(f.exists() for f in mine)
+    assert (snapshot / "NOTES.md").read_text() == "mine"
+    assert (snapshot / "train_images.npy").read_bytes() == b"kept"
 
 
 def test_truncated_record_file(tmp_path):

@@ -143,11 +143,16 @@ def _fresh_dir(out: Path, kind: str) -> Path:
 
 
 def _sweep_left_behind(out: Path) -> None:
+    """Remove what a killed run left: a folder of that name whose process has gone and
+    that holds only files the stage writes (a folder of the user's of the same name, with
+    anything else in it, is left as it is)."""
     for left in out.parent.glob(f".{out.name}.*-*-*"):
         kind, _, rest = left.name[len(out.name) + 2:].partition("-")
         pid = rest.split("-", 1)[0]
         if kind in ("tmp", "old") and pid.isdigit() and left.is_dir() \
-                and not left.is_symlink() and not process_alive(int(pid)):
+                and not left.is_symlink() and not process_alive(int(pid)) \
+                and all(f.name in PREPARED_NAMES and f.is_file() and not f.is_symlink()
+                        for f in left.iterdir()):
             shutil.rmtree(left, ignore_errors=True)
 
 
