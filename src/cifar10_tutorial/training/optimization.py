@@ -318,7 +318,7 @@ class CapturedStep:
 
     def __init__(self, model: CifarNet, optimizer: SGD, ema: WeightAverage,
                  device: torch.device, loss_avg: Optional[torch.Tensor], **options):
-        self.model, self.optimizer, self.ema, self.device = model, optimizer, ema, device
+        self.model, self.ema, self.device = model, ema, device
         self.step_fn = make_step(model, model, optimizer, device, **options)
         self.neg_lr = torch.zeros((), device=device)
         self.weight = torch.zeros((), device=device)
@@ -369,7 +369,7 @@ class CapturedStep:
         return (*out, self.avg)
 
 
-def capture_refusal(params: Params, device: torch.device, world: int) -> Optional[str]:
+def capture_refusal(params: Params, world: int) -> Optional[str]:
     """Why the step cannot be captured here (None: it can): several processes (their
     gradients are averaged between backward and update), dropout (its masks are drawn
     from a seed set each step, outside a graph)."""
@@ -385,7 +385,7 @@ def use_capture(params: Params, device: torch.device, world: int) -> bool:
     graph to gain); ``always`` everywhere (the CPU runs the graph's body as it is), and
     where it cannot it is refused in one line; ``never`` never."""
     mode = params.run.capture_step
-    why = capture_refusal(params, device, world)
+    why = capture_refusal(params, world)
     if mode == "always" and why is not None:
         raise refused_capture(why)
     return mode == "always" or (mode == "auto" and device.type == "cuda" and why is None)

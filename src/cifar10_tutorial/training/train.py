@@ -240,12 +240,15 @@ def _train(params: Params, data: Prepared, paths: TrainPaths, progress: Optional
                 else {"step": 0, "loss_avg": None, "elapsed": 0.0, "reached": {}})
     segments = Segments.start(ckpt, counters["step"], device, d.world)
     _same_job(signature, data, ckpt, d, segments.current.get("commit"))  # one job on all nodes
-    train_step = make_step(replicate(model, device, d), model, optimizer, device,
-                           **step_options(params))
     images, labels = (torch.from_numpy(a).to(device) for a in (data.train_images, data.train_labels))
     run = _Run(counters, sched, shape, d, device)
-    captured = (CapturedStep(model, optimizer, ema, device, run.loss_avg, **step_options(params))
-                if use_capture(params, device, d.world) else None)
+    # the step: one CUDA graph replayed (run.capture_step), or the eager one
+    captured = train_step = None
+    if use_capture(params, device, d.world):
+        captured = CapturedStep(model, optimizer, ema, device, run.loss_avg, **step_options(params))
+    else:
+        train_step = make_step(replicate(model, device, d), model, optimizer, device,
+                               **step_options(params))
     batches = make_batches(images, labels, **input_options(params, data, shape),
                            state=ckpt["input"][d.rank] if ckpt else None, rank=d.rank)
     monitor = Monitor(paths.live_dir, run.start, max_steps, ckpt is not None, d.main, progress)
