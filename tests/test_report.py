@@ -454,6 +454,27 @@ def test_a_damaged_variant_record_is_one_line_naming_it(tmp_path, text):
         load_variants(tmp_path)
 
 
+def _no_lrn_with(tmp_path, name: str, keys: tuple, value: str, message: str):
+    """Two variants' results in tmp_path/a, no_lrn's ``name`` (a JSON file) with the value
+    at ``keys`` replaced by the JSON text ``value``: the report is the one line naming
+    the file, ``message``, and the variant's rerun. The file's path."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    path = tmp_path / "a" / "no_lrn" / name
+    record = json.loads(path.read_text())
+    inner = record
+    for key in keys[:-1]:
+        inner = inner[key]
+    inner[keys[-1]] = "VALUE"
+    path.write_text(json.dumps(record).replace('"VALUE"', value))
+    with pytest.raises(PipelineError, match=r"^" + re.escape(
+            f"{path}: {message}; rerun the variant (`dvc repro -f reports/"
+            f"dvc.yaml:ablation@no_lrn`)") + "$"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+    return path
+
+
 @pytest.mark.parametrize("key, value, found", [
     ("precision_at_1", '"0.5"', '"0.5"'), ("num_examples", "true", "true"),
     ("examples_per_sec", "null", "null"), ("loss", "[1.0]", "a list")])
@@ -463,16 +484,9 @@ def test_a_figure_that_is_not_a_number_is_one_line_naming_the_key(tmp_path, key,
     traceback from a number format."""
     from cifar10_tutorial.errors import PipelineError
 
-    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
-    path = tmp_path / "a" / "no_lrn" / "metrics.json"
+    path = _no_lrn_with(tmp_path, "metrics.json", ("eval", key), value,
+                        f"eval.{key} is {found}, expected a number")
     m = json.loads(path.read_text())
-    m["eval"][key] = "VALUE"
-    path.write_text(json.dumps(m).replace('"VALUE"', value))
-    with pytest.raises(PipelineError, match=r"^" + re.escape(f"{path}: eval.{key} is {found}, "
-                                                           f"expected a number; rerun the "
-                                                           f"variant (`dvc repro -f reports/"
-                                                           f"dvc.yaml:ablation@no_lrn`)") + "$"):
-        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
     # a nested figure too, and a section that is not a record
     m["eval"][key] = 0.5
     m["train"]["held_out"]["precision_at_1"] = "0.5"
@@ -496,18 +510,7 @@ def test_a_variant_record_of_another_kind_is_one_line_naming_the_key(tmp_path, k
     """Each key of a variant.json the report reads is of the kind the stage writes: a
     string where a whole number goes (or a bool, or a null) is one line naming the file
     and the key, before any table is made."""
-    from cifar10_tutorial.errors import PipelineError
-
-    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
-    path = tmp_path / "a" / "no_lrn" / "variant.json"
-    v = json.loads(path.read_text())
-    v[key] = "VALUE"
-    path.write_text(json.dumps(v).replace('"VALUE"', value))
-    with pytest.raises(PipelineError, match=r"^" + re.escape(f"{path}: {key} is {found}, "
-                                                           f"expected {expected}; rerun the "
-                                                           f"variant (`dvc repro -f reports/"
-                                                           f"dvc.yaml:ablation@no_lrn`)") + "$"):
-        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+    _no_lrn_with(tmp_path, "variant.json", (key,), value, f"{key} is {found}, expected {expected}")
 
 
 @pytest.mark.parametrize("text", ['{"commit": "aaaa', '[1, 2]'], ids=["truncated", "a-list"])
