@@ -238,7 +238,7 @@ def test_the_readmes_compare_loop_and_recovery_work_as_written_in_a_fresh_clone(
     failed = sh("dvc exp run -S train.batch_size=16 -S eval.device=cuda", ok=False)
     assert failed.returncode != 0 and "eval.device is cuda" in failed.stdout + failed.stderr
     assert model.read_bytes() != before[0]
-    recovery = _readme_block("An unknown or misspelled key")
+    recovery = _readme_block("A failed `dvc exp run` leaves")
     assert len(recovery) == 1
     sh(recovery[0])
     assert (model.read_bytes(), per_class.read_bytes()) == before
