@@ -125,13 +125,20 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, help="write the figures here (JSON)")
     ap.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
     args = ap.parse_args(argv)
-    if args.steps < 1:  # DVC would fail on it after the clone is made, its log gone
-        raise PipelineError(f"--steps {args.steps}: give 1 or more steps a variant")
-    if args.out is not None:  # before minutes of trial, not after: the figures would be lost
+    from cifar10_tutorial.params import STEPS
+
+    # each refused here, not after the clone and minutes of trial (its figures lost)
+    if not STEPS.lo <= args.steps <= STEPS.hi:  # the range ablation.trial_steps takes
+        raise PipelineError(f"--steps {args.steps}: expected {STEPS.text(True)} (steps a "
+                            f"variant); give a number in that range")
+    if args.out is not None:
         from cifar10_tutorial.ownership import ensure_writable
 
         if args.out.is_dir():
             raise PipelineError(f"--out {args.out}: a folder; give the JSON file to write")
+        if args.out.is_symlink():  # as write_text_atomic would refuse it, at the end
+            raise PipelineError(f"--out {args.out}: a link, where the trial writes a file of "
+                                f"its own; give another path (or move the link away)")
         ensure_writable(args.out.parent)
     root = Path.cwd()
     tmp = Path(tempfile.mkdtemp(prefix="cifar10-trial-"))

@@ -47,3 +47,26 @@ def test_a_write_leaves_only_its_file_and_a_failed_one_nothing(tmp_path):
     with pytest.raises(TypeError):
         write_text_atomic(out, 3)  # the writer fails: its own temporary file goes
     assert out.read_text() == "two\n" and sorted(p.name for p in tmp_path.iterdir()) == ["r.md"]
+
+
+LONG = "a" * 240 + ".json"  # a legal name (245 bytes); with what a hidden name adds, not
+
+
+def test_a_long_output_name_is_written_and_its_hidden_names_fit(tmp_path):
+    """The hidden names built beside an output (its temporary file, its run lock, its
+    staging folder) hold a long name cut, with a digest of the whole: a name the file
+    system takes is never an error in a name of ours, and two long names sharing their
+    first bytes still get hidden names of their own."""
+    from cifar10_tutorial.files import NAME_ROOM, hidden_stem, staging_folder
+    from cifar10_tutorial.ownership import hold_run_lock
+
+    out = tmp_path / LONG
+    write_text_atomic(out, "x\n")
+    assert out.read_text() == "x\n" and [p.name for p in tmp_path.iterdir()] == [LONG]
+    other = "a" * 240 + ".yaml"
+    assert hidden_stem(LONG) != hidden_stem(other) and hidden_stem("short") == "short"
+    assert len(hidden_stem(LONG).encode()) <= NAME_ROOM
+    staged = staging_folder(tmp_path / other)
+    assert staged.name.startswith(f".{hidden_stem(other)}.staging-")
+    hold_run_lock(tmp_path / ("b" * 250), "test", host="h" * 64)  # one per machine
+    assert any(p.name.endswith(".run-lock") for p in tmp_path.iterdir())

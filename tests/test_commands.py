@@ -250,19 +250,29 @@ def test_the_trial_benchmark_wants_the_main_pipelines_data_first(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--steps", "0"], r"--steps 0: give 1 or more steps a variant"),
+    (["--steps", "0"], r"^--steps 0: expected an integer from 1 to 1000000000 \(steps a variant\)"),
+    (["--steps", str(10**10)], r"^--steps 10000000000: expected an integer from 1 to"),
     (["--steps", "1", "--out", "/proc/trial.json"], r"^/proc: cannot write there"),
+    (["--out", "LINK"], r"^--out .*link\.json: a link, where the trial writes a file of its own"),
 ])
 def test_a_trial_that_cannot_succeed_is_refused_before_it_starts(argv, message, monkeypatch,
                                                                  tmp_path):
-    """--steps 0, or an --out that cannot be written, is refused in one line before any
+    """--steps out of ablation.trial_steps's range, or an --out that cannot be written (or
+    is a link, which the final write would refuse), is refused in one line before any
     clone is made or any variant trains, so that no trial's figures are lost at its end."""
     import trial
 
-    monkeypatch.chdir(tmp_path)  # no project here: refused before one is looked for
+    work, links = tmp_path / "work", tmp_path / "links"
+    work.mkdir()
+    links.mkdir()
+    (links / "real.json").write_text("{}")
+    (links / "link.json").symlink_to(links / "real.json")
+    argv = [str(links / "link.json") if a == "LINK" else a for a in argv]
+    monkeypatch.chdir(work)  # no project here: refused before one is looked for
     with pytest.raises(PipelineError, match=message):
         trial.main(argv)
-    assert list(tmp_path.iterdir()) == []
+    assert list(work.iterdir()) == [] and sorted(p.name for p in links.iterdir()) == \
+        ["link.json", "real.json"] and (links / "real.json").read_text() == "{}"
 
 
 def test_a_killed_command_takes_its_script_with_it(tmp_path):

@@ -53,12 +53,14 @@ def test_an_old_folder_holding_a_file_of_the_users_is_kept(tmp_path):
     assert len(kept) == 1 and snapshot(kept[0]) == {"model.pt": "old", "notes.md": "mine"}
 
 
+@pytest.mark.parametrize("name", ["out", "o" * 250], ids=["out", "a-250-byte-name"])
 def test_a_swap_killed_between_its_two_renames_is_restored_by_the_next_writer(tmp_path,
-                                                                             monkeypatch):
+                                                                             monkeypatch, name):
     """The two-step rename (no renameat2) killed after the first: the old folder waits
-    beside the name, which the next writer renames back before it does anything else."""
+    beside the name, which the next writer renames back before it does anything else (a
+    long name too: its leftovers carry it cut, files.hidden_stem)."""
     monkeypatch.setattr(files, "_exchange", lambda a, b: False)
-    dest = folder(tmp_path / "out", **{"model.pt": "old", "published.json": "{}"})
+    dest = folder(tmp_path / name, **{"model.pt": "old", "published.json": "{}"})
     staged = staging_folder(dest)
     (staged / "model.pt").write_text("new")
     real_rename, calls = files.os.rename, []
@@ -76,12 +78,13 @@ def test_a_swap_killed_between_its_two_renames_is_restored_by_the_next_writer(tm
     assert not dest.exists()
     # the process that was swapping is gone: its leftovers carry a dead pid
     pid = dead_pid()
+    stem = files.hidden_stem(name)
     for left in tmp_path.iterdir():
-        kind, rest = left.name[len(".out."):].split("-", 1)
-        left.rename(tmp_path / f".out.{kind}-{pid}-{rest.split('-', 1)[1]}")
+        kind, rest = left.name[len(f".{stem}."):].split("-", 1)
+        left.rename(tmp_path / f".{stem}.{kind}-{pid}-{rest.split('-', 1)[1]}")
     said = recover_swapped_folder(dest, OWN, MARK)
     assert snapshot(dest) == {"model.pt": "old", "published.json": "{}"}
-    assert [p.name for p in tmp_path.iterdir()] == ["out"], said
+    assert [p.name for p in tmp_path.iterdir()] == [name], said
     assert any("restored" in line for line in said) and any("half built" in line for line in said)
 
 

@@ -11,6 +11,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Optional
 
+# bytes of a name kept whole in the hidden names built beside it (``.NAME.staging-PID-xxxx``,
+# ``.NAME.<random>.tmp``, ``.NAME.HOST.run-lock``): with what they add, within the 255
+# bytes a file system allows a name
+NAME_ROOM = 150
+
+
+def hidden_stem(name: str) -> str:
+    """``name`` as the hidden names built beside it hold it: whole where it fits in
+    ``NAME_ROOM`` bytes, else its first bytes and a digest of the whole (still one stem
+    per name, the same each run), so that a long output name is no error in a name of
+    ours. Writers and the clean-ups that find their leftovers use it alike."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= NAME_ROOM:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:16]
+    return raw[:NAME_ROOM - 17].decode("utf-8", "ignore") + "~" + digest
+
+
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` of this machine still runs (one of another user's counts)."""
     try:
@@ -117,7 +135,7 @@ def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
         raise PipelineError(f"{path}: a link, where this run writes a file of its own (it "
                             f"would replace the link, and {os.path.realpath(path)} would no "
                             f"longer be written); move the link away, then rerun")
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{hidden_stem(path.name)}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     tmp = Path(name)
     umask = os.umask(0)
@@ -141,7 +159,7 @@ def write_new_file(path: Path, data: bytes) -> None:
     import tempfile
 
     path = Path(path)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{hidden_stem(path.name)}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
     try:
         with writing(tmp, path), os.fdopen(fd, "wb") as f:
@@ -190,9 +208,9 @@ def _aside(dest: Path, *kinds: str) -> list[Path]:
 
     found = []
     for kind in kinds:  # the name taken literally: [ ] * ? in it match only themselves
-        for path in dest.parent.glob(f".{glob.escape(dest.name)}.{kind}-*"):
+        for path in dest.parent.glob(f".{glob.escape(hidden_stem(dest.name))}.{kind}-*"):
             # the writer's names only: .NAME.KIND-PID-SUFFIX (mkdtemp's suffix)
-            pid, sep, rest = path.name[len(f".{dest.name}.{kind}-"):].partition("-")
+            pid, sep, rest = path.name[len(f".{hidden_stem(dest.name)}.{kind}-"):].partition("-")
             if not (re.fullmatch(r"[0-9]{1,10}", pid) and sep and rest):
                 continue  # a folder named so by someone else: not a leftover
             if not (int(pid) != os.getpid() and process_alive(int(pid))):
@@ -212,7 +230,7 @@ def staging_folder(dest: Path) -> Path:
     what an interruption left."""
     import tempfile
 
-    path = Path(tempfile.mkdtemp(prefix=f".{dest.name}.staging-{os.getpid()}-", dir=dest.parent))
+    path = Path(tempfile.mkdtemp(prefix=f".{hidden_stem(dest.name)}.staging-{os.getpid()}-", dir=dest.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o777 & ~umask)  # a folder's usual mode once in place, not mkdtemp's 0700
@@ -236,7 +254,7 @@ def swap_in_folder(staged: Path, dest: Path, own: set[str]) -> Optional[Path]:
     else:
         import tempfile
 
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.replaced-{os.getpid()}-",
+        old = Path(tempfile.mkdtemp(prefix=f".{hidden_stem(dest.name)}.replaced-{os.getpid()}-",
                                     dir=dest.parent))
         old.rmdir()  # a free name beside dest, on the same file system
         os.rename(dest, old)

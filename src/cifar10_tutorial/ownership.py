@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from .files import WRITE_HINTS
+from .files import WRITE_HINTS, hidden_stem
 
 
 def listed(names: list[str], most: int = 5) -> str:
@@ -114,7 +114,7 @@ def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> Non
     key = f"{real}|{host or ''}"
     if key in _held:  # this process holds it already (--out and --live the same folder)
         return
-    path = real.parent / f".{real.name}{'.' + host if host else ''}{RUN_LOCK_SUFFIX}"
+    path = real.parent / f".{hidden_stem(real.name)}{'.' + host if host else ''}{RUN_LOCK_SUFFIX}"
     path.parent.mkdir(parents=True, exist_ok=True)
     fix = "remove it (or give this run another output folder); nothing was changed"
     try:  # O_NONBLOCK: a FIFO there must not hang the open

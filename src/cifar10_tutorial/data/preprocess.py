@@ -10,6 +10,7 @@ renamed into place, so a ``data/prepared`` folder is always complete.
 """
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ import numpy as np
 
 from .datasets import DatasetSpec
 from ..files import md5_of, writing
-from ..files import process_alive
+from ..files import hidden_stem, process_alive
 from ..ownership import refuse_foreign
 from .prepared import META_NAME, PREPARED_NAMES, PrepareError
 
@@ -139,15 +140,16 @@ def _fresh_dir(out: Path, kind: str) -> Path:
     has gone."""
     out.parent.mkdir(parents=True, exist_ok=True)
     _sweep_left_behind(out)
-    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.{kind}-{os.getpid()}-"))
+    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{hidden_stem(out.name)}.{kind}-{os.getpid()}-"))
 
 
 def _sweep_left_behind(out: Path) -> None:
     """Remove what a killed run left: a folder of that name whose process has gone and
     that holds only files the stage writes (a folder of the user's of the same name, with
     anything else in it, is left as it is)."""
-    for left in out.parent.glob(f".{out.name}.*-*-*"):
-        kind, _, rest = left.name[len(out.name) + 2:].partition("-")
+    stem = hidden_stem(out.name)
+    for left in out.parent.glob(f".{glob.escape(stem)}.*-*-*"):
+        kind, _, rest = left.name[len(stem) + 2:].partition("-")
         pid = rest.split("-", 1)[0]
         if kind in ("tmp", "old") and pid.isdigit() and left.is_dir() \
                 and not left.is_symlink() and not process_alive(int(pid)) \
