@@ -536,3 +536,35 @@ def test_a_folder_named_as_a_staging_one_is_removed_only_with_publishs_mark(tmp_
     said = recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written)
     assert not killed.exists() and _snapshot(mine) == before, said
     assert any("holds files it did not write" in line and "mywork" in line for line in said)
+
+
+def test_a_publish_killed_after_its_manifest_leaves_nothing_the_next_keeps(tmp_path):
+    """Killed between writing its manifest and removing its mark: the staging folder is
+    all publish's (the manifest's files with their digests, the manifest, the mark), so the
+    next publish removes it rather than keep it as holding files publish did not write; a
+    file the manifest does not name still keeps it."""
+    import hashlib
+
+    from publish import BUILDING, FILES, MANIFEST, _as_written
+    from cifar10_tutorial.files import recover_swapped_folder
+
+    out = tmp_path / "x"
+
+    def killed(name: str):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / BUILDING).write_text("a folder cifar10 publish is building\n")
+        for f in FILES:
+            (folder / f).write_text(f"{f}\n")
+        digests = {f: hashlib.sha256(f"{f}\n".encode()).hexdigest() for f in FILES}
+        (folder / MANIFEST).write_text(json.dumps({"files": digests}))
+        return folder
+
+    whole = killed(".x.staging-999997-ab")
+    extra = killed(".x.staging-999996-cd")
+    (extra / "notes.md").write_text("mine\n")
+    said = recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written)
+    assert not whole.exists(), said
+    assert (extra / "notes.md").read_text() == "mine\n" and (extra / "model.pt").exists()
+    assert [line for line in said if "holds files it did not write" in line] == \
+        [line for line in said if ".x.staging-999996-cd" in line], said

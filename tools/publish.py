@@ -248,13 +248,14 @@ def _as_written(folder: Path) -> set[str]:
     written last) the files publish writes. Nothing in a set-aside published folder
     without its manifest."""
     manifest = folder / MANIFEST
+    # a folder publish was building holds its mark, written before any file and removed
+    # after the manifest: a folder of that name without it is not publish's, whatever its
+    # files are called; with it, the mark is publish's too (killed before removing it)
+    building = re.search(r"\.(staging|publishing)-[0-9]+-[^.]*$", folder.name)
+    mark = folder / BUILDING
+    marked = {BUILDING} if building and mark.is_file() and not mark.is_symlink() else set()
     if manifest.is_symlink() or not manifest.is_file():
-        # a folder publish was building holds its mark, written before any file: a folder
-        # of that name without it is not publish's, whatever its files are called
-        building = re.search(r"\.(staging|publishing)-[0-9]+-[^.]*$", folder.name)
-        mark = folder / BUILDING
-        return ({*FILES, BUILDING} if building and mark.is_file() and not mark.is_symlink()
-                else set())
+        return {*FILES, *marked} if marked else set()
     try:
         files = json.loads(manifest.read_text()).get("files")
     except (OSError, ValueError, AttributeError):
@@ -262,7 +263,7 @@ def _as_written(folder: Path) -> set[str]:
     if not isinstance(files, dict):
         return set()
     return {n for n, digest in files.items() if n in FILES and _same_file(folder / n, digest)
-            } | {MANIFEST}
+            } | {MANIFEST, *marked}
 
 
 def _same_file(path: Path, digest) -> bool:
