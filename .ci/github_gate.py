@@ -26,11 +26,13 @@ ancestors of the merge base are searched, 50).
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -318,8 +320,11 @@ def report(event: Event, verdict: str, table: str) -> None:
                             f"there away. The verdict: {verdict.splitlines()[0][:200]}") from None
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        try:
-            with open(summary, "a") as f:
+        try:  # O_NONBLOCK: a FIFO there must not hang the gate (GitHub's is a regular file)
+            fd = os.open(summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+            with os.fdopen(fd, "a") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise OSError(errno.EINVAL, "not a regular file")
                 f.write(text + "\n")
         except OSError as exc:  # the verdict stands: it is printed and in the comment's file
             print(f"warning: GITHUB_STEP_SUMMARY {shown(summary, 200)}: {exc.strerror or exc}; "

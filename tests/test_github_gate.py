@@ -444,6 +444,22 @@ def test_the_comment_replaces_a_link_and_an_unwritable_summary_is_one_warning(
     assert out == "PASSED here\n"
     assert err == (f"warning: GITHUB_STEP_SUMMARY '{tmp_path}': Is a directory; the verdict is "
                    f"not in the job's summary (expected a writable file)\n")
+    # a FIFO (no reader: the open would block for ever; a reader: not a file) is a warning
+    fifo = tmp_path / "summary.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(fifo))
+    gate.report(pr, "**PASSED** here", "| table |")
+    out, err = capsys.readouterr()
+    assert out == "PASSED here\n" and err.startswith(f"warning: GITHUB_STEP_SUMMARY '{fifo}': ")
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        gate.report(pr, "**PASSED** here", "| table |")
+    finally:
+        os.close(reader)
+    out, err = capsys.readouterr()
+    assert out == "PASSED here\n" and err == (
+        f"warning: GITHUB_STEP_SUMMARY '{fifo}': not a regular file; the verdict is not in the "
+        f"job's summary (expected a writable file)\n")
 
 
 def stored_baseline(tmp_path, values: str):
