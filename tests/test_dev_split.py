@@ -292,3 +292,19 @@ def test_an_encrypted_member_is_one_line_naming_it(tmp_path):
     with pytest.raises(PipelineError, match=r"member repo/train/cat/0001\.jpg cannot be read "
                                             r"from the zip \(.*password required.*\)"):
         build_dev_split(source, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+
+
+def test_a_source_that_is_neither_file_nor_folder_is_named_for_what_it_is(tmp_path):
+    """A FIFO (or a dangling link) where the images should be is said to be one, not "no
+    such file" (it exists), and nothing blocks reading it."""
+    import os
+
+    fifo, dangling = tmp_path / "fifo", tmp_path / "dangling"
+    os.mkfifo(fifo)
+    dangling.symlink_to(tmp_path / "gone")
+    for source, found in ((fifo, "neither a file nor a folder (a FIFO, a device or a socket)"),
+                          (dangling, "a link to nothing"), (tmp_path / "none", "no such file or folder")):
+        with pytest.raises(PipelineError, match=rf"^{re.escape(str(source))}: {re.escape(found)}; "
+                                                r"give the folder of"):
+            build_dev_split(source, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
+    assert not (tmp_path / "o.tar.gz").exists()

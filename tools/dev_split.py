@@ -93,7 +93,10 @@ def _images(source: Path) -> Iterator[tuple[str, bytes]]:
                 yield rel, raw
         return
     if not source.is_dir():
-        raise PipelineError(f"{source}: no such file or folder; give the folder of {SOURCE} "
+        found = "no such file or folder" if not os.path.lexists(source) else (
+            "a link to nothing" if source.is_symlink() else "neither a file nor a folder "
+            "(a FIFO, a device or a socket)")
+        raise PipelineError(f"{source}: {found}; give the folder of {SOURCE} "
                             f"(or its train/ folder, or a zip of either)")
     root = source if source.name == "train" else source / "train"
     if not root.is_dir():
