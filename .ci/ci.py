@@ -135,6 +135,22 @@ def apply_overrides(params_path: Path, overrides: dict) -> None:
     params_path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
+def _check_overrides(path: Path, project: Path, config: dict) -> None:
+    """The params files as the configuration ``path`` leaves them, checked before anything
+    runs: a key it misspells is named in it, not in the scratch copy a stage would name."""
+    from cifar10_tutorial.params import EXERCISES, ParamsError, load_params
+
+    for key, file, sections in (("params", "params.yaml", None),
+                                ("exercise_params", EXERCISE_PARAMS, EXERCISES)):
+        if key == "exercise_params" and not config.get(key):
+            continue
+        try:
+            load_params(project / file, *([sections] if sections else []))
+        except ParamsError as exc:
+            said = str(exc).replace(f"{project / file}: ", "", 1)
+            raise PipelineError(f"{path}: {key}: {said}") from None
+
+
 def _run(cmd: list[str], cwd: Path, env: dict) -> int:
     """``cmd``'s exit status. It runs in a process group of its own, which is stopped, its
     stages included, when this process is interrupted (Ctrl-C, or a SIGTERM the caller
@@ -243,6 +259,7 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
         apply_overrides(project / "params.yaml", overrides)
         if config.get("exercise_params"):
             apply_overrides(project / EXERCISE_PARAMS, config["exercise_params"])
+        _check_overrides(root / CONFIGS / f"{name}.yaml", project, config)
         env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
         baseline = overrides.get("regression.baseline")
         if not update_baseline:

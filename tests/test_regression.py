@@ -466,3 +466,36 @@ def test_a_damaged_ci_configuration_is_one_line_naming_it(tmp_path, text, messag
     path.write_text(text)
     with pytest.raises(PipelineError, match=rf"^{path}: {message}"):
         ci.load_config("mine", tmp_path)
+
+
+@pytest.mark.parametrize("key, text, said", [
+    ("params", "params: {train.max_steps: 2, train.max_stpes: 5}\n",
+     "params: unknown key train.max_stpes in params; valid keys in 'train': "),
+    ("exercise_params", "exercise_params: {ablation.max_stpes: 5}\n",
+     "exercise_params: unknown key ablation.max_stpes in "),
+], ids=["params", "exercise-params"])
+def test_a_misspelled_key_of_a_ci_configuration_is_named_in_it(tmp_path, key, text, said):
+    """A key the configuration misspells is one line naming the configuration and the key,
+    before anything runs: not the scratch copy's params file, nor DVC's undo hint."""
+    import subprocess
+    import sys
+
+    import shutil
+
+    clone = tmp_path / "c"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    for code in (".ci/ci.py", "src"):  # the code under test: the working tree's
+        if (ROOT / code).is_dir():
+            shutil.copytree(ROOT / code, clone / code, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(ROOT / code, clone / code)
+    config = clone / ".ci" / "configs" / "typo.yaml"
+    config.write_text("archive: synthetic\narchive_args: {train_per_batch: 10, test: 20}\n"
+                      "report: false\n" + text)
+    proc = subprocess.run([sys.executable, ".ci/ci.py", "typo"], cwd=clone,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {config}: {said}"), last
+    assert "dvc exp run" not in last and "$ dvc repro" not in proc.stdout
