@@ -82,9 +82,12 @@ def ensure_writable(*folders: Path) -> None:
             os.close(fd)
             os.unlink(name)
         except OSError as exc:
-            hint = WRITE_HINTS.get(exc.errno, WRITE_HINTS[errno.EACCES])
+            # a folder that takes no files at all (/proc, /sys: ENOENT, EINVAL ...) cannot be
+            # made writable: only another path helps
+            hint = WRITE_HINTS.get(exc.errno, "point the stage's output at another folder")
+            writes = "in it" if probe == folder else str(folder)
             raise PipelineError(f"{probe}: cannot write there ({exc.strerror}), and the run "
-                                f"writes {folder}; nothing was changed or removed. {hint[0].upper()}"
+                                f"writes {writes}; nothing was changed or removed. {hint[0].upper()}"
                                 f"{hint[1:]}, then rerun.") from None
 
 
