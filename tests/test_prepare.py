@@ -11,8 +11,8 @@ import pytest
 
 from cifar10_tutorial.data.datasets import CIFAR10
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.data.preprocess import prepare
-from cifar10_tutorial.data.prepared import PrepareError, load_prepared
+from cifar10_tutorial.data.preprocess import OWN_MARK, prepare
+from cifar10_tutorial.data.prepared import PREPARED_NAMES, PrepareError, load_prepared
 from cifar10_tutorial.data.synthetic import CLASSES, make_cifar10_archive, write_tar_gz
 
 FOLDER = "cifar-10-batches-bin/"
@@ -95,7 +95,12 @@ def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(archive, tmp_
     out = tmp_path / "prepared"
     left = tmp_path / f".prepared.tmp-{gone.pid}-abc123"
     left.mkdir()
+    (left / OWN_MARK).write_text("")  # the stage's mark, written first
     (left / "train_images.npy").write_bytes(b"half")
+    aside = tmp_path / f".prepared.old-{gone.pid}-ghi789"  # an old output set aside
+    (aside / "prepared").mkdir(parents=True)
+    (aside / OWN_MARK).write_text("")
+    (aside / "prepared" / "meta.json").write_text("{}")
     live = tmp_path / f".prepared.tmp-{os.getpid()}-def456"  # a run still going
     live.mkdir()
     mine = [tmp_path / ".prepared.tmp", tmp_path / ".prepared.notes-1-2"]
@@ -107,10 +112,27 @@ def test_a_killed_runs_temporary_folder_is_removed_by_the_next_run(archive, tmp_
     snapshot.mkdir()
     (snapshot / "NOTES.md").write_text("mine")
     (snapshot / "train_images.npy").write_bytes(b"kept")
+    # a user's backup of the output under such a name, only the stage's files in it, and
+    # a number where the pid goes: no mark, so not the stage's either
+    backup = tmp_path / ".prepared.old-2024-mybackup"
+    backup.mkdir()
+    for name in PREPARED_NAMES:
+        (backup / name).write_bytes(b"my copy")
+    marked_but_more = tmp_path / f".prepared.tmp-{gone.pid}-jkl012"  # the mark, and a file
+    marked_but_more.mkdir()
+    (marked_but_more / OWN_MARK).write_text("")
+    (marked_but_more / "NOTES.md").write_text("mine")
     prepare(archive["path"], out, CIFAR10)
-    assert not left.exists() and live.exists() and all(f.exists() for f in mine)
+    assert not left.exists() and not aside.exists() and live.exists()
+    assert all(f.exists() for f in mine) and marked_but_more.exists()
     assert (snapshot / "NOTES.md").read_text() == "mine"
     assert (snapshot / "train_images.npy").read_bytes() == b"kept"
+    assert {f.name: f.read_bytes() for f in backup.iterdir()} == \
+        {name: b"my copy" for name in PREPARED_NAMES}
+    prepare(archive["path"], out, CIFAR10)  # replacing an output leaves nothing beside it
+    assert sorted(p.name for p in tmp_path.glob(".prepared.*-*-*")) == sorted(
+        p.name for p in (live, backup, snapshot, marked_but_more, mine[1]))
+    assert not (out / OWN_MARK).exists()
 
 
 def test_truncated_record_file(tmp_path):

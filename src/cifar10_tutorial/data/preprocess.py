@@ -132,40 +132,67 @@ def parse_class_names(raw: bytes, num_classes: int, source: str) -> list[str]:
 # what the stage writes into its folder: it replaces that folder, and nothing else
 
 
+# written first into every folder the stage makes beside its output (a temporary one it
+# builds in, an old output set aside): what marks a leftover of a killed run as the stage's
+# own, which its next run removes; a folder without it is never removed, whatever it holds
+OWN_MARK = ".preprocess-own"
+
+
 def _fresh_dir(out: Path, kind: str) -> Path:
     """A new, empty folder beside ``out`` under a name no user has and that names the
-    process making it (``.prepared.tmp-<pid>-x1y2``): a folder of the user's called
-    ``prepared.tmp`` or ``prepared.old`` is never touched. Such folders a killed run left
-    (SIGKILL, or SIGTERM before Python's clean-up) are removed here, once their process
-    has gone."""
+    process making it (``.prepared.tmp-<pid>-x1y2``), marked as the stage's own before
+    anything else is written in it. Such folders a killed run left (SIGKILL, or SIGTERM
+    before Python's clean-up) are removed here, once their process has gone."""
     out.parent.mkdir(parents=True, exist_ok=True)
     _sweep_left_behind(out)
-    return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{hidden_stem(out.name)}.{kind}-{os.getpid()}-"))
+    path = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{hidden_stem(out.name)}.{kind}-{os.getpid()}-"))
+    (path / OWN_MARK).write_text("made by the preprocess stage, which removes it\n")
+    return path
 
 
 def _sweep_left_behind(out: Path) -> None:
-    """Remove what a killed run left: a folder of that name whose process has gone and
-    that holds only files the stage writes (a folder of the user's of the same name, with
-    anything else in it, is left as it is)."""
+    """Remove what a killed run left: a folder of that name whose process has gone, that
+    holds the stage's mark and otherwise only what the stage writes (a folder of the
+    user's of the same name, a copy of the output kept as a backup say, has no mark and is
+    left as it is)."""
     stem = hidden_stem(out.name)
     for left in out.parent.glob(f".{glob.escape(stem)}.*-*-*"):
         kind, _, rest = left.name[len(stem) + 2:].partition("-")
         pid = rest.split("-", 1)[0]
         if kind in ("tmp", "old") and pid.isdigit() and left.is_dir() \
-                and not left.is_symlink() and not process_alive(int(pid)) \
-                and all(f.name in PREPARED_NAMES and f.is_file() and not f.is_symlink()
-                        for f in left.iterdir()):
+                and not left.is_symlink() and not process_alive(int(pid)) and _own(left):
             shutil.rmtree(left, ignore_errors=True)
 
 
+def _own(folder: Path) -> bool:
+    """Whether ``folder`` holds the stage's mark, and besides it only files the stage
+    writes, or an old output set aside (``prepared/``) holding only those."""
+    def stage_files(where: Path) -> bool:
+        return all(f.name in PREPARED_NAMES and f.is_file() and not f.is_symlink()
+                   for f in where.iterdir())
+
+    mark = folder / OWN_MARK
+    if not mark.is_file() or mark.is_symlink():
+        return False
+    rest = [f for f in folder.iterdir() if f.name != OWN_MARK]
+    aside = folder / "prepared"
+    if [f.name for f in rest] == ["prepared"] and aside.is_dir() and not aside.is_symlink():
+        return stage_files(aside)
+    return all(f.name in PREPARED_NAMES and f.is_file() and not f.is_symlink() for f in rest)
+
 
 def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` folder to ``out``, replacing any old one."""
+    """Move the finished ``tmp`` folder to ``out``, replacing any old one: the old one is
+    set aside inside a marked folder of the stage's first, so that a kill at any moment
+    leaves nothing unmarked but (for an instant) ``tmp`` itself."""
+    (tmp / OWN_MARK).unlink()  # the output holds the stage's files only
     if out.exists():
         old = _fresh_dir(out, "old")
-        os.replace(out, old)
+        os.rename(out, old / "prepared")
+        os.replace(tmp, out)
         shutil.rmtree(old, ignore_errors=True)
-    os.replace(tmp, out)
+    else:
+        os.replace(tmp, out)
 
 
 def _write_outputs(out_dir: Path, arrays: dict, meta: dict) -> None:
