@@ -36,6 +36,7 @@ import yaml
 
 from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_output
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.param_types import load_yaml12
 from cifar10_tutorial.files import md5_of
 
 CONFIGS = Path(".ci/configs")
@@ -52,7 +53,7 @@ def load_config(name: str, root: Path) -> dict:
             f"known: {', '.join(known)}" if known else f"{root} holds none: run it from the "
             f"repository root"))
     try:
-        config = yaml.safe_load(path.read_text())
+        config = load_yaml12(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         where = getattr(exc, "problem_mark", None)
         raise PipelineError(f"{path}: cannot be read as YAML ({type(exc).__name__}"
@@ -125,7 +126,7 @@ def build_archive(config: dict, given: Optional[Path], out: Path) -> Optional[st
 
 def apply_overrides(params_path: Path, overrides: dict) -> None:
     """``section.key: value`` (or ``section: value``) into params.yaml."""
-    raw = yaml.safe_load(params_path.read_text())
+    raw = load_yaml12(params_path.read_text())  # as DVC and the stages read it
     for dotted, value in overrides.items():
         parts = dotted.split(".", 1)
         if len(parts) == 1:

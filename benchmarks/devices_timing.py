@@ -35,6 +35,7 @@ from typing import Optional
 from cifar10_tutorial.cli import run_stage
 from scratch import package_env, scratch_train_project
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.param_types import load_yaml12
 from cifar10_tutorial.files import write_text_atomic
 
 SETUPS = {"1 x 128": {"num_devices": 1, "batch_size": 128},
@@ -42,9 +43,7 @@ SETUPS = {"1 x 128": {"num_devices": 1, "batch_size": 128},
 
 
 def _project(root: Path, params_file: Path, data_dir: Path, setup: dict, steps: int) -> Path:
-    import yaml
-
-    raw = yaml.safe_load(params_file.read_text()) or {}
+    raw = load_yaml12(params_file.read_text()) or {}  # as DVC and the stages read it
     raw.setdefault("train", {}).update(max_steps=steps, seed=0, device="cpu",
                                        log_every=max(1, steps // 4), **setup)
     raw.setdefault("run", {}).update(checkpoint_every=10 ** 9, summary_every=10 ** 9)

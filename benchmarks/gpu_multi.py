@@ -28,14 +28,14 @@ import torch
 
 from scratch import package_env, scratch_train_project
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.param_types import load_yaml12
 
 WEIGHTS_ATOL = 2e-4  # tests/test_distributed.py: 30 steps at lr 0.02 stay within it on a CPU
 WEIGHTS_LR = 0.02
 
 
 def _yaml(path: Path) -> dict:
-    import yaml
-    return yaml.safe_load(Path(path).read_text()) or {}
+    return load_yaml12(Path(path).read_text()) or {}  # as DVC and the stages read it
 
 
 def train_stage(root: Path, name: str, params_file: Path, data_dir: Path, device: str,

@@ -62,6 +62,7 @@ from speed.steps import window
 from cifar10_tutorial.cli import run_stage, stage_output
 from scratch import package_env, scratch_train_project
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.param_types import load_yaml12
 from cifar10_tutorial.files import write_text_atomic
 from cifar10_tutorial.params import Params, load_params, to_dict
 from cifar10_tutorial.data.prepared import Prepared, load_prepared
@@ -183,8 +184,7 @@ def side_by_side(params_file: Path, data_dir: Path, device: str, n: int, steps: 
 
 
 def yaml_load(path: Path) -> dict:
-    import yaml
-    return yaml.safe_load(Path(path).read_text()) or {}
+    return load_yaml12(Path(path).read_text()) or {}  # as DVC and the stages read it
 
 
 # --------------------------------------------------------------------------- the run

@@ -133,9 +133,12 @@ def test_trial_steps_cap_every_variant_of_the_project():
                           "found -1"),
     ("train: {seed: 18446744073709551616}", "train.seed: expected an integer from 0 to "
                                             "9223372036854775807"),
-    ("train: {max_steps: 1e6}", "train.max_steps: expected an integer, found '1e6' (YAML reads "
-                                "1e6 as text: write 1.0e+6, with a dot and a signed exponent)"),
-    ("train: {initial_lr: 5e-2}", "write 5.0e-2, with a dot"),
+    ("train: {max_steps: 1e6}", "train.max_steps: expected an integer, found 1000000.0"),
+    # text YAML 1.2 (and DVC) reads as text, though float() would take it
+    ("train: {initial_lr: .5e1}", "train.initial_lr: expected a number, found '.5e1' (YAML "
+                                  "reads .5e1 as text: write .5e+1, with a dot and a signed "
+                                  "exponent)"),
+    ("model: {lrn: yes}", "model.lrn: expected true or false, found 'yes'"),
 ])
 def test_numbers_yaml_reads_oddly_or_out_of_range_are_one_clear_error(tmp_path, text, message):
     path = tmp_path / "params.yaml"
@@ -143,6 +146,52 @@ def test_numbers_yaml_reads_oddly_or_out_of_range_are_one_clear_error(tmp_path, 
     with pytest.raises(ParamsError) as err:
         load_params(path)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, key, value", [
+    ("train: {epochs_per_decay: 0350}", "epochs_per_decay", 350.0),  # YAML 1.1: octal 232
+    ("train: {max_steps: 010000}", "max_steps", 10000),  # YAML 1.1: 4096
+    ("train: {initial_lr: 5e-2}", "initial_lr", 0.05),  # YAML 1.1: text
+    ("train: {seed: 0o17}", "seed", 15),  # YAML 1.1: text
+    ("train: {max_steps: 1_000}", "max_steps", 1000),
+])
+def test_numbers_are_read_as_dvc_reads_them(tmp_path, text, key, value):
+    """DVC hashes params as YAML 1.2 reads them: the stages read the same values, so that
+    a value DVC calls unchanged is never another one in the run."""
+    path = tmp_path / "params.yaml"
+    path.write_text(text + "\n")
+    got = getattr(load_params(path).train, key)
+    assert got == value and type(got) is type(value)
+
+
+def test_the_params_reader_and_dvcs_agree_on_every_plain_scalar():
+    """Plain scalars of numbers, signs, dots, exponents, prefixes, underscores and the
+    words YAML 1.1 takes for booleans: the project's reader and DVC's give the same value
+    of the same type (or both refuse)."""
+    import math
+    import random
+
+    from dvc.utils.serialize._yaml import parse_yaml
+
+    from cifar10_tutorial.param_types import load_yaml12
+
+    words = ["yes", "No", "ON", "off", "y", "n", "true", "False", "TRUE", "null", "Null", "~",
+             "1:30", "190:20:30", ".NaN", "-.inf", "+.inf", ".Inf", "0X1a", "2001-12-14", "NaN"]
+    rng = random.Random(0)
+    scalars = words + ["".join(rng.choice("0123456789_+-.eExXoObB") for _ in
+                               range(rng.randint(1, 6))) for _ in range(3000)]
+
+    def read(parse, text):
+        try:
+            return "ok", parse(f"a: {text}\n")["a"]
+        except Exception:  # noqa: BLE001 (either refusing is agreement)
+            return "refused", None
+
+    for text in scalars:
+        ours, theirs = read(load_yaml12, text), read(lambda t: parse_yaml(t, "p.yaml"), text)
+        same = ours == theirs or (ours[0] == theirs[0] == "ok" and isinstance(ours[1], float)
+                                  and math.isnan(ours[1]) and math.isnan(theirs[1]))
+        assert same and type(ours[1]) is type(theirs[1]), (text, ours, theirs)
 
 
 @pytest.mark.parametrize("content, expected", [

@@ -288,17 +288,77 @@ def build(cls: type, mapping: dict, prefix: str) -> Any:
     return cls(**kwargs)
 
 
+# The plain scalars YAML 1.2's core schema reads as numbers and booleans, as DVC reads
+# params files (ruamel.yaml, YAML 1.2) to hash them. PyYAML reads YAML 1.1, which differs:
+# ``0350`` is octal 232 there, ``1e-1`` and ``0o17`` are text, ``yes``/``on`` are booleans,
+# ``1:30`` is 90. A param DVC hashes as one value and a stage reads as another would leave
+# results stale while every tool says they are up to date; so the project reads as DVC does.
+_YAML12 = {
+    "bool": (re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), "tTfF"),
+    "int": (re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0o?[0-7_]+|[-+]?[0-9_]+"
+                       r"|[-+]?0x[0-9a-fA-F_]+)$"), "-+0123456789"),
+    "float": (re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+                         r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+                         r"|[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?"
+                         r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), "-+0123456789."),
+}
+
+
+def yaml12_loader():
+    """A PyYAML SafeLoader class that reads numbers and booleans as YAML 1.2 (DVC) does."""
+    import yaml
+
+    class Yaml12(yaml.SafeLoader):
+        pass
+
+    tags = {f"tag:yaml.org,2002:{kind}" for kind in _YAML12}
+    Yaml12.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in tags]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for kind, (regexp, first) in _YAML12.items():
+        Yaml12.add_implicit_resolver(f"tag:yaml.org,2002:{kind}", regexp, list(first))
+
+    def integer(loader, node):
+        text = loader.construct_scalar(node).replace("_", "")
+        sign = -1 if text[:1] == "-" else 1
+        text = text.lstrip("+-")
+        base = {"0b": 2, "0o": 8, "0x": 16}.get(text[:2])
+        return sign * (int(text[2:], base) if base else int(text, 10))  # 0350 is 350
+
+    def real(loader, node):
+        text = loader.construct_scalar(node).replace("_", "").lower()
+        sign = -1.0 if text[:1] == "-" else 1.0
+        text = text.lstrip("+-")
+        if text == ".inf":
+            return sign * math.inf
+        if text == ".nan":
+            return math.nan
+        return sign * float(text)
+
+    Yaml12.add_constructor("tag:yaml.org,2002:int", integer)
+    Yaml12.add_constructor("tag:yaml.org,2002:float", real)
+    return Yaml12
+
+
+def load_yaml12(text: str):
+    """``text`` parsed as DVC parses a params file (:func:`yaml12_loader`)."""
+    import yaml
+
+    return yaml.load(text, Loader=yaml12_loader())  # noqa: S506 (a SafeLoader)
+
+
 PARAMS_LIMIT = 1 << 20  # bytes: a params file is a few KB; more is not one
 
 
 def read_params_yaml(path, empty: str = "it would run every default") -> Any:
-    """A params file parsed the way DVC reads it, strictly: UTF-8 text, no duplicate keys
+    """A params file parsed the way DVC reads it (YAML 1.2's numbers and booleans), strictly:
+    UTF-8 text, no duplicate keys
     (DVC's reader refuses them too; PyYAML keeps the last silently), no aliases (``*name``:
     an alias bomb expands without end), no empty file (which read as all the defaults), and
     one line naming the file for anything else (``empty``: what an empty one would mean)."""
     import yaml
 
-    class Strict(yaml.SafeLoader):
+    class Strict(yaml12_loader()):
         def compose_node(self, parent, index):
             if self.check_event(yaml.AliasEvent):
                 raise yaml.YAMLError(f"an alias (*{self.peek_event().anchor}) on line "
