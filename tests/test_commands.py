@@ -306,3 +306,20 @@ def test_a_killed_command_takes_its_script_with_it(tmp_path):
     finally:
         proc.kill()
     assert not (tmp_path / "written-after-the-kill").exists()
+
+
+def test_no_dvc_beside_python_or_on_path_is_one_line(tmp_path, monkeypatch):
+    """A Python with the package but no DVC (a compute node's, say) running a command that
+    needs DVC (check-code, trial, repro): one line saying where to run it, not a
+    FileNotFoundError traceback from the subprocess."""
+    from cifar10_tutorial import cli
+
+    monkeypatch.setattr(cli.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(PipelineError, match=r"^dvc: not found beside this Python \(.*python\) "
+                                            r"nor on PATH; run this from the project's "
+                                            r"environment"):
+        cli.dvc_executable()
+    (tmp_path / "dvc").write_text("#!/bin/sh\n")
+    (tmp_path / "dvc").chmod(0o755)
+    assert cli.dvc_executable() == str(tmp_path / "dvc")

@@ -140,6 +140,11 @@ def run_stage(main: Callable[[], None]) -> None:
 
 def dvc_executable() -> str:
     """The DVC of this package's environment (beside its Python: a venv not activated),
-    else the one on PATH."""
+    else the one on PATH; neither is one line saying where to run from."""
     beside = Path(sys.executable).with_name("dvc")
-    return str(beside) if beside.is_file() else shutil.which("dvc") or "dvc"
+    found = str(beside) if beside.is_file() else shutil.which("dvc")
+    if found is None:
+        raise PipelineError(f"dvc: not found beside this Python ({sys.executable}) nor on "
+                            f"PATH; run this from the project's environment (the venv where "
+                            f"`pip install -e \".[dev]\"` installed it), or install dvc there")
+    return found
