@@ -568,3 +568,25 @@ def test_a_publish_killed_after_its_manifest_leaves_nothing_the_next_keeps(tmp_p
     assert (extra / "notes.md").read_text() == "mine\n" and (extra / "model.pt").exists()
     assert [line for line in said if "holds files it did not write" in line] == \
         [line for line in said if ".x.staging-999996-cd" in line], said
+
+
+@pytest.mark.e2e
+def test_the_cards_commands_quote_the_path_and_a_newline_is_refused(finished, tmp_path):
+    """An --out with spaces and shell text: the card's commands, split as a shell splits
+    them, pass the model file as one argument and run nothing else; an --out with a
+    newline (which would split a command in two) is refused before anything is written."""
+    out = tmp_path / "my models;touch pwned" / "w"
+    proc = _run(finished, "tools/publish.py", "tutorial_100k", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    card = (out / "README.md").read_text()
+    block = card.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert len(block) == 2
+    for line in block:
+        words = shlex.split(line)
+        assert words[words.index("--model") + 1] == f"{out}/model.pt", line
+        assert not {";", "&&", "|"} & set(words), line
+    bad = tmp_path / "new\nline"
+    proc = _run(finished, "tools/publish.py", "tutorial_100k", "--out", str(bad))
+    assert proc.returncode == 1 and "holds a newline or another control character" in \
+        proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert not bad.exists()

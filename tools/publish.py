@@ -172,8 +172,11 @@ def model_card(r: Records, out: Path, curve: list[str]) -> str:
         f"- `{MANIFEST}`: what publish wrote here, each file's sha256: all that a later "
         f"`cifar10 publish {name} --replace` replaces.", "",
         "## Use it", "", "```bash",
-        f"python -m cifar10_tutorial.evaluation.predict cat.jpg --model {out}/model.pt --top 3",
-        f"python stages/eval.py --model {out}/model.pt --out {out.name}-eval",
+        # the paths quoted: a card's command, copied into a shell, runs only what it says
+        f"python -m cifar10_tutorial.evaluation.predict cat.jpg --model "
+        f"{shlex.quote(f'{out}/model.pt')} --top 3",
+        f"python stages/eval.py --model {shlex.quote(f'{out}/model.pt')} "
+        f"--out {shlex.quote(f'{out.name}-eval')}",
         "```", "",
         "`predict` needs nothing else; `eval` the prepared data (`dvc repro preprocess`). Both "
         "use the averaged weights, and report the raw ones too (`predict --raw`).", ""])
@@ -295,6 +298,10 @@ def publish(name: str, model: Path, results: Path, out: Path,
             check_data: Optional[Path] = None, replace: bool = False) -> Path:
     """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
     model, results, out = Path(model), Path(results), Path(out)
+    if any(ord(c) < 32 or ord(c) == 127 for c in str(out)):  # the card prints the path
+        raise PipelineError(f"--out {str(out)!r}: holds a newline or another control "
+                            f"character, which the model card's commands cannot show; give "
+                            f"another path. Nothing was changed.")
     _held(out)  # a link or a file at --out: refused before anything is changed beside it
     # a folder --out cannot be made in (a file above it, /proc): one line, before the
     # records are read
