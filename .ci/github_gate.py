@@ -100,9 +100,19 @@ class Event:
             raise PipelineError(f"CIFAR10_CI_LOOKBACK: expected a whole number (how many "
                                 f"first-parent ancestors of the merge base to search, e.g. 50), "
                                 f"found {shown(lookback)}; set it to one or unset it")
+        if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", sha):  # it names a baseline's file
+            raise PipelineError(f"GITHUB_SHA: expected a commit's full hash (40 hex digits), "
+                                f"found {shown(sha)}; set it to the commit the run is for, "
+                                f"or unset it (HEAD)")
+        base = env.get("GITHUB_BASE_REF") or default
+        branch = env.get("CIFAR10_CI_BASELINES") or "ci-baselines"
+        if branch in (default, base):  # the gate commits baselines onto it
+            raise PipelineError(f"CIFAR10_CI_BASELINES: {shown(branch)} is the branch the code "
+                                f"is on (the default branch or the pull request's base); the "
+                                f"baselines need a branch of their own: set it to another "
+                                f"name, or unset it (ci-baselines)")
         return cls(name=env.get("GITHUB_EVENT_NAME", ""), sha=sha, ref=env.get("GITHUB_REF", ""),
-                   base=env.get("GITHUB_BASE_REF") or default, default=default,
-                   branch=env.get("CIFAR10_CI_BASELINES") or "ci-baselines",
+                   base=base, default=default, branch=branch,
                    remote=env.get("CIFAR10_CI_REMOTE") or "origin",
                    lookback=int(lookback))
 

@@ -397,21 +397,33 @@ def test_bad_environment_variables_are_one_line_each(tmp_path):
     with pytest.raises(gate.PipelineError, match=r"^CIFAR10_CI_LOOKBACK: expected a whole "
                        r"number \(how many first-parent ancestors of the merge base to search, "
                        r"e\.g\. 50\), found 'abc'; set it to one or unset it$"):
-        gate.Event.from_env({"GITHUB_SHA": "x", "CIFAR10_CI_LOOKBACK": "abc"})
-    assert gate.Event.from_env({"GITHUB_SHA": "x", "CIFAR10_CI_LOOKBACK": "7"}).lookback == 7
+        gate.Event.from_env({"GITHUB_SHA": "f" * 40, "CIFAR10_CI_LOOKBACK": "abc"})
+    assert gate.Event.from_env({"GITHUB_SHA": "f" * 40, "CIFAR10_CI_LOOKBACK": "7"}).lookback == 7
     with pytest.raises(gate.PipelineError, match=r"^GITHUB_BASE_REF: expected a git name \(at "
                        r"most 255 printable characters, not starting with '-'\), found "
                        r"'b{40}'\.\.\. \(70,000 characters\); set it to the branch, commit "
                        r"or remote it stands for$"):
-        gate.Event.from_env({"GITHUB_SHA": "x", "GITHUB_BASE_REF": "b" * 70_000})
+        gate.Event.from_env({"GITHUB_SHA": "f" * 40, "GITHUB_BASE_REF": "b" * 70_000})
     # digits of other scripts pass str.isdigit but not int(); an option reaches git as one
     with pytest.raises(gate.PipelineError, match=r"^CIFAR10_CI_LOOKBACK: expected a whole"):
-        gate.Event.from_env({"GITHUB_SHA": "x", "CIFAR10_CI_LOOKBACK": "\u00b2"})
+        gate.Event.from_env({"GITHUB_SHA": "f" * 40, "CIFAR10_CI_LOOKBACK": "\u00b2"})
     for key in ("CIFAR10_CI_REMOTE", "GITHUB_BASE_REF", "CIFAR10_CI_BASELINES", "GITHUB_SHA"):
         with pytest.raises(gate.PipelineError, match=rf"^{key}: expected a git name .*not "
                                                      r"starting with '-'"):
-            gate.Event.from_env({"GITHUB_SHA": "x", key: f"--upload-pack=touch {tmp_path}/p"})
+            gate.Event.from_env({"GITHUB_SHA": "f" * 40, key: f"--upload-pack=touch {tmp_path}/p"})
     assert not (tmp_path / "p").exists()
+    # a commit that is no full hash names a baseline's file: refused
+    for sha in ("not a sha", "../../evil", "f" * 39):
+        with pytest.raises(gate.PipelineError, match=r"^GITHUB_SHA: expected a commit's full "
+                                                     r"hash \(40 hex digits\)"):
+            gate.Event.from_env({"GITHUB_SHA": sha})
+    # the baselines branch must not be the code's: the gate commits baselines onto it
+    for env in ({"CIFAR10_CI_BASELINES": "main"},
+                {"CIFAR10_CI_BASELINES": "dev", "CIFAR10_CI_DEFAULT_BRANCH": "dev"},
+                {"CIFAR10_CI_BASELINES": "release", "GITHUB_BASE_REF": "release"}):
+        with pytest.raises(gate.PipelineError, match=r"^CIFAR10_CI_BASELINES: '\w+' is the "
+                                                     r"branch the code is on"):
+            gate.Event.from_env({"GITHUB_SHA": "f" * 40, **env})
     for key, value in (("CIFAR10_CI_LOOKBACK", "abc"), ("GITHUB_BASE_REF", "b" * 70_000)):
         proc = subprocess.run([sys.executable, str(ROOT / ".ci/github_gate.py"), "a.tar.gz"],
                               cwd=tmp_path, capture_output=True, text=True,
@@ -543,7 +555,7 @@ import ci
 spec = importlib.util.spec_from_file_location("github_gate", {str(ROOT / '.ci/github_gate.py')!r})
 g = importlib.util.module_from_spec(spec); sys.modules[spec.name] = g; spec.loader.exec_module(g)
 ci.load_config = lambda name, root: {{"archive": "given", "params": {{}}}}
-ci.copy_worktree = ci.apply_overrides = ci._keep_results = lambda *args: None
+ci.copy_worktree = ci.apply_overrides = ci._keep_results = ci._check_overrides = lambda *args: None
 ci.build_archive = lambda *args: "0" * 32
 ci._place_baseline = lambda *args: None
 ci._outputs = lambda project: []

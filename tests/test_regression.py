@@ -499,3 +499,36 @@ def test_a_misspelled_key_of_a_ci_configuration_is_named_in_it(tmp_path, key, te
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: {config}: {said}"), last
     assert "dvc exp run" not in last and "$ dvc repro" not in proc.stdout
+
+
+@pytest.mark.e2e
+def test_update_baseline_refuses_a_link_at_the_baseline(tmp_path):
+    """`cifar10 ci NAME --update-baseline` writes the configuration's baseline file beside
+    it and renames it over: a link there (to a file of someone else's) is refused in one
+    line, and the file it points to is not written."""
+    import shutil
+    import subprocess
+    import sys
+
+    clone = tmp_path / "c"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    for code in (".ci/ci.py", "src"):  # the code under test: the working tree's
+        if (ROOT / code).is_dir():
+            shutil.copytree(ROOT / code, clone / code, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(ROOT / code, clone / code)
+    (clone / ".ci/configs/tiny.yaml").write_text(
+        "archive: synthetic\narchive_args: {train_per_batch: 20, test: 50}\nreport: false\n"
+        "params: {train.max_steps: 2, train.batch_size: 16, eval.every_steps: 0, "
+        "regression.baseline: reports/baseline/tiny.json}\n")
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"victim": "precious"}\n')
+    (clone / "reports/baseline/tiny.json").symlink_to(victim)
+    proc = subprocess.run([sys.executable, ".ci/ci.py", "tiny", "--update-baseline"],
+                          cwd=clone, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "reports/baseline/tiny.json: a link, where this run writes a file of its own" in \
+        proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert victim.read_text() == '{"victim": "precious"}\n'
+    assert (clone / "reports/baseline/tiny.json").is_symlink()
