@@ -28,13 +28,12 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from typing import Optional
 
 from cifar10_tutorial.cli import EXERCISE_PARAMS, dvc_executable, stage_output
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.files import write_text_atomic
+from cifar10_tutorial.files import scratch_folder, write_text_atomic
 
 RUNNING = "Running stage '"
 DATA_STAGES = ("download", "preprocess")  # the main pipeline's, whose outputs the trial reads
@@ -117,8 +116,6 @@ def run_trial(clone: Path, steps: int, log: Path, say=print) -> dict:
 
 
 def main(argv=None) -> None:
-    from cifar10_tutorial import provenance
-
     ap = argparse.ArgumentParser(prog="cifar10 trial", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=5, help="ablation.trial_steps (default 5)")
@@ -141,7 +138,19 @@ def main(argv=None) -> None:
                                 f"its own; give another path (or move the link away)")
         ensure_writable(args.out.parent)
     root = Path.cwd()
-    tmp = Path(tempfile.mkdtemp(prefix="cifar10-trial-"))
+    with scratch_folder(SCRATCH, MARK, "cifar10 trial") as tmp:
+        _trial(root, tmp, args)
+
+
+# its scratch folder's name (cifar10-trial-PID-*) and the mark that says it is the trial's:
+# a trial killed with no clean-up (kill -9) leaves a clone of hundreds of MB, which the
+# next trial removes
+SCRATCH, MARK = "cifar10-trial", ".cifar10-trial"
+
+
+def _trial(root: Path, tmp: Path, args) -> None:
+    from cifar10_tutorial import provenance
+
     failed = True
     try:
         clone = clone_for_trial(root, tmp / "repo")
@@ -160,12 +169,12 @@ def main(argv=None) -> None:
             write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
         failed = False
     finally:
-        if args.keep:
+        if args.keep:  # the user's now: unmarked, no later trial removes it
+            (tmp / MARK).unlink()
             print(f"kept: {tmp}")
         elif failed and (tmp / "trial.log").is_file():  # the log the error names stays
             shutil.rmtree(tmp / "repo", ignore_errors=True)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+            (tmp / MARK).unlink()
 
 
 def _data_hash(root: Path) -> Optional[str]:

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """A tiny project whose two variants ran and whose results and lock are committed."""
-    project = tiny_project(tmp_path_factory.mktemp("check"), dict(train_per_batch=60, test=50,
+    """A tiny project whose two variants ran and whose results and lock are committed, on
+    600 training images: more than the check's small set, so that its second pass runs."""
+    project = tiny_project(tmp_path_factory.mktemp("check"), dict(train_per_batch=120, test=50,
                                                                   seed=2),
                            ablation={"max_steps": 4}, eval={"batch_size": 25, "every_steps": 0},
                            train={"device": "cpu", "batch_size": 16, "log_every": 2},
@@ -71,6 +72,9 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "identical: 2 variant(s) (baseline, softmax) wrote the same raw and averaged " \
            "weights and results" in proc.stdout
+    assert "12 steps each on 500 training and 50 held-out images (paused twice, evaluated " \
+           "every 2 steps in batches of 16) and 600 training and 50 held-out images (straight " \
+           "through, each variant's own evaluation)" in proc.stdout
     assert "recorded 2 variant stage(s)" in proc.stdout
     assert "up to date" in stale(project)
 
@@ -107,6 +111,30 @@ def test_a_change_of_what_a_variant_writes_is_refused(project, path, old, new, n
     assert "the workspace (its code changed) does not produce what" in line \
         and named in line, line
     assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+@pytest.mark.parametrize("path, old, new", [
+    # only on more training images than the small set's 500
+    ("src/cifar10_tutorial/training/train.py", "lr = learning_rate(run.step, sched)\n",
+     "lr = learning_rate(run.step, sched) * (0.5 if len(data.train_labels) > 550 else 1)\n"),
+    # only in a run that started at step 0 and went past step 2 (the paused runs restart)
+    ("src/cifar10_tutorial/training/train.py", "lr = learning_rate(run.step, sched)\n",
+     "lr = learning_rate(run.step, sched) * (0.5 if run.start == 0 and run.step >= 3 else 1)\n"),
+    # only in evaluation batches larger than the small pass's 16 (the variants' own: 25)
+    ("src/cifar10_tutorial/scoring.py", "out.append(model.logits(x).float())",
+     "out.append(model.logits(x).float() * (2 if len(x) > 16 else 1))"),
+], ids=["larger-training-set", "a-run-straight-through", "the-variants-eval-batch"])
+def test_a_change_only_the_second_pass_reaches_is_refused(project, path, old, new):
+    """The small pass (500 images, paused twice, the check's evaluation) does not reach a
+    change acting only on a larger set, only in a run straight through, or only at the
+    variants' own evaluation batch; the second pass, at the sizes the results were made on
+    (600 training images here), straight through, with each variant's evaluation, does."""
+    edit(project, path, old, new)
+    proc = check(project, "--no-record", "--variant", "baseline")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "the workspace (its code changed) does not produce what" in line \
+        and "(on 600 training images)" in line and "(on 500 training images)" not in line, line
 
 
 def test_a_difference_is_blamed_on_what_changed(project):
@@ -340,6 +368,29 @@ def test_files_changed_while_the_check_runs_are_not_recorded(project, tmp_path, 
     assert (project / "reports/dvc.lock").read_bytes() == lock
 
 
+@pytest.mark.parametrize("line, named", [
+    ("        - src/cifar10_tutorial/scoring.py\n",
+     "declares other dependencies for reports/dvc.yaml:ablation@baseline than the lock "
+     "records (src/cifar10_tutorial/scoring.py added or removed)"),
+    ("          - train.seed\n",
+     "declares fewer params for reports/dvc.yaml:ablation@baseline than the lock records "
+     "(reports/params.yaml:train.seed removed)"),
+], ids=["a-dependency", "a-param"])
+def test_a_dependency_or_param_taken_out_of_the_stage_is_not_recorded(project, line, named):
+    """DVC's status does not show a dependency or a param taken out of a variant's stage in
+    reports/dvc.yaml; recorded, a later change to it would pass as up to date. The lock is
+    left as it is."""
+    pipeline = project / "reports/dvc.yaml"
+    text = pipeline.read_text()
+    pipeline.write_text(text.replace(line, "", 1))
+    comment(project)
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project, "--variant", "baseline")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert named in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
 def test_a_changed_stage_command_is_not_recorded(project):
     """reports/dvc.yaml's command is not code the check can vouch for (it runs in a scratch
     copy, which a command may tell from the repository): a change of it is refused."""
@@ -403,3 +454,51 @@ def test_a_damaged_yaml_file_is_one_line_naming_it(tmp_path, monkeypatch, path, 
         check_code.main(args)
     assert {p: p.read_bytes() for p in tmp_path.rglob("*")
             if p.is_file() and ".git" not in p.parts} == before
+
+
+@pytest.mark.parametrize("text, said", [
+    ("ablations: [baseline, softmax]\ndataset_ablations: {}\n", r"ablations: expected a mapping"),
+    # YAML 1.1 would read `yes` as true; DVC (YAML 1.2) as text, and so does the loader
+    ("model: {lrn: yes}\nablations: {baseline: {}}\ndataset_ablations: {}\n",
+     r"model\.lrn: expected true or false, found 'yes'"),
+], ids=["ablations-a-list", "a-word-yaml-1-1-reads-as-a-boolean"])
+def test_params_the_variants_cannot_load_are_one_line_before_anything_runs(tmp_path, monkeypatch,
+                                                                           text, said):
+    """A reports/params.yaml that YAML reads but the variants' loader refuses (DVC's status
+    may still call it up to date) is the loader's one line, before anything runs: not a
+    schedule difference made up from a plan that could not be computed."""
+    import check_code
+    from cifar10_tutorial.errors import PipelineError
+
+    for folder in ("src", "stages", "reports"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "reports/params.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError, match=rf"reports/params\.yaml: {said}"):
+        check_code.main(["--no-record", "--variant", "baseline"])
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == ["params.yaml"]
+
+
+def test_dvcs_lock_taken_while_the_check_runs_is_one_line(project):
+    """Another DVC command (a `dvc repro` started meanwhile) holds DVC's lock when the check
+    comes to record: one line saying to run it again, the lock as it was; not DVC's
+    double traceback."""
+    import check_code
+    from cifar10_tutorial.errors import PipelineError
+
+    comment(project)
+    lock = (project / "reports/dvc.lock").read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", "from dvc.repo import Repo\nimport time\n"
+                               "Repo('.').lock.__enter__()\nprint('held', flush=True)\n"
+                               "time.sleep(120)\n"], cwd=project, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(PipelineError, match=r"^reports/dvc\.lock left as it is: another "
+                                                r"DVC command took DVC's lock while the check "
+                                                r"ran; run the check again"):
+            check_code.record(project, ["reports/dvc.yaml:ablation@baseline"])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (project / "reports/dvc.lock").read_bytes() == lock

@@ -1,13 +1,18 @@
-"""check-code's scratch folder: marked as its own before anything is written in it and
-removed with the mark last, so that a check killed at any moment, its clean-up included,
-leaves a folder the next check can tell as its own (marked) or one with nothing in it."""
+"""The scratch folders of check-code and the trial (files.scratch_folder): marked as the
+command's own before anything is written in them and removed with the mark last, so that
+a command killed at any moment, its clean-up included, leaves a folder the next one can
+tell as its own (marked) or one with nothing in it; one kept for its user (unmarked)
+stays."""
 import os
 import tempfile
 
 import pytest
 
 import check_code
-from cifar10_tutorial.files import process_alive
+import trial
+from cifar10_tutorial.files import process_alive, remove_dead_scratch, scratch_folder
+
+COMMANDS = [(check_code.SCRATCH, check_code.MARK), (trial.SCRATCH, trial.MARK)]
 
 
 @pytest.fixture
@@ -16,31 +21,41 @@ def tmpdir_(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_a_scratch_folder_is_marked_then_removed_whole(tmpdir_):
-    with check_code._scratch() as tmp:
-        assert (tmp / check_code.MARK).is_file()
+@pytest.mark.parametrize("prefix, mark", COMMANDS)
+def test_a_scratch_folder_is_marked_then_removed_whole(tmpdir_, prefix, mark):
+    with scratch_folder(prefix, mark, "a test") as tmp:
+        assert (tmp / mark).is_file() and tmp.name.startswith(f"{prefix}-{os.getpid()}-")
         (tmp / "trees" / "data").mkdir(parents=True)
         (tmp / "trees" / "data" / "prepared").symlink_to(tmpdir_, target_is_directory=True)
         (tmp / "file").write_text("x")
     assert list(tmpdir_.iterdir()) == []
+    with scratch_folder(prefix, mark, "a test") as kept:  # kept for its user: unmarked
+        (kept / "trial.log").write_text("why it failed\n")
+        (kept / mark).unlink()
+    assert [p.name for p in kept.iterdir()] == ["trial.log"]
 
 
-def test_a_dead_checks_folder_is_removed_if_marked_or_empty_only(tmpdir_):
+@pytest.mark.parametrize("prefix, mark", COMMANDS)
+def test_a_dead_commands_folder_is_removed_if_marked_or_empty_only(tmpdir_, prefix, mark):
     dead = 999_999
     assert not process_alive(dead)
-    marked = tmpdir_ / f"{check_code.SCRATCH}{dead}-a"
+    marked = tmpdir_ / f"{prefix}-{dead}-a"
     (marked / "theirs").mkdir(parents=True)
-    (marked / check_code.MARK).write_text("")
-    emptied = tmpdir_ / f"{check_code.SCRATCH}{dead}-b"  # killed after its mark went
+    (marked / mark).write_text("")
+    emptied = tmpdir_ / f"{prefix}-{dead}-b"  # killed after its mark went
     emptied.mkdir()
-    unmarked = tmpdir_ / f"{check_code.SCRATCH}{dead}-c"  # not the check's: never removed
+    unmarked = tmpdir_ / f"{prefix}-{dead}-c"  # not the command's: never removed
     unmarked.mkdir()
     (unmarked / "notes.txt").write_text("mine")
-    alive = tmpdir_ / f"{check_code.SCRATCH}{os.getpid()}-d"  # a check still running
+    linked = tmpdir_ / f"{prefix}-{dead}-d"  # a link as its mark: not the command's
+    linked.mkdir()
+    (linked / mark).symlink_to(unmarked / "notes.txt")
+    alive = tmpdir_ / f"{prefix}-{os.getpid()}-e"  # a command still running
     alive.mkdir()
-    (alive / check_code.MARK).write_text("")
-    check_code._remove_dead_scratch()
-    assert sorted(p.name for p in tmpdir_.iterdir()) == sorted([unmarked.name, alive.name])
+    (alive / mark).write_text("")
+    remove_dead_scratch(prefix, mark)
+    assert sorted(p.name for p in tmpdir_.iterdir()) == sorted([unmarked.name, linked.name,
+                                                                alive.name])
     assert (unmarked / "notes.txt").read_text() == "mine"
 
 
@@ -69,3 +84,26 @@ def test_results_a_record_says_were_trained_off_the_cpu_are_not_recorded(tmp_pat
     (folder / "variant.json").write_text(json.dumps({"variant": "softmax"}))
     (folder / "train" / "provenance.json").write_text(json.dumps({"device_type": "cpu"}))
     check_code._trained_where_the_check_runs(tmp_path, ["softmax"])  # the CPU's: fine
+
+
+def test_damaged_data_given_to_the_check_is_named_before_any_run(tmp_path):
+    """--data with labels of another type: one line naming --data and the file, not a
+    variant's run failing on a link to it in the check's scratch tree, blamed on a
+    commit's code."""
+    import re
+
+    import numpy as np
+
+    from cifar10_tutorial.data.datasets import CIFAR10
+    from cifar10_tutorial.data.preprocess import prepare
+    from cifar10_tutorial.data.synthetic import make_cifar10_archive
+    from cifar10_tutorial.errors import PipelineError
+
+    make_cifar10_archive(tmp_path / "a.tar.gz", train_per_batch=4, test=5)
+    prepare(tmp_path / "a.tar.gz", tmp_path / "prepared", CIFAR10)
+    assert check_code._fixed_data(tmp_path, tmp_path / "prepared") == (tmp_path / "prepared").resolve()
+    np.save(tmp_path / "prepared" / "train_labels.npy", np.full(20, 42, dtype=np.uint8))
+    with pytest.raises(PipelineError, match=r"^" + re.escape(
+            f"--data {tmp_path / 'prepared'}: {tmp_path / 'prepared' / 'train_labels.npy'}: "
+            f"expected int64")):
+        check_code._fixed_data(tmp_path, tmp_path / "prepared")

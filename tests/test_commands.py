@@ -189,7 +189,9 @@ def test_the_trial_times_the_workspaces_code_and_keeps_the_log_it_names(tmp_path
     assert last.startswith("error: the trial failed") and "its output: " in last, last
     log = Path(last.split("its output: ")[1])
     assert log.is_file() and "the workspace edit ran" in log.read_text()
-    assert not (log.parent / "repo").exists()  # the clone itself is removed
+    # the clone itself is removed, and the folder kept for its log is unmarked: no later
+    # trial's sweep of killed trials' folders removes it
+    assert sorted(p.name for p in log.parent.iterdir()) == ["trial.log"]
     shutil.rmtree(log.parent)
 
 

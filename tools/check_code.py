@@ -6,22 +6,25 @@ A change of code in a variant's dependencies (a refactor, a comment, a new optio
 is off by default) makes every variant stale in ``dvc status reports/dvc.yaml``, and
 ``dvc repro reports/dvc.yaml`` would retrain all of them. This runs each variant's own
 stage command (reports/dvc.yaml's ``ablation@NAME``: its params, training, evaluation and
-result files) twice, at a short budget on a small data set, one thread each: once with the
-code, reports/dvc.yaml and reports/params.yaml of ``--against`` (by default the commit
-that last recorded ``reports/dvc.lock``) and once with the workspace's, uncommitted edits
-included; then compares everything the stage writes: the raw and averaged weights tensor
-for tensor, and every result file (metrics, evaluation tables, curves, the variant's
-record), timings and the commit aside. It proves what those short runs reach, and the
-learning rates and average decays of every step of the whole runs (``learning_rate`` and
-``ema_decay`` of both codes); not a change acting only later in the loop or only on a
-larger training set (``--data`` gives one): docs/exercises.md says what to run then.
+result files) at a short budget, one thread each, on a small data set (paused twice and
+resumed, evaluated often) and again on one of the sizes the results were made on
+(straight through, each variant's own evaluation):
+once with the code, reports/dvc.yaml and reports/params.yaml of ``--against`` (by
+default the commit that last recorded ``reports/dvc.lock``) and once with the
+workspace's, uncommitted edits included; then compares everything the stage writes: the
+raw and averaged weights tensor for tensor, and every result file (metrics, evaluation
+tables, curves, the variant's record), timings and the commit aside. It proves what those
+short runs reach, and the learning rates and average decays of every step of the whole
+runs (``learning_rate`` and ``ema_decay`` of both codes); not a change acting only later
+in the loop: docs/exercises.md says what to run then.
 
 Only when every variant agrees, and only when nothing but code changed for them (no data,
 no result, no param but a new key set to its default, which computes nothing new:
 ``dvc status reports/dvc.yaml``), it records their stages as up to date, in one step:
 the new lock is written beside the old and renamed over it, so an interrupted check
 leaves the lock as it was or fully recorded. The report stage, whose own code writes the
-report, is rerun instead (``dvc repro -s reports/dvc.yaml:report``, seconds). Any other
+report, is not recorded: the check's last line says to rerun it (``dvc repro -s
+reports/dvc.yaml:report``, seconds) where its code changed. Any other
 difference is one the variants' results do depend on: retraining them is then the honest
 answer.
 
@@ -38,7 +41,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -47,7 +49,6 @@ import shutil
 import shlex
 import signal
 import subprocess
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
@@ -56,6 +57,7 @@ import yaml
 
 from cifar10_tutorial.cli import dvc_executable
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.param_types import load_yaml12
 
 LOCK = Path("reports/dvc.lock")
 EXERCISES = Path("reports/params.yaml")
@@ -68,6 +70,12 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 # counts steps, one epoch where it counts epochs, the held-out evaluation during training
 # every few steps where it has one; all on the CPU, each at its own batch size
 STEPS, EPOCHS, EVAL_EVERY = 12, 1, 2
+# the small data set (its training images: a variant counting epochs crosses epoch ends in
+# its 12 steps), and a second pass at the sizes the results were trained and evaluated on
+# (a change acting only on larger sets, or only on a fresh process, shows there), straight
+# through, 12 steps (one epoch there: a fraction at the nominal batch NOMINAL_BATCH), each
+# variant evaluated as it evaluates itself, once (CIFAR-10's sizes where none are known)
+SMALL_TRAIN, NOMINAL_BATCH, FULL_TRAIN, FULL_HELD_OUT = 500, 128, 50_000, 10_000
 # the evaluation: in batches of EVAL_BATCH (several, the last one short, on the check's 50
 # held-out images), and a held-out target every run reaches at its first evaluation (step
 # 2, where the run is also paused: what a resume keeps of the targets reached shows); a
@@ -90,7 +98,7 @@ def _parse_yaml(text: str, shown, fix: str):
     user's files), parsed: a mapping, or None for an empty file; else one line naming the
     file, the problem and its line, and ``fix``."""
     try:
-        value = yaml.safe_load(text)
+        value = load_yaml12(text)  # as DVC reads them (YAML 1.2's numbers)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
@@ -178,24 +186,39 @@ def fingerprint(root: Path) -> dict:
     return found
 
 
-def _fixed_data(tmp: Path, data: Optional[Path]) -> Path:
+def _fixed_data(tmp: Path, data: Optional[Path], num_train: int = SMALL_TRAIN,
+                num_test: int = 50, name: str = "small") -> Path:
+    """``--data`` where given, else a synthetic CIFAR-10 archive of ``num_train`` training
+    images (rounded up to its five batches) and ``num_test`` held-out ones, prepared by the
+    stage's own code into ``tmp``."""
     if data is not None:
         if not (Path(data) / "meta.json").is_file():
             raise PipelineError(f"--data {data}: not prepared data (no meta.json); give the "
                                 f"folder the preprocess stage writes (its output in dvc.yaml)")
+        from cifar10_tutorial.data.prepared import PrepareError, load_prepared
+
+        try:  # damaged data: said of --data here, not of a run's link to it in a scratch tree
+            load_prepared(data)
+        except PrepareError as exc:
+            raise PipelineError(f"--data {data}: {exc}") from None
         return Path(data).resolve()
     from cifar10_tutorial.data.datasets import CIFAR10
     from cifar10_tutorial.data.preprocess import prepare
     from cifar10_tutorial.data.synthetic import make_cifar10_archive
 
-    make_cifar10_archive(tmp / "fixed.tar.gz", train_per_batch=100, test=50, seed=7)
-    prepare(tmp / "fixed.tar.gz", tmp / "prepared", CIFAR10)
-    return tmp / "prepared"
+    archive, out = tmp / f"{name}.tar.gz", tmp / f"prepared-{name}"
+    make_cifar10_archive(archive, train_per_batch=-(-num_train // 5), test=num_test, seed=7)
+    prepare(archive, out, CIFAR10)
+    archive.unlink()
+    return out
 
 
-def short_budget(raw: dict) -> dict:
-    """reports/params.yaml (parsed) with every variant cut to the check's budget; the same
-    cut in both trees, so that only the code and its own params differ."""
+def short_budget(raw: dict, epochs: float = EPOCHS, own_eval: bool = False) -> dict:
+    """reports/params.yaml (parsed) with every variant cut to the check's budget (``epochs``
+    where a variant counts epochs); the same cut in both trees, so that only the code and
+    its own params differ. ``own_eval``: each variant's own evaluation (batch size, targets,
+    a trial's images), once, at the last step, where it evaluates while training at all;
+    else the check's (batches of EVAL_BATCH every EVAL_EVERY steps, a target reached)."""
     raw = copy.deepcopy(raw)
 
     def cut(sections: dict) -> None:
@@ -206,8 +229,11 @@ def short_budget(raw: dict) -> dict:
             if "max_steps" in train:
                 train["max_steps"] = STEPS
             if train.get("max_epochs") is not None:
-                train["max_epochs"] = EPOCHS
-        if isinstance(ev, dict):
+                train["max_epochs"] = epochs
+        if isinstance(ev, dict) and own_eval:
+            if isinstance(ev.get("every_steps"), int) and ev["every_steps"] > 0:
+                ev["every_steps"] = STEPS
+        elif isinstance(ev, dict):
             if "batch_size" in ev:
                 ev["batch_size"] = EVAL_BATCH
             if isinstance(ev.get("every_steps"), int) and ev["every_steps"] > 0:
@@ -230,7 +256,7 @@ def short_budget(raw: dict) -> dict:
     ablation["max_steps"] = STEPS
     if ablation.get("trial_steps") is not None:  # results of a trial: its path runs too
         ablation["trial_steps"] = STEPS
-        if ablation.get("trial_eval_images", 2000) is not None:
+        if ablation.get("trial_eval_images", 2000) is not None and not own_eval:
             ablation["trial_eval_images"] = TRIAL_IMAGES
     for overrides in (raw.get("ablations") or {}).values():
         if isinstance(overrides, dict):
@@ -283,9 +309,11 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
-def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str) -> Path:
+def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
+                pauses: bool = True) -> Path:
     """Variant ``name``'s stage command, as ``tree``'s reports/dvc.yaml gives it, run in
-    ``tree`` (the stage's wdir) on ``data``; the tree it wrote in."""
+    ``tree`` (the stage's wdir) on ``data``, paused twice (``pauses``) or straight through;
+    the tree it wrote in."""
     pipeline = _read_yaml(tree / PIPELINE, f"{PIPELINE} of {what}", _fix_of(what)) or {}
     try:
         command = pipeline["stages"]["ablation"]["do"]["cmd"]
@@ -307,7 +335,7 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str) -> Pat
     # paused after its first step and again after its second, then continued: the
     # checkpoint and resume path runs too, and the record of a run in three segments
     # (exact resume makes the outputs those of a run straight through)
-    proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"})
+    proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"} if pauses else env)
     if proc.returncode == PAUSED:
         proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"})
     if proc.returncode == PAUSED:
@@ -349,10 +377,11 @@ def plans(runs: "Runs", tree: Path, names: list[str], sizes: list[int], what: st
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1"}
     words = [sys.executable, str(script), json.dumps(names), *map(str, sizes)]
     proc = runs.run("exec " + " ".join(shlex.quote(w) for w in words), tree, env)
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1]) if not proc.returncode else {}
-    except (ValueError, IndexError):
-        pass
+    if not proc.returncode:  # else: its error, not a schedule that differs
+        try:
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pass
     last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
     raise PipelineError(f"{LOCK} left as it is: the learning rates and weight averages of the "
                         f"variants' whole runs could not be computed with {what}'s code ({last}); "
@@ -603,27 +632,18 @@ def record(root: Path, stages: list[str]) -> None:
     """Record ``stages`` in reports/dvc.lock as DVC's own ``dvc commit -f`` would, written
     aside and renamed over the lock in one step; then ``dvc status`` must find them up to
     date, or the lock is put back as it was."""
+    from dvc.lock import LockError
     from dvc.repo import Repo
-    from dvc.stage.serialize import to_lockfile
-    from dvc.utils.serialize import dumps_yaml
 
     from cifar10_tutorial.files import write_text_atomic
 
-    with Repo(str(root)) as repo, repo.lock:  # read, change and write under DVC's lock
-        before = (root / LOCK).read_text()
-        lock = _parse_yaml(before, LOCK, "fix it, then rerun") or {}
-        lock.setdefault("stages", {})
-        for address in stages:
-            (stage,) = repo.stage.collect(address)
-            stage.save()
-            for name, entry in to_lockfile(stage).items():
-                moved = _more_than_code(lock["stages"].get(name) or {}, entry)
-                if moved:  # data or results replaced while the variants ran
-                    raise PipelineError(f"{LOCK} left as it is: {moved} of {address} is not "
-                                        f"what the lock records, and the check did not make "
-                                        f"it; restore it, or retrain (dvc repro {PIPELINE})")
-                lock["stages"][name] = entry
-        write_text_atomic(root / LOCK, dumps_yaml(lock))
+    try:
+        with Repo(str(root)) as repo, repo.lock:  # read, change and write under DVC's lock
+            before = _record(root, repo, stages)
+    except LockError:  # another DVC command took it while the variants ran
+        raise PipelineError(f"{LOCK} left as it is: another DVC command took DVC's lock "
+                            f"while the check ran; run the check again once it has "
+                            f"ended") from None
     still, _ = stale_variants(root)
     left = sorted(set(still) & set(stages))
     if left:
@@ -632,17 +652,56 @@ def record(root: Path, stages: list[str]) -> None:
                             f"as changed in dvc status; retrain them (dvc repro {PIPELINE})")
 
 
-def _more_than_code(old: dict, new: dict) -> Optional[str]:
-    """The first dependency (not code) or output whose recorded hash ``new`` changes."""
-    for kind in ("deps", "outs"):
+def _record(root: Path, repo, stages: list[str]) -> str:
+    """:func:`record`'s part under DVC's lock: each stage's entry as DVC makes it, checked
+    to differ from the lock's in code only, then the lock written; its text before."""
+    from dvc.stage.serialize import to_lockfile
+    from dvc.utils.serialize import dumps_yaml
+
+    from cifar10_tutorial.files import write_text_atomic
+
+    before = (root / LOCK).read_text()
+    lock = _parse_yaml(before, LOCK, "fix it, then rerun") or {}
+    lock.setdefault("stages", {})
+    for address in stages:
+        (stage,) = repo.stage.collect(address)
+        stage.save()
+        for name, entry in to_lockfile(stage).items():
+            moved = _more_than_code(lock["stages"].get(name) or {}, entry, address)
+            if moved:  # data or results replaced while the variants ran, or declared
+                raise PipelineError(f"{LOCK} left as it is: {moved}, or retrain (dvc "
+                                    f"repro {PIPELINE})")
+            lock["stages"][name] = entry
+    write_text_atomic(root / LOCK, dumps_yaml(lock))
+    return before
+
+
+def _more_than_code(old: dict, new: dict, address: str) -> Optional[str]:
+    """What, besides code, ``new`` (the stage's lock entry now) records unlike ``old``: a
+    dependency (not code) or output whose hash changed, or dependencies, outputs or params
+    that reports/dvc.yaml now declares otherwise (DVC's status does not show a dependency
+    or a param taken out of a stage: recording it would let a later change to it pass as
+    up to date); None when only code differs."""
+    for kind, what in (("deps", "dependencies"), ("outs", "outputs")):
         was = {e["path"]: e for e in old.get(kind) or []}
+        now = {e["path"] for e in new.get(kind) or []}
+        if set(was) != now:
+            return (f"{PIPELINE} declares other {what} for {address} than the lock records "
+                    f"({', '.join(sorted(set(was) ^ now)[:3])} added or removed), a change "
+                    f"of the stage the check does not vouch for")
         for e in new.get(kind) or []:
             if kind == "deps" and e["path"].split("/")[0] in CODE:
                 continue
             if {k: v for k, v in e.items()} != was.get(e["path"]):
-                return e["path"]
-        if kind == "outs" and set(was) != {e["path"] for e in new.get(kind) or []}:
-            return ", ".join(sorted(set(was) ^ {e["path"] for e in new.get(kind) or []}))
+                return (f"{e['path']} of {address} is not what the lock records, and the "
+                        f"check did not make it; restore it")
+    params, recorded = new.get("params") or {}, old.get("params") or {}
+    gone = sorted(f"{file}:{key}" for file, values in recorded.items()
+                  for key in values or {} if key not in (params.get(file) or {}))
+    if gone:
+        return (f"{PIPELINE} declares fewer params for {address} than the lock records "
+                f"({', '.join(gone[:3])} removed), a change of the stage the check does "
+                f"not vouch for")
     return None
 
 
@@ -651,8 +710,9 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--against", help="the commit to compare with (default: the commit that "
                     "last recorded reports/dvc.lock)")
-    ap.add_argument("--data", type=Path, help="prepared data to train on (default: a "
-                    "synthetic archive the command makes)")
+    ap.add_argument("--data", type=Path, help="prepared data for the first pass (default: "
+                    "a synthetic archive of 500 training images; the second pass's has as "
+                    "many training and held-out images as the workspace's prepared data)")
     ap.add_argument("--variant", action="append", metavar="NAME",
                     help="check this variant only (repeatable); only what is checked is "
                          "recorded. Default: every variant whose stage is stale, or every "
@@ -671,6 +731,10 @@ def main(argv=None) -> None:
     for path in (EXERCISES, PIPELINE, *([] if args.no_record else [LOCK])):
         if (root / path).is_file():
             _read_yaml(root / path, path)
+    if (root / EXERCISES).is_file():  # the variants' params as the stages load them: a file
+        from cifar10_tutorial.params import EXERCISES as EXERCISES_FILE, load_params
+
+        load_params(root / EXERCISES, EXERCISES_FILE)  # they cannot load is its one line
     for name in args.variant or []:
         if not NAME.fullmatch(name):
             raise PipelineError(f"--variant {name!r}: expected a variant name (a letter, then "
@@ -708,11 +772,15 @@ def main(argv=None) -> None:
     if not args.no_record:
         _trained_where_the_check_runs(root, names)
     before = fingerprint(root)
-    verdict = _compare(root, against, short, args.data, names,
-                       None if args.no_record else stages)
+    verdict, on = _compare(root, against, short, args.data, names,
+                           None if args.no_record else stages)
     print(f"identical: {len(names)} variant(s) ({', '.join(names)}) wrote the same raw and "
           f"averaged weights and results with the workspace's code as with {short}'s, "
-          f"{STEPS} steps each ({verdict} tensors in the model and checkpoint files)")
+          f"{STEPS} steps each on {on} ({verdict} tensors in the model and checkpoint "
+          f"files), and the same learning rates and weight-average decays over their whole "
+          f"runs; a change acting only after step {STEPS} otherwise, or in how times and "
+          f"speeds are measured (they differ run to run, and are left out), is not seen "
+          f"(docs/exercises.md)")
     if args.no_record:
         return
     after = fingerprint(root)
@@ -762,60 +830,37 @@ def _variants(path: Path) -> list[str]:
     return names
 
 
-SCRATCH, MARK = "cifar10-check-", ".cifar10-check-code"  # its scratch folder's name, mark
+# its scratch folder's name (cifar10-check-PID-*) and the mark that says it is the check's
+SCRATCH, MARK = "cifar10-check", ".cifar10-check-code"
 
 
-def _remove_dead_scratch() -> None:
-    """The scratch folders a killed check left (its pid in the name no longer runs, its
-    mark inside): a kill -9 runs no clean-up, and each holds tens of MB. One killed in its
-    own clean-up, after the mark (removed last), is empty: only then removed unmarked."""
-    from cifar10_tutorial.files import process_alive
-
-    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH}*-*"):
-        pid = folder.name[len(SCRATCH):].split("-")[0]
-        if not pid.isdigit() or process_alive(int(pid)) or folder.is_symlink() \
-                or not folder.is_dir():
-            continue
-        if (folder / MARK).is_file():
-            shutil.rmtree(folder, ignore_errors=True)
-        elif not any(folder.iterdir()):
-            folder.rmdir()
-
-
-@contextlib.contextmanager
 def _scratch():
-    """A scratch folder of this check in the system's temporary folder, marked as its own
-    before anything is written in it; removed at the end with the mark last, so that a
-    kill at any moment leaves it marked or empty (:func:`_remove_dead_scratch`)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f"{SCRATCH}{os.getpid()}-"))
-    (tmp / MARK).write_text("the scratch folder of cifar10 check-code\n")
+    """This check's scratch folder (files.scratch_folder: those killed checks left are
+    removed first)."""
+    from cifar10_tutorial.files import scratch_folder
+
+    return scratch_folder(SCRATCH, MARK, "cifar10 check-code")
+
+
+def _results_sizes(root: Path) -> Optional[tuple[int, int]]:
+    """The numbers of training and held-out images of the workspace's prepared data (what
+    the exercise results were made on, where the lock records it); None where it has none."""
     try:
-        yield tmp
-    finally:
-        for entry in tmp.iterdir():
-            if entry.name == MARK:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
-        if not any(e.name != MARK for e in tmp.iterdir()):  # else: marked, for the next run
-            (tmp / MARK).unlink()
-            tmp.rmdir()
+        from cifar10_tutorial.cli import stage_output
+
+        meta = root / stage_output("preprocess", dvc_yaml=root / "dvc.yaml") / "meta.json"
+        counts = json.loads(meta.read_text())["counts"]
+        sizes = counts["train"], counts["test"]
+        return sizes if all(isinstance(n, int) and n > 0 for n in sizes) else None
+    except (OSError, ValueError, KeyError, TypeError, PipelineError):
+        return None
 
 
 def _training_set_sizes(root: Path) -> list[int]:
     """The training-set sizes a whole run's schedule is compared at: the workspace's own
     prepared data where it has some, and CIFAR-10's 50,000 and its dev split's 40,000."""
-    sizes = {50000, 40000}
-    try:
-        from cifar10_tutorial.cli import stage_output
-
-        meta = root / stage_output("preprocess", dvc_yaml=root / "dvc.yaml") / "meta.json"
-        sizes.add(int(json.loads(meta.read_text())["counts"]["train"]))
-    except (OSError, ValueError, KeyError, TypeError, PipelineError):
-        pass
-    return sorted(sizes)
+    own = _results_sizes(root)
+    return sorted({50000, 40000, *([own[0]] if own else [])})
 
 
 def _against_made_the_lock(root: Path, theirs: Path, stages: list[str], short: str) -> None:
@@ -839,8 +884,9 @@ def _against_made_the_lock(root: Path, theirs: Path, stages: list[str], short: s
 
 
 def _compare(root: Path, against: str, short: str, data: Optional[Path],
-             names: list[str], record_for: Optional[list[str]] = None) -> int:
-    """Run ``names`` with both codes and compare; the number of tensors compared."""
+             names: list[str], record_for: Optional[list[str]] = None) -> tuple[int, str]:
+    """Run ``names`` with both codes and compare; the number of tensors compared, and on
+    what data (in words)."""
     runs = Runs()
 
     def stop(signum, frame):
@@ -848,8 +894,8 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        _remove_dead_scratch()
         with _scratch() as tmp:
+            large = _results_sizes(root) or (FULL_TRAIN, FULL_HELD_OUT)  # the second pass
             data = _fixed_data(tmp, data)
             trees = {"theirs": _tree_of(against, root, tmp / "theirs"),
                      "ours": _workspace_tree(root, tmp / "ours")}
@@ -876,18 +922,25 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                     f"{', '.join(map(str, sizes))} images); the committed results are not "
                     f"the workspace's: retrain the variants that read what changed "
                     f"(dvc repro {PIPELINE})")
-            for key, tree in trees.items():
-                (tree / EXERCISES).write_text(yaml.safe_dump(short_budget(raws[key]),
-                                                             sort_keys=False))
+            big = {k: _copy_tree(t, tmp / f"{k}-large") for k, t in trees.items()}
+            passes = [(trees, data, EPOCHS, True),  # (trees, data, epochs, paused)
+                      (big, _fixed_data(tmp, None, *large, name="large"), STEPS * NOMINAL_BATCH / large[0],
+                       False)]
+            for these, _, epochs, paused in passes:
+                for key, tree in these.items():
+                    budget = short_budget(raws[key], epochs, own_eval=not paused)
+                    (tree / EXERCISES).write_text(yaml.safe_dump(budget, sort_keys=False))
             if record_for is not None:
                 _against_made_the_lock(root, trees["theirs"], record_for, short)
+            on = _on(passes)
             print(f"running {len(names)} variant(s) for {STEPS} steps each (one thread), "
-                  f"with the code of {short}, then with the workspace's", flush=True)
-            jobs = [(n, t, what) for n in names
-                    for t, what in ((trees["theirs"], short), (trees["ours"], "the workspace"))]
+                  f"with the code of {short}, then with the workspace's: on {on}", flush=True)
+            jobs = [(n, these[key], where, what, pauses)
+                    for these, where, _, pauses in passes for n in names
+                    for key, what in (("theirs", short), ("ours", "the workspace"))]
             with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
-                futures = [pool.submit(run_variant, runs, t, data, n, what)
-                           for n, t, what in jobs]
+                futures = [pool.submit(run_variant, runs, t, d, n, what, pauses)
+                           for n, t, d, what, pauses in jobs]
                 try:
                     for f in futures:
                         f.result()
@@ -896,7 +949,11 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                     for f in futures:
                         f.cancel()
                     raise
-            differ, compared = differences(trees["theirs"], trees["ours"])
+            differ, compared = [], 0
+            for these, where, _, _ in passes:
+                found, count = differences(these["theirs"], these["ours"])
+                differ += [f"{f} (on {_sizes(where)[0]} training images)" for f in found]
+                compared += count
     finally:
         runs.stop()
         signal.signal(signal.SIGTERM, previous)
@@ -906,7 +963,38 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
             f"differ ({', '.join(differ[:3])}{' ...' if len(differ) > 3 else ''}); the "
             f"committed results are not the workspace's: retrain the variants that read "
             f"what changed (dvc repro {PIPELINE})")
-    return compared
+    return compared, on
+
+
+def _copy_tree(tree: Path, dest: Path) -> Path:
+    """A copy of what a variant runs in ``tree`` (before any run wrote in it), for another
+    pass."""
+    for part in TREE:
+        if (tree / part).is_dir():
+            shutil.copytree(tree / part, dest / part)
+        elif (tree / part).is_file():
+            (dest / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(tree / part, dest / part)
+    return dest
+
+
+def _sizes(prepared: Path) -> tuple[int, int]:
+    """The numbers of training and held-out images of prepared data (its meta.json)."""
+    try:
+        counts = json.loads((prepared / "meta.json").read_text())["counts"]
+        return int(counts["train"]), int(counts["test"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, 0
+
+
+def _on(passes: list) -> str:
+    """What each pass ran on, in words."""
+    return " and ".join(
+        f"{_sizes(where)[0]:,} training and {_sizes(where)[1]:,} held-out images "
+        + (f"(paused twice, evaluated every {EVAL_EVERY} steps in batches of {EVAL_BATCH})"
+           if paused
+           else "(straight through, each variant's own evaluation)")
+        for _, where, _, paused in passes)
 
 
 def _what_changed(trees: dict) -> str:

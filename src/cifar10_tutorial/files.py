@@ -356,3 +356,55 @@ def save_figure_atomic(fig, path: Path, **savefig_args) -> None:
         pyplot = sys.modules.get("matplotlib.pyplot")
         if pyplot is not None:
             pyplot.close(fig)
+
+
+def remove_dead_scratch(prefix: str, mark: str) -> None:
+    """The scratch folders (:func:`scratch_folder`) that killed commands left in the
+    system's temporary folder: named ``PREFIX-PID-*`` with PID no longer running, and
+    holding ``mark`` (or nothing: one killed in its own clean-up, after the mark, which goes
+    last). A kill -9 runs no clean-up, and each can hold hundreds of MB; any other folder
+    of such a name is not a command's, and stays."""
+    import glob
+    import shutil
+    import tempfile
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{glob.escape(prefix)}-*-*"):
+        pid = folder.name[len(prefix) + 1:].split("-")[0]
+        if not pid.isdigit() or process_alive(int(pid)) or folder.is_symlink() \
+                or not folder.is_dir():
+            continue
+        marked = folder / mark
+        if marked.is_file() and not marked.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+        elif not any(folder.iterdir()):
+            folder.rmdir()
+
+
+@contextmanager
+def scratch_folder(prefix: str, mark: str, what: str):
+    """A scratch folder ``PREFIX-PID-*`` in the system's temporary folder, holding ``mark``
+    (a file saying it is ``what``'s) before anything else is written in it; the dead ones
+    of earlier commands are removed first. At the end it is emptied, the mark last, so that
+    a kill at any moment leaves it marked or empty. A command that keeps the folder for its
+    user (a log to read) removes the mark first: then it is left as it is, and no later
+    sweep touches it."""
+    import shutil
+    import tempfile
+
+    remove_dead_scratch(prefix, mark)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-"))
+    (tmp / mark).write_text(f"the scratch folder of {what}\n")
+    try:
+        yield tmp
+    finally:
+        if (tmp / mark).is_file():  # not kept
+            for entry in tmp.iterdir():
+                if entry.name == mark:
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+            if not any(e.name != mark for e in tmp.iterdir()):  # else: marked, for later
+                (tmp / mark).unlink()
+                tmp.rmdir()
