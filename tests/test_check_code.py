@@ -72,7 +72,7 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "identical: 2 variant(s) (baseline, softmax) wrote the same raw and averaged " \
            "weights and results" in proc.stdout
-    assert "12 steps each on 500 training and 50 held-out images (paused twice, evaluated " \
+    assert "13 steps each on 500 training and 50 held-out images (paused twice, evaluated " \
            "every 2 steps in batches of 16) and 600 training and 50 held-out images (straight " \
            "through, each variant's own evaluation)" in proc.stdout
     assert "recorded 2 variant stage(s)" in proc.stdout
@@ -166,6 +166,24 @@ def test_a_resume_that_forgets_the_targets_reached_is_refused(project):
     assert "does not produce what" in line and "metrics.json" in line, line
 
 
+def test_a_change_to_the_evaluation_off_its_grid_is_refused(project):
+    """A run evaluates the held-out images every eval.every_steps and at its last step,
+    wherever that falls: the check's 13 steps end off its grid of 2, so a change that
+    drops the last step's evaluation (runs whose length is no multiple of every_steps lose
+    their last held-out point) is seen."""
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["eval"]["every_steps"] = 100  # held-out evaluation on (the check cuts it to 2)
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    commit(project, "held-out evaluation on")
+    edit(project, "src/cifar10_tutorial/training/monitoring.py",
+         "(step % self.every == 0 or step == max_steps)", "step % self.every == 0")
+    proc = check(project, "--no-record", "--variant", "baseline", "--against", "HEAD")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "does not produce what" in line, line
+
+
 def test_results_of_a_trial_are_checked_through_the_trials_path(project):
     """Committed results of a trial (ablation.trial_steps set) are compared through the
     trial's own path: a change to how a trial cuts its held-out images is refused."""
@@ -217,7 +235,7 @@ def test_a_new_key_at_its_default_is_recorded_and_at_another_value_refused(proje
      "return min(min(decay, 0.999), (1.0 + num_updates) / (10.0 + num_updates))"),
 ])
 def test_a_change_its_short_runs_do_not_reach_is_refused(project, old, new):
-    """Each variant runs 12 steps here; what its whole run does after them (the learning
+    """Each variant runs 13 steps here; what its whole run does after them (the learning
     rate of every step, the decay of every average) is compared too, from both codes and
     their own params at the full budget."""
     exercises = project / "reports/params.yaml"
@@ -502,3 +520,47 @@ def test_dvcs_lock_taken_while_the_check_runs_is_one_line(project):
         holder.kill()
         holder.wait()
     assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_code_edited_after_the_check_ran_is_not_recorded(project, monkeypatch):
+    """An edit landing after the check's last look at the code and before DVC hashes it for
+    the lock: the lock would record code the check never ran. The entries' hashes must be
+    those of the code it ran; else nothing is recorded."""
+    import check_code
+    from cifar10_tutorial.errors import PipelineError
+
+    monkeypatch.chdir(project)  # where the check runs: the repository's root
+    comment(project)
+    lock = (project / "reports/dvc.lock").read_bytes()
+    ran = check_code.fingerprint(project)
+    edit(project, "src/cifar10_tutorial/scoring.py", "out.append(model.logits(x).float())",
+         "out.append(model.logits(x.flip(-1)).float())")
+    with pytest.raises(PipelineError, match=r"^reports/dvc\.lock left as it is: "
+                                            r"src/cifar10_tutorial/scoring\.py changed after "
+                                            r"the check ran it"):
+        check_code.record(project, ["reports/dvc.yaml:ablation@baseline"], ran)
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+    check_code.record(project, ["reports/dvc.yaml:ablation@baseline"],
+                      check_code.fingerprint(project))  # the code it ran: recorded
+    assert (project / "reports/dvc.lock").read_bytes() != lock
+
+
+def test_a_missing_lock_or_a_data_set_variant_is_named_for_what_it_is(project):
+    """With reports/dvc.lock deleted, the check says to restore it (not that every variant
+    was never run); a data-set variant given to --variant is named as one, which the check
+    does not run (not "not a variant")."""
+    lock = project / "reports/dvc.lock"
+    text = lock.read_bytes()
+    lock.unlink()
+    proc = check(project)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        "error: reports/dvc.lock: missing, so there is nothing to record in; restore it "
+        "(`git checkout -- reports/dvc.lock`), or compare only (--no-record)"), proc.stderr
+    lock.write_bytes(text)
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn"}}}
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    proc = check(project, "--variant", "svhn")
+    assert proc.returncode == 1 and "--variant svhn: a data-set variant (dataset_ablations: " \
+        "of reports/params.yaml)" in proc.stderr.strip().splitlines()[-1], proc.stderr

@@ -69,11 +69,12 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 # the short budget every variant is cut to, the same in both trees: steps where a variant
 # counts steps, one epoch where it counts epochs, the held-out evaluation during training
 # every few steps where it has one; all on the CPU, each at its own batch size
-STEPS, EPOCHS, EVAL_EVERY = 12, 1, 2
+# (an odd number: the last step is off the evaluation grid, where a run evaluates anyway)
+STEPS, EPOCHS, EVAL_EVERY = 13, 1, 2
 # the small data set (its training images: a variant counting epochs crosses epoch ends in
-# its 12 steps), and a second pass at the sizes the results were trained and evaluated on
+# its 13 steps), and a second pass at the sizes the results were trained and evaluated on
 # (a change acting only on larger sets, or only on a fresh process, shows there), straight
-# through, 12 steps (one epoch there: a fraction at the nominal batch NOMINAL_BATCH), each
+# through, 13 steps (one epoch there: a fraction at the nominal batch NOMINAL_BATCH), each
 # variant evaluated as it evaluates itself, once (CIFAR-10's sizes where none are known)
 SMALL_TRAIN, NOMINAL_BATCH, FULL_TRAIN, FULL_HELD_OUT = 500, 128, 50_000, 10_000
 # the evaluation: in batches of EVAL_BATCH (several, the last one short, on the check's 50
@@ -346,7 +347,7 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
     return tree
 
 
-# What a variant's whole run will do that its 12 steps here do not reach: the learning rate
+# What a variant's whole run will do that its 13 steps here do not reach: the learning rate
 # of every step and the decay of every weight-average update, from the tree's own code and
 # its own reports/params.yaml at the full budget, for a training set of each size in
 # argv[2:]. Run in each tree (its code on sys.path); printed as JSON, a digest per variant.
@@ -628,10 +629,11 @@ def stale_variants(root: Path, only: Optional[list[str]] = None) -> tuple[list[s
     return stages, "; ".join(other[:3]) + (" ..." if len(other) > 3 else "")
 
 
-def record(root: Path, stages: list[str]) -> None:
+def record(root: Path, stages: list[str], ran: Optional[dict] = None) -> None:
     """Record ``stages`` in reports/dvc.lock as DVC's own ``dvc commit -f`` would, written
     aside and renamed over the lock in one step; then ``dvc status`` must find them up to
-    date, or the lock is put back as it was."""
+    date, or the lock is put back as it was. ``ran``: the md5 of each file of the code the
+    check ran (:func:`fingerprint`), which the lock's entries must record."""
     from dvc.lock import LockError
     from dvc.repo import Repo
 
@@ -639,7 +641,7 @@ def record(root: Path, stages: list[str]) -> None:
 
     try:
         with Repo(str(root)) as repo, repo.lock:  # read, change and write under DVC's lock
-            before = _record(root, repo, stages)
+            before = _record(root, repo, stages, ran)
     except LockError:  # another DVC command took it while the variants ran
         raise PipelineError(f"{LOCK} left as it is: another DVC command took DVC's lock "
                             f"while the check ran; run the check again once it has "
@@ -652,7 +654,7 @@ def record(root: Path, stages: list[str]) -> None:
                             f"as changed in dvc status; retrain them (dvc repro {PIPELINE})")
 
 
-def _record(root: Path, repo, stages: list[str]) -> str:
+def _record(root: Path, repo, stages: list[str], ran: Optional[dict]) -> str:
     """:func:`record`'s part under DVC's lock: each stage's entry as DVC makes it, checked
     to differ from the lock's in code only, then the lock written; its text before."""
     from dvc.stage.serialize import to_lockfile
@@ -668,6 +670,12 @@ def _record(root: Path, repo, stages: list[str]) -> str:
         stage.save()
         for name, entry in to_lockfile(stage).items():
             moved = _more_than_code(lock["stages"].get(name) or {}, entry, address)
+            # the code as DVC hashes it now, not as the check ran it: edited since
+            moved = moved or next((f"{e['path']} changed after the check ran it; run the "
+                                   f"check again once your edits are done"
+                                   for e in entry.get("deps") or []
+                                   if ran is not None and e["path"] in ran
+                                   and e.get("md5") != ran[e["path"]]), None)
             if moved:  # data or results replaced while the variants ran, or declared
                 raise PipelineError(f"{LOCK} left as it is: {moved}, or retrain (dvc "
                                     f"repro {PIPELINE})")
@@ -740,10 +748,20 @@ def main(argv=None) -> None:
             raise PipelineError(f"--variant {name!r}: expected a variant name (a letter, then "
                                 f"letters, digits, '_' or '-', at most 64)")
     unknown = [n for n in args.variant or [] if n not in _variants(root / EXERCISES)]
+    datasets = (_read_yaml(root / EXERCISES, EXERCISES) or {}).get("dataset_ablations") \
+        if (root / EXERCISES).is_file() else None
+    if unknown and isinstance(datasets, dict) and unknown[0] in datasets:
+        raise PipelineError(f"--variant {unknown[0]}: a data-set variant (dataset_ablations: "
+                            f"of {EXERCISES}), trained on data of its own, which the check "
+                            f"does not prepare: retrain it (dvc repro -s "
+                            f"{PIPELINE}:dataset_ablation@{unknown[0]})")
     if unknown:  # a typo must not pass as "nothing to record"
         raise PipelineError(f"--variant {unknown[0]}: not a variant of {EXERCISES} (its "
                             f"variants: {', '.join(_variants(root / EXERCISES)[:8])}"
                             f"{' ...' if len(_variants(root / EXERCISES)) > 8 else ''})")
+    if not args.no_record and not (root / LOCK).is_file() and not (root / LOCK).is_symlink():
+        raise PipelineError(f"{LOCK}: missing, so there is nothing to record in; restore it "
+                            f"(`git checkout -- {LOCK}`), or compare only (--no-record)")
     against = args.against or lock_commit(root)
     short = _git("rev-parse", "--short", against, cwd=root)
     if args.no_record:
@@ -788,7 +806,7 @@ def main(argv=None) -> None:
     if edited:  # the lock would record code the check did not run
         raise PipelineError(f"{LOCK} left as it is: {', '.join(edited[:3])} changed while the "
                             f"check ran; run it again once your edits are done")
-    record(root, stages)
+    record(root, stages, before)
     print(f"recorded {len(stages)} variant stage(s) of {LOCK} as up to date for this code "
           f"(reports/params.yaml changed, if at all, in keys added at their defaults only); "
           f"commit it with your change (`dvc repro -s reports/dvc.yaml:report` reruns the "
@@ -909,7 +927,7 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                 if absent:
                     raise PipelineError(f"variant {absent[0]} is not in the {EXERCISES} of "
                                         f"{where}: nothing to compare it with; retrain it")
-            # the whole runs' schedules, from the full params: what 12 steps do not reach
+            # the whole runs' schedules, from the full params: what 13 steps do not reach
             sizes = _training_set_sizes(root)
             planned = {k: plans(runs, t, names, sizes, short if k == "theirs" else "the workspace")
                        for k, t in trees.items()}
