@@ -590,3 +590,13 @@ def test_the_cards_commands_quote_the_path_and_a_newline_is_refused(finished, tm
     assert proc.returncode == 1 and "holds a newline or another control character" in \
         proc.stderr.strip().splitlines()[-1], proc.stderr
     assert not bad.exists()
+
+
+def test_a_variant_never_trained_is_named_with_its_own_stage(tmp_path):
+    """A variant whose model does not exist yet: the line names the variant's stage to run
+    (reports/dvc.yaml's ablation@NAME), not the main pipeline's train stage."""
+    with pytest.raises(PipelineError, match=r"^" + re.escape(
+            f"{tmp_path / 'none.pt'}: no trained model for softmax; run the variant first "
+            f"(`dvc repro -s reports/dvc.yaml:ablation@softmax`), or give --model")):
+        publish("softmax", tmp_path / "none.pt", tmp_path / "none", tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []

@@ -156,6 +156,10 @@ def read_records(name: str, model: Path, results: Path) -> Records:
     """The model file and the variant's records, checked to be one run of ``name``, with
     every field the card needs."""
     model, results = Path(model), Path(results)
+    if not model.exists():  # a variant's model: its own stage trains it, not the main one
+        raise PipelineError(f"{model}: no trained model for {name}; run the variant first "
+                            f"(`dvc repro -s reports/dvc.yaml:ablation@{name}`), or give "
+                            f"--model the model file to publish")
     ckpt = load_model_file(model)
     digest, size = sha256(model), model.stat().st_size
     train = read_json(results / "train" / "provenance.json")
