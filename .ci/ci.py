@@ -314,6 +314,11 @@ def main(argv: list[str] | None = None) -> None:
                     "the baseline's format (one configuration)")
     args = ap.parse_args(argv)
 
+    def stop(signum, frame):  # SIGTERM (a cancelled job, a kill) unwinds as Ctrl-C does:
+        raise KeyboardInterrupt  # the pipeline's process group stopped, the scratch removed
+
+    signal.signal(signal.SIGTERM, stop)
+
     def go() -> None:
         if (args.baseline or args.metrics_out) and len(args.config) != 1:
             raise PipelineError("--baseline and --metrics-out take one configuration, found "

@@ -540,10 +540,11 @@ def test_the_table_names_the_stored_baseline_it_was_gated_against(tmp_path, monk
     assert named not in table and "commit" not in table
 
 
-def test_a_terminated_gate_stops_its_pipeline_and_removes_its_scratch(tmp_path):
-    """SIGTERM to the gate while its pipeline runs (here a stand-in for `dvc repro` that
-    starts a stage of its own and waits): the gate exits in one line, no process of the
-    pipeline is left, and no scratch folder."""
+@pytest.mark.parametrize("entry", ["gate", "cifar10 ci"])
+def test_a_terminated_gate_stops_its_pipeline_and_removes_its_scratch(tmp_path, entry):
+    """SIGTERM to the gate (or to `cifar10 ci` itself) while its pipeline runs (here a
+    stand-in for `dvc repro` that starts a stage of its own and waits): it exits in one
+    line, no process of the pipeline is left, and no scratch folder."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     pids = tmp_path / "pids"
@@ -565,8 +566,7 @@ ci._run = lambda cmd, cwd, env: run(["bash", "-c", "sleep 300 & echo $$ $! > {pi
 g.gate = lambda event, archive, work: (*g.run(archive, baseline_file=work / "b.json",
                                               metrics_out=work / "m.json"), "")[:3]
 sys.argv = ["github_gate.py", "a.tar.gz"]
-g.run_stage(g.main)
-""")
+""" + ("g.run_stage(g.main)\n" if entry == "gate" else "ci.main(['official'])\n"))
     log = tmp_path / "stderr"
     with open(log, "w") as stderr:
         proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path,
