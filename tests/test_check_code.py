@@ -74,7 +74,7 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
            "weights and results" in proc.stdout
     assert "13 steps each on 500 training and 50 held-out images (paused twice, evaluated " \
            "every 2 steps in batches of 16) and 600 training and 50 held-out images (straight " \
-           "through, each variant's own evaluation)" in proc.stdout
+           "through, each variant's own evaluation at steps 12 and 13)" in proc.stdout
     assert "recorded 2 variant stage(s)" in proc.stdout
     assert "up to date" in stale(project)
 
@@ -166,19 +166,23 @@ def test_a_resume_that_forgets_the_targets_reached_is_refused(project):
     assert "does not produce what" in line and "metrics.json" in line, line
 
 
-def test_a_change_to_the_evaluation_off_its_grid_is_refused(project):
+@pytest.mark.parametrize("variant", ["baseline", "softmax"], ids=["counting-steps",
+                                                                   "counting-epochs"])
+def test_a_change_to_the_evaluation_off_its_grid_is_refused(project, variant):
     """A run evaluates the held-out images every eval.every_steps and at its last step,
-    wherever that falls: the check's 13 steps end off its grid of 2, so a change that
-    drops the last step's evaluation (runs whose length is no multiple of every_steps lose
-    their last held-out point) is seen."""
+    wherever that falls: the check's runs end off their grid (13 steps, every 2; and in
+    the second pass, a variant counting epochs too, every 12), so a change that drops the
+    last step's evaluation (runs whose length is no multiple of every_steps lose their last
+    held-out point) is seen."""
     exercises = project / "reports/params.yaml"
     raw = yaml.safe_load(exercises.read_text())
-    raw["eval"]["every_steps"] = 100  # held-out evaluation on (the check cuts it to 2)
+    raw["eval"]["every_steps"] = 100  # held-out evaluation on (the check cuts it)
+    raw["ablations"]["softmax"]["train"] = {"max_epochs": 2}  # one variant counts epochs
     exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
     commit(project, "held-out evaluation on")
     edit(project, "src/cifar10_tutorial/training/monitoring.py",
          "(step % self.every == 0 or step == max_steps)", "step % self.every == 0")
-    proc = check(project, "--no-record", "--variant", "baseline", "--against", "HEAD")
+    proc = check(project, "--no-record", "--variant", variant, "--against", "HEAD")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert "does not produce what" in line, line

@@ -74,9 +74,10 @@ STEPS, EPOCHS, EVAL_EVERY = 13, 1, 2
 # the small data set (its training images: a variant counting epochs crosses epoch ends in
 # its 13 steps), and a second pass at the sizes the results were trained and evaluated on
 # (a change acting only on larger sets, or only on a fresh process, shows there), straight
-# through, 13 steps (one epoch there: a fraction at the nominal batch NOMINAL_BATCH), each
-# variant evaluated as it evaluates itself, once (CIFAR-10's sizes where none are known)
-SMALL_TRAIN, NOMINAL_BATCH, FULL_TRAIN, FULL_HELD_OUT = 500, 128, 50_000, 10_000
+# through, 13 steps (a variant counting epochs: 13 steps' worth at its own batch), each
+# variant evaluated as it evaluates itself, at steps 12 and 13 (CIFAR-10's sizes where none
+# are known)
+SMALL_TRAIN, FULL_TRAIN, FULL_HELD_OUT = 500, 50_000, 10_000
 # the evaluation: in batches of EVAL_BATCH (several, the last one short, on the check's 50
 # held-out images), and a held-out target every run reaches at its first evaluation (step
 # 2, where the run is also paused: what a resume keeps of the targets reached shows); a
@@ -214,13 +215,27 @@ def _fixed_data(tmp: Path, data: Optional[Path], num_train: int = SMALL_TRAIN,
     return out
 
 
-def short_budget(raw: dict, epochs: float = EPOCHS, own_eval: bool = False) -> dict:
-    """reports/params.yaml (parsed) with every variant cut to the check's budget (``epochs``
-    where a variant counts epochs); the same cut in both trees, so that only the code and
-    its own params differ. ``own_eval``: each variant's own evaluation (batch size, targets,
-    a trial's images), once, at the last step, where it evaluates while training at all;
-    else the check's (batches of EVAL_BATCH every EVAL_EVERY steps, a target reached)."""
+def short_budget(raw: dict, num_train: Optional[int] = None, own_eval: bool = False) -> dict:
+    """reports/params.yaml (parsed) with every variant cut to the check's budget: STEPS
+    where a variant counts steps, where it counts epochs EPOCHS, or (``num_train``, the
+    training set's size) STEPS' worth at its own global batch; the same cut in both trees,
+    so that only the code and its own params differ. ``own_eval``: each variant's own
+    evaluation (batch size, targets, a trial's images), at the step before the last and at
+    the last, where it evaluates while training at all; else the check's (batches of
+    EVAL_BATCH every EVAL_EVERY steps, a target reached)."""
+    from cifar10_tutorial.params import TrainParams
+
     raw = copy.deepcopy(raw)
+    base = raw.get("train") if isinstance(raw.get("train"), dict) else {}
+
+    def epochs(train: dict) -> float:
+        if num_train is None:
+            return EPOCHS
+        batch = train.get("batch_size", base.get("batch_size", TrainParams.batch_size))
+        devices = train.get("num_devices", base.get("num_devices", TrainParams.num_devices))
+        if not (isinstance(batch, int) and isinstance(devices, int)):
+            return EPOCHS  # refused by the stage's own params check, in both trees
+        return (STEPS - 0.5) * batch * devices / num_train  # STEPS steps, rounded up
 
     def cut(sections: dict) -> None:
         train, ev = sections.get("train"), sections.get("eval")
@@ -230,10 +245,13 @@ def short_budget(raw: dict, epochs: float = EPOCHS, own_eval: bool = False) -> d
             if "max_steps" in train:
                 train["max_steps"] = STEPS
             if train.get("max_epochs") is not None:
-                train["max_epochs"] = epochs
+                train["max_epochs"] = epochs(train)
         if isinstance(ev, dict) and own_eval:
+            # twice: one step before the last (a point inside the run) and at the last,
+            # off the grid (where a run evaluates all the same); a run counting epochs
+            # ends near STEPS too
             if isinstance(ev.get("every_steps"), int) and ev["every_steps"] > 0:
-                ev["every_steps"] = STEPS
+                ev["every_steps"] = STEPS - 1
         elif isinstance(ev, dict):
             if "batch_size" in ev:
                 ev["batch_size"] = EVAL_BATCH
@@ -941,12 +959,11 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                     f"the workspace's: retrain the variants that read what changed "
                     f"(dvc repro {PIPELINE})")
             big = {k: _copy_tree(t, tmp / f"{k}-large") for k, t in trees.items()}
-            passes = [(trees, data, EPOCHS, True),  # (trees, data, epochs, paused)
-                      (big, _fixed_data(tmp, None, *large, name="large"), STEPS * NOMINAL_BATCH / large[0],
-                       False)]
-            for these, _, epochs, paused in passes:
+            passes = [(trees, data, None, True),  # (trees, data, training-set size, paused)
+                      (big, _fixed_data(tmp, None, *large, name="large"), large[0], False)]
+            for these, _, num_train, paused in passes:
                 for key, tree in these.items():
-                    budget = short_budget(raws[key], epochs, own_eval=not paused)
+                    budget = short_budget(raws[key], num_train, own_eval=not paused)
                     (tree / EXERCISES).write_text(yaml.safe_dump(budget, sort_keys=False))
             if record_for is not None:
                 _against_made_the_lock(root, trees["theirs"], record_for, short)
@@ -1011,7 +1028,8 @@ def _on(passes: list) -> str:
         f"{_sizes(where)[0]:,} training and {_sizes(where)[1]:,} held-out images "
         + (f"(paused twice, evaluated every {EVAL_EVERY} steps in batches of {EVAL_BATCH})"
            if paused
-           else "(straight through, each variant's own evaluation)")
+           else f"(straight through, each variant's own evaluation at steps {STEPS - 1} and "
+                f"{STEPS})")
         for _, where, _, paused in passes)
 
 
