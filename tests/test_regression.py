@@ -468,6 +468,19 @@ def test_a_damaged_ci_configuration_is_one_line_naming_it(tmp_path, text, messag
         ci.load_config("mine", tmp_path)
 
 
+def _clone_with_working_ci(clone):
+    """A git clone of the project at ``clone`` whose .ci/ci.py and src/ are the working
+    tree's (the code under test), so that `.ci/ci.py` runs as CI runs it."""
+    import shutil
+    import subprocess
+
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    shutil.copy2(ROOT / ".ci/ci.py", clone / ".ci/ci.py")
+    shutil.copytree(ROOT / "src", clone / "src", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return clone
+
+
 @pytest.mark.parametrize("key, text, said", [
     ("params", "params: {train.max_steps: 2, train.max_stpes: 5}\n",
      "params: unknown key train.max_stpes in params; valid keys in 'train': "),
@@ -480,16 +493,7 @@ def test_a_misspelled_key_of_a_ci_configuration_is_named_in_it(tmp_path, key, te
     import subprocess
     import sys
 
-    import shutil
-
-    clone = tmp_path / "c"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    for code in (".ci/ci.py", "src"):  # the code under test: the working tree's
-        if (ROOT / code).is_dir():
-            shutil.copytree(ROOT / code, clone / code, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(ROOT / code, clone / code)
+    clone = _clone_with_working_ci(tmp_path / "c")
     config = clone / ".ci" / "configs" / "typo.yaml"
     config.write_text("archive: synthetic\narchive_args: {train_per_batch: 10, test: 20}\n"
                       "report: false\n" + text)
@@ -506,18 +510,10 @@ def test_update_baseline_refuses_a_link_at_the_baseline(tmp_path):
     """`cifar10 ci NAME --update-baseline` writes the configuration's baseline file beside
     it and renames it over: a link there (to a file of someone else's) is refused in one
     line, and the file it points to is not written."""
-    import shutil
     import subprocess
     import sys
 
-    clone = tmp_path / "c"
-    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    for code in (".ci/ci.py", "src"):  # the code under test: the working tree's
-        if (ROOT / code).is_dir():
-            shutil.copytree(ROOT / code, clone / code, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(ROOT / code, clone / code)
+    clone = _clone_with_working_ci(tmp_path / "c")
     (clone / ".ci/configs/tiny.yaml").write_text(
         "archive: synthetic\narchive_args: {train_per_batch: 20, test: 50}\nreport: false\n"
         "params: {train.max_steps: 2, train.batch_size: 16, eval.every_steps: 0, "
