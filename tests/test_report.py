@@ -3,7 +3,11 @@ stage writes (tests/test_ablation.py runs the real stages end to end): the minim
 banner, effects weighed against the seeds' spread, the 100K-step reproduction, the time to
 its accuracy, and no blank plot."""
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -529,16 +533,136 @@ def test_a_damaged_provenance_record_is_one_line_naming_it(tmp_path, text):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
 
 
-def test_a_table_that_is_a_link_is_refused_and_its_target_kept(tmp_path):
-    """The report writes its tables as files of its own: a link at one (to a foreign file)
-    is refused in one line, never written through."""
-    from cifar10_tutorial.errors import PipelineError
-
+def test_a_table_that_is_a_link_is_never_written_through(tmp_path, capsys):
+    """The report writes its tables as files of its own: a link in the old tables folder
+    (to a foreign file) is neither written through nor removed; the old folder is kept
+    beside the new one and named."""
     exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     foreign = tmp_path / "foreign.csv"
     foreign.write_text("mine\n")
     (tmp_path / "out" / "tables").mkdir(parents=True)
     (tmp_path / "out" / "tables" / "summary.csv").symlink_to(foreign)
-    with pytest.raises(PipelineError, match=r"summary.csv: a link, where this run writes a file"):
-        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+    make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
     assert foreign.read_text() == "mine\n"
+    new = tmp_path / "out" / "tables" / "summary.csv"
+    assert not new.is_symlink() and new.read_text().startswith("variant")
+    kept = [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tables.")]
+    assert len(kept) == 1 and (kept[0] / "summary.csv").is_symlink()
+    assert f"kept as {kept[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["tables", "plots"])
+def test_a_link_or_file_at_the_reports_folders_is_refused(tmp_path, where):
+    """tables/ or plots/ a link (to a foreign folder) or a file: refused in one line
+    before anything is written; the foreign folder keeps its files."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "summary.csv").write_text("mine\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / where).symlink_to(foreign)
+    with pytest.raises(PipelineError, match=rf"{where}: a link, where the report writes a folder"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+    assert sorted(p.name for p in foreign.iterdir()) == ["summary.csv"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [where]
+
+
+# -- the report's set goes in whole: an interruption leaves the old one or the new one --
+
+def _snapshot(out: Path) -> dict:
+    """Every entry under ``out``, hidden ones included: name -> bytes (None for folders)."""
+    return {str(p.relative_to(out)): (None if p.is_dir() else p.read_bytes())
+            for p in sorted(out.rglob("*"))}
+
+
+def _old_set(tmp_path: Path) -> tuple[Path, Path, dict]:
+    """A report made from one set of results, then the results changed (baseline 70% ->
+    60%) so that the next report differs in every part of the set."""
+    root, out = tmp_path / "a", tmp_path / "out"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    make_report(root, out, OVERRIDES)
+    for name in ("metrics.json",):
+        path = root / "baseline" / name
+        path.write_text(path.read_text().replace("0.7,", "0.6,").replace("0.7}", "0.6}"))
+    return root, out, _snapshot(out)
+
+
+def _run_report(root: Path, out: Path, patch: str) -> subprocess.CompletedProcess:
+    """The report in a process of its own, with ``patch`` (Python) run first."""
+    code = (f"import os, signal\nimport cifar10_tutorial.report.report as R\n{patch}\n"
+            f"R.make_report({str(root)!r}, {str(out)!r}, {OVERRIDES!r})\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_sigterm_while_the_report_is_drawn_leaves_the_old_set_and_nothing_else(tmp_path):
+    """SIGTERM (timeout, Slurm, docker stop) halfway through the sections: the old
+    report.md, tables and plots stay exactly as they were, and nothing the run began is
+    left beside them."""
+    root, out, before = _old_set(tmp_path)
+    done = _run_report(root, out, "old = R._no_lrn\n"
+                                  "def stop(r):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+                                  "    return old(r)\nR._no_lrn = stop")
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert _snapshot(out) == before
+
+
+def test_a_stop_during_the_swaps_waits_for_the_whole_new_set(tmp_path):
+    """A stop asked for between the tables' swap and the plots' acts once the whole new
+    set is in: report.md, tables and plots all from the new results."""
+    root, out, before = _old_set(tmp_path)
+    done = _run_report(root, out, "old = R.swap_in_folder\n"
+                                  "def swap(*a):\n    kept = old(*a)\n"
+                                  "    os.kill(os.getpid(), signal.SIGTERM)\n    return kept\n"
+                                  "R.swap_in_folder = swap")
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    text = (out / "report.md").read_text()
+    assert "60.0%" in text and text.encode() != before["report.md"]
+    assert "baseline,60.0%" in (out / "tables" / "summary.csv").read_text().replace(" ", "")
+    assert (out / "plots" / ".report-files").read_bytes() != before["plots/.report-files"]
+    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.md", "tables"]
+
+
+def test_what_a_killed_report_left_is_removed_by_the_next_and_only_that(tmp_path, capsys):
+    """A kill -9 while building leaves a marked staging folder of a process that is gone:
+    the next report removes it; a folder of that name holding a user's file stays, named."""
+    root, out, _ = _old_set(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    left = out / f".tables.staging-{dead}-abc123"
+    left.mkdir()
+    (left / ".report-building").write_text("x")
+    (left / "summary.csv").write_text("half")
+    (left / ".summary.csv.xyz.tmp").write_text("half")
+    users = out / f".plots.staging-{dead}-def456"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
+    make_report(root, out, OVERRIDES)
+    assert not left.exists()
+    assert (users / "notes.txt").read_text() == "mine"
+    err = capsys.readouterr().err
+    assert f"{left}: removed" in err and f"{users}: left by an interrupted swap" in err
+
+
+def test_a_second_report_replaces_exactly_what_the_first_wrote(tmp_path, capsys):
+    """The folders' list names what the report wrote: the next report replaces them whole
+    (a plot no longer drawn goes with them); a file a user added keeps the old folder
+    aside, named, never deleted."""
+    root, out, _ = _old_set(tmp_path)
+    (out / "plots" / "stale.png").write_bytes(b"no longer drawn, but the report's")
+    listed = json.loads((out / "plots" / ".report-files").read_text())
+    listed["files"]["stale.png"] = __import__("hashlib").sha256(
+        b"no longer drawn, but the report's").hexdigest()
+    (out / "plots" / ".report-files").write_text(json.dumps(listed))
+    (out / "tables" / "my_notes.csv").write_text("mine\n")
+    make_report(root, out, OVERRIDES)
+    assert not (out / "plots" / "stale.png").exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(".plots.")]
+    kept = [p for p in out.iterdir() if p.name.startswith(".tables.")]
+    assert len(kept) == 1 and (kept[0] / "my_notes.csv").read_text() == "mine\n"
+    assert f"kept as {kept[0]}" in capsys.readouterr().err
+    assert not (out / "tables" / "my_notes.csv").exists()

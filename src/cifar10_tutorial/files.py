@@ -408,3 +408,69 @@ def scratch_folder(prefix: str, mark: str, what: str):
             if not any(e.name != mark for e in tmp.iterdir()):  # else: marked, for later
                 (tmp / mark).unlink()
                 tmp.rmdir()
+
+
+# the signals that end a command from outside: Ctrl-C, `kill`/timeout/Slurm/docker stop, a
+# closed terminal
+ENDING_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextmanager
+def signals_held():
+    """The ending signals held back while the block runs (a few renames that put a set of
+    outputs in place), then raised again: a stop asked for meanwhile acts once the set is
+    whole. Only a kill -9 can land inside. Python runs signal handlers in the main thread
+    only (and a process's signal may reach any of its threads, so masking one thread holds
+    nothing back): the handlers are swapped for one that notes the signal. Outside the
+    main thread the block just runs."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+
+    def note(signum, _frame):
+        came.append(signum)
+
+    previous = {}
+    for name in ENDING_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, note)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        for sig in dict.fromkeys(came):  # each once, in the order they came
+            signal.raise_signal(sig)
+
+
+@contextmanager
+def ending_signals_unwind():
+    """While the block runs, SIGTERM and SIGHUP end the command as Ctrl-C does, by an
+    exception (``SystemExit(128 + signal)``, the exit status a shell gives a killed
+    command), so that its clean-up runs: their default ends the process at once and leaves
+    half-built outputs behind. Outside the main thread (no handlers there) the block just
+    runs."""
+    import signal
+    import threading
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for name in ENDING_SIGNALS[1:]:
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) in (signal.SIG_DFL, None):
+            previous[sig] = signal.signal(sig, stop)  # a handler the caller set is kept
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

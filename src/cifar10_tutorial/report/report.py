@@ -7,13 +7,18 @@ come from one table, :data:`.reference.REFERENCE`, which the report prints at it
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import sys
 from pathlib import Path
 from typing import Optional
 
 import pandas as pd
 
 from ..errors import PipelineError
-from ..files import write_text_atomic
+from ..files import (ending_signals_unwind, recover_swapped_folder, signals_held, staging_folder,
+                     swap_in_folder, write_text_atomic)
 from ..params import queue_sizes
 from .reference import ref, reference_markdown
 from .results import (Results, banner, load_curve, load_variants, make_results, marker,
@@ -46,21 +51,109 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
             raise PipelineError(f"{ablations_root}: no results for any variant of reports/params.yaml "
                                 f"`ablations:`; run `dvc repro reports/dvc.yaml:report`.")
         df = df.loc[[v for v in variants if v in df.index]]
-    r = make_results(df, variants or {}, ablations_root, out, not_run, trial_steps)
-    r.tables.mkdir(parents=True, exist_ok=True)
-    r.plots.mkdir(parents=True, exist_ok=True)
-    md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
-          + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
-          + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)
-          + _exercise6_dataset(r, every, [n for n in dataset_variants or []
-                                           if n in TUTORIAL_DATASET_VARIANTS])
-          + _no_lrn(r) + _bf16(r) + time_to_accuracy(r, search)
-          + your_variants(r, every, [n for n in dataset_variants or []
-                                     if n not in TUTORIAL_DATASET_VARIANTS])
-          + against_reference(r, tf_reference) + reference_markdown())
-    report = out / "report.md"
-    write_text_atomic(report, "\n".join(md))
+    out = Path(out)
+    for name in FOLDERS:  # the report's own folders: never a link it would write through
+        if (out / name).is_symlink() or ((out / name).exists() and not (out / name).is_dir()):
+            raise PipelineError(f"{out / name}: a {'link' if (out / name).is_symlink() else 'file'}"
+                                f", where the report writes a folder of its own; move it "
+                                f"away, then rerun. Nothing was changed.")
+    out.mkdir(parents=True, exist_ok=True)
+    with ending_signals_unwind():  # a stop from outside runs the clean-up below
+        for name in FOLDERS:  # what an interrupted report left beside its folders
+            for line in recover_swapped_folder(out / name, _written(out / name), WRITTEN, _written):
+                print(f"note: {line}", file=sys.stderr)
+        staged = {name: staging_folder(out / name) for name in FOLDERS}
+        try:
+            for folder in staged.values():  # first: the mark of a folder the report builds
+                (folder / BUILDING).write_text("a folder the report stage is building\n")
+            r = make_results(df, variants or {}, ablations_root, out, not_run, trial_steps)
+            r.tables, r.plots = staged["tables"], staged["plots"]
+            md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
+                  + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
+                  + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)
+                  + _exercise6_dataset(r, every, [n for n in dataset_variants or []
+                                                   if n in TUTORIAL_DATASET_VARIANTS])
+                  + _no_lrn(r) + _bf16(r) + time_to_accuracy(r, search)
+                  + your_variants(r, every, [n for n in dataset_variants or []
+                                             if n not in TUTORIAL_DATASET_VARIANTS])
+                  + against_reference(r, tf_reference) + reference_markdown())
+            for folder in staged.values():
+                _list_written(folder)
+            report = out / "report.md"
+            # the set goes in whole: a stop asked for during the swaps acts after them
+            with signals_held():
+                for name, folder in staged.items():
+                    kept = swap_in_folder(folder, out / name, _replaced_own(out / name, folder))
+                    if kept is not None:  # never silently: it held what the report did not write
+                        print(f"note: the folder {out / name} held before is kept as {kept}: "
+                              f"it holds files the report did not write; look through it, "
+                              f"then delete it", file=sys.stderr)
+                write_text_atomic(report, "\n".join(md))
+        finally:
+            for name, folder in staged.items():
+                if folder.is_dir():  # not swapped in (or the old one, kept): only the report's
+                    recover_swapped_folder(out / name, _written(out / name), WRITTEN, _written)
     return report
+
+
+FOLDERS = ("tables", "plots")  # the report's folders in --out, beside report.md
+BUILDING = ".report-building"  # the first file in a folder the report builds
+WRITTEN = ".report-files"  # the last: each file the report wrote there, with its sha256
+# the names the report gives its files (tables, plots) and their temporary files
+_REPORT_FILE = re.compile(r"[A-Za-z0-9_.-]+\.(csv|png)|\.[^/]+\.tmp(\.png)?")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _list_written(folder: Path) -> None:
+    """``folder`` complete: its list of what the report wrote there (:data:`WRITTEN`),
+    then the building mark removed."""
+    files = {p.name: _sha256(p) for p in sorted(folder.iterdir())
+             if p.name != BUILDING and p.is_file() and not p.is_symlink()}
+    (folder / WRITTEN).write_text(json.dumps({"files": files}, indent=1) + "\n")
+    (folder / BUILDING).unlink()
+
+
+def _written(folder: Path) -> set[str]:
+    """The files in ``folder`` the report may remove: in one it was building when it was
+    stopped (its hidden staging name and mark), its mark and the files it names so; else
+    those its list names, each still as the report wrote it, and the list. Nothing in a
+    folder without either: a user's, or a report's from before the list."""
+    mark = folder / BUILDING
+    if (re.search(r"\.staging-[0-9]+-[^.]*$", folder.name) and mark.is_file()
+            and not mark.is_symlink()):
+        return {BUILDING} | {p.name for p in folder.iterdir() if _REPORT_FILE.fullmatch(p.name)
+                             and p.is_file() and not p.is_symlink()}
+    listed = folder / WRITTEN
+    if listed.is_symlink() or not listed.is_file():
+        return set()
+    try:
+        files = json.loads(listed.read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(files, dict):
+        return set()
+    own = set()
+    for name, digest in files.items():
+        path = folder / str(name)
+        if (_REPORT_FILE.fullmatch(str(name)) and path.is_file() and not path.is_symlink()
+                and _sha256(path) == digest):
+            own.add(str(name))
+    return own | {WRITTEN}
+
+
+def _replaced_own(dest: Path, staged: Path) -> set[str]:
+    """What of the folder at ``dest`` the new one replaces: the files its list names (as
+    written); in a folder from before the list, the files of the names this report wrote
+    too (which the report overwrote then). Anything else keeps the old folder."""
+    if (dest / WRITTEN).is_file() and not (dest / WRITTEN).is_symlink():
+        return _written(dest)
+    if not dest.is_dir() or dest.is_symlink():
+        return set()
+    new = {p.name for p in staged.iterdir()} - {WRITTEN}
+    return {p.name for p in dest.iterdir() if p.name in new and p.is_file() and not p.is_symlink()}
 
 
 BF16 = "precision_bf16"  # reports/params.yaml `ablations:`: the baseline under bf16 autocast

@@ -180,7 +180,6 @@ def plot(path: Path, figsize: tuple, draw: Callable, title: str, xlabel: Optiona
     draw(ax)
     if not ax.has_data():
         plt.close(fig)
-        path.unlink(missing_ok=True)
         return False
     if xlabel:
         ax.set_xlabel(xlabel)
