@@ -392,12 +392,15 @@ def test_files_changed_while_the_check_runs_are_not_recorded(project, tmp_path, 
 
 @pytest.mark.parametrize("line, named", [
     ("        - src/cifar10_tutorial/scoring.py\n",
+     "reports/dvc.yaml:ablation@baseline runs src/cifar10_tutorial/scoring.py, which its "
+     "deps in reports/dvc.yaml do not list"),
+    ("        - data/prepared\n",
      "declares other dependencies for reports/dvc.yaml:ablation@baseline than the lock "
-     "records (src/cifar10_tutorial/scoring.py added or removed)"),
+     "records (data/prepared added or removed)"),
     ("          - train.seed\n",
      "declares fewer params for reports/dvc.yaml:ablation@baseline than the lock records "
      "(reports/params.yaml:train.seed removed)"),
-], ids=["a-dependency", "a-param"])
+], ids=["a-module", "a-data-dependency", "a-param"])
 def test_a_dependency_or_param_taken_out_of_the_stage_is_not_recorded(project, line, named):
     """DVC's status does not show a dependency or a param taken out of a variant's stage in
     reports/dvc.yaml; recorded, a later change to it would pass as up to date. The lock is
@@ -411,6 +414,30 @@ def test_a_dependency_or_param_taken_out_of_the_stage_is_not_recorded(project, l
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert named in proc.stderr.strip().splitlines()[-1], proc.stderr
     assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_a_module_the_deps_do_not_list_is_not_recorded_until_listed(project):
+    """A refactor into a module reports/dvc.yaml's deps do not list trains alike, but
+    recorded, a later change to that module would pass as up to date (DVC hashes only the
+    deps): refused, naming it; once listed, the same change is recorded with it."""
+    (project / "src/cifar10_tutorial/lrn_constants.py").write_text(
+        '"""The LRN constants."""\nLRN_ALPHA = 0.001 / 9.0\n')
+    edit(project, "src/cifar10_tutorial/model.py", "LRN_ALPHA = 0.001 / 9.0",
+         "from .lrn_constants import LRN_ALPHA  # moved")
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project, "--variant", "baseline")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert ("ablation@baseline runs src/cifar10_tutorial/lrn_constants.py, which its deps in "
+            "reports/dvc.yaml do not list") in proc.stderr, proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+    edit(project, "reports/dvc.yaml", "        - src/cifar10_tutorial/model.py\n",
+         "        - src/cifar10_tutorial/lrn_constants.py\n"
+         "        - src/cifar10_tutorial/model.py\n")
+    proc = check(project, "--variant", "baseline")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    recorded = yaml.safe_load((project / "reports/dvc.lock").read_text())
+    deps = [d["path"] for d in recorded["stages"]["ablation@baseline"]["deps"]]
+    assert "src/cifar10_tutorial/lrn_constants.py" in deps
 
 
 def test_a_changed_stage_command_is_not_recorded(project):

@@ -694,12 +694,35 @@ def _record(root: Path, repo, stages: list[str], ran: Optional[dict]) -> str:
                                    for e in entry.get("deps") or []
                                    if ran is not None and e["path"] in ran
                                    and e.get("md5") != ran[e["path"]]), None)
+            moved = moved or _unlisted_code(root, stage.cmd, entry, address)
             if moved:  # data or results replaced while the variants ran, or declared
                 raise PipelineError(f"{LOCK} left as it is: {moved}, or retrain (dvc "
                                     f"repro {PIPELINE})")
             lock["stages"][name] = entry
     write_text_atomic(root / LOCK, dumps_yaml(lock))
     return before
+
+
+def _unlisted_code(root: Path, cmd, entry: dict, address: str) -> Optional[str]:
+    """A module the stage's script imports that its deps in reports/dvc.yaml do not list:
+    recorded, the lock would let a later change to that module pass as up to date (DVC
+    hashes only the deps). None when every module it can run is listed."""
+    from stage_imports import import_closure
+
+    words = shlex.split(cmd if isinstance(cmd, str) else " ".join(cmd))
+    script = next((w for w in words if w.endswith(".py")), None)
+    if script is None or not (root / script).is_file():
+        return f"{address} runs no stage script the check can read ({' '.join(words)[:80]})"
+    deps = [e["path"].rstrip("/") for e in entry.get("deps") or []]
+    missing = sorted(p for p in import_closure(root, root / script)
+                     if not any(p == d or p.startswith(d + "/") for d in deps))
+    if missing:
+        return (f"{address} runs {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}, "
+                f"which its deps in {PIPELINE} do not list (DVC would not see "
+                f"{'it' if len(missing) == 1 else 'them'} change); list "
+                f"{'it' if len(missing) == 1 else 'them'} (python devtools/stage_deps.py "
+                f"--write), then rerun the check")
+    return None
 
 
 def _more_than_code(old: dict, new: dict, address: str) -> Optional[str]:
@@ -711,6 +734,11 @@ def _more_than_code(old: dict, new: dict, address: str) -> Optional[str]:
     for kind, what in (("deps", "dependencies"), ("outs", "outputs")):
         was = {e["path"]: e for e in old.get(kind) or []}
         now = {e["path"] for e in new.get(kind) or []}
+        # a module taken into or out of the deps is code, which the check ran: what the
+        # stage runs and its deps do not list is refused by _unlisted_code
+        if kind == "deps":
+            was = {p: e for p, e in was.items() if p.split("/")[0] not in CODE}
+            now = {p for p in now if p.split("/")[0] not in CODE}
         if set(was) != now:
             return (f"{PIPELINE} declares other {what} for {address} than the lock records "
                     f"({', '.join(sorted(set(was) ^ now)[:3])} added or removed), a change "
