@@ -24,11 +24,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
+import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from typing import Optional
 
@@ -37,18 +38,26 @@ import yaml
 from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_output
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.param_types import load_yaml12
-from cifar10_tutorial.files import md5_of, write_text_atomic
+from cifar10_tutorial.files import md5_of, scratch_folder, write_text_atomic
 
 CONFIGS = Path(".ci/configs")
 # configurations that may run without a committed baseline: the official archive's can
 # only be measured where it can be downloaded; every other one gates against its own
 BASELINE_LESS = ("official",)
+SCRATCH, SCRATCH_MARK = "cifar10-ci", ".cifar10-ci-scratch"  # the run's folder in the temp dir
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # a configuration's name: never a path
 
 
 def load_config(name: str, root: Path) -> dict:
+    known = sorted(p.stem for p in (root / CONFIGS).glob("*.yaml"))
+    if not NAME.fullmatch(name):
+        raise PipelineError(f"ci: {name[:80]!r}: expected the name of a configuration in "
+                            f"{CONFIGS}/ (a letter or digit, then letters, digits, _ or -), "
+                            f"not a path; known: {', '.join(known) or 'none'}")
     path = root / CONFIGS / f"{name}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in (root / CONFIGS).glob("*.yaml"))
         raise PipelineError(f"{path}: no such CI configuration; " + (
             f"known: {', '.join(known)}" if known else f"{root} holds none: run it from the "
             f"repository root"))
@@ -152,12 +161,40 @@ def _check_overrides(path: Path, project: Path, config: dict) -> None:
             raise PipelineError(f"{path}: {key}: {said}") from None
 
 
+# The pipeline runs under this guard, in a process group of its own: when this command dies,
+# even by kill -9 (no clean-up of its own), Linux signals the guard (its parent-death
+# signal), which stops the group, the stages DVC started included.
+GUARD = r"""
+import ctypes, os, signal, subprocess, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+except (AttributeError, OSError):
+    pass  # not Linux: the group is still stopped on Ctrl-C and SIGTERM
+if os.getppid() != int(sys.argv[1]):  # the command died before the signal was set
+    sys.exit(143)
+child = subprocess.Popen(sys.argv[2:])
+def stop(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    os.killpg(0, signal.SIGTERM)
+    try:
+        child.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGHUP, stop)
+rc = child.wait()
+sys.exit(rc if rc >= 0 else 128 - rc)
+"""
+
+
 def _run(cmd: list[str], cwd: Path, env: dict) -> int:
     """``cmd``'s exit status. It runs in a process group of its own, which is stopped, its
     stages included, when this process is interrupted (Ctrl-C, or a SIGTERM the caller
-    turns into one)."""
+    turns into one) or killed (:data:`GUARD`)."""
     print(f"$ {' '.join(cmd)}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", GUARD, str(os.getpid()), *cmd], cwd=cwd,
+                            env=env, start_new_session=True)
     try:
         return proc.wait()
     except BaseException:
@@ -199,13 +236,61 @@ def _keep_results(project: Path, root: Path, name: str, metrics_out: Optional[Pa
 
     train, evals, table = _outputs(project)
     kept = root / f"regression-{name}.md"
-    kept.unlink(missing_ok=True)  # an earlier run's table never stands for this one
-    if table.is_file():
-        shutil.copy2(table, kept)
+    if _owned_table(kept) is None:  # checked before the run too: a user's file stays
+        if table.is_file():
+            _keep_table(table, kept)
+        else:  # an earlier run's table never stands for this one
+            kept.unlink(missing_ok=True)
+            kept.with_name(f".{kept.name}.sha256").unlink(missing_ok=True)
     if metrics_out is not None and train.is_file() and evals.is_file():
         tolerances = load_params(project / "params.yaml").regression.tolerances
         metrics_out.parent.mkdir(parents=True, exist_ok=True)
         update_baseline(str(metrics_out), tolerances, {"train": train, "eval": evals})
+
+
+def _inside_checkout(root: Path, baseline: Optional[str], config: Path) -> None:
+    """A configuration's ``regression.baseline`` is a file of the checkout (the run reads it
+    there and --update-baseline writes it): a path leading out of it, by ``..``, an absolute
+    path or a link, is refused before anything runs."""
+    if baseline is None:
+        return
+    path = Path(str(baseline))
+    where = (root / path).resolve()
+    if path.is_absolute() or ".." in path.parts or not where.is_relative_to(root.resolve()) \
+            or where == root.resolve():
+        raise PipelineError(f"{config}: regression.baseline: {str(baseline)[:120]!r} leads out "
+                            f"of the checkout ({where}); expected a path inside it (as "
+                            f".ci/baselines/NAME.json), where the gate reads and writes it")
+
+
+def _owned_table(kept: Path) -> Optional[str]:
+    """Why the gate's table beside the checkout (``regression-NAME.md``) is not this
+    command's to replace, or None: a link or a folder there, or a file whose content is not
+    what an earlier run wrote (its sha256 in ``.regression-NAME.md.sha256`` beside it)."""
+    if kept.is_symlink() or (kept.exists() and not kept.is_file()):
+        return f"a {'link' if kept.is_symlink() else 'folder'}"
+    if not kept.exists():
+        return None
+    record = kept.with_name(f".{kept.name}.sha256")
+    try:
+        ours = set(record.read_text().split()) if record.is_file() and not record.is_symlink() \
+            else set()
+    except (OSError, UnicodeDecodeError):
+        ours = set()
+    if hashlib.sha256(kept.read_bytes()).hexdigest() not in ours:
+        return "a file this command did not write (or edited since)"
+    return None
+
+
+def _keep_table(table: Path, kept: Path) -> None:
+    """``table`` (this run's) to ``kept``, its sha256 recorded first (beside the old one's,
+    until the new file is in place), so that the next run knows the file as its own."""
+    record = kept.with_name(f".{kept.name}.sha256")
+    new = hashlib.sha256(table.read_bytes()).hexdigest()
+    old = hashlib.sha256(kept.read_bytes()).hexdigest() if kept.is_file() else ""
+    write_text_atomic(record, f"{old}\n{new}\n".lstrip())
+    write_text_atomic(kept, table.read_text())
+    write_text_atomic(record, f"{new}\n")
 
 
 def _place_baseline(name: str, baseline: Optional[str], root: Path, project: Path,
@@ -242,59 +327,72 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
     ``metrics_out`` receives the run's gated metrics when its pipeline ran through."""
     root = root.resolve()
     config = load_config(name, root)
-    scratch = Path(tempfile.mkdtemp(prefix=f"ci-{name}-"))
-    start = time.perf_counter()
-    try:
-        project = scratch / "project"
-        project.mkdir()
-        copy_worktree(root, project)
-        md5 = build_archive(config, real_archive, scratch / "archive.tar.gz")
-        if md5 is None:
-            print(f"CI configuration {name}: SKIPPED, nothing gated by it: it runs on a real "
-                  f"archive, and none was given (--real-archive; see docs/ci.md)")
-            return 0
-        for stale in _outputs(project):  # the committed ones: what is kept is this run's
-            stale.unlink(missing_ok=True)
-        overrides = {**(config.get("params") or {}),
-                     "data.url": str(scratch / "archive.tar.gz"), "data.md5": md5}
-        apply_overrides(project / "params.yaml", overrides)
-        if config.get("exercise_params"):
-            apply_overrides(project / EXERCISE_PARAMS, config["exercise_params"])
-        _check_overrides(root / CONFIGS / f"{name}.yaml", project, config)
-        env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
-        baseline = overrides.get("regression.baseline")
-        if not update_baseline:
-            no_baseline = _place_baseline(name, baseline, root, project, baseline_file,
-                                          no_baseline)
-        if no_baseline is not None:  # it runs and shows its metrics; it never says "ok"
-            apply_overrides(project / "params.yaml", {"regression.baseline": None})
-            rc = _run(["dvc", "repro"], project, env)
+    kept = root / f"regression-{name}.md"
+    refused = _owned_table(kept)
+    if refused:  # before the run, not after it: never replaced, never a traceback
+        raise PipelineError(f"{kept}: {refused}, where this command keeps the gate's table of "
+                            f"{name}; move it away, then rerun. Nothing was run.")
+    _inside_checkout(root, (config.get("params") or {}).get("regression.baseline"),
+                     root / CONFIGS / f"{name}.yaml")
+    if metrics_out is not None and (metrics_out.is_symlink() or metrics_out.is_dir()):
+        raise PipelineError(f"--metrics-out {metrics_out}: a "
+                            f"{'link' if metrics_out.is_symlink() else 'folder'}, where this "
+                            f"run writes a file of its own; give another path. Nothing was run.")
+    # in a scratch folder of its own (the PID in its name): the next run removes one a kill
+    # -9 left, once the process is gone
+    with scratch_folder(SCRATCH, SCRATCH_MARK, f"cifar10 ci {name}") as scratch:
+        start = time.perf_counter()
+        try:
+            project = scratch / "project"
+            project.mkdir()
+            copy_worktree(root, project)
+            md5 = build_archive(config, real_archive, scratch / "archive.tar.gz")
+            if md5 is None:
+                print(f"CI configuration {name}: SKIPPED, nothing gated by it: it runs on a real "
+                      f"archive, and none was given (--real-archive; see docs/ci.md)")
+                return 0
+            for stale in _outputs(project):  # the committed ones: what is kept is this run's
+                stale.unlink(missing_ok=True)
+            overrides = {**(config.get("params") or {}),
+                         "data.url": str(scratch / "archive.tar.gz"), "data.md5": md5}
+            apply_overrides(project / "params.yaml", overrides)
+            if config.get("exercise_params"):
+                apply_overrides(project / EXERCISE_PARAMS, config["exercise_params"])
+            _check_overrides(root / CONFIGS / f"{name}.yaml", project, config)
+            env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+            baseline = overrides.get("regression.baseline")
+            if not update_baseline:
+                no_baseline = _place_baseline(name, baseline, root, project, baseline_file,
+                                              no_baseline)
+            if no_baseline is not None:  # it runs and shows its metrics; it never says "ok"
+                apply_overrides(project / "params.yaml", {"regression.baseline": None})
+                rc = _run(["dvc", "repro"], project, env)
+                _keep_results(project, root, name, metrics_out)
+                print(f"CI configuration {name}: NO BASELINE ({no_baseline}): GATED NOTHING; the "
+                      f"pipeline {'ran through' if rc == 0 else 'FAILED'}")
+                return rc
+            if update_baseline:
+                if not baseline:
+                    raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline")
+                rc = (_run(["dvc", "repro", "eval"], project, env)
+                      or _run([sys.executable, "stages/regression.py", "--update"], project, env))
+                if rc == 0:
+                    # written beside it and renamed over it: a link there is refused, never
+                    # written through onto the file it points to
+                    write_text_atomic(root / baseline, (project / baseline).read_text())
+                    print(f"updated {baseline}; review `git diff {baseline}` and commit it")
+                return rc
+            rc = _run(["dvc", "repro"], project, env)  # download .. eval, then the gate
             _keep_results(project, root, name, metrics_out)
-            print(f"CI configuration {name}: NO BASELINE ({no_baseline}): GATED NOTHING; the "
-                  f"pipeline {'ran through' if rc == 0 else 'FAILED'}")
+            if rc == 0 and config.get("report"):
+                rc = _run(["dvc", "repro", "reports/dvc.yaml:report"], project, env)
+            verdict = "passed" if rc == 0 else "FAILED"
+            print(f"CI configuration {name}: {verdict} in {time.perf_counter() - start:.0f} s"
+                  + (f" (scratch kept: {project})" if keep else ""))
             return rc
-        if update_baseline:
-            if not baseline:
-                raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline")
-            rc = (_run(["dvc", "repro", "eval"], project, env)
-                  or _run([sys.executable, "stages/regression.py", "--update"], project, env))
-            if rc == 0:
-                # written beside it and renamed over it: a link there is refused, never
-                # written through onto the file it points to
-                write_text_atomic(root / baseline, (project / baseline).read_text())
-                print(f"updated {baseline}; review `git diff {baseline}` and commit it")
-            return rc
-        rc = _run(["dvc", "repro"], project, env)  # download .. eval, then the gate
-        _keep_results(project, root, name, metrics_out)
-        if rc == 0 and config.get("report"):
-            rc = _run(["dvc", "repro", "reports/dvc.yaml:report"], project, env)
-        verdict = "passed" if rc == 0 else "FAILED"
-        print(f"CI configuration {name}: {verdict} in {time.perf_counter() - start:.0f} s"
-              + (f" (scratch kept: {project})" if keep else ""))
-        return rc
-    finally:
-        if not keep:
-            shutil.rmtree(scratch, ignore_errors=True)
+        finally:
+            if keep:  # the user's now: unmarked, no later run removes it
+                (scratch / SCRATCH_MARK).unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -524,7 +524,154 @@ def test_update_baseline_refuses_a_link_at_the_baseline(tmp_path):
     proc = subprocess.run([sys.executable, ".ci/ci.py", "tiny", "--update-baseline"],
                           cwd=clone, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "reports/baseline/tiny.json: a link, where this run writes a file of its own" in \
-        proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert (f"regression.baseline: 'reports/baseline/tiny.json' leads out of the checkout "
+            f"({victim})") in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert "$ dvc repro" not in proc.stdout  # refused before anything ran
     assert victim.read_text() == '{"victim": "precious"}\n'
     assert (clone / "reports/baseline/tiny.json").is_symlink()
+    # a link inside the checkout, to a file of it: still never written through
+    inside = clone / "reports/baseline/elsewhere.json"
+    inside.write_text('{"mine": 1}\n')
+    (clone / "reports/baseline/tiny.json").unlink()
+    (clone / "reports/baseline/tiny.json").symlink_to(inside)
+    proc = subprocess.run([sys.executable, ".ci/ci.py", "tiny", "--update-baseline"],
+                          cwd=clone, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "reports/baseline/tiny.json: a link, where this run writes a file of its own" in \
+        proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert inside.read_text() == '{"mine": 1}\n'
+
+
+def _ci_module():
+    sys.path.insert(0, str(ROOT / ".ci"))
+    try:
+        import ci
+    finally:
+        sys.path.remove(str(ROOT / ".ci"))
+    return ci
+
+
+@pytest.mark.parametrize("name", ["../../../tmp/x", "/tmp/x", "a/b", "-x", "", "x" * 65,
+                                  "x;touch y"])
+def test_a_ci_configuration_name_is_never_a_path(tmp_path, name):
+    """`cifar10 ci NAME`: NAME is a configuration of .ci/configs/, never a path to a file
+    elsewhere (nor an option, nor shell text): one line, before anything is read."""
+    ci = _ci_module()
+    outside = tmp_path / "x.yaml"
+    outside.write_text("archive: synthetic\n")
+    (tmp_path / "r" / ".ci" / "configs").mkdir(parents=True)
+    with pytest.raises(PipelineError, match=r"expected the name of a configuration in "
+                                            r"\.ci/configs/ .*not a path"):
+        ci.load_config(name, tmp_path / "r")
+
+
+@pytest.mark.parametrize("baseline", ["../../outside.json", "/tmp/outside.json",
+                                      "reports/../../outside.json", "."])
+def test_a_baseline_outside_the_checkout_is_refused_before_the_run(tmp_path, baseline, capsys):
+    """regression.baseline is read and (--update-baseline) written in the checkout: a path
+    out of it is refused in one line before anything runs or is written."""
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    (root / ".ci/configs/esc.yaml").write_text(
+        f"archive: synthetic\nparams: {{regression.baseline: '{baseline}'}}\n")
+    with pytest.raises(PipelineError, match=r"esc.yaml: regression.baseline: .* leads out of "
+                                            r"the checkout"):
+        ci.run_config("esc", root, update_baseline=True)
+    assert "$ dvc" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("what", ["users-file", "folder", "link", "metrics-link",
+                                  "metrics-folder"])
+def test_what_the_run_keeps_beside_the_checkout_is_checked_before_it_runs(tmp_path, what):
+    """regression-NAME.md is the command's own: a file it did not write (its sha256 not
+    recorded), a folder or a link there is refused before the run, never replaced; so is
+    a --metrics-out that is a link or a folder."""
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    (root / ".ci/configs/t.yaml").write_text("archive: synthetic\n")
+    kept, foreign = root / "regression-t.md", tmp_path / "foreign"
+    foreign.write_text("mine\n")
+    metrics = None
+    if what == "users-file":
+        kept.write_text("my notes\n")
+    elif what == "folder":
+        kept.mkdir()
+    elif what == "link":
+        kept.symlink_to(foreign)
+    else:
+        metrics = tmp_path / "m.json"
+        metrics.symlink_to(foreign) if what == "metrics-link" else metrics.mkdir()
+    with pytest.raises(PipelineError, match=r"Nothing was run\.$"):
+        ci.run_config("t", root, metrics_out=metrics)
+    assert foreign.read_text() == "mine\n"
+    if what == "users-file":
+        assert kept.read_text() == "my notes\n"
+
+
+def test_the_kept_table_is_known_by_its_recorded_digest(tmp_path):
+    """The table a run keeps is recorded (sha256) before it is written: the next run may
+    replace it; once edited, it is the user's."""
+    ci = _ci_module()
+    table, kept = tmp_path / "regression.md", tmp_path / "regression-t.md"
+    table.write_text("| metric | ok |\n")
+    assert ci._owned_table(kept) is None  # nothing there
+    ci._keep_table(table, kept)
+    assert kept.read_text() == "| metric | ok |\n" and ci._owned_table(kept) is None
+    table.write_text("| metric | FAIL |\n")
+    ci._keep_table(table, kept)
+    assert kept.read_text() == "| metric | FAIL |\n" and ci._owned_table(kept) is None
+    kept.write_text("| metric | FAIL |\nmy note\n")
+    assert ci._owned_table(kept) == "a file this command did not write (or edited since)"
+
+
+@pytest.mark.e2e
+def test_a_killed_ci_run_leaves_no_process_and_its_scratch_goes_next_time(tmp_path):
+    """kill -9 of `cifar10 ci` (no clean-up of its own runs): the pipeline it started,
+    DVC and the stage under it, is stopped (the guard's parent-death signal); the next
+    run removes the scratch folder it left."""
+    import tempfile
+    import time
+
+    clone = _clone_with_working_ci(tmp_path / "c")
+    (clone / ".ci/configs/long.yaml").write_text(
+        "archive: synthetic\narchive_args: {train_per_batch: 40, test: 50}\nreport: false\n"
+        "params: {train.max_steps: 100000, train.batch_size: 16, eval.every_steps: 0, "
+        "train.device: cpu, regression.baseline: null}\n")
+    log = tmp_path / "long.out"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, ".ci/ci.py", "long", "--no-baseline", "test"],
+                                cwd=clone, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while "Running stage 'train'" not in log.read_text() and time.time() < deadline:
+        time.sleep(0.5)
+    assert "Running stage 'train'" in log.read_text(), log.read_text()
+    scratch = [p for p in Path(tempfile.gettempdir()).glob(f"cifar10-ci-{proc.pid}-*")]
+    assert len(scratch) == 1
+    time.sleep(3)
+    proc.kill()
+    proc.wait()
+
+    def running_in(folder):
+        found = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and str(folder) in os.readlink(d / "cwd"):
+                    found.append(d.name)
+            except OSError:
+                pass
+        return found
+    deadline = time.time() + 30
+    while running_in(scratch[0]) and time.time() < deadline:
+        time.sleep(0.5)
+    assert running_in(scratch[0]) == []
+    assert scratch[0].is_dir()  # a kill -9 cleans nothing up itself
+    (clone / ".ci/configs/short.yaml").write_text(
+        "archive: synthetic\narchive_args: {train_per_batch: 20, test: 50}\nreport: false\n"
+        "params: {train.max_steps: 2, train.batch_size: 16, eval.every_steps: 0, "
+        "train.device: cpu, regression.baseline: null}\n")
+    done = subprocess.run([sys.executable, ".ci/ci.py", "short", "--no-baseline", "test"],
+                          cwd=clone, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not scratch[0].exists()
