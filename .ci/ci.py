@@ -62,7 +62,9 @@ def load_config(name: str, root: Path) -> dict:
             f"known: {', '.join(known)}" if known else f"{root} holds none: run it from the "
             f"repository root"))
     try:
-        config = load_yaml12(path.read_text())
+        text = path.read_text()
+        config = load_yaml12(text)
+        twice = _key_twice(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         where = getattr(exc, "problem_mark", None)
         raise PipelineError(f"{path}: cannot be read as YAML ({type(exc).__name__}"
@@ -71,6 +73,9 @@ def load_config(name: str, root: Path) -> dict:
     expected = (f"expected a mapping with keys archive (synthetic | given), archive_args, "
                 f"report (true | false), params and exercise_params (each a mapping of "
                 f"section.key: value)")
+    if twice:  # PyYAML keeps the last silently; DVC's params reader refuses it
+        raise PipelineError(f"{path}: the key {twice[0]!r} appears twice (line {twice[1]}); "
+                            f"keep one")
     if not isinstance(config, dict):
         raise PipelineError(f"{path}: {expected}; found "
                             f"{'nothing' if config is None else 'a ' + type(config).__name__}")
@@ -88,10 +93,37 @@ def load_config(name: str, root: Path) -> dict:
     if args:
         raise PipelineError(f"{path}: archive_args: {sorted(args)[0]}: expected "
                             f"train_per_batch, test or seed (the synthetic archive's sizes)")
+    for key, value in (config.get("archive_args") or {}).items():
+        least = 0 if key == "seed" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise PipelineError(f"{path}: archive_args: {key}: expected a whole number >= "
+                                f"{least}, found {value!r}")
     if not isinstance(config.get("report", False), bool):
         raise PipelineError(f"{path}: report: expected true or false, found "
                             f"{config['report']!r}")
     return config
+
+
+def _key_twice(text: str) -> Optional[tuple[str, int]]:
+    """The first key a mapping of ``text`` holds twice, and its line; None if none. Each node
+    is visited once (an alias shares its node: no alias bomb expands here)."""
+    seen_nodes, todo = set(), [yaml.compose(text, Loader=yaml.SafeLoader)]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in keys:
+                        return key.value, key.start_mark.line + 1
+                    keys.add(key.value)
+                todo.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+    return None
 
 
 def copy_worktree(root: Path, dest: Path) -> None:

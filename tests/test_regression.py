@@ -451,7 +451,18 @@ def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
                                                   r"'yes please'$"),
     ("archive: [synthetic\n", r"cannot be read as YAML \(\w+ at line \d+\); fix it, or "
                               r"`git checkout .*`$"),
-], ids=["empty", "list", "params-list", "archive-args", "report-words", "bad-yaml"])
+    ("archive: synthetic\narchive_args: {train_per_batch: -5}\n",
+     r"archive_args: train_per_batch: expected a whole number >= 1, found -5$"),
+    ("archive: synthetic\narchive_args: {test: 1.5}\n",
+     r"archive_args: test: expected a whole number >= 1, found 1.5$"),
+    ("archive: synthetic\narchive_args: {seed: -1}\n",
+     r"archive_args: seed: expected a whole number >= 0, found -1$"),
+    ("archive: synthetic\narchive: given\n", r"the key 'archive' appears twice \(line 2\); "
+                                             r"keep one$"),
+    ("archive: synthetic\nparams:\n  train.max_steps: 2\n  train.max_steps: 3\n",
+     r"the key 'train.max_steps' appears twice \(line 4\); keep one$"),
+], ids=["empty", "list", "params-list", "archive-args", "report-words", "bad-yaml",
+        "negative-size", "fraction", "negative-seed", "twice", "twice-in-params"])
 def test_a_damaged_ci_configuration_is_one_line_naming_it(tmp_path, text, message):
     """`cifar10 ci NAME` reads .ci/configs/NAME.yaml: an empty one, a list, a params list,
     an unknown archive argument, a report that is not true or false, or YAML that does not
