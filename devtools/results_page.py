@@ -18,6 +18,7 @@ import csv
 import json
 
 from cifar10_tutorial.cli import stage_command
+from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import write_text_atomic
 from speed.roofline_table import machine, pipeline_names, roofline_markdown, stage_gaps
 
@@ -245,10 +246,22 @@ def report_folder(root: Path) -> Path:
     return Path(args[args.index("--out") + 1])
 
 
+def _part(what: str, make):
+    """``make()``, one part of the page; a file it reads that is not what it expects (not
+    JSON, another shape, a value of another type) is one line naming ``what``."""
+    try:
+        return make()
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as exc:
+        raise PipelineError(f"{what}: not what the results page reads ({type(exc).__name__}: "
+                            f"{str(exc)[:100]}); restore it (`git checkout -- {what}`) or "
+                            f"rerun what writes it, then rerun this") from None
+
+
 def render(root: Path = Path(".")) -> str:
     bench = "reports/benchmark.json"
-    rep = report_folder(root)
+    rep = _part("reports/dvc.yaml", lambda: report_folder(root))
     summary = rep / "tables" / "summary.csv"
+    ablations = "reports/ablations (a variant's train/provenance.json)"
     return "\n".join([
         "# Results",
         "",
@@ -266,30 +279,32 @@ def render(root: Path = Path(".")) -> str:
         "",
         f"From `{summary}` (the report's headline table; the full report with questions, "
         f"answers and plots: [{rep / 'report.md'}](../{rep / 'report.md'})). "
-        + _made((root / rep / "report.md").read_text()),
+        + _part(str(rep / "report.md"), lambda: _made((root / rep / "report.md").read_text())),
         "",
-        _csv_table(root / summary, _machines(root)),
+        _part(str(summary), lambda: _csv_table(root / summary,
+                                               _part(ablations, lambda: _machines(root)))),
         "",
-        *_reproduction(root, rep),
-        *_opcheck(root),
-        *_bf16(root, rep),
-        *_published(root),
-        *_time_to_accuracy(root, rep),
-        *_trial(root),
+        *_part(str(rep / "tables" / "reproduction_curve.csv"), lambda: _reproduction(root, rep)),
+        *_part("reports/tf_reference/opcheck.json", lambda: _opcheck(root)),
+        *_part(str(rep / "tables" / "bf16.csv"), lambda: _bf16(root, rep)),
+        *_part("the published weights' metrics.json and provenance.json (dvc.yaml artifacts:)",
+               lambda: _published(root)),
+        *_part(str(rep / "tables" / "time_to_accuracy.csv"), lambda: _time_to_accuracy(root, rep)),
+        *_part("reports/trial_benchmark.json", lambda: _trial(root)),
         "## Throughput",
         "",
-        _throughput(Path(bench), root),
+        _part(bench, lambda: _throughput(Path(bench), root)),
         "",
         "## The roofline",
         "",
-        roofline_markdown(json.loads((root / bench).read_text()), bench),
+        _part(bench, lambda: roofline_markdown(json.loads((root / bench).read_text()), bench)),
         "",
-        *_compiled(Path(bench), root),
+        *_part(bench, lambda: _compiled(Path(bench), root)),
         "## CI baselines",
         "",
         "What the CI regression runs must stay near (see [CI and the gate](ci.md)):",
         "",
-        _baselines(root),
+        _part("reports/baseline/ci-*.json", lambda: _baselines(root)),
         "",
     ])
 

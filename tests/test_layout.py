@@ -3,9 +3,11 @@ what it has a reason for, no cycle), one home for paths (dvc.yaml), docs that po
 files of the repository, and figures generated from the committed reports. Modules are
 split at their seams, not at a line count: no test caps their length."""
 import ast
+import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cifar10_tutorial.cli import stage_command, stage_output
@@ -256,6 +258,35 @@ def test_the_results_page_is_generated_from_the_committed_reports(tmp_path):
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
     assert (tmp_path / "docs/results.md").read_text() == render(tmp_path), \
         "docs/results.md is stale: run `python devtools/results_page.py`, then commit it"
+
+
+@pytest.mark.parametrize("path, text", [
+    ("reports/trial_benchmark.json", "{bad"),
+    ("reports/trial_benchmark.json", "[]"),
+    ("reports/trial_benchmark.json", None),  # "wall_s": "slow"
+    ("reports/benchmark.json", "{}"),
+], ids=["not-json", "a-list", "a-word-for-a-number", "no-keys"])
+def test_a_damaged_report_file_is_one_line_from_the_results_page(tmp_path, path, text):
+    """`cifar10 results-page` reads many committed files: one damaged is one line naming
+    it and the fix, not a traceback."""
+    import subprocess
+
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import render
+
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True)
+    if archive.returncode:
+        pytest.skip(f"not a git checkout with a commit: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    target = tmp_path / path
+    if text is None:
+        data = json.loads(target.read_text())
+        data["wall_s"] = "slow"
+        text = json.dumps(data)
+    target.write_text(text)
+    with pytest.raises(PipelineError, match=rf"^{re.escape(path)}: not what the results page "
+                                            rf"reads \(\w+: .*\); restore it"):
+        render(tmp_path)
 
 
 def test_the_results_page_without_schedule_results(tmp_path):
