@@ -232,6 +232,33 @@ def test_load_prepared_errors(archive, tmp_path):
         load_prepared(out)
 
 
+@pytest.mark.parametrize("at", [1, 2, 3])
+def test_a_kill_during_the_swap_leaves_nothing_unmarked(archive, tmp_path, at):
+    """kill -9 at each rename of the swap (the new output moved into the marked holding
+    folder; the old one moved beside it; the new one moved into place): whatever is not
+    in place waits inside a folder with the stage's mark, which the next run removes; the
+    next run's output is whole."""
+    out = tmp_path / "prepared"
+    prepare(archive["path"], out, CIFAR10)
+    code = (f"import os, sys\nsys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'src')!r})\n"
+            f"from cifar10_tutorial.data import preprocess\n"
+            f"from cifar10_tutorial.data.datasets import CIFAR10\n"
+            f"real, n = os.rename, [0]\n"
+            f"def rename(a, b):\n    real(a, b)\n    n[0] += 1\n"
+            f"    if n[0] == {at}:\n        os._exit(9)\n"
+            f"preprocess.os.rename = rename\n"
+            f"preprocess.prepare({str(archive['path'])!r}, {str(out)!r}, CIFAR10)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 9, proc.stderr
+    beside = [p for p in tmp_path.iterdir() if p.name.startswith(".prepared.")]
+    assert beside and all((p / OWN_MARK).is_file() for p in beside), \
+        [(p.name, sorted(q.name for q in p.iterdir())) for p in beside]
+    prepare(archive["path"], out, CIFAR10)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".prepared.")] == []
+    assert sorted(p.name for p in out.iterdir()) == sorted(PREPARED_NAMES)
+
+
 def test_preprocess_refuses_an_out_folder_of_other_files(tmp_path):
     """`python stages/preprocess.py --out data` names a folder of files the stage did not
     make (raw archive, model, checkpoints): refused, none of them replaced."""

@@ -166,33 +166,39 @@ def _sweep_left_behind(out: Path) -> None:
 
 def _own(folder: Path) -> bool:
     """Whether ``folder`` holds the stage's mark, and besides it only files the stage
-    writes, or an old output set aside (``prepared/``) holding only those."""
-    def stage_files(where: Path) -> bool:
-        return all(f.name in PREPARED_NAMES and f.is_file() and not f.is_symlink()
+    writes, or outputs on their way (``prepared/``, ``new/``) holding only those."""
+    def stage_files(where: Path) -> bool:  # (new/ still holds its own mark for an instant)
+        return all(f.name in (*PREPARED_NAMES, OWN_MARK) and f.is_file() and not f.is_symlink()
                    for f in where.iterdir())
 
     mark = folder / OWN_MARK
     if not mark.is_file() or mark.is_symlink():
         return False
     rest = [f for f in folder.iterdir() if f.name != OWN_MARK]
-    aside = folder / "prepared"
-    if [f.name for f in rest] == ["prepared"] and aside.is_dir() and not aside.is_symlink():
-        return stage_files(aside)
+    # an old output set aside (prepared/), a new one on its way into place (new/)
+    if rest and {f.name for f in rest} <= {"prepared", "new"}:
+        return all(f.is_dir() and not f.is_symlink() and stage_files(f) for f in rest)
     return all(f.name in PREPARED_NAMES and f.is_file() and not f.is_symlink() for f in rest)
 
 
 def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished ``tmp`` folder to ``out``, replacing any old one: the old one is
-    set aside inside a marked folder of the stage's first, so that a kill at any moment
-    leaves nothing unmarked but (for an instant) ``tmp`` itself."""
-    (tmp / OWN_MARK).unlink()  # the output holds the stage's files only
-    if out.exists():
-        old = _fresh_dir(out, "old")
-        os.rename(out, old / "prepared")
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+    """Move the finished ``tmp`` folder to ``out``, replacing any old one, by way of a
+    marked folder of the stage's: the new output waits in it, and the old one is set aside
+    in it, so that a kill at any moment leaves nothing unmarked beside ``out`` (the next
+    run removes the marked folder); an exception puts the old output back."""
+    held = _fresh_dir(out, "old")
+    os.rename(tmp, held / "new")
+    (held / "new" / OWN_MARK).unlink()  # the output holds the stage's files only
+    try:
+        if out.exists():
+            os.rename(out, held / "prepared")
+        os.rename(held / "new", out)
+    except BaseException:
+        if not out.exists() and (held / "prepared").is_dir():
+            os.rename(held / "prepared", out)
+        raise
+    finally:
+        shutil.rmtree(held, ignore_errors=True)
 
 
 def _write_outputs(out_dir: Path, arrays: dict, meta: dict) -> None:
