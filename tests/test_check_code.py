@@ -72,9 +72,10 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "identical: 2 variant(s) (baseline, softmax) wrote the same raw and averaged " \
            "weights and results" in proc.stdout
-    assert "13 steps each on 500 training and 50 held-out images (paused twice, evaluated " \
-           "every 2 steps in batches of 16) and 600 training and 50 held-out images (straight " \
-           "through, each variant's own evaluation at steps 12 and 13)" in proc.stdout
+    assert "13 steps each on 500 training and 50 held-out images (one thread, paused twice, " \
+           "evaluated every 2 steps in batches of 16) and 600 training and 50 held-out images " \
+           "(the workspace's prepared data, straight through with the threads a run takes, " \
+           "each variant's own evaluation at steps 12 and 13)" in proc.stdout
     assert "recorded 2 variant stage(s)" in proc.stdout
     assert "up to date" in stale(project)
 
@@ -438,6 +439,75 @@ def test_a_module_the_deps_do_not_list_is_not_recorded_until_listed(project):
     recorded = yaml.safe_load((project / "reports/dvc.lock").read_text())
     deps = [d["path"] for d in recorded["stages"]["ablation@baseline"]["deps"]]
     assert "src/cifar10_tutorial/lrn_constants.py" in deps
+
+
+def test_a_change_acting_on_the_workspaces_data_only_is_refused(project):
+    """A change that acts only on the images the results were made on (here: keyed on the
+    workspace's first training image; in life, say, a clamp only low-contrast real images
+    reach) is not seen on synthetic data: the second pass runs on the workspace's own
+    prepared data."""
+    import numpy as np
+
+    first = int(np.load(project / "data/prepared/train_images.npy")[0].sum())
+    edit(project, "src/cifar10_tutorial/data/prepared.py",
+         "    return Prepared(meta=meta, **arrays)",
+         f"    if int(arrays['train_images'][0].sum()) == {first}:  # this data set only\n"
+         f"        arrays['test_labels'] = (arrays['test_labels'] + 1) % 10\n"
+         f"    return Prepared(meta=meta, **arrays)")
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project, "--variant", "baseline")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "does not produce what" in proc.stderr and "on 600 training images" in proc.stderr, \
+        proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_damaged_workspace_data_is_one_line_before_anything_runs(project):
+    """The second pass loads the workspace's prepared data as the stages do: a meta.json
+    that claims a billion images is one line naming it (not an allocation of terabytes)."""
+    import json
+
+    meta = project / "data/prepared/meta.json"
+    raw = json.loads(meta.read_text())
+    raw["counts"]["train"] = 10 ** 9
+    meta.write_text(json.dumps(raw))
+    comment(project)
+    proc = check(project, "--no-record", "--variant", "baseline")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "data/prepared: train has" in last and "1000000000" in last, last
+    assert last.endswith("(the check's second pass runs on the workspace's prepared data; move "
+                         "it away to run it on synthetic data)"), last
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity")
+                    else (os.cpu_count() or 1) < 2, reason="one CPU: every run takes one thread")
+def test_a_change_to_the_threads_a_run_takes_is_refused(project):
+    """The first pass runs every variant on one thread; a change to how many threads a run
+    takes (which changes the arithmetic's order, hence the weights) shows in the second,
+    which runs with the threads a run takes."""
+    edit(project, "src/cifar10_tutorial/devices.py",
+         "torch.set_num_threads(max(1, n // processes_on_node))",
+         "torch.set_num_threads(1)  # one thread")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = subprocess.run([sys.executable, "-c", "import runpy, sys\nsys.argv = ['check_code.py', "
+                           "'--variant', 'baseline']\nsys.path.insert(0, 'tools')\n"
+                           "runpy.run_path('tools/check_code.py', run_name='__main__')"],
+                          cwd=project, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "does not produce what" in proc.stderr, proc.stdout + proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_a_link_to_a_folder_in_the_code_is_one_line(project):
+    """The check copies the code file by file: a link to a folder there (here a loop) is
+    one line naming it, before anything runs."""
+    (project / "src/cifar10_tutorial/loop").symlink_to("..")
+    proc = check(project, "--no-record", "--variant", "baseline")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "src/cifar10_tutorial/loop: a link to a folder (to ..) in the code a variant runs" \
+        in proc.stderr.strip().splitlines()[-1]
 
 
 def test_a_changed_stage_command_is_not_recorded(project):

@@ -7,8 +7,9 @@ is off by default) makes every variant stale in ``dvc status reports/dvc.yaml``,
 ``dvc repro reports/dvc.yaml`` would retrain all of them. This runs each variant's own
 stage command (reports/dvc.yaml's ``ablation@NAME``: its params, training, evaluation and
 result files) at a short budget, one thread each, on a small data set (paused twice and
-resumed, evaluated often) and again on one of the sizes the results were made on
-(straight through, each variant's own evaluation):
+resumed, evaluated often) and again on the workspace's own prepared data, the data the
+results were made on (straight through, each variant's own evaluation, with the threads
+a run takes):
 once with the code, reports/dvc.yaml and reports/params.yaml of ``--against`` (by
 default the commit that last recorded ``reports/dvc.lock``) and once with the
 workspace's, uncommitted edits included; then compares everything the stage writes: the
@@ -72,11 +73,12 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 # (an odd number: the last step is off the evaluation grid, where a run evaluates anyway)
 STEPS, EPOCHS, EVAL_EVERY = 13, 1, 2
 # the small data set (its training images: a variant counting epochs crosses epoch ends in
-# its 13 steps), and a second pass at the sizes the results were trained and evaluated on
-# (a change acting only on larger sets, or only on a fresh process, shows there), straight
-# through, 13 steps (a variant counting epochs: 13 steps' worth at its own batch), each
-# variant evaluated as it evaluates itself, at steps 12 and 13 (CIFAR-10's sizes where none
-# are known)
+# its 13 steps), and a second pass on the workspace's prepared data, what the results were
+# trained and evaluated on (a change acting only on larger sets, on real images, or only
+# on a fresh process, shows there), straight through, 13 steps (a variant counting epochs:
+# 13 steps' worth at its own batch), each variant evaluated as it evaluates itself, at
+# steps 12 and 13, one variant at a time with the threads a run takes (a change to how
+# many shows there); synthetic data of CIFAR-10's sizes where the workspace has none
 SMALL_TRAIN, FULL_TRAIN, FULL_HELD_OUT = 500, 50_000, 10_000
 # the evaluation: in batches of EVAL_BATCH (several, the last one short, on the check's 50
 # held-out images), and a held-out target every run reaches at its first evaluation (step
@@ -331,8 +333,9 @@ def _die_with_parent() -> None:
 def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
                 pauses: bool = True) -> Path:
     """Variant ``name``'s stage command, as ``tree``'s reports/dvc.yaml gives it, run in
-    ``tree`` (the stage's wdir) on ``data``, paused twice (``pauses``) or straight through;
-    the tree it wrote in."""
+    ``tree`` (the stage's wdir) on ``data``: paused twice (``pauses``) on one thread, or
+    straight through with the threads a run takes (the code's own choice, or the user's
+    OMP_NUM_THREADS, as a run of the stage); the tree it wrote in."""
     pipeline = _read_yaml(tree / PIPELINE, f"{PIPELINE} of {what}", _fix_of(what)) or {}
     try:
         command = pipeline["stages"]["ablation"]["do"]["cmd"]
@@ -346,7 +349,7 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
         prepared.parent.mkdir(parents=True, exist_ok=True)
         prepared.symlink_to(data, target_is_directory=True)
     # the environment DVC gives a stage command (its root and the stage's address)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+    env = {**os.environ, **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if pauses else {}),
            "PYTHONPATH": str(tree / "src"), "DVC_STAGE": f"{VARIANT}{name}",
            "DVC_ROOT": str(tree)}
     for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR"):
@@ -765,8 +768,8 @@ def main(argv=None) -> None:
     ap.add_argument("--against", help="the commit to compare with (default: the commit that "
                     "last recorded reports/dvc.lock)")
     ap.add_argument("--data", type=Path, help="prepared data for the first pass (default: "
-                    "a synthetic archive of 500 training images; the second pass's has as "
-                    "many training and held-out images as the workspace's prepared data)")
+                    "a synthetic archive of 500 training images; the second pass runs on the "
+                    "workspace's prepared data, or a synthetic CIFAR-10-sized archive)")
     ap.add_argument("--variant", action="append", metavar="NAME",
                     help="check this variant only (repeatable); only what is checked is "
                          "recorded. Default: every variant whose stage is stale, or every "
@@ -780,6 +783,15 @@ def main(argv=None) -> None:
         raise PipelineError(f"check-code: {root} is not the repository root of a checkout of "
                             f"this project (no {', '.join(f'{n}/' for n in missing)}); run it "
                             f"from the folder that holds src/ and stages/")
+    for part in CODE:  # copied file by file: a link to a folder (a loop, or code elsewhere)
+        for folder, dirs, _ in os.walk(root / part):  # is not followed, and is refused
+            for d in dirs:
+                link = Path(folder) / d
+                if link.is_symlink():
+                    raise PipelineError(f"{link.relative_to(root)}: a link to a folder (to "
+                                        f"{os.readlink(link)}) in the code a variant runs; the "
+                                        f"check copies that code file by file: put the folder "
+                                        f"itself there, or remove the link")
     # the user's files the check reads, each damaged one one line before anything runs
     # (DVC's own messages about them span many lines)
     for path in (EXERCISES, PIPELINE, *([] if args.no_record else [LOCK])):
@@ -906,18 +918,31 @@ def _scratch():
     return scratch_folder(SCRATCH, MARK, "cifar10 check-code")
 
 
-def _results_sizes(root: Path) -> Optional[tuple[int, int]]:
-    """The numbers of training and held-out images of the workspace's prepared data (what
-    the exercise results were made on, where the lock records it); None where it has none."""
-    try:
-        from cifar10_tutorial.cli import stage_output
+def _workspace_data(root: Path) -> Optional[Path]:
+    """The workspace's prepared data (the preprocess stage's output, what the exercise
+    results were made on), checked as the stages load it; None where it has none."""
+    from cifar10_tutorial.cli import stage_output
+    from cifar10_tutorial.data.prepared import PrepareError, load_prepared
 
-        meta = root / stage_output("preprocess", dvc_yaml=root / "dvc.yaml") / "meta.json"
-        counts = json.loads(meta.read_text())["counts"]
-        sizes = counts["train"], counts["test"]
-        return sizes if all(isinstance(n, int) and n > 0 for n in sizes) else None
-    except (OSError, ValueError, KeyError, TypeError, PipelineError):
+    try:
+        folder = root / stage_output("preprocess", dvc_yaml=root / "dvc.yaml")
+    except PipelineError:
         return None
+    if not (folder / "meta.json").exists() and not (folder / "meta.json").is_symlink():
+        return None
+    try:
+        load_prepared(folder)
+    except PrepareError as exc:
+        raise PipelineError(f"{exc} (the check's second pass runs on the workspace's prepared "
+                            f"data; move it away to run it on synthetic data)") from None
+    return folder.resolve()
+
+
+def _results_sizes(root: Path) -> Optional[tuple[int, int]]:
+    """The numbers of training and held-out images of the workspace's prepared data; None
+    where it has none."""
+    data = _workspace_data(root)
+    return _sizes(data) if data is not None else None
 
 
 def _training_set_sizes(root: Path) -> list[int]:
@@ -959,8 +984,10 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         with _scratch() as tmp:
-            large = _results_sizes(root) or (FULL_TRAIN, FULL_HELD_OUT)  # the second pass
+            own = _workspace_data(root)  # the second pass's
             data = _fixed_data(tmp, data)
+            large_data = own or _fixed_data(tmp, None, FULL_TRAIN, FULL_HELD_OUT, name="large")
+            large = _sizes(large_data)
             trees = {"theirs": _tree_of(against, root, tmp / "theirs"),
                      "ours": _workspace_tree(root, tmp / "ours")}
             changed = _what_changed(trees)
@@ -988,30 +1015,32 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                     f"(dvc repro {PIPELINE})")
             big = {k: _copy_tree(t, tmp / f"{k}-large") for k, t in trees.items()}
             passes = [(trees, data, None, True),  # (trees, data, training-set size, paused)
-                      (big, _fixed_data(tmp, None, *large, name="large"), large[0], False)]
+                      (big, large_data, large[0], False)]
             for these, _, num_train, paused in passes:
                 for key, tree in these.items():
                     budget = short_budget(raws[key], num_train, own_eval=not paused)
                     (tree / EXERCISES).write_text(yaml.safe_dump(budget, sort_keys=False))
             if record_for is not None:
                 _against_made_the_lock(root, trees["theirs"], record_for, short)
-            on = _on(passes)
-            print(f"running {len(names)} variant(s) for {STEPS} steps each (one thread), "
-                  f"with the code of {short}, then with the workspace's: on {on}", flush=True)
-            jobs = [(n, these[key], where, what, pauses)
-                    for these, where, _, pauses in passes for n in names
-                    for key, what in (("theirs", short), ("ours", "the workspace"))]
-            with ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
-                futures = [pool.submit(run_variant, runs, t, d, n, what, pauses)
-                           for n, t, d, what, pauses in jobs]
-                try:
-                    for f in futures:
-                        f.result()
-                except BaseException:
-                    runs.stop()
-                    for f in futures:
-                        f.cancel()
-                    raise
+            on = _on(passes, own)
+            print(f"running {len(names)} variant(s) for {STEPS} steps each, with the code of "
+                  f"{short}, then with the workspace's: on {on}", flush=True)
+            for these, where, _, pauses in passes:  # the first pass two at a time, on one
+                jobs = [(n, these[key], where, what)  # thread each; the second one at a time
+                        for n in names
+                        for key, what in (("theirs", short), ("ours", "the workspace"))]
+                wide = max(1, min(2, os.cpu_count() or 1)) if pauses else 1
+                with ThreadPoolExecutor(max_workers=wide) as pool:
+                    futures = [pool.submit(run_variant, runs, t, d, n, what, pauses)
+                               for n, t, d, what in jobs]
+                    try:
+                        for f in futures:
+                            f.result()
+                    except BaseException:
+                        runs.stop()
+                        for f in futures:
+                            f.cancel()
+                        raise
             differ, compared = [], 0
             for these, where, _, _ in passes:
                 found, count = differences(these["theirs"], these["ours"])
@@ -1050,14 +1079,15 @@ def _sizes(prepared: Path) -> tuple[int, int]:
         return 0, 0
 
 
-def _on(passes: list) -> str:
-    """What each pass ran on, in words."""
+def _on(passes: list, own: Optional[Path]) -> str:
+    """What each pass ran on, in words (``own``: the workspace's prepared data, if any)."""
     return " and ".join(
         f"{_sizes(where)[0]:,} training and {_sizes(where)[1]:,} held-out images "
-        + (f"(paused twice, evaluated every {EVAL_EVERY} steps in batches of {EVAL_BATCH})"
-           if paused
-           else f"(straight through, each variant's own evaluation at steps {STEPS - 1} and "
-                f"{STEPS})")
+        + (f"(one thread, paused twice, evaluated every {EVAL_EVERY} steps in batches of "
+           f"{EVAL_BATCH})" if paused
+           else f"(the workspace's prepared data{'' if own else ' (none: synthetic)'}, straight "
+                f"through with the threads a run takes, each variant's own evaluation at steps "
+                f"{STEPS - 1} and {STEPS})")
         for _, where, _, paused in passes)
 
 
