@@ -107,3 +107,66 @@ def test_damaged_data_given_to_the_check_is_named_before_any_run(tmp_path):
             f"--data {tmp_path / 'prepared'}: {tmp_path / 'prepared' / 'train_labels.npy'}: "
             f"expected int64")):
         check_code._fixed_data(tmp_path, tmp_path / "prepared")
+
+
+HOLDER = ("import sys, time\nsys.path.insert(0, {src!r})\n"
+          "from cifar10_tutorial.files import hold_folder\n"
+          "hold_folder({folder!r})\nprint('held', flush=True)\ntime.sleep(600)\n")
+
+
+def _held_by_another_process(folder):
+    """A process that holds ``folder`` as a command holds its own (files.hold_folder), as
+    one in another PID namespace would: the PID in the folder's name is not its PID."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER.format(src=src, folder=str(folder))],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.mark.parametrize("prefix, mark", COMMANDS)
+def test_a_running_commands_folder_is_kept_whatever_pid_its_name_shows(tmpdir_, prefix, mark):
+    """A command in a container (another PID namespace) sharing the temporary folder: the
+    PID in its folder's name is dead here, but the command runs; its lock on the folder
+    says so, and the sweep keeps it. Once it has ended, the folder goes."""
+    dead = 999_998
+    assert not process_alive(dead)
+    running = tmpdir_ / f"{prefix}-{dead}-x"
+    (running / "theirs").mkdir(parents=True)
+    (running / mark).write_text("")
+    holder = _held_by_another_process(running)
+    try:
+        remove_dead_scratch(prefix, mark)
+        assert (running / mark).is_file() and (running / "theirs").is_dir()
+    finally:
+        holder.kill()
+        holder.wait()
+    remove_dead_scratch(prefix, mark)
+    assert not running.exists()
+
+
+def test_preprocess_keeps_a_running_runs_folder_whatever_pid_its_name_shows(tmp_path):
+    """The same for the preprocess stage's temporary folders beside its output."""
+    from cifar10_tutorial.data.datasets import CIFAR10
+    from cifar10_tutorial.data.preprocess import OWN_MARK, prepare
+    from cifar10_tutorial.data.synthetic import make_cifar10_archive
+
+    archive = tmp_path / "a.tar.gz"
+    make_cifar10_archive(archive, train_per_batch=4, test=5, seed=1)
+    running = tmp_path / ".prepared.tmp-999997-x"
+    running.mkdir()
+    (running / OWN_MARK).write_text("")
+    (running / "meta.json").write_text("{}")
+    holder = _held_by_another_process(running)
+    try:
+        prepare(archive, tmp_path / "prepared", CIFAR10)
+        assert (running / "meta.json").is_file()
+    finally:
+        holder.kill()
+        holder.wait()
+    prepare(archive, tmp_path / "prepared", CIFAR10)
+    assert not running.exists()

@@ -76,7 +76,9 @@ def test_a_swap_killed_between_its_two_renames_is_restored_by_the_next_writer(tm
         swap_in_folder(staged, dest, OWN)
     monkeypatch.setattr(files.os, "rename", real_rename)
     assert not dest.exists()
-    # the process that was swapping is gone: its leftovers carry a dead pid
+    # the process that was swapping is gone: its leftovers carry a dead pid, and no
+    # process holds them any more (the kernel drops a dead process's locks)
+    files.release_folder(staged)
     pid = dead_pid()
     stem = files.hidden_stem(name)
     for left in tmp_path.iterdir():

@@ -40,6 +40,49 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+_HELD: dict = {}  # folder -> the open descriptor whose lock says "in use" while we live
+
+
+def hold_folder(folder: Path) -> None:
+    """Lock ``folder`` (one this process made, to write in) for as long as this process
+    lives, or until :func:`release_folder`: the kernel drops the lock when the process ends,
+    kill -9 included. A sweep of leftovers asks :func:`folder_held`, which holds whatever PID
+    namespace the two processes run in (a container sharing the temporary folder sees
+    other PIDs: the PID in a folder's name can look dead while its process runs)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: the PID in the name is all there is
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _HELD[str(folder)] = fd
+
+
+def release_folder(folder: Path) -> None:
+    fd = _HELD.pop(str(folder), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def folder_held(folder: Path) -> bool:
+    """Whether a running process holds ``folder`` (:func:`hold_folder`)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # EWOULDBLOCK: held
+        return True
+    finally:
+        os.close(fd)  # (closing drops the probe's own lock)
+    return False
+
+
 def md5_of(path: Path, chunk: int = 1 << 20) -> str:
     """The md5 of a file's bytes, read in chunks (archives, prepared tensors)."""
     h = hashlib.md5()
@@ -213,7 +256,9 @@ def _aside(dest: Path, *kinds: str) -> list[Path]:
             pid, sep, rest = path.name[len(f".{hidden_stem(dest.name)}.{kind}-"):].partition("-")
             if not (re.fullmatch(r"[0-9]{1,10}", pid) and sep and rest):
                 continue  # a folder named so by someone else: not a leftover
-            if not (int(pid) != os.getpid() and process_alive(int(pid))):
+            # a folder of another process still running (in this PID namespace or another:
+            # its lock) is being written; one of this process's, or of a dead one, is left
+            if not (int(pid) != os.getpid() and (process_alive(int(pid)) or folder_held(path))):
                 found.append(path)
             else:
                 import logging
@@ -231,6 +276,7 @@ def staging_folder(dest: Path) -> Path:
     import tempfile
 
     path = Path(tempfile.mkdtemp(prefix=f".{hidden_stem(dest.name)}.staging-{os.getpid()}-", dir=dest.parent))
+    hold_folder(path)  # in use while this process lives: no other process's sweep takes it
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o777 & ~umask)  # a folder's usual mode once in place, not mkdtemp's 0700
@@ -371,7 +417,7 @@ def remove_dead_scratch(prefix: str, mark: str) -> None:
     for folder in Path(tempfile.gettempdir()).glob(f"{glob.escape(prefix)}-*-*"):
         pid = folder.name[len(prefix) + 1:].split("-")[0]
         if not pid.isdigit() or process_alive(int(pid)) or folder.is_symlink() \
-                or not folder.is_dir():
+                or not folder.is_dir() or folder_held(folder):  # (another PID namespace's)
             continue
         marked = folder / mark
         if marked.is_file() and not marked.is_symlink():
@@ -393,10 +439,12 @@ def scratch_folder(prefix: str, mark: str, what: str):
 
     remove_dead_scratch(prefix, mark)
     tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-"))
+    hold_folder(tmp)  # in use while this process lives, whatever PID namespace sweeps
     (tmp / mark).write_text(f"the scratch folder of {what}\n")
     try:
         yield tmp
     finally:
+        release_folder(tmp)
         if (tmp / mark).is_file():  # not kept
             for entry in tmp.iterdir():
                 if entry.name == mark:

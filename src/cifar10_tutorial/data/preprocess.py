@@ -25,7 +25,7 @@ import numpy as np
 
 from .datasets import DatasetSpec
 from ..files import md5_of, writing
-from ..files import hidden_stem, process_alive
+from ..files import folder_held, hidden_stem, hold_folder, process_alive
 from ..ownership import refuse_foreign
 from .prepared import META_NAME, PREPARED_NAMES, PrepareError
 
@@ -146,6 +146,7 @@ def _fresh_dir(out: Path, kind: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     _sweep_left_behind(out)
     path = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{hidden_stem(out.name)}.{kind}-{os.getpid()}-"))
+    hold_folder(path)  # in use while this process lives, whatever PID namespace sweeps
     (path / OWN_MARK).write_text("made by the preprocess stage, which removes it\n")
     return path
 
@@ -160,7 +161,8 @@ def _sweep_left_behind(out: Path) -> None:
         kind, _, rest = left.name[len(stem) + 2:].partition("-")
         pid = rest.split("-", 1)[0]
         if kind in ("tmp", "old") and pid.isdigit() and left.is_dir() \
-                and not left.is_symlink() and not process_alive(int(pid)) and _own(left):
+                and not left.is_symlink() and not process_alive(int(pid)) \
+                and not folder_held(left) and _own(left):
             shutil.rmtree(left, ignore_errors=True)
 
 
