@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from speed.benchmark import format_table, run_benchmark
+from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.cli import run_stage, stage_output, stage_parser
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.data.prepared import load_prepared
@@ -40,6 +41,10 @@ def main() -> None:
                          "run.summary_every steps (110 by default), timed against the fixed "
                          "batch beside it; 0 skips them")
     args = ap.parse_args()
+    for option, least in (("warmup", 0), ("windows", 1), ("steps", 1), ("train_stage_runs", 0)):
+        if getattr(args, option) < least:  # a median of nothing, a rate over no step
+            raise PipelineError(f"--{option.replace('_', '-')}: expected a whole number >= "
+                                f"{least}, found {getattr(args, option)}")
     data = args.data or stage_output("preprocess")
     result = run_benchmark(load_params(args.params), load_prepared(data), args.warmup,
                            args.windows, args.steps, out=args.out, tf_python=args.tf_python,

@@ -497,3 +497,26 @@ def test_comments_and_docstrings_state_rules_not_tickets(tmp_path):
     assert ticket_lines(tmp_path) == ["tests/test_x.py:2: once did",
                                       "tests/test_x.py:4: was a KeyError",
                                       "tests/test_x.py:5: W25", "tests/test_x.py:6: hostile case"]
+
+
+@pytest.mark.parametrize("what", ["folder", "users-file", "readme"])
+def test_the_results_page_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, what):
+    """`cifar10 results-page --out PATH`: a folder there, or a file it did not write (a
+    user's notes, the README), is one line and stays as it was; its own page is replaced."""
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import GENERATED, main
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "page.md"
+    if what == "folder":
+        out.mkdir()
+    else:
+        out.write_text("my notes\n" if what == "users-file" else (ROOT / "README.md").read_text())
+    before = None if what == "folder" else out.read_text()
+    with pytest.raises(PipelineError, match=r"^--out .*page\.md: (a folder|a file this command did not write)"):
+        main(["--out", str(out)])
+    assert what == "folder" or out.read_text() == before
+    if what == "users-file":
+        out.write_text(f"{GENERATED} from the files in reports/; do not edit by hand -->\nold\n")
+        main(["--out", str(out)])
+        assert out.read_text() == (ROOT / "docs/results.md").read_text()
