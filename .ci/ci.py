@@ -454,7 +454,9 @@ def main(argv: list[str] | None = None) -> None:
             raise PipelineError("--baseline and --metrics-out take one configuration, found "
                                 f"{len(args.config)} ({' '.join(args.config)}); run each alone")
         if args.baseline and not args.baseline.is_file():
-            raise PipelineError(f"--baseline {args.baseline}: no such file; give a baseline "
+            what = ("no such file" if not args.baseline.exists() else
+                    "a folder" if args.baseline.is_dir() else "not a regular file")
+            raise PipelineError(f"--baseline {args.baseline}: {what}; give a baseline "
                                 f"JSON file (stages/regression.py --update writes one)")
         failed = [c for c in args.config
                   if run_config(c, Path("."), args.update_baseline, args.keep, args.real_archive,

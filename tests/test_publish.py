@@ -600,3 +600,26 @@ def test_a_variant_never_trained_is_named_with_its_own_stage(tmp_path):
             f"(`dvc repro -s reports/dvc.yaml:ablation@softmax`), or give --model")):
         publish("softmax", tmp_path / "none.pt", tmp_path / "none", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["a" * 300, "../x", "-rf", "1abc"])
+def test_a_name_that_is_not_a_variant_name_is_one_line(name):
+    """NAME names a folder and the model card: a 300-character one, a path or an option
+    is one line before anything is read."""
+    from cifar10_tutorial.errors import PipelineError
+    from publish import main
+
+    with pytest.raises(PipelineError, match=r"expected a variant name"):
+        main([name] if not name.startswith("-") else ["--", name])
+
+
+def test_a_card_for_a_folder_named_like_an_option_still_runs(finished, tmp_path):
+    """A card's eval command for an --out named '-rf': the folder it names is an argument
+    (./-rf-eval), never an option argparse would take."""
+    out = tmp_path / "-rf"
+    proc = _run(finished, "tools/publish.py", "tutorial_100k", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    card = (out / "README.md").read_text()
+    line = next(l for l in card.splitlines() if l.startswith("python stages/eval.py"))
+    words = shlex.split(line)
+    assert words[words.index("--out") + 1] == "./-rf-eval", line

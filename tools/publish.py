@@ -55,6 +55,7 @@ from cifar10_tutorial.report.results import device_text
 CARD = "README.md"
 MANIFEST = "published.json"
 FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", CARD)
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # a variant's name, as reports/params.yaml's
 BUILDING = ".publish-building"  # the mark of a folder publish is building, its first file
 REPORT_DVC_YAML = Path("reports/dvc.yaml")
 
@@ -176,7 +177,8 @@ def model_card(r: Records, out: Path, curve: list[str]) -> str:
         f"python -m cifar10_tutorial.evaluation.predict cat.jpg --model "
         f"{shlex.quote(f'{out}/model.pt')} --top 3",
         f"python stages/eval.py --model {shlex.quote(f'{out}/model.pt')} "
-        f"--out {shlex.quote(f'{out.name}-eval')}",
+        # ./ before a name that starts with '-': an argument, never taken for an option
+        f"--out {shlex.quote(('./' if out.name.startswith('-') else '') + f'{out.name}-eval')}",
         "```", "",
         "`predict` needs nothing else; `eval` the prepared data (`dvc repro preprocess`). Both "
         "use the averaged weights, and report the raw ones too (`predict --raw`).", ""])
@@ -377,6 +379,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap.add_argument("--check-data", type=Path, default=None,
                     help="prepared data to evaluate the model on again before publishing")
     args = ap.parse_args(argv)
+    if not NAME.fullmatch(args.name):  # it names a folder and the card: never a path
+        raise PipelineError(f"{args.name[:80]!r}: expected a variant name (a letter, then "
+                            f"letters, digits, '_' or '-', at most 64)")
     results = args.results or variant_results(args.name)
     if args.model is not None:
         model = args.model
