@@ -170,3 +170,27 @@ def test_a_name_that_points_elsewhere_deletes_nothing_and_a_rerun_replaces_resul
     again = json.loads((project / "reports/ablations/baseline/metrics.json").read_text())
     assert (first["train"]["step"], again["train"]["step"]) == (4, 6)
     assert "ablation@baseline" not in dvc(project, "status", "reports/dvc.yaml").stdout
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--work", "{w}/same", "--out", "{w}/same"], "--out {w}/same and --work {w}/same: the same folder"),
+    (["--work", "{w}/work", "--out", "{w}/work/results"], "--out {w}/work/results and --work {w}/work: one inside the other"),
+    (["--work", "{w}/work", "--out", "{w}/prepared/results"], "--out {w}/prepared/results and --data {w}/prepared: one inside the other"),
+], ids=["work-is-out", "out-in-work", "out-in-data"])
+def test_the_variant_stages_folders_are_apart(tmp_path, args, said):
+    """The variant stage's --out, --work and --data are folders apart (a model among the
+    committed results, results inside the prepared data): one line before anything is
+    written."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    words = [a.format(w=tmp_path) for a in args]
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/ablation.py"), "baseline",
+                           "--params", str(ROOT / "reports/params.yaml"),
+                           "--data", str(tmp_path / "prepared"), *words],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert said.format(w=tmp_path) in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

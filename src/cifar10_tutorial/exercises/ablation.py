@@ -119,6 +119,23 @@ def _for_variant(path: Path | None, name: str) -> Path | None:
     return None if path is None else Path(str(path).replace(VARIANT, name))
 
 
+def _apart(args) -> None:
+    """--out, --work, --trial-work and --data are folders apart: a model and checkpoints
+    among the results would be committed with them, results inside the prepared data
+    would change it (and every stage after it); one line, before anything is written."""
+    named = [(f"--{o.replace('_', '-')}", getattr(args, o, None))
+             for o in ("out", "work", "trial_work", "data")]
+    named = [(o, Path(p).resolve()) for o, p in named if p is not None]
+    for i, (a, pa) in enumerate(named):
+        for b, pb in named[i + 1:]:
+            if pa == pb or pa in pb.parents or pb in pa.parents:
+                how = "the same folder" if pa == pb else "one inside the other"
+                raise PipelineError(f"{a} {pa} and {b} {pb}: {how}; "
+                                    f"each is a folder of its own (results; model and "
+                                    f"checkpoints; a trial's; the prepared data): give them "
+                                    f"folders apart")
+
+
 def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared],
                       group: str = "ablations") -> None:
     """The body of the stages ``ablation@NAME`` and ``dataset_ablation@NAME`` (``group``:
@@ -134,6 +151,7 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     args.name = variant_name(args.name, group)
     for option in ("work", "trial_work", "out"):
         setattr(args, option, _for_variant(getattr(args, option), args.name))
+    _apart(args)
     params = load_params(args.params, EXERCISES)
     other = "dataset_ablations" if group == "ablations" else "ablations"
     # which group holds the name, from the file as written: not a param the variant reads
