@@ -89,6 +89,13 @@ def load_config(name: str, root: Path) -> dict:
                                       and all(isinstance(k, str) for k in value)):
             raise PipelineError(f"{path}: {key}: expected a mapping of names to values, found "
                                 f"a {type(value).__name__}")
+    for key in ("params", "exercise_params"):  # `train: {...}` beside `train.x: ...`: the
+        values = config.get(key) or {}          # section replaced the dotted keys silently
+        both = sorted(k for k in values if "." not in k
+                      and any(o.startswith(k + ".") for o in values))
+        if both:
+            raise PipelineError(f"{path}: {key}: {both[0]} is given both as a section and as "
+                                f"dotted keys ({both[0]}.KEY); write each as {both[0]}.KEY")
     args = set(config.get("archive_args") or {}) - {"train_per_batch", "test", "seed"}
     if args:
         raise PipelineError(f"{path}: archive_args: {sorted(args)[0]}: expected "
@@ -101,6 +108,11 @@ def load_config(name: str, root: Path) -> dict:
     if not isinstance(config.get("report", False), bool):
         raise PipelineError(f"{path}: report: expected true or false, found "
                             f"{config['report']!r}")
+    if config.get("report") and not config.get("exercise_params"):
+        raise PipelineError(f"{path}: report: true runs the exercise pipeline, and without "
+                            f"exercise_params it runs reports/params.yaml's full budgets (16 "
+                            f"variants, 10,000 steps each); give exercise_params (at least "
+                            f"ablation.max_steps and train.batch_size), or report: false")
     return config
 
 

@@ -461,8 +461,14 @@ def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
                                              r"keep one$"),
     ("archive: synthetic\nparams:\n  train.max_steps: 2\n  train.max_steps: 3\n",
      r"the key 'train.max_steps' appears twice \(line 4\); keep one$"),
+    ("archive: synthetic\nparams: {train.max_steps: 2, train: {batch_size: 8}}\n",
+     r"params: train is given both as a section and as dotted keys \(train.KEY\); write "
+     r"each as train.KEY$"),
+    ("archive: synthetic\nreport: true\n",
+     r"report: true runs the exercise pipeline, and without exercise_params it runs "),
 ], ids=["empty", "list", "params-list", "archive-args", "report-words", "bad-yaml",
-        "negative-size", "fraction", "negative-seed", "twice", "twice-in-params"])
+        "negative-size", "fraction", "negative-seed", "twice", "twice-in-params",
+        "section-and-dotted", "report-without-exercise-params"])
 def test_a_damaged_ci_configuration_is_one_line_naming_it(tmp_path, text, message):
     """`cifar10 ci NAME` reads .ci/configs/NAME.yaml: an empty one, a list, a params list,
     an unknown archive argument, a report that is not true or false, or YAML that does not
