@@ -37,7 +37,7 @@ import yaml
 
 from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_output
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.param_types import load_yaml12
+from cifar10_tutorial.param_types import key_twice, load_yaml12
 from cifar10_tutorial.files import md5_of, scratch_folder, write_text_atomic
 
 CONFIGS = Path(".ci/configs")
@@ -64,7 +64,7 @@ def load_config(name: str, root: Path) -> dict:
     try:
         text = path.read_text()
         config = load_yaml12(text)
-        twice = _key_twice(text)
+        twice = key_twice(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         where = getattr(exc, "problem_mark", None)
         raise PipelineError(f"{path}: cannot be read as YAML ({type(exc).__name__}"
@@ -114,28 +114,6 @@ def load_config(name: str, root: Path) -> dict:
                             f"variants, 10,000 steps each); give exercise_params (at least "
                             f"ablation.max_steps and train.batch_size), or report: false")
     return config
-
-
-def _key_twice(text: str) -> Optional[tuple[str, int]]:
-    """The first key a mapping of ``text`` holds twice, and its line; None if none. Each node
-    is visited once (an alias shares its node: no alias bomb expands here)."""
-    seen_nodes, todo = set(), [yaml.compose(text, Loader=yaml.SafeLoader)]
-    while todo:
-        node = todo.pop()
-        if node is None or id(node) in seen_nodes:
-            continue
-        seen_nodes.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            keys = set()
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode):
-                    if key.value in keys:
-                        return key.value, key.start_mark.line + 1
-                    keys.add(key.value)
-                todo.append(value)
-        elif isinstance(node, yaml.SequenceNode):
-            todo.extend(node.value)
-    return None
 
 
 def copy_worktree(root: Path, dest: Path) -> None:

@@ -256,11 +256,16 @@ def test_a_change_its_short_runs_do_not_reach_is_refused(project, old, new):
            "differ" in line, line
 
 
-def test_results_trained_on_a_gpu_are_not_recorded_by_a_cpu_check(project):
+@pytest.mark.parametrize("form", ["--out 'reports", "--out='reports"], ids=["out-space", "out-equals"])
+def test_results_trained_on_a_gpu_are_not_recorded_by_a_cpu_check(project, form):
     """The check runs the CPU's code path: a variant whose committed results were trained
-    on a GPU is not vouched for, and the lock is left as it is."""
+    on a GPU is not vouched for, and the lock is left as it is (whichever form the stage
+    command gives --out in)."""
     import json
 
+    if form != "--out 'reports":  # the lock records the command as written now
+        edit(project, "reports/dvc.yaml", "--out 'reports", form)
+        dvc(project, "commit", "-f", "reports/dvc.yaml")
     record = project / "reports/ablations/softmax/variant.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "device_type": "cuda"}))
     dvc(project, "commit", "-f", "reports/dvc.yaml:ablation@softmax")  # as if trained there
@@ -510,6 +515,51 @@ def test_a_link_to_a_folder_in_the_code_is_one_line(project):
         in proc.stderr.strip().splitlines()[-1]
 
 
+def test_params_edited_between_the_check_and_the_record_are_not_recorded(project, tmp_path):
+    """reports/params.yaml edited in the instant between the comparison and DVC's hashing
+    (here: as the record takes DVC's lock): the lock would record params no variant ran
+    with; it is left as it is."""
+    comment(project)
+    lock = (project / "reports/dvc.lock").read_bytes()
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(
+        "import os, re, sys\n"
+        "ran = []\n"
+        "def hook(event, args):\n"
+        "    if event == 'subprocess.Popen' and list(args[1])[:1] == ['sh']:\n"
+        "        ran.append(1)\n"
+        "    if event == 'open' and ran and str(args[0]).endswith('.dvc/tmp/lock') and "
+        "not os.path.exists(os.environ['EDIT_ONCE']):\n"
+        "        open(os.environ['EDIT_ONCE'], 'w').close()\n"
+        "        text = open('reports/params.yaml').read()\n"
+        "        with open('reports/params.yaml', 'w') as f:\n"
+        "            f.write(re.sub(r'(?m)^  seed: 0$', '  seed: 5', text))\n"
+        "sys.addaudithook(hook)\n")
+    assert "\n  seed: 0\n" in (project / "reports/params.yaml").read_text()
+    proc = subprocess.run([sys.executable, "tools/check_code.py", "--variant", "baseline"],
+                          cwd=project, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path / "hook"),
+                               "EDIT_ONCE": str(tmp_path / "edited")})
+    assert (tmp_path / "edited").exists(), proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "reports/params.yaml changed after the check ran it" in proc.stderr, proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
+def test_a_run_continued_from_the_mirror_alone_is_compared(project):
+    """The second resume of the first pass runs as on another machine, from the checkpoint
+    mirror alone: a change to what the mirror keeps (here the curves no longer pushed),
+    which a continued run then lacks, is refused."""
+    edit(project, "src/cifar10_tutorial/training/mirror.py", 'plots.rglob("*.tsv")',
+         'plots.glob("*.tsv")')
+    lock = (project / "reports/dvc.lock").read_bytes()
+    proc = check(project, "--variant", "baseline")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "does not produce what" in proc.stderr and "on 500 training images" in proc.stderr, \
+        proc.stderr
+    assert (project / "reports/dvc.lock").read_bytes() == lock
+
+
 def test_a_changed_stage_command_is_not_recorded(project):
     """reports/dvc.yaml's command is not code the check can vouch for (it runs in a scratch
     copy, which a command may tell from the repository): a change of it is refused."""
@@ -545,7 +595,11 @@ def test_results_of_older_code_than_the_locks_commit_are_not_recorded(project):
      r"expected ',' or '\]', but got ':' on line 4, while parsing a flow sequence from line 3"),
     ("reports/dvc.yaml", "- a list\n", ["--no-record"], r"expected a YAML mapping \(key: value "
                                                         r"lines\), found a list"),
-], ids=["params", "lock", "pipeline"])
+    ("reports/dvc.yaml", "stages: {}\nstages: {}\n", ["--no-record"],
+     r"the key 'stages' appears twice \(line 2\); keep one"),
+    ("reports/dvc.lock", "schema: '2.0'\nstages: [1]\n", [],
+     r"expected stages: to be a mapping of stage names to their records, found a list"),
+], ids=["params", "lock", "pipeline", "pipeline-key-twice", "lock-shape"])
 def test_a_damaged_yaml_file_is_one_line_naming_it(tmp_path, monkeypatch, path, text, args,
                                                    problem):
     """reports/params.yaml, dvc.yaml or dvc.lock that YAML cannot read (an edit cut short):

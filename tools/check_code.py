@@ -58,7 +58,7 @@ import yaml
 
 from cifar10_tutorial.cli import dvc_executable
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.param_types import load_yaml12
+from cifar10_tutorial.param_types import key_twice, load_yaml12
 
 LOCK = Path("reports/dvc.lock")
 EXERCISES = Path("reports/params.yaml")
@@ -119,6 +119,15 @@ def _parse_yaml(text: str, shown, fix: str):
     if value is not None and not isinstance(value, dict):
         raise PipelineError(f"{shown}: expected a YAML mapping (key: value lines), found a "
                             f"{type(value).__name__}; {fix}. Nothing was changed.")
+    twice = key_twice(text)
+    if twice:  # PyYAML keeps the last silently; DVC refuses the file
+        raise PipelineError(f"{shown}: the key {twice[0]!r} appears twice (line {twice[1]}); "
+                            f"keep one; {fix}. Nothing was changed.")
+    if str(shown).endswith("dvc.lock") and value is not None \
+            and not isinstance(value.get("stages", {}), dict):
+        raise PipelineError(f"{shown}: expected stages: to be a mapping of stage names to "
+                            f"their records, found a {type(value.get('stages')).__name__}; "
+                            f"{fix}. Nothing was changed.")
     return value
 
 
@@ -196,8 +205,11 @@ def _fixed_data(tmp: Path, data: Optional[Path], num_train: int = SMALL_TRAIN,
     images (rounded up to its five batches) and ``num_test`` held-out ones, prepared by the
     stage's own code into ``tmp``."""
     if data is not None:
-        if not (Path(data) / "meta.json").is_file():
-            raise PipelineError(f"--data {data}: not prepared data (no meta.json); give the "
+        meta = Path(data) / "meta.json"
+        if not meta.is_file():
+            what = ("no meta.json" if not meta.exists() and not meta.is_symlink() else
+                    "its meta.json is not a regular file")
+            raise PipelineError(f"--data {data}: not prepared data ({what}); give the "
                                 f"folder the preprocess stage writes (its output in dvc.yaml)")
         from cifar10_tutorial.data.prepared import PrepareError, load_prepared
 
@@ -354,18 +366,37 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
            "DVC_ROOT": str(tree)}
     for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR"):
         env.pop(var, None)
+    if pauses:  # a checkpoint mirror (beside the tree: its files are not results)
+        env["CIFAR10_CHECKPOINT_MIRROR"] = str(tree.parent / f"{tree.name}-mirror")
     # paused after its first step and again after its second, then continued: the
     # checkpoint and resume path runs too, and the record of a run in three segments
-    # (exact resume makes the outputs those of a run straight through)
+    # (exact resume makes the outputs those of a run straight through); the second time
+    # as on another machine, from the mirror alone (what it keeps is what continues)
     proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"} if pauses else env)
     if proc.returncode == PAUSED:
         proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"})
     if proc.returncode == PAUSED:
+        for folder in _run_folders(command.replace("{variant}", name), tree):
+            shutil.rmtree(folder, ignore_errors=True)
         proc = runs.run(f"exec {command}", tree, env)
     if proc.returncode:
         last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
         raise PipelineError(f"variant {name} did not run with {what}: {last}")
     return tree
+
+
+def _run_folders(command: str, tree: Path) -> list[Path]:
+    """The folders a variant's stage command writes in ``tree`` (--work, --trial-work,
+    --out; ``--flag value`` or ``--flag=value``): what another machine would not have."""
+    words, found = shlex.split(command), []
+    for i, word in enumerate(words):
+        flag, eq, value = word.partition("=")
+        if flag in ("--work", "--trial-work", "--out"):
+            value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+            folder = (tree / value).resolve()
+            if value and folder.is_relative_to(tree.resolve()) and folder != tree.resolve():
+                found.append(folder)
+    return found
 
 
 # What a variant's whole run will do that its 13 steps here do not reach: the learning rate
@@ -681,7 +712,7 @@ def _record(root: Path, repo, stages: list[str], ran: Optional[dict]) -> str:
     from dvc.stage.serialize import to_lockfile
     from dvc.utils.serialize import dumps_yaml
 
-    from cifar10_tutorial.files import write_text_atomic
+    from cifar10_tutorial.files import md5_of, write_text_atomic
 
     before = (root / LOCK).read_text()
     lock = _parse_yaml(before, LOCK, "fix it, then rerun") or {}
@@ -698,6 +729,12 @@ def _record(root: Path, repo, stages: list[str], ran: Optional[dict]) -> str:
                                    if ran is not None and e["path"] in ran
                                    and e.get("md5") != ran[e["path"]]), None)
             moved = moved or _unlisted_code(root, stage.cmd, entry, address)
+            # the pipeline and params as DVC reads them now, not as the check ran them
+            moved = moved or next((f"{path} changed after the check ran it; run the check "
+                                   f"again once your edits are done"
+                                   for path in (str(PIPELINE), str(EXERCISES))
+                                   if ran is not None and ran.get(path) is not None
+                                   and md5_of(root / path) != ran[path]), None)
             if moved:  # data or results replaced while the variants ran, or declared
                 raise PipelineError(f"{LOCK} left as it is: {moved}, or retrain (dvc "
                                     f"repro {PIPELINE})")
@@ -854,7 +891,8 @@ def main(argv=None) -> None:
           f"averaged weights and results with the workspace's code as with {short}'s, "
           f"{STEPS} steps each on {on} ({verdict} tensors in the model and checkpoint "
           f"files), and the same learning rates and weight-average decays over their whole "
-          f"runs; a change acting only after step {STEPS} otherwise, or in how times and "
+          f"runs; a change acting only after step {STEPS} otherwise, only at a budget "
+          f"longer than {STEPS} steps (say, for long runs only), or in how times and "
           f"speeds are measured (they differ run to run, and are left out), is not seen "
           f"(docs/exercises.md)")
     if args.no_record:
@@ -877,9 +915,17 @@ def _trained_where_the_check_runs(root: Path, names: list[str]) -> None:
     try:  # the results folder the ablation stage writes for a variant ({variant}: its name)
         cmd = _read_yaml(root / PIPELINE, PIPELINE)["stages"]["ablation"]["do"]["cmd"]
         words = shlex.split(" ".join(cmd.split()))
-        out = words[words.index("--out") + 1]
     except (KeyError, TypeError, ValueError, IndexError):
         return  # no such stage: its variants are refused elsewhere
+    outs = [w.split("=", 1)[1] if w.startswith("--out=") else words[i + 1]
+            for i, w in enumerate(words)
+            if w.startswith("--out=") or (w == "--out" and i + 1 < len(words))]
+    if len(outs) != 1:
+        raise PipelineError(f"{LOCK} left as it is: {PIPELINE}'s ablation command gives "
+                            f"{'no' if not outs else 'several'} --out, so the check cannot "
+                            f"tell where the variants' results are (to see which device "
+                            f"trained them); give it one --out")
+    out = outs[0]
     for name in names:
         folder = root / out.replace("{variant}", name).replace("${key}", name)
         devices = {}

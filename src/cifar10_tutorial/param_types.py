@@ -340,6 +340,31 @@ def yaml12_loader():
     return Yaml12
 
 
+def key_twice(text: str) -> Optional[tuple[str, int]]:
+    """The first key a mapping of ``text`` holds twice, and its line; None if none. Each node
+    is visited once (an alias shares its node: no alias bomb expands here). For the YAML
+    files read outside the params loader (CI configurations, DVC's pipeline and lock)."""
+    import yaml
+
+    seen, todo = set(), [yaml.compose(text, Loader=yaml.SafeLoader)]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in keys:
+                        return key.value, key.start_mark.line + 1
+                    keys.add(key.value)
+                todo.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+    return None
+
+
 def load_yaml12(text: str):
     """``text`` parsed as DVC parses a params file (:func:`yaml12_loader`)."""
     import yaml
