@@ -282,7 +282,7 @@ def _inside_checkout(root: Path, baseline: Optional[str], config: Path) -> None:
             or where == root.resolve():
         raise PipelineError(f"{config}: regression.baseline: {str(baseline)[:120]!r} leads out "
                             f"of the checkout ({where}); expected a path inside it (as "
-                            f".ci/baselines/NAME.json), where the gate reads and writes it")
+                            f"reports/baseline/NAME.json), where the gate reads and writes it")
 
 
 def _owned_table(kept: Path) -> Optional[str]:

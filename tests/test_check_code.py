@@ -487,14 +487,17 @@ def test_damaged_workspace_data_is_one_line_before_anything_runs(project):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity")
                     else (os.cpu_count() or 1) < 2, reason="one CPU: every run takes one thread")
-def test_a_change_to_the_threads_a_run_takes_is_refused(project):
+@pytest.mark.parametrize("shell", [{}, {"OMP_NUM_THREADS": "1"}], ids=["unset", "omp-1-exported"])
+def test_a_change_to_the_threads_a_run_takes_is_refused(project, shell):
     """The first pass runs every variant on one thread; a change to how many threads a run
     takes (which changes the arithmetic's order, hence the weights) shows in the second,
-    which runs with the threads a run takes."""
+    which runs with the threads a run takes: the code's own choice, whatever
+    OMP_NUM_THREADS the shell that runs the check exports."""
     edit(project, "src/cifar10_tutorial/devices.py",
          "torch.set_num_threads(max(1, n // processes_on_node))",
          "torch.set_num_threads(1)  # one thread")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env.update(shell)
     lock = (project / "reports/dvc.lock").read_bytes()
     proc = subprocess.run([sys.executable, "-c", "import runpy, sys\nsys.argv = ['check_code.py', "
                            "'--variant', 'baseline']\nsys.path.insert(0, 'tools')\n"
@@ -719,3 +722,16 @@ def test_a_missing_lock_or_a_data_set_variant_is_named_for_what_it_is(project):
     proc = check(project, "--variant", "svhn")
     assert proc.returncode == 1 and "--variant svhn: a data-set variant (dataset_ablations: " \
         "of reports/params.yaml)" in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+def test_the_stage_command_as_a_list_of_one_is_read_and_of_several_refused():
+    """DVC takes a stage's cmd as a string or a list: a list of one is that command; a
+    list of several (run in turn) is one line, not a traceback."""
+    import check_code
+    from cifar10_tutorial.errors import PipelineError
+
+    assert check_code._one_command(["python stages/ablation.py --out x"], "p") == \
+        "python stages/ablation.py --out x"
+    with pytest.raises(PipelineError, match=r"^p: the ablation stage's cmd: expected one "
+                                            r"command .*found 2 commands"):
+        check_code._one_command(["a", "b"], "p")

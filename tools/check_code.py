@@ -355,7 +355,8 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
         raise PipelineError(f"{PIPELINE} of {what}: expected an ablation stage with a "
                             f"foreach ... do: cmd: (the variants' stage command); found none; "
                             f"{_fix_of(what)}") from None
-    command = " ".join(command.split()).replace("${key}", name)  # a checked name (NAME)
+    command = " ".join(_one_command(command, f"{PIPELINE} of {what}").split()
+                       ).replace("${key}", name)  # a checked name (NAME)
     prepared = tree / "data" / "prepared"
     if not prepared.exists():
         prepared.parent.mkdir(parents=True, exist_ok=True)
@@ -364,7 +365,11 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
     env = {**os.environ, **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if pauses else {}),
            "PYTHONPATH": str(tree / "src"), "DVC_STAGE": f"{VARIANT}{name}",
            "DVC_ROOT": str(tree)}
-    for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR"):
+    for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR",
+                # straight through, the code chooses its threads (OMP_NUM_THREADS set in
+                # your shell would take that choice, and a change to it, out of the check;
+                # the first pass runs the other branch, the variable set)
+                *(() if pauses else ("OMP_NUM_THREADS", "MKL_NUM_THREADS"))):
         env.pop(var, None)
     if pauses:  # a checkpoint mirror (beside the tree: its files are not results)
         env["CIFAR10_CHECKPOINT_MIRROR"] = str(tree.parent / f"{tree.name}-mirror")
@@ -383,6 +388,19 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
         last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
         raise PipelineError(f"variant {name} did not run with {what}: {last}")
     return tree
+
+
+def _one_command(cmd, where) -> str:
+    """The ablation stage's command: a string, or a list of one (DVC takes both); a list of
+    several (DVC runs each in turn) is one line: the check runs a variant's one command."""
+    if isinstance(cmd, list) and len(cmd) == 1:
+        cmd = cmd[0]
+    if not isinstance(cmd, str):
+        raise PipelineError(f"{where}: the ablation stage's cmd: expected one command (a "
+                            f"string, or a list of one), found "
+                            f"{f'{len(cmd)} commands' if isinstance(cmd, list) else repr(cmd)}; "
+                            f"the check runs a variant's one command: write it as one")
+    return cmd
 
 
 def _run_folders(command: str, tree: Path) -> list[Path]:
@@ -914,7 +932,7 @@ def _trained_where_the_check_runs(root: Path, names: list[str]) -> None:
     (a GPU's copies, kernels and collectives) are not vouched for by it, and not recorded."""
     try:  # the results folder the ablation stage writes for a variant ({variant}: its name)
         cmd = _read_yaml(root / PIPELINE, PIPELINE)["stages"]["ablation"]["do"]["cmd"]
-        words = shlex.split(" ".join(cmd.split()))
+        words = shlex.split(" ".join(_one_command(cmd, PIPELINE).split()))
     except (KeyError, TypeError, ValueError, IndexError):
         return  # no such stage: its variants are refused elsewhere
     outs = [w.split("=", 1)[1] if w.startswith("--out=") else words[i + 1]
