@@ -41,6 +41,34 @@ def test_a_stage_command_runs_the_stage_script_with_its_pipeline_arguments(monke
     assert "--ablations" in stage_argv("report")  # reports/dvc.yaml's command
 
 
+@pytest.mark.parametrize("text, message", [
+    ("stages:\n  report:\n    cmd: python stages/report.py --out a\n"
+     "  report:\n    cmd: python stages/report.py --out b\n",
+     r"reports/dvc.yaml: the key 'report' appears twice \(line 4\); keep one"),
+    ("stages: [1, 2]\n", r"reports/dvc.yaml: expected a mapping `stages:`.*found list"),
+    ("stages:\n  report: {cmd: [\n", r"reports/dvc.yaml: not a readable pipeline file"),
+    ("stages:\n  report: just-a-string\n",
+     r"reports/dvc.yaml: stage 'report': expected a mapping \(cmd:, deps:, outs:\), found str"),
+])
+def test_a_pipeline_file_read_two_ways_or_not_at_all_is_one_line(text, message, tmp_path,
+                                                                  monkeypatch):
+    # `cifar10 report` takes its arguments from the file DVC runs: a copy DVC refuses (a
+    # stage written twice) must not hand the command one of the two silently
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "dvc.yaml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError, match=message):
+        stage_argv("report")
+
+
+def test_a_stage_command_written_as_a_list_of_one_is_read_as_dvc_runs_it(tmp_path, monkeypatch):
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "dvc.yaml").write_text(
+        "stages:\n  report:\n    cmd:\n    - python stages/report.py --out 'my reports'\n")
+    monkeypatch.chdir(tmp_path)
+    assert stage_argv("report")[1:] == ["--out", "my reports"]
+
+
 @pytest.mark.parametrize("command", [["eval"], ["predict", "x.png"]])
 def test_a_command_outside_a_repository_root_is_one_line(command, monkeypatch):
     """A command run from a folder that is not the project's root (reports/, which has a

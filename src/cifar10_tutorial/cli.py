@@ -92,14 +92,42 @@ def _stages(dvc_yaml: Path) -> dict:
     if not dvc_yaml.is_file():
         raise PipelineError(f"{dvc_yaml} not found: run this from the repository root, or give "
                             f"the paths as options (see --help)")
-    return (yaml.safe_load(dvc_yaml.read_text()) or {}).get("stages", {})
+    from .param_types import key_twice
+
+    # read as DVC reads it: a key written twice is refused there too, so a command taken from
+    # the copy PyYAML keeps (the last) would not be the one `dvc repro` runs
+    try:
+        text = dvc_yaml.read_text(encoding="utf-8")
+        twice = key_twice(text)
+        doc = yaml.safe_load(text) or {}
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise PipelineError(f"{dvc_yaml}: not a readable pipeline file "
+                            f"({' '.join(str(exc).split())[:200]}); restore it "
+                            f"(`git checkout -- {dvc_yaml}`)") from None
+    if twice is not None:
+        raise PipelineError(f"{dvc_yaml}: the key {twice[0]!r} appears twice (line {twice[1]}); "
+                            f"keep one (DVC refuses the file as it is)")
+    stages = doc.get("stages", {}) if isinstance(doc, dict) else None
+    if not isinstance(stages, dict):
+        raise PipelineError(f"{dvc_yaml}: expected a mapping `stages:` of stage names to "
+                            f"stages, found {type(stages).__name__}; restore it "
+                            f"(`git checkout -- {dvc_yaml}`)")
+    for name, stage in stages.items():
+        if not isinstance(stage, dict):
+            raise PipelineError(f"{dvc_yaml}: stage {name!r}: expected a mapping (cmd:, deps:, "
+                                f"outs:), found {type(stage).__name__}; fix it or restore the "
+                                f"file (`git checkout -- {dvc_yaml}`)")
+    return stages
 
 
 def stage_command(script: str, dvc_yaml: Path = DVC_YAML) -> list[str]:
     """The arguments dvc.yaml's command passes to ``script`` (``stages/NAME.py``)."""
     name = Path(script).name
     for stage in _stages(dvc_yaml).values():
-        words = shlex.split(stage.get("cmd", "")) if isinstance(stage.get("cmd"), str) else []
+        cmd = stage.get("cmd")
+        if isinstance(cmd, list) and len(cmd) == 1:  # DVC runs a list of one as that command
+            cmd = cmd[0]
+        words = shlex.split(cmd) if isinstance(cmd, str) else []
         if len(words) >= 2 and Path(words[1]).name == name:
             return words[2:]
     raise PipelineError(f"{dvc_yaml}: no stage runs {name}; give the paths as options (see --help)")
