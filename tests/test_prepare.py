@@ -381,3 +381,15 @@ def test_class_names_that_would_mislead_are_refused(tmp_path, names, expected):
                                             ("\n".join(names) + "\n").encode()}))
     with pytest.raises(PrepareError, match=expected):
         prepare(archive, tmp_path / "prepared", CIFAR10)
+
+
+def test_the_documented_synthetic_archive_command_makes_its_folder(tmp_path, capsys):
+    # docs/data.md's command for a laptop without the real download, in a fresh clone where
+    # data/raw/ does not exist yet
+    from cifar10_tutorial.data.synthetic import main
+
+    out = tmp_path / "data" / "raw" / "cifar-10-binary.tar.gz"
+    main([str(out), "--train-per-batch", "4", "--test", "3"])
+    assert out.is_file() and "20 train, 3 test records" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"raw is a folder; expected the archive's file name"):
+        main([str(out.parent), "--train-per-batch", "4", "--test", "3"])

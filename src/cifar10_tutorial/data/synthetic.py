@@ -142,7 +142,12 @@ def main(argv=None) -> None:
     ap.add_argument("--test", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    info = make_cifar10_archive(Path(a.out), a.train_per_batch, a.test, a.seed)
+    out = Path(a.out)
+    if out.is_dir():
+        raise SystemExit(f"error: {out} is a folder; expected the archive's file name "
+                         f"(e.g. {out / 'cifar-10-binary.tar.gz'})")
+    out.parent.mkdir(parents=True, exist_ok=True)  # data/raw/ of a fresh clone is not there yet
+    info = make_cifar10_archive(out, a.train_per_batch, a.test, a.seed)
     print(f"wrote {a.out}: {5 * a.train_per_batch} train, {a.test} test records")
     print("md5", info["md5"])
 
