@@ -176,7 +176,11 @@ def test_a_name_that_points_elsewhere_deletes_nothing_and_a_rerun_replaces_resul
     (["--work", "{w}/same", "--out", "{w}/same"], "--out {w}/same and --work {w}/same: the same folder"),
     (["--work", "{w}/work", "--out", "{w}/work/results"], "--out {w}/work/results and --work {w}/work: one inside the other"),
     (["--work", "{w}/work", "--out", "{w}/prepared/results"], "--out {w}/prepared/results and --data {w}/prepared: one inside the other"),
-], ids=["work-is-out", "out-in-work", "out-in-data"])
+    (["--work", "{w}/work", "--out", "{w}/out", "--mirror", "{w}/out/mir"],
+     "--out {w}/out and --mirror {w}/out/mir/baseline: one inside the other"),
+    (["--work", "{w}/work", "--out", "{w}/out", "--mirror", "file://{w}/out"],
+     "--out {w}/out and --mirror {w}/out/baseline: one inside the other"),
+], ids=["work-is-out", "out-in-work", "out-in-data", "mirror-in-out", "mirror-url-on-out"])
 def test_the_variant_stages_folders_are_apart(tmp_path, args, said):
     """The variant stage's --out, --work and --data are folders apart (a model among the
     committed results, results inside the prepared data): one line before anything is

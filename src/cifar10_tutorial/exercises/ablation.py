@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from ..training.paths import VariantPaths, kept_past_workspace, training_work
 from ..training.deadline import NONE, Continuation, from_stage
@@ -119,12 +119,24 @@ def _for_variant(path: Path | None, name: str) -> Path | None:
     return None if path is None else Path(str(path).replace(VARIANT, name))
 
 
-def _apart(args) -> None:
-    """--out, --work, --trial-work and --data are folders apart: a model and checkpoints
-    among the results would be committed with them, results inside the prepared data
-    would change it (and every stage after it); one line, before anything is written."""
+def _local_folder(url: Optional[str]) -> Optional[str]:
+    """The folder of this machine a mirror URL names (a plain path, file://, local://);
+    None for a bucket or no mirror."""
+    if not url or "://" not in url:
+        return url or None
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).path if url.split("://", 1)[0].lower() in ("file", "local") else None
+
+
+def _apart(args, mirror: Optional[str] = None) -> None:
+    """--out, --work, --trial-work, --data and the run's mirror folder are folders apart: a
+    model and checkpoints among the results would be committed with them, results inside
+    the prepared data would change it (and every stage after it); one line, before
+    anything is written."""
     named = [(f"--{o.replace('_', '-')}", getattr(args, o, None))
              for o in ("out", "work", "trial_work", "data")]
+    named += [("--mirror", _local_folder(mirror))]
     named = [(o, Path(p).resolve()) for o, p in named if p is not None]
     for i, (a, pa) in enumerate(named):
         for b, pb in named[i + 1:]:
@@ -132,7 +144,8 @@ def _apart(args) -> None:
                 how = "the same folder" if pa == pb else "one inside the other"
                 raise PipelineError(f"{a} {pa} and {b} {pb}: {how}; "
                                     f"each is a folder of its own (results; model and "
-                                    f"checkpoints; a trial's; the prepared data): give them "
+                                    f"checkpoints; a trial's; the prepared data; the "
+                                    f"checkpoint mirror): give them "
                                     f"folders apart")
 
 
@@ -164,6 +177,7 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     work = training_work(params.ablation, args.name, args.work, args.trial_work)
     trial = work != args.work  # its mirror folder apart too: a full run's there stays
     cont = from_stage(args.stop_at, args.mirror, f"trials/{args.name}" if trial else args.name)
+    _apart(args, cont.mirror)  # a mirror among the results would be committed with them
     variant = variant_params(params, args.name)
     if (kept := kept_past_workspace(work)) != work:
         log.info("queued experiment %s: model, checkpoints and TensorBoard logs in %s (they "
