@@ -310,3 +310,25 @@ def test_a_stage_runs_the_code_of_its_own_tree(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert f"running {healthy / 'src/cifar10_tutorial/data/download.py'}" in proc.stdout
+
+
+def test_a_stray_module_beside_the_stages_or_the_package_never_runs_in_a_stage(tmp_path):
+    """A module in stages/ or src/ named like an installed package (yaml) would run inside
+    every stage in its place, outside what DVC hashes: the stage folder is no import
+    location, and a module beside the package in src/ stops the stage in one line."""
+    archive = tmp_path / "a.tar.gz"
+    md5 = make_cifar10_archive(archive, train_per_batch=5, test=5, seed=1)["md5"]
+    clone = copy_project(tmp_path / "clone")
+    set_params(clone, "data", url=str(archive), md5=md5)
+    (clone / "stages/yaml.py").write_text("raise SystemExit('the stray stages/yaml.py ran')\n")
+    proc = subprocess.run([sys.executable, "stages/download.py"], cwd=clone, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "yaml.py ran" not in proc.stderr, proc.stderr
+    (clone / "src/yaml.py").write_text("raise SystemExit('the stray src/yaml.py ran')\n")
+    proc = subprocess.run([sys.executable, "stages/download.py"], cwd=clone, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "yaml.py ran" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == (f"error: {clone / 'src/yaml.py'}: src/ holds the package "
+                                   f"cifar10_tutorial only; a module beside it would be imported "
+                                   f"by every stage in place of an installed one, outside what "
+                                   f"DVC hashes; move it out of src/")
