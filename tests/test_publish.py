@@ -623,3 +623,29 @@ def test_a_card_for_a_folder_named_like_an_option_still_runs(finished, tmp_path)
     line = next(l for l in card.splitlines() if l.startswith("python stages/eval.py"))
     words = shlex.split(line)
     assert words[words.index("--out") + 1] == "./-rf-eval", line
+
+
+@pytest.mark.parametrize("out, how, stage", [
+    ("reports/ablations/baseline/eval/pub", "lies inside", "ablation@baseline"),
+    ("data/prepared", "is", "preprocess"),
+    ("reports", "holds", "ablation@baseline"),
+])
+def test_an_out_among_a_stages_outputs_is_refused(tmp_path, monkeypatch, out, how, stage):
+    """Published weights inside (or around) a DVC stage's output would change that output:
+    `dvc status` calls it modified, and the stage's next run replaces it with the folder.
+    The outputs come from dvc.yaml and from the lock (a foreach stage's resolved paths)."""
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "dvc.yaml").write_text("stages:\n  preprocess:\n    cmd: x\n    outs:\n"
+                                       "    - data/prepared\n")
+    (tmp_path / "reports/dvc.yaml").write_text(
+        "stages:\n  ablation:\n    foreach: [baseline]\n    do:\n      wdir: ..\n"
+        "      cmd: x ${key}\n      outs:\n      - reports/ablations/${key}/eval\n")
+    (tmp_path / "reports/dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  ablation@baseline:\n    cmd: x baseline\n    outs:\n"
+        "    - path: reports/ablations/baseline/eval\n      hash: md5\n")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    with pytest.raises(PipelineError, match=rf"^--out {out}: {how} \S+, an output of the DVC "
+                                            rf"stage '{stage}'.* Nothing was changed\.$"):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", Path(out))
+    assert sorted(p for p in tmp_path.rglob("*")) == before

@@ -296,6 +296,55 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
+PIPELINES = (Path("dvc.yaml"), REPORT_DVC_YAML)
+
+
+def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
+    """(stage, path) of the outputs of the pipelines' stages: each file's plain paths, and
+    the resolved ones its lock records (a ``foreach`` stage's, ``${key}`` filled in);
+    relative to the stage's ``wdir``. A pipeline not there or not readable gives none:
+    DVC itself says what is wrong with it."""
+    import yaml
+
+    found = []
+    for dvc_yaml in pipelines:
+        try:
+            stages = yaml.safe_load(dvc_yaml.read_text())["stages"]
+            lock = dvc_yaml.with_suffix(".lock")
+            locked = (yaml.safe_load(lock.read_text()) or {}).get("stages") if lock.is_file() else {}
+            stages.items(), (locked or {}).items()
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+            continue
+        for stage, spec in stages.items():
+            body = spec.get("do", spec) if isinstance(spec, dict) else {}
+            body = body if isinstance(body, dict) else {}
+            base = dvc_yaml.parent / str(body.get("wdir", "."))
+            paths = [(stage, e if isinstance(e, str) else next(iter(e), ""))
+                     for kind in ("outs", "metrics", "plots")
+                     for e in (body.get(kind) or []) if isinstance(e, (str, dict))]
+            paths += [(name, e.get("path", "")) for name, rec in (locked or {}).items()
+                      if str(name).split("@")[0] == stage and isinstance(rec, dict)
+                      for e in (rec.get("outs") or []) if isinstance(e, dict)]
+            found += [(name, base / str(path)) for name, path in dict.fromkeys(paths)
+                      if path and "${" not in str(path)]
+    return found
+
+
+def _outside_stage_outputs(out: Path, pipelines=PIPELINES) -> None:
+    """--out is no stage's output, nor inside or around one: DVC would find that output
+    changed, and replace or remove the published folder on the stage's next run."""
+    where = out.resolve()
+    for stage, path in stage_outputs(pipelines):
+        path = path.resolve()
+        if where == path or path in where.parents or where in path.parents:
+            how = ("is" if where == path else "lies inside" if path in where.parents
+                   else "holds")
+            raise PipelineError(f"--out {out}: {how} {path}, an output of the DVC stage "
+                                f"{stage!r}, which DVC would find changed and replace on the "
+                                f"stage's next run; give --out a folder outside the pipelines' "
+                                f"outputs (models/NAME by default). Nothing was changed.")
+
+
 def publish(name: str, model: Path, results: Path, out: Path,
             check_data: Optional[Path] = None, replace: bool = False) -> Path:
     """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
@@ -304,6 +353,7 @@ def publish(name: str, model: Path, results: Path, out: Path,
         raise PipelineError(f"--out {str(out)!r}: holds a newline or another control "
                             f"character, which the model card's commands cannot show; give "
                             f"another path. Nothing was changed.")
+    _outside_stage_outputs(out)
     _held(out)  # a link or a file at --out: refused before anything is changed beside it
     # a folder --out cannot be made in (a file above it, /proc): one line, before the
     # records are read
