@@ -308,3 +308,20 @@ def test_a_source_that_is_neither_file_nor_folder_is_named_for_what_it_is(tmp_pa
                                                 r"give the folder of"):
             build_dev_split(source, tmp_path / "o.tar.gz", train=20, test=5, per_class=3)
     assert not (tmp_path / "o.tar.gz").exists()
+
+
+def test_a_killed_writes_temporary_file_is_named_and_kept(tmp_path, capsys):
+    """kill -9 during the write leaves write_new_file's `.NAME.*.tmp` beside --out: the next
+    dev-split names it (nothing records it as its own, so it stays); other files stay
+    unnamed."""
+    repo = make_repository(tmp_path / "CIFAR-10-images-master")
+    (tmp_path / "out").mkdir()
+    left = tmp_path / "out" / ".o.tgz.c_qz_ma7.tmp"
+    left.write_bytes(b"x" * 10)
+    (tmp_path / "out" / ".o.tgz.mine.txt").write_text("mine")
+    build_dev_split(repo, tmp_path / "out" / "o.tgz", train=20, test=10, per_class=3)
+    err = capsys.readouterr().err
+    assert err.strip() == (f"note: {left} (10 bytes) is the temporary file of a write of o.tgz "
+                           f"that was killed; delete it once no dev-split runs")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        ".o.tgz.c_qz_ma7.tmp", ".o.tgz.mine.txt", "o.tgz"]
