@@ -218,10 +218,28 @@ def _run(cmd: list[str], cwd: Path, env: dict) -> int:
     proc = subprocess.Popen([sys.executable, "-c", GUARD, str(os.getpid()), *cmd], cwd=cwd,
                             env=env, start_new_session=True)
     try:
-        return proc.wait()
+        rc = proc.wait()
     except BaseException:
         _stop_group(proc)
         raise
+    if rc < 0:  # the guard itself killed (kill -9): the stages it started run on in its group
+        print(f"error: the guard of `{' '.join(cmd)}` (pid {proc.pid}) was killed by signal "
+              f"{-rc}; its processes are stopped and the run ends here", flush=True)
+        rc = 128 - rc
+    if _group_alive(proc.pid):  # none must outlive the run: the scratch goes next
+        _stop_group(proc)
+    return rc
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` still has a member (its ID is not reused while so)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
