@@ -170,3 +170,18 @@ def test_preprocess_keeps_a_running_runs_folder_whatever_pid_its_name_shows(tmp_
         holder.wait()
     prepare(archive, tmp_path / "prepared", CIFAR10)
     assert not running.exists()
+
+
+def test_a_variant_out_of_disk_in_the_scratch_folder_names_tmpdir(tmp_path):
+    """A variant that fills the disk of the check's scratch folder says that the folder is in
+    TMPDIR and how much is free there (its own line blames only the file it wrote); a
+    full disk elsewhere, or another error, is left as the stage said it."""
+    tree = tmp_path / "cifar10-check-1-abc" / "theirs"
+    tree.mkdir(parents=True)
+    full = (f"error: {tree.parent}/theirs-mirror/baseline/checkpoint.pt: "
+            f"{os.strerror(28)}; free disk space there, then rerun")
+    said = check_code._scratch_full(tree, full)
+    assert said.startswith(f" (the check's scratch folder {tree.parent} is in the temporary "
+                           f"folder, ") and "point TMPDIR at a folder with a few GB free" in said
+    assert check_code._scratch_full(tree, full.replace(str(tree.parent), "/elsewhere")) == ""
+    assert check_code._scratch_full(tree, f"error: {tree}/x: Permission denied") == ""

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
 import copy
+import errno
 import json
 import os
 import re
@@ -386,8 +387,20 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
         proc = runs.run(f"exec {command}", tree, env)
     if proc.returncode:
         last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-        raise PipelineError(f"variant {name} did not run with {what}: {last}")
+        raise PipelineError(f"variant {name} did not run with {what}: {last}"
+                            + _scratch_full(tree, last))
     return tree
+
+
+def _scratch_full(tree: Path, said: str) -> str:
+    """Where a variant ran out of disk in this check's scratch folder, what to do: the
+    scratch lives in the temporary folder (TMPDIR), not in the stage's outputs."""
+    if os.strerror(errno.ENOSPC) not in said or str(tree.parent) not in said:
+        return ""
+    free = shutil.disk_usage(tree.parent).free
+    return (f" (the check's scratch folder {tree.parent} is in the temporary folder, "
+            f"{free / 1e9:.1f} GB free there: point TMPDIR at a folder with a few GB free, "
+            f"then rerun)")
 
 
 def _one_command(cmd, where) -> str:
