@@ -113,6 +113,10 @@ def load_config(name: str, root: Path) -> dict:
                             f"exercise_params it runs reports/params.yaml's full budgets (16 "
                             f"variants, 10,000 steps each); give exercise_params (at least "
                             f"ablation.max_steps and train.batch_size), or report: false")
+    if config.get("exercise_params") and not config.get("report"):
+        raise PipelineError(f"{path}: exercise_params: set, but report is false, and only "
+                            f"report: true runs the exercise pipeline that reads them; set "
+                            f"report: true, or remove exercise_params")
     return config
 
 
@@ -301,6 +305,12 @@ def _inside_checkout(root: Path, baseline: Optional[str], config: Path) -> None:
         raise PipelineError(f"{config}: regression.baseline: {str(baseline)[:120]!r} leads out "
                             f"of the checkout ({where}); expected a path inside it (as "
                             f"reports/baseline/NAME.json), where the gate reads and writes it")
+    from cifar10_tutorial.regression import not_a_baseline
+
+    why = not_a_baseline(where if not (root / path).is_symlink() else root / path)
+    if why is not None:  # what --update-baseline would overwrite, and the gate read
+        raise PipelineError(f"{config}: regression.baseline: {baseline}: {why}; give a path of "
+                            f"its own (as reports/baseline/NAME.json). Nothing was run.")
 
 
 def _owned_table(kept: Path) -> Optional[str]:
@@ -378,6 +388,13 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
         raise PipelineError(f"--metrics-out {metrics_out}: a "
                             f"{'link' if metrics_out.is_symlink() else 'folder'}, where this "
                             f"run writes a file of its own; give another path. Nothing was run.")
+    if metrics_out is not None:
+        from cifar10_tutorial.regression import not_a_baseline
+
+        if (why := not_a_baseline(metrics_out)) is not None:  # refused now, not after the run
+            raise PipelineError(f"--metrics-out {metrics_out}: {why}, where this run writes "
+                                f"its metrics in the baseline's format; give another path. "
+                                f"Nothing was run.")
     # in a scratch folder of its own (the PID in its name): the next run removes one a kill
     # -9 left, once the process is gone
     with scratch_folder(SCRATCH, SCRATCH_MARK, f"cifar10 ci {name}") as scratch:
@@ -401,6 +418,12 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
             _check_overrides(root / CONFIGS / f"{name}.yaml", project, config)
             env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
             baseline = overrides.get("regression.baseline")
+            from cifar10_tutorial.params import load_params
+
+            if not (update_baseline or baseline_file or no_baseline) and \
+                    load_params(project / "params.yaml").regression.baseline is None:
+                # the stage then gates nothing: never a pass
+                no_baseline = f"regression.baseline is null in {CONFIGS / name}.yaml's run"
             if not update_baseline:
                 no_baseline = _place_baseline(name, baseline, root, project, baseline_file,
                                               no_baseline)

@@ -467,9 +467,12 @@ def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
      r"each as train.KEY$"),
     ("archive: synthetic\nreport: true\n",
      r"report: true runs the exercise pipeline, and without exercise_params it runs "),
+    ("archive: synthetic\nexercise_params: {ablation.max_steps: 3}\n",
+     r"exercise_params: set, but report is false, and only report: true runs the exercise "
+     r"pipeline that reads them"),
 ], ids=["empty", "list", "params-list", "archive-args", "report-words", "bad-yaml",
         "negative-size", "fraction", "negative-seed", "twice", "twice-in-params",
-        "section-and-dotted", "report-without-exercise-params"])
+        "section-and-dotted", "report-without-exercise-params", "exercise-params-unread"])
 def test_a_damaged_ci_configuration_is_one_line_naming_it(tmp_path, text, message):
     """`cifar10 ci NAME` reads .ci/configs/NAME.yaml: an empty one, a list, a params list,
     an unknown archive argument, a report that is not true or false, or YAML that does not
@@ -555,8 +558,9 @@ def test_update_baseline_refuses_a_link_at_the_baseline(tmp_path):
     proc = subprocess.run([sys.executable, ".ci/ci.py", "tiny", "--update-baseline"],
                           cwd=clone, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "reports/baseline/tiny.json: a link, where this run writes a file of its own" in \
-        proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert ("regression.baseline: reports/baseline/tiny.json: a link, not a baseline file"
+            in proc.stderr.strip().splitlines()[-1]), proc.stderr
+    assert "$ dvc repro" not in proc.stdout
     assert inside.read_text() == '{"mine": 1}\n'
 
 
@@ -597,6 +601,45 @@ def test_a_baseline_outside_the_checkout_is_refused_before_the_run(tmp_path, bas
                                             r"the checkout"):
         ci.run_config("esc", root, update_baseline=True)
     assert "$ dvc" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("baseline, made, why", [
+    (".git/config", "[core]\n", "not a baseline's path"),
+    ("README.md", "# my project\n", "not a baseline's path"),
+    ("reports/notes.json", '{"mine": "text"}\n', "a file that is not a baseline"),
+    ("reports/baseline/a-folder.json", None, "a folder or special file, not a baseline file"),
+], ids=["git-config", "readme", "json-not-a-baseline", "folder"])
+@pytest.mark.parametrize("update", [True, False], ids=["update", "gate"])
+def test_a_baseline_path_naming_another_file_is_refused_before_the_run(tmp_path, baseline,
+                                                                       made, why, update, capsys):
+    """regression.baseline naming a file of the checkout that is no baseline (git's config,
+    the README, a JSON file of other content, a folder): --update-baseline would overwrite
+    it, the gate would read it; refused before anything runs, the file as it was."""
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    target = root / baseline
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.mkdir() if made is None else target.write_text(made)
+    (root / ".ci/configs/b.yaml").write_text(
+        f"archive: synthetic\nparams: {{regression.baseline: '{baseline}'}}\n")
+    with pytest.raises(PipelineError, match=rf"b.yaml: regression.baseline: {baseline}: {why}.*"
+                                            rf"Nothing was run\.$"):
+        ci.run_config("b", root, update_baseline=update)
+    assert "$ dvc" not in capsys.readouterr().out
+    assert made is None or target.read_text() == made
+
+
+def test_the_regression_stage_updates_only_a_baseline(tmp_path):
+    """`python stages/regression.py --update` with regression.baseline naming a file that is
+    no baseline: one line, nothing written; a baseline (or no file yet) is written."""
+    for name, text in (("README.md", "# mine\n"), ("notes.json", '["mine"]\n')):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(PipelineError, match=rf"{name}: .*--update writes only a baseline"):
+            update_baseline(str(tmp_path / name), TOL, write_run(tmp_path, precision=0.7))
+        assert (tmp_path / name).read_text() == text
+    for _ in range(2):  # a new file, then the baseline it wrote
+        assert update_baseline(str(tmp_path / "b.json"), TOL, write_run(tmp_path, precision=0.7))
 
 
 @pytest.mark.parametrize("what", ["users-file", "folder", "link", "metrics-link",
@@ -733,7 +776,13 @@ def test_a_killed_ci_run_leaves_no_process_and_its_scratch_goes_next_time(tmp_pa
         "archive: synthetic\narchive_args: {train_per_batch: 20, test: 50}\nreport: false\n"
         "params: {train.max_steps: 2, train.batch_size: 16, eval.every_steps: 0, "
         "train.device: cpu, regression.baseline: null}\n")
-    done = subprocess.run([sys.executable, ".ci/ci.py", "short", "--no-baseline", "test"],
+    # (and a configuration whose baseline is null gates nothing: never a pass, even without
+    # --no-baseline)
+    done = subprocess.run([sys.executable, ".ci/ci.py", "short"],
                           cwd=clone, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not scratch[0].exists()
+    assert ("CI configuration short: NO BASELINE (regression.baseline is null in "
+            ".ci/configs/short.yaml's run): GATED NOTHING; the pipeline ran through") in \
+        done.stdout, done.stdout
+    assert "passed" not in done.stdout.splitlines()[-1]

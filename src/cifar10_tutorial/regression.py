@@ -190,9 +190,36 @@ def gate(baseline_path: Optional[str], tolerances: dict,
     return text
 
 
+def not_a_baseline(path: Path) -> Optional[str]:
+    """Why ``path`` may not be written as a baseline, or None: a baseline is a ``.json``
+    file outside git's and DVC's own folders, and one that is there already is a regular
+    file holding a baseline (a JSON object of numbers, as ``--update`` writes), so that an
+    update replaces only a baseline, never another file the path happens to name."""
+    path = Path(path)
+    if path.suffix != ".json" or {".git", ".dvc"} & set(path.parts):
+        return "not a baseline's path (a .json file outside .git/ and .dvc/)"
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return f"a {'link' if path.is_symlink() else 'folder or special file'}, not a baseline file"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return "a file that is not a baseline (not JSON)"
+    if not isinstance(data, dict) or any(isinstance(v, bool) or not isinstance(v, (int, float))
+                                         for v in data.values()):
+        return "a file that is not a baseline (not a JSON object of metric numbers)"
+    return None
+
+
 def update_baseline(baseline_path: str, tolerances: dict,
                     files: dict[str, Path]) -> dict[str, float]:
     """Write this run's gated metrics to the baseline file (atomically); return them."""
+    why = not_a_baseline(Path(baseline_path))
+    if why is not None:
+        raise PipelineError(f"{baseline_path}: {why}; --update writes only a baseline: set "
+                            f"regression.baseline to a path of its own (as "
+                            f"reports/baseline/NAME.json). Nothing was written.")
     now = collect_metrics(files)
     missing = [m for m in tolerances if m not in now]
     if missing:
