@@ -614,15 +614,22 @@ def test_a_name_that_is_not_a_variant_name_is_one_line(name):
 
 
 def test_a_card_for_a_folder_named_like_an_option_still_runs(finished, tmp_path):
-    """A card's eval command for an --out named '-rf': the folder it names is an argument
-    (./-rf-eval), never an option argparse would take."""
-    out = tmp_path / "-rf"
-    proc = _run(finished, "tools/publish.py", "tutorial_100k", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    card = (out / "README.md").read_text()
-    line = next(l for l in card.splitlines() if l.startswith("python stages/eval.py"))
-    words = shlex.split(line)
-    assert words[words.index("--out") + 1] == "./-rf-eval", line
+    """A card's commands for an --out named '-rf' (given relative, as `--out=-rf`): the
+    paths they name are arguments (./-rf/model.pt, ./-rf-eval), never options argparse
+    would take."""
+    proc = _run(finished, "tools/publish.py", "tutorial_100k", "--out=-rf")
+    try:
+        assert proc.returncode == 0, proc.stderr
+        card = (finished / "-rf" / "README.md").read_text()
+    finally:
+        shutil.rmtree(finished / "-rf", ignore_errors=True)
+    for start, option, value in (("python stages/eval.py", "--out", "./-rf-eval"),
+                                 ("python stages/eval.py", "--model", "./-rf/model.pt"),
+                                 ("python -m cifar10_tutorial.evaluation.predict", "--model",
+                                  "./-rf/model.pt")):
+        line = next(l for l in card.splitlines() if l.startswith(start))
+        words = shlex.split(line)
+        assert words[words.index(option) + 1] == value, line
 
 
 @pytest.mark.parametrize("out, how, stage", [

@@ -175,10 +175,9 @@ def model_card(r: Records, out: Path, curve: list[str]) -> str:
         "## Use it", "", "```bash",
         # the paths quoted: a card's command, copied into a shell, runs only what it says
         f"python -m cifar10_tutorial.evaluation.predict cat.jpg --model "
-        f"{shlex.quote(f'{out}/model.pt')} --top 3",
-        f"python stages/eval.py --model {shlex.quote(f'{out}/model.pt')} "
-        # ./ before a name that starts with '-': an argument, never taken for an option
-        f"--out {shlex.quote(('./' if out.name.startswith('-') else '') + f'{out.name}-eval')}",
+        f"{_argument(f'{out}/model.pt')} --top 3",
+        f"python stages/eval.py --model {_argument(f'{out}/model.pt')} "
+        f"--out {_argument(f'{out.name}-eval')}",
         "```", "",
         "`predict` needs nothing else; `eval` the prepared data (`dvc repro preprocess`). Both "
         "use the averaged weights, and report the raw ones too (`predict --raw`).", ""])
@@ -187,6 +186,12 @@ def model_card(r: Records, out: Path, curve: list[str]) -> str:
 
 
 # ----------------------------------------------------------------- the published folder
+
+
+def _argument(path: str) -> str:
+    """``path`` as a card's command gives it: quoted for the shell, and after ``./`` where it
+    starts with '-', so that argparse takes it for the option's value, never an option."""
+    return shlex.quote(("./" if path.startswith("-") else "") + path)
 
 
 def _described(name, step, precision) -> str:
