@@ -339,3 +339,19 @@ def test_a_folder_where_the_evaluation_writes_a_file_is_refused_before_it_writes
                                             rf"writes a file"):
         evaluate(synth_data, trained.model, out, batch_size=64, device_name="cpu")
     assert (out / "per_class.csv").read_text() == "old\n" and (out / where).is_dir()
+
+
+def test_a_model_path_that_is_a_folder_or_fifo_is_named_for_what_it_is(tmp_path):
+    """--model naming a folder or a FIFO is said as such (not 'no trained model', nor
+    torch.load waiting on the FIFO forever)."""
+    import os
+
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.model_files import load_model_file
+
+    fifo = tmp_path / "f.pt"
+    os.mkfifo(fifo)
+    for path in (tmp_path, fifo):
+        with pytest.raises(PipelineError, match=rf"^{path}: not a regular file \(a folder, FIFO "
+                                                rf"or device\), expected a model.pt"):
+            load_model_file(path)

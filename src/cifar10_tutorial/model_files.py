@@ -54,6 +54,9 @@ def model_from_state(params: dict, num_classes: int, state: dict, device,
 def load_model_file(path: Path, device="cpu") -> dict:
     """A model.pt written by the train stage, checked; clear words for anything else."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # torch.load would block on a FIFO
+        raise PipelineError(f"{path}: not a regular file (a folder, FIFO or device), expected "
+                            f"a model.pt; give the model file itself.")
     if not path.is_file():
         raise PipelineError(f"{path}: no trained model; run the train stage first (`dvc repro train`).")
     try:
