@@ -461,3 +461,22 @@ def test_under_dvc_the_undo_names_the_params_file(tmp_path, monkeypatch):
     assert str(err.value).endswith(
         f"ablation.max_steps: expected an integer, found 'abc' (a failed `dvc exp run -S` "
         f"leaves its change in {path}: `git checkout {path}` undoes it)")
+
+
+@pytest.mark.parametrize("group, overrides, said", [
+    ("ablations", {"train.seed": 5}, r"ablations\.x: 'train\.seed' is not a section a variant "
+     r"may set \(those are model, input, train, run, fast, eval\); write it nested: "
+     r"train: \{seed: 5\}$"),
+    ("ablations", {"bogus": {}}, r"ablations\.x: 'bogus' is not a section a variant may set "
+     r"\(those are model, input, train, run, fast, eval\)$"),
+    ("dataset_ablations", {"train.seed": 5}, r"those are data, model, input, train, run, fast, "
+     r"eval\); write it nested"),
+], ids=["dotted", "unknown", "dotted-dataset-variant"])
+def test_a_variants_key_that_is_no_section_it_may_set_is_named_with_those_it_may(
+        group, overrides, said):
+    """Not the whole file's sections (data, ablation, regression...), each of which a
+    variant is then refused."""
+    from cifar10_tutorial.params import params_from_dict
+
+    with pytest.raises(ParamsError, match=said):
+        params_from_dict({group: {"x": overrides}})

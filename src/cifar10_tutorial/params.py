@@ -327,10 +327,27 @@ class Params:
                     if section in overrides:
                         raise ParamsError(f"{group}.{name}: a variant cannot override "
                                           f"{section}: ({why})")
+                _variant_sections(overrides, group, name)
                 try:
                     variant_params(self, name)
                 except ParamsError as exc:
                     raise ParamsError(f"{group}.{name}: {exc}") from None
+
+
+def _variant_sections(overrides: dict, group: str, name: str) -> None:
+    """A variant's overrides are sections a variant may set, each a mapping: one line for
+    anything else, listing those sections (not every section of the file), and for a
+    dotted key (``train.seed: 5``) the nested form it takes here."""
+    allowed = [f.name for f in dataclasses.fields(Params)
+               if f.name not in {*NOT_IN_A_VARIANT[group], "ablations", "dataset_ablations"}]
+    for key in overrides:
+        head, dot, rest = str(key).partition(".")
+        if key in allowed:
+            continue
+        how = (f"; write it nested: {head}: {{{rest}: {overrides[key]!r}}}"
+               if dot and head in allowed else "")
+        raise ParamsError(f"{group}.{name}: {key!r} is not a section a variant may set "
+                          f"(those are {', '.join(allowed)}){how}")
 
 
 def _deep_merge(base: dict, overrides: dict) -> dict:
