@@ -39,6 +39,7 @@ from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_output
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.param_types import key_twice, load_yaml12
 from cifar10_tutorial.files import md5_of, scratch_folder, write_text_atomic
+from cifar10_tutorial.guard import group_alive, kill_group, start_guarded, stop_guarded
 
 CONFIGS = Path(".ci/configs")
 # configurations that may run without a committed baseline: the official archive's can
@@ -187,40 +188,15 @@ def _check_overrides(path: Path, project: Path, config: dict) -> None:
             raise PipelineError(f"{path}: {key}: {said}") from None
 
 
-# The pipeline runs under this guard, in a process group of its own: when this command dies,
-# even by kill -9 (no clean-up of its own), Linux signals the guard (its parent-death
-# signal), which stops the group, the stages DVC started included.
-GUARD = r"""
-import ctypes, os, signal, subprocess, sys
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-except (AttributeError, OSError):
-    pass  # not Linux: the group is still stopped on Ctrl-C and SIGTERM
-if os.getppid() != int(sys.argv[1]):  # the command died before the signal was set
-    sys.exit(143)
-child = subprocess.Popen(sys.argv[2:])
-def stop(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    os.killpg(0, signal.SIGTERM)
-    try:
-        child.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
-    os.killpg(0, signal.SIGKILL)
-signal.signal(signal.SIGTERM, stop)
-signal.signal(signal.SIGHUP, stop)
-rc = child.wait()
-sys.exit(rc if rc >= 0 else 128 - rc)
-"""
+GRACE = 10.0  # seconds the pipeline's processes get to end on SIGTERM before SIGKILL
 
 
 def _run(cmd: list[str], cwd: Path, env: dict) -> int:
-    """``cmd``'s exit status. It runs in a process group of its own, which is stopped, its
-    stages included, when this process is interrupted (Ctrl-C, or a SIGTERM the caller
-    turns into one) or killed (:data:`GUARD`)."""
+    """``cmd``'s exit status. It runs under a guard in a process group of its own
+    (:mod:`cifar10_tutorial.guard`), which is stopped, its stages included, when this
+    process is interrupted (Ctrl-C, or a SIGTERM the caller turns into one) or killed."""
     print(f"$ {' '.join(cmd)}", flush=True)
-    proc = subprocess.Popen([sys.executable, "-c", GUARD, str(os.getpid()), *cmd], cwd=cwd,
-                            env=env, start_new_session=True)
+    proc = start_guarded(cmd, GRACE, cwd=cwd, env=env)
     try:
         rc = proc.wait()
     except BaseException:
@@ -230,36 +206,29 @@ def _run(cmd: list[str], cwd: Path, env: dict) -> int:
         print(f"error: the guard of `{' '.join(cmd)}` (pid {proc.pid}) was killed by signal "
               f"{-rc}; its processes are stopped and the run ends here", flush=True)
         rc = 128 - rc
-    if _group_alive(proc.pid):  # none must outlive the run: the scratch goes next
+    if group_alive(proc.pid):  # none must outlive the run: the scratch goes next
         _stop_group(proc)
     return rc
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` still has a member (its ID is not reused while so)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM to ``proc``'s process group; SIGKILL to what is left of it after ``grace``
-    seconds (or at once, for the stages ``proc`` leaves behind when it exits)."""
-    def group(sig):
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Stop ``proc``'s process group: through its guard while it runs (one SIGTERM each,
+    then its grace); else SIGTERM to the members left, and SIGKILL after :data:`GRACE`."""
+    if proc.poll() is None:
+        stop_guarded(proc)
         try:
-            os.killpg(proc.pid, sig)
+            proc.wait(timeout=GRACE + 5)
+        except subprocess.TimeoutExpired:
+            pass
+    else:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError):
             pass
-    group(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    group(signal.SIGKILL)
+        deadline = time.monotonic() + GRACE
+        while group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    kill_group(proc.pid)
     proc.wait()
 
 

@@ -491,6 +491,68 @@ def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_pa
     assert bad.returncode not in (0, PAUSED_EXIT) and "failed to reproduce" in bad.stdout
 
 
+def _in_folder(folder) -> list[int]:
+    """The processes whose working folder is ``folder`` or below it."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and os.readlink(d / "cwd").startswith(str(folder)):
+                found.append(int(d.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", ["sigterm", "kill-9"])
+def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
+    """SIGTERM to `cifar10 repro`: the train stage checkpoints and stops, DVC with it, and
+    the command says so and exits 143; kill -9 of it (no handler of its own runs): its
+    guard's parent-death signal stops them all the same. Never orphans running on."""
+    import signal
+    import time
+
+    from conftest import tiny_project
+
+    project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
+                           # no log line: a stage that writes nothing never meets a
+                           # broken pipe, the one thing that would end an orphan
+                           train=dict(max_steps=100000, batch_size=16, log_every=100000,
+                                      device="cpu"),
+                           run=dict(checkpoint_every=100000, summary_every=100000),
+                           input={"min_fraction_of_examples_in_queue": 0.1},
+                           eval={"every_steps": 0})
+    env = {k: v for k, v in os.environ.items()
+           if k not in (continuation_settings.STOP_AT_ENV, MIRROR_ENV)}
+    log = tmp_path / "repro.out"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "from cifar10_tutorial.commands import "
+                                 "entry; entry()", "repro", "train"], cwd=project, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    events = project / "data/train/tensorboard"  # written at step 0: the loop runs
+    while not list(events.rglob("events.out.*")) and time.time() < deadline:
+        time.sleep(0.5)
+    assert list(events.rglob("events.out.*")), log.read_text()
+    time.sleep(1)
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=300) == 128 + signal.SIGTERM, log.read_text()
+        text = log.read_text()
+        assert "stopped by signal 15 at step" in text, text  # the stage's own checkpoint
+        assert text.strip().splitlines()[-1] == (
+            "cifar10 repro: stopped by signal 15; a training stage keeps its checkpoint: run "
+            "the same command again to continue"), text
+        assert list((project / "data/train/checkpoints").glob("*.pt"))
+    else:
+        proc.kill()
+        proc.wait()
+    deadline = time.time() + 60
+    while _in_folder(project) and time.time() < deadline:
+        time.sleep(0.5)
+    assert _in_folder(project) == []
+
+
 @pytest.mark.parametrize("lease, live", [
     ({"host": "otherhost", "pid": 4242, "heartbeat": "now"}, True),
     ({"host": "otherhost", "pid": 4242, "heartbeat": 1e12}, False),  # 31,000 years ahead

@@ -11,18 +11,23 @@ user's arguments and:
 - a stage that paused ends the command with status 75 and one line saying so, in place of
   DVC's error for it; DVC has recorded nothing for that stage, so the same command, here
   or on another machine with the same mirror, continues it;
-- any other outcome keeps DVC's output and exit status (0: everything up to date).
+- any other outcome keeps DVC's output and exit status (0: everything up to date);
+- ``dvc repro`` and its stages never outlive this command: Ctrl-C, SIGTERM or SIGHUP here
+  stop them (a training stage checkpoints first: the same command continues it), and so
+  does a kill -9 of this command (:mod:`.guard`).
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 from typing import Optional
 
 from .cli import dvc_executable
+from .guard import group_alive, kill_group, start_guarded, stop_guarded
 from .training.mirror import MIRROR_ENV
 from .training.deadline import STOP_AT_ENV, parse_deadline
 from .training.distributed import PAUSED_EXIT
@@ -41,21 +46,48 @@ def stage_env(stop_at: Optional[str], mirror: Optional[str], env=None) -> dict:
     return env
 
 
+GRACE = 120.0  # seconds a stopped stage gets to write its checkpoint before SIGKILL
+
+
 def repro(dvc_args: list[str], env: dict, out=None) -> int:
-    """Run ``dvc repro DVC_ARGS``, passing its output on; 75 when a stage paused."""
+    """Run ``dvc repro DVC_ARGS``, passing its output on; 75 when a stage paused, 128 + the
+    signal's number when a signal stopped it."""
     out = out or sys.stdout
-    proc = subprocess.Popen([dvc_executable(), "repro", *dvc_args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, bufsize=1)
+    proc = start_guarded([dvc_executable(), "repro", *dvc_args], GRACE,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                         bufsize=1)
+    got = []
+
+    def forward(signum, _frame):  # to the guard, which stops the group once
+        got.append(signum)
+        stop_guarded(proc)
+
+    ending = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    old = {sig: signal.signal(sig, forward) for sig in ending}
     paused, stage = None, None
-    for line in proc.stdout:
-        if m := PAUSED_LINE.search(line):
-            paused = (int(m[1]), int(m[2]))
-        if paused and (m := DVC_PAUSED.search(line)):
-            stage = m[1]  # DVC's "failed" for a pause: said below in our own words
-            continue
-        out.write(line)
+    try:
+        for line in proc.stdout:
+            if m := PAUSED_LINE.search(line):
+                paused = (int(m[1]), int(m[2]))
+            if paused and (m := DVC_PAUSED.search(line)):
+                stage = m[1]  # DVC's "failed" for a pause: said below in our own words
+                continue
+            try:
+                out.write(line)
+                out.flush()
+            except BrokenPipeError:  # the reader is gone (`| head`): the run goes on
+                pass
+        code = proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if group_alive(proc.pid):  # a stage DVC left behind: none outlives this command
+            kill_group(proc.pid)
+    if got:
+        out.write(f"cifar10 repro: stopped by signal {got[0]}; a training stage keeps its "
+                  f"checkpoint: run the same command again to continue\n")
         out.flush()
-    code = proc.wait()
+        return 128 + got[0]
     if code and stage:
         out.write(f"cifar10 repro: stage {stage!r} paused at step {paused[0]} of {paused[1]} "
                   f"(its checkpoint is kept; DVC recorded nothing for it): run the same "
