@@ -627,6 +627,24 @@ def test_a_stop_during_the_swaps_waits_for_the_whole_new_set(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["plots", "report.md", "tables"]
 
 
+def test_a_kill_between_the_swaps_is_marked_and_said_by_the_next_report(tmp_path, capsys):
+    """kill -9 between the tables' swap and the plots' (no handler runs) leaves a mixed set:
+    new tables, old plots and report.md; the mark written before the swaps stays, and the
+    next report says the set was mixed, replaces it all and removes the mark."""
+    root, out, before = _old_set(tmp_path)
+    done = _run_report(root, out, "old = R.swap_in_folder\n"
+                                  "def swap(*a):\n    old(*a)\n    os._exit(9)\n"
+                                  "R.swap_in_folder = swap")
+    assert done.returncode == 9, done.stderr
+    assert (out / ".report-swapping").is_file()
+    assert (out / "report.md").read_bytes() == before["report.md"]
+    make_report(root, out, OVERRIDES)
+    assert (f"note: {out}: the last report was killed while it swapped in its files "
+            f"(report.md, tables/ and plots/ may be of two runs)") in capsys.readouterr().err
+    assert not (out / ".report-swapping").exists()
+    assert "60.0%" in (out / "report.md").read_text()
+
+
 def test_what_a_killed_report_left_is_removed_by_the_next_and_only_that(tmp_path, capsys):
     """A kill -9 while building leaves a marked staging folder of a process that is gone:
     the next report removes it; a folder of that name holding a user's file stays, named."""

@@ -58,7 +58,12 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                                 f", where the report writes a folder of its own; move it "
                                 f"away, then rerun. Nothing was changed.")
     out.mkdir(parents=True, exist_ok=True)
+    swapping = out / SWAPPING
     with ending_signals_unwind():  # a stop from outside runs the clean-up below
+        if swapping.is_file() and not swapping.is_symlink():
+            print(f"note: {out}: the last report was killed while it swapped in its files "
+                  f"(report.md, tables/ and plots/ may be of two runs): this one replaces "
+                  f"them all", file=sys.stderr)
         for name in FOLDERS:  # what an interrupted report left beside its folders
             for line in recover_swapped_folder(out / name, _written(out / name), WRITTEN, _written):
                 print(f"note: {line}", file=sys.stderr)
@@ -82,6 +87,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
             report = out / "report.md"
             # the set goes in whole: a stop asked for during the swaps acts after them
             with signals_held():
+                # the set is mixed until the last swap: said so, should a kill -9 come
+                write_text_atomic(swapping, "the report stage is swapping in report.md, "
+                                            "tables/ and plots/\n")
                 for name, folder in staged.items():
                     kept = swap_in_folder(folder, out / name, _replaced_own(out / name, folder))
                     if kept is not None:  # never silently: it held what the report did not write
@@ -89,6 +97,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                               f"it holds files the report did not write; look through it, "
                               f"then delete it", file=sys.stderr)
                 write_text_atomic(report, "\n".join(md))
+                swapping.unlink()
         finally:
             for name, folder in staged.items():
                 if folder.is_dir():  # not swapped in (or the old one, kept): only the report's
@@ -97,6 +106,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
 
 
 FOLDERS = ("tables", "plots")  # the report's folders in --out, beside report.md
+SWAPPING = ".report-swapping"  # in --out while the set is swapped in: a kill -9 leaves it
 BUILDING = ".report-building"  # the first file in a folder the report builds
 WRITTEN = ".report-files"  # the last: each file the report wrote there, with its sha256
 # the names the report gives its files (tables, plots) and their temporary files
