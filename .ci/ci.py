@@ -316,7 +316,8 @@ def _place_baseline(name: str, baseline: Optional[str], root: Path, project: Pat
                     baseline_file: Optional[Path], no_baseline: Optional[str]) -> Optional[str]:
     """Put the baseline to gate against into the scratch copy: ``baseline_file`` (one kept
     outside git; on GitHub the merge base's) or the committed one. The reason it gates
-    nothing when there is none (``no_baseline``, or the committed file is missing)."""
+    nothing when there is none (``no_baseline``, the committed file missing, or the run's
+    regression.baseline null)."""
     if baseline_file is not None:
         if not baseline:
             raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline")
@@ -334,6 +335,12 @@ def _place_baseline(name: str, baseline: Optional[str], root: Path, project: Pat
                                 f"measure a new one with `{measure}` and commit it")
         # the official archive's can only be measured where it can be downloaded
         return f"{baseline} is not committed; measure one with `{measure}` and commit it"
+    if no_baseline is None:
+        from cifar10_tutorial.params import load_params
+
+        if load_params(project / "params.yaml").regression.baseline is None:
+            # the stage then gates nothing: never a pass
+            return f"regression.baseline is null in {CONFIGS / name}.yaml's run"
     return no_baseline
 
 
@@ -387,12 +394,6 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
             _check_overrides(root / CONFIGS / f"{name}.yaml", project, config)
             env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
             baseline = overrides.get("regression.baseline")
-            from cifar10_tutorial.params import load_params
-
-            if not (update_baseline or baseline_file or no_baseline) and \
-                    load_params(project / "params.yaml").regression.baseline is None:
-                # the stage then gates nothing: never a pass
-                no_baseline = f"regression.baseline is null in {CONFIGS / name}.yaml's run"
             if not update_baseline:
                 no_baseline = _place_baseline(name, baseline, root, project, baseline_file,
                                               no_baseline)

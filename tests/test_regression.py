@@ -517,7 +517,7 @@ def test_a_misspelled_key_of_a_ci_configuration_is_named_in_it(tmp_path, key, te
     clone = _clone_with_working_ci(tmp_path / "c")
     config = clone / ".ci" / "configs" / "typo.yaml"
     config.write_text("archive: synthetic\narchive_args: {train_per_batch: 10, test: 20}\n"
-                      "report: false\n" + text)
+                      f"report: {'true' if key == 'exercise_params' else 'false'}\n" + text)
     proc = subprocess.run([sys.executable, ".ci/ci.py", "typo"], cwd=clone,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr

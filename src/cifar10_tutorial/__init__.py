@@ -35,7 +35,9 @@ Below them, the ground every folder may import:
   the package and the modules' commands by name (it imports them only when asked);
 - ``repro``: `cifar10 repro`, `dvc repro` with one deadline for all its stages and a
   paused stage's exit status (75) for a batch scheduler to requeue on (no stage imports
-  it, so no stage's hash covers it).
+  it, so no stage's hash covers it);
+- ``guard``: a command's child processes stopped with it (`cifar10 repro`'s `dvc repro`,
+  CI's pipeline runs), even when it is killed outright.
 """
 
 __version__ = "0.1.0"
