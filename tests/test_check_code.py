@@ -72,7 +72,8 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "identical: 2 variant(s) (baseline, softmax) wrote the same raw and averaged " \
            "weights and results" in proc.stdout
-    assert "13 steps each on 500 training and 50 held-out images (one thread, paused twice, " \
+    assert "13 steps each on 500 training and 50 held-out images (one thread: " \
+           "OMP_NUM_THREADS=1, then pinned to one CPU; paused twice, " \
            "evaluated every 2 steps in batches of 16) and 600 training and 50 held-out images " \
            "(the workspace's prepared data, straight through with the threads a run takes, " \
            "each variant's own evaluation at steps 12 and 13)" in proc.stdout
@@ -487,15 +488,19 @@ def test_damaged_workspace_data_is_one_line_before_anything_runs(project):
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity")
                     else (os.cpu_count() or 1) < 2, reason="one CPU: every run takes one thread")
-@pytest.mark.parametrize("shell", [{}, {"OMP_NUM_THREADS": "1"}], ids=["unset", "omp-1-exported"])
-def test_a_change_to_the_threads_a_run_takes_is_refused(project, shell):
-    """The first pass runs every variant on one thread; a change to how many threads a run
-    takes (which changes the arithmetic's order, hence the weights) shows in the second,
-    which runs with the threads a run takes: the code's own choice, whatever
-    OMP_NUM_THREADS the shell that runs the check exports."""
+@pytest.mark.parametrize("shell, change", [
+    ({}, "torch.set_num_threads(1)  # one thread"),
+    ({"OMP_NUM_THREADS": "1"}, "torch.set_num_threads(1)  # one thread"),
+    # acts only where a run is granted one CPU (where the committed results were made)
+    ({}, "torch.set_num_threads(max(2, n // processes_on_node))"),
+], ids=["unset", "omp-1-exported", "two-threads-on-one-cpu"])
+def test_a_change_to_the_threads_a_run_takes_is_refused(project, shell, change):
+    """A change to how many threads a run takes (which changes the arithmetic's order,
+    hence the weights) is refused: on this machine's CPUs in the second pass, which runs
+    with the code's own choice whatever OMP_NUM_THREADS the shell that runs the check
+    exports; on one CPU in the first, whose later segments are pinned to one."""
     edit(project, "src/cifar10_tutorial/devices.py",
-         "torch.set_num_threads(max(1, n // processes_on_node))",
-         "torch.set_num_threads(1)  # one thread")
+         "torch.set_num_threads(max(1, n // processes_on_node))", change)
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     env.update(shell)
     lock = (project / "reports/dvc.lock").read_bytes()

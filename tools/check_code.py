@@ -308,13 +308,21 @@ class Runs:
         self.lock = threading.Lock()
         self.stopping = False
 
-    def run(self, command: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    def run(self, command: str, cwd: Path, env: dict,
+            cpu: Optional[int] = None) -> subprocess.CompletedProcess:
+        """``command``'s outcome; with ``cpu``, the process may run on that CPU only (the
+        CPUs a run is granted decide the threads it takes)."""
+        def before():
+            _die_with_parent()
+            if cpu is not None:
+                os.sched_setaffinity(0, {cpu})
+
         with self.lock:
             if self.stopping:
                 raise KeyboardInterrupt
             proc = subprocess.Popen(["sh", "-c", command], cwd=cwd, env=env, text=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+                                    start_new_session=True, preexec_fn=before)
             self.procs.add(proc)
         try:
             out, _ = proc.communicate(timeout=3600)
@@ -344,11 +352,14 @@ def _die_with_parent() -> None:
 
 
 def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
-                pauses: bool = True) -> Path:
+                pauses: bool = True, cpu: Optional[int] = None) -> Path:
     """Variant ``name``'s stage command, as ``tree``'s reports/dvc.yaml gives it, run in
-    ``tree`` (the stage's wdir) on ``data``: paused twice (``pauses``) on one thread, or
-    straight through with the threads a run takes (the code's own choice, or the user's
-    OMP_NUM_THREADS, as a run of the stage); the tree it wrote in."""
+    ``tree`` (the stage's wdir) on ``data``: paused twice (``pauses``), on one thread each
+    segment, or straight through with the threads a run takes (the code's own choice, as
+    a run of the stage); the tree it wrote in. The one thread comes from each of the ways
+    a run can get it: the first segment from OMP_NUM_THREADS=1, the other two from the
+    code's own choice on one CPU (the process pinned to CPU ``cpu``), so that a change to
+    either way shows."""
     pipeline = _read_yaml(tree / PIPELINE, f"{PIPELINE} of {what}", _fix_of(what)) or {}
     try:
         command = pipeline["stages"]["ablation"]["do"]["cmd"]
@@ -379,12 +390,13 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
     # (exact resume makes the outputs those of a run straight through); the second time
     # as on another machine, from the mirror alone (what it keeps is what continues)
     proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"} if pauses else env)
+    one_cpu = {k: v for k, v in env.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     if proc.returncode == PAUSED:
-        proc = runs.run(f"exec {command}", tree, {**env, "CIFAR10_STOP_AT": "0"})
+        proc = runs.run(f"exec {command}", tree, {**one_cpu, "CIFAR10_STOP_AT": "0"}, cpu)
     if proc.returncode == PAUSED:
         for folder in _run_folders(command.replace("{variant}", name), tree):
             shutil.rmtree(folder, ignore_errors=True)
-        proc = runs.run(f"exec {command}", tree, env)
+        proc = runs.run(f"exec {command}", tree, one_cpu, cpu)
     if proc.returncode:
         last = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
         raise PipelineError(f"variant {name} did not run with {what}: {last}"
@@ -1107,9 +1119,13 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                         for n in names
                         for key, what in (("theirs", short), ("ours", "the workspace"))]
                 wide = max(1, min(2, os.cpu_count() or 1)) if pauses else 1
+                # one CPU each for the paused runs' pinned segments, taken in turn
+                cpus = (sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                        else [None])
                 with ThreadPoolExecutor(max_workers=wide) as pool:
-                    futures = [pool.submit(run_variant, runs, t, d, n, what, pauses)
-                               for n, t, d, what in jobs]
+                    futures = [pool.submit(run_variant, runs, t, d, n, what, pauses,
+                                           cpus[i % len(cpus)])
+                               for i, (n, t, d, what) in enumerate(jobs)]
                     try:
                         for f in futures:
                             f.result()
@@ -1160,7 +1176,8 @@ def _on(passes: list, own: Optional[Path]) -> str:
     """What each pass ran on, in words (``own``: the workspace's prepared data, if any)."""
     return " and ".join(
         f"{_sizes(where)[0]:,} training and {_sizes(where)[1]:,} held-out images "
-        + (f"(one thread, paused twice, evaluated every {EVAL_EVERY} steps in batches of "
+        + (f"(one thread: OMP_NUM_THREADS=1, then pinned to one CPU; paused twice, "
+           f"evaluated every {EVAL_EVERY} steps in batches of "
            f"{EVAL_BATCH})" if paused
            else f"(the workspace's prepared data{'' if own else ' (none: synthetic)'}, straight "
                 f"through with the threads a run takes, each variant's own evaluation at steps "
