@@ -355,3 +355,39 @@ def test_a_model_path_that_is_a_folder_or_fifo_is_named_for_what_it_is(tmp_path)
         with pytest.raises(PipelineError, match=rf"^{path}: not a regular file \(a folder, FIFO "
                                                 rf"or device\), expected a model.pt"):
             load_model_file(path)
+
+
+@pytest.mark.parametrize("what", ["train-live", "published", "a-file", "other-record"])
+def test_eval_never_writes_over_another_stages_folder(synth_data, trained, tmp_path, what):
+    """--out at the train stage's --live folder (metrics.json, provenance.json, plots/),
+    at published weights, at a file, or at a folder whose provenance.json is not an
+    evaluation's: one line before anything is computed, every file as it was."""
+    import json
+
+    from cifar10_tutorial.errors import PipelineError
+
+    out = tmp_path / "out"
+    if what == "a-file":
+        out.write_text("mine\n")
+        said = r"must be a folder, found a file"
+    else:
+        out.mkdir()
+        (out / "metrics.json").write_text('{"loss": 1.0}\n')
+        (out / "provenance.json").write_text('{"steps": 4}\n')
+        if what == "train-live":
+            (out / "plots").mkdir()
+            (out / "speed.json").write_text("{}\n")
+            said = r"holds plots, speed.json, which the eval stage did not make"
+        elif what == "published":
+            (out / "published.json").write_text("{}\n")
+            said = r"holds published.json, which the eval stage did not make"
+        else:
+            said = r"provenance.json: not an evaluation's record \(it names no model\)"
+    before = {p: (p.read_bytes() if p.is_file() else None) for p in [out, *out.rglob("*")]}
+    with pytest.raises(PipelineError, match=said):
+        evaluate(synth_data, trained.model, out, device_name="cpu")
+    assert {p: (p.read_bytes() if p.is_file() else None)
+            for p in [out, *out.rglob("*")]} == before
+    if what == "other-record":  # an evaluation's own record is replaced, as DVC reruns it
+        (out / "provenance.json").write_text(json.dumps({"model": "m.pt"}))
+        evaluate(synth_data, trained.model, out, device_name="cpu")

@@ -17,7 +17,7 @@ from .. import provenance
 from ..checkpoint_files import list_checkpoints, load_checkpoint, run_defining
 from ..devices import pick_device
 from ..errors import PipelineError
-from ..ownership import refuse_in_the_way
+from ..ownership import refuse_foreign
 from ..files import save_figure_atomic, write_text_atomic
 from ..model_files import REMAKE, load_model_file, model_from_state
 from ..scoring import precision_at_1
@@ -81,6 +81,21 @@ EVAL_NAMES = {"metrics.json", "per_class.csv", "predictions.csv", "confusion.png
               "provenance.json"}
 
 
+def _refuse_other_record(path: Path) -> None:
+    """provenance.json in --out is an evaluation's record (it names the model evaluated),
+    or none: another stage's record there is not the eval's to replace."""
+    if not path.is_file():
+        return
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        record = None
+    if not isinstance(record, dict) or "model" not in record:
+        raise PipelineError(f"{path}: not an evaluation's record (it names no model), and "
+                            f"the eval stage would replace it; give --out a folder of its "
+                            f"own. Nothing was changed.")
+
+
 def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 250,
              device_name: str = "auto", flip_tta: bool = False,
              speed_in_metrics: bool = True, made: Optional[dict] = None) -> dict:
@@ -90,8 +105,11 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     made by the training run that wrote ``model_path`` (``train``'s ``final_evaluation``,
     the same weights and images): written out, not computed again, when its step is the
     model's."""
-    # before anything is computed or written: a folder where a file goes fails only later
-    refuse_in_the_way([Path(out_dir) / name for name in sorted(EVAL_NAMES)], "eval")
+    # before anything is computed or written: a folder where a file goes fails only later,
+    # and a folder of another stage's results (the train stage's --live, published weights)
+    # is not the eval's to write over
+    refuse_foreign(out_dir, EVAL_NAMES, "eval", "--out", frozenset(EVAL_NAMES))
+    _refuse_other_record(Path(out_dir) / "provenance.json")
     device = pick_device(device_name, key="eval.device")
     ckpt = load_model_file(Path(model_path), device)
     check_fits(ckpt, data, model_path)
