@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from speed.benchmark import format_table, run_benchmark
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.ownership import json_with, refuse_foreign_file
 from cifar10_tutorial.cli import run_stage, stage_output, stage_parser
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.data.prepared import load_prepared
@@ -45,6 +46,9 @@ def main() -> None:
         if getattr(args, option) < least:  # a median of nothing, a rate over no step
             raise PipelineError(f"--{option.replace('_', '-')}: expected a whole number >= "
                                 f"{least}, found {getattr(args, option)}")
+    # before minutes of timing: never over a file that is not a benchmark's record
+    refuse_foreign_file(args.out, "--out", "a benchmark record (JSON)",
+                        json_with("median_examples_per_sec", "steps_per_window"))
     data = args.data or stage_output("preprocess")
     result = run_benchmark(load_params(args.params), load_prepared(data), args.warmup,
                            args.windows, args.steps, out=args.out, tf_python=args.tf_python,

@@ -129,13 +129,15 @@ def main(argv=None) -> None:
         raise PipelineError(f"--steps {args.steps}: expected {STEPS.text(True)} (steps a "
                             f"variant); give a number in that range")
     if args.out is not None:
-        from cifar10_tutorial.ownership import ensure_writable
+        from cifar10_tutorial.ownership import ensure_writable, json_with, refuse_foreign_file
 
         if args.out.is_dir():
             raise PipelineError(f"--out {args.out}: a folder; give the JSON file to write")
         if args.out.is_symlink():  # as write_text_atomic would refuse it, at the end
             raise PipelineError(f"--out {args.out}: a link, where the trial writes a file of "
                                 f"its own; give another path (or move the link away)")
+        refuse_foreign_file(args.out, "--out", "a trial's record (JSON)",
+                            json_with("stages", "wall_s"))
         ensure_writable(args.out.parent)
     root = Path.cwd()
     with scratch_folder(SCRATCH, MARK, "cifar10 trial") as tmp:

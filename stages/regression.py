@@ -11,7 +11,9 @@ from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_p
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import write_text_atomic
 from cifar10_tutorial.params import load_params
-from cifar10_tutorial.regression import RegressionError, gate, metrics_diff_md, update_baseline
+from cifar10_tutorial.ownership import refuse_foreign_file
+from cifar10_tutorial.regression import (RegressionError, gate, is_gate_text, metrics_diff_md,
+                                         update_baseline)
 
 
 def main() -> None:
@@ -30,6 +32,7 @@ def main() -> None:
         values = update_baseline(reg.baseline, reg.tolerances, files)
         print(f"wrote {reg.baseline}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()))
         return
+    refuse_foreign_file(args.out, "--out", "the gate's table", is_gate_text)
     failed = None
     try:
         text = gate(reg.baseline, reg.tolerances, files)

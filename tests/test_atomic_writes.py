@@ -70,3 +70,48 @@ def test_a_long_output_name_is_written_and_its_hidden_names_fit(tmp_path):
     assert staged.name.startswith(f".{hidden_stem(other)}.staging-")
     hold_run_lock(tmp_path / ("b" * 250), "test", host="h" * 64)  # one per machine
     assert any(p.name.endswith(".run-lock") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command, ours", [
+    (["stages/regression.py"], "Regression check against b.json:\n\n| metric |"),
+    (["benchmarks/benchmark.py", "--no-compiled", "--train-stage-runs", "0"],
+     '{"median_examples_per_sec": 1, "steps_per_window": 2}'),
+    (["benchmarks/devices_timing.py", "--data", "none"],
+     '{"setups": {}, "speed_2x64_vs_1x128": 1.0}'),
+], ids=["regression", "benchmark", "devices-timing"])
+@pytest.mark.parametrize("what", ["users-file", "folder", "link"])
+def test_a_file_output_replaces_only_a_file_of_its_own_kind(tmp_path, command, ours, what):
+    """--out naming a user's file (README.md), a folder or a link: refused in one line
+    before any work, the file as it was (a file of the command's own kind it replaces)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    target = tmp_path / "README.md"
+    foreign = tmp_path / "foreign.md"
+    foreign.write_text("# my project\n")
+    if what == "users-file":
+        target.write_text("# my project\n")
+        said = "holds a file that is not"
+    elif what == "folder":
+        target.mkdir()
+        said = "a folder, where this writes"
+    else:
+        target.symlink_to(foreign)
+        said = "a link, where this writes"
+    proc = subprocess.run([sys.executable, str(ROOT / command[0]), *command[1:], "--out",
+                           str(target)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert said in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert foreign.read_text() == "# my project\n"
+    assert what != "users-file" or target.read_text() == "# my project\n"
+    if what == "users-file":  # its own kind: the check lets it through to the work
+        from cifar10_tutorial.ownership import refuse_foreign_file
+        from cifar10_tutorial import regression
+        from cifar10_tutorial.ownership import json_with
+
+        target.write_text(ours)
+        check = (regression.is_gate_text if command[0].endswith("regression.py") else
+                 json_with(*__import__("json").loads(ours)))
+        refuse_foreign_file(target, "--out", "x", check)

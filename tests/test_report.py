@@ -684,3 +684,23 @@ def test_a_second_report_replaces_exactly_what_the_first_wrote(tmp_path, capsys)
     assert len(kept) == 1 and (kept[0] / "my_notes.csv").read_text() == "mine\n"
     assert f"kept as {kept[0]}" in capsys.readouterr().err
     assert not (out / "tables" / "my_notes.csv").exists()
+
+
+@pytest.mark.parametrize("what", ["users-file", "folder"])
+def test_a_report_md_that_is_no_report_is_refused_before_anything_changes(tmp_path, what):
+    """--out of a folder whose report.md is a user's file (or a folder): refused before the
+    tables and plots are swapped in; nothing under --out changes."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root, out = tmp_path / "a", tmp_path / "out"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    out.mkdir()
+    if what == "users-file":
+        (out / "report.md").write_text("# My notes\n")
+    else:
+        (out / "report.md").mkdir()
+    before = _snapshot(out)
+    with pytest.raises(PipelineError, match=r"report.md: (holds a file that is not a report|a "
+                                            r"folder, where this writes a report)"):
+        make_report(root, out, OVERRIDES)
+    assert _snapshot(out) == before

@@ -43,6 +43,40 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
                             f"or move those elsewhere first. Nothing was changed.")
 
 
+def refuse_foreign_file(path: Path, option: str, what: str, ours) -> None:
+    """Before a command writes the file ``path`` whole: a link, a folder or other special
+    file there, or a file it did not write (``ours(text)`` is false: the text is not the
+    kind it writes, ``what``), is refused in one line naming it; nothing is replaced."""
+    from .errors import PipelineError
+
+    path = Path(path)
+    if not path.is_symlink() and not path.exists():
+        return
+    if path.is_symlink() or not path.is_file():
+        kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a file"
+        raise PipelineError(f"{option} {path}: {kind}, where this writes {what} of its own; "
+                            f"give {option} another path. Nothing was changed.")
+    try:
+        text = path.read_bytes()[:1 << 20].decode("utf-8")
+        mine = bool(ours(text))
+    except (OSError, UnicodeDecodeError, ValueError):
+        mine = False
+    if not mine:
+        raise PipelineError(f"{option} {path}: holds a file that is not {what}, which this "
+                            f"would replace; give {option} another path (or move the file "
+                            f"away). Nothing was changed.")
+
+
+def json_with(*keys: str):
+    """``ours`` for :func:`refuse_foreign_file`: a JSON object holding ``keys``."""
+    import json
+
+    def ours(text: str) -> bool:
+        data = json.loads(text)
+        return isinstance(data, dict) and all(k in data for k in keys)
+    return ours
+
+
 def refuse_in_the_way(paths: list[Path], stage: str) -> None:
     """Stop before a run starts when one of the files it writes at its end (``paths``)
     has a folder, or anything but a file, at its place: the run would fail only then."""

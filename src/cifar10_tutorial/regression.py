@@ -190,6 +190,14 @@ def gate(baseline_path: Optional[str], tolerances: dict,
     return text
 
 
+def is_gate_text(text: str) -> bool:
+    """Whether ``text`` is what :func:`gate` writes (its table or its one-paragraph
+    refusals): the stage's --out replaces such a file only."""
+    return text.startswith(("Regression check against ", "No baseline set ", "no metrics at all",
+                            "regression.tolerances is empty")) or (
+        "no such baseline file" in text.split("\n", 1)[0])
+
+
 def not_a_baseline(path: Path) -> Optional[str]:
     """Why ``path`` may not be written as a baseline, or None: a baseline is a ``.json``
     file outside git's and DVC's own folders, and one that is there already is a regular

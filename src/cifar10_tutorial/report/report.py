@@ -17,6 +17,7 @@ from typing import Optional
 import pandas as pd
 
 from ..errors import PipelineError
+from ..ownership import refuse_foreign_file
 from ..files import (ending_signals_unwind, recover_swapped_folder, signals_held, staging_folder,
                      swap_in_folder, write_text_atomic)
 from ..params import queue_sizes
@@ -57,6 +58,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
             raise PipelineError(f"{out / name}: a {'link' if (out / name).is_symlink() else 'file'}"
                                 f", where the report writes a folder of its own; move it "
                                 f"away, then rerun. Nothing was changed.")
+    # report.md is replaced only when it is a report (its title on the first line)
+    refuse_foreign_file(out / "report.md", "--out", "a report",
+                        lambda text: text.split("\n", 1)[0] == TITLE)
     out.mkdir(parents=True, exist_ok=True)
     swapping = out / SWAPPING
     with ending_signals_unwind():  # a stop from outside runs the clean-up below
@@ -105,6 +109,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     return report
 
 
+TITLE = "# The tutorial's exercises, measured"  # report.md's first line
 FOLDERS = ("tables", "plots")  # the report's folders in --out, beside report.md
 SWAPPING = ".report-swapping"  # in --out while the set is swapped in: a kill -9 leaves it
 BUILDING = ".report-building"  # the first file in a folder the report builds
@@ -185,7 +190,7 @@ def _intro(r: Results) -> list[str]:
               f"{int(ex['global_batch_size'].max())}); " if lo == hi else
               f"The variants of the exercises are trained for **{lo:,} to {hi:,} steps** "
               f"(budgets that differ: the next table gives each); ")
-    return ["# The tutorial's exercises, measured", "", *banner(r),
+    return [TITLE, "", *banner(r),
             f"{budget}{seeds}. Training set: {int(df['num_train'].iloc[0]):,} images; "
             f"evaluation: {int(df['num_examples'].iloc[0]):,} held-out images, with the "
             f"moving-average weights and with the raw weights, "
