@@ -322,6 +322,9 @@ def main(argv=None) -> None:
             raise PipelineError(f"--out {out}: a file this command did not write (no "
                                 f"'{GENERATED}' line at its top); give another path, or "
                                 f"move it away. Nothing was written.")
+    from cifar10_tutorial.ownership import ensure_writable
+
+    ensure_writable(out.parent)  # a folder that cannot be made (/proc/x): one line
     write_text_atomic(out, render())
     print(f"wrote {args.out}")
 

@@ -198,7 +198,15 @@ def main(argv=None) -> None:
     if a.cmd == "tf":
         tf_half(a.tutorial, a.checkpoint, a.data_dir, a.out)
         return
-    r = compare(a.npz)
+    if not a.npz.is_file():
+        sys.exit(f"error: {a.npz}: {'a folder' if a.npz.is_dir() else 'no such file'}; expected "
+                 f"the .npz the tf half writes (`python devtools/tf_opcheck.py tf ... --out "
+                 f"{a.npz}`, in a Python with TensorFlow)")
+    try:
+        r = compare(a.npz)
+    except (OSError, ValueError, KeyError) as exc:  # a damaged or foreign .npz
+        sys.exit(f"error: {a.npz}: not the tf half's arrays ({type(exc).__name__}: "
+                 f"{str(exc)[:120]}); make it again with `python devtools/tf_opcheck.py tf ...`")
     for row in r["checks"]:
         print(f"{'ok  ' if row['ok'] else 'FAIL'} {row['what']:<52} max |diff| {row['max_abs_diff']:.2e}"
               f"  relative {row['max_rel_diff']:.2e}")
