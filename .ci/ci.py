@@ -58,6 +58,9 @@ def load_config(name: str, root: Path) -> dict:
                             f"{CONFIGS}/ (a letter or digit, then letters, digits, _ or -), "
                             f"not a path; known: {', '.join(known) or 'none'}")
     path = root / CONFIGS / f"{name}.yaml"
+    if path.exists() and not path.is_file():
+        raise PipelineError(f"{path}: {'a folder' if path.is_dir() else 'not a regular file'}, "
+                            f"expected a configuration's YAML file; move it away")
     if not path.is_file():
         raise PipelineError(f"{path}: no such CI configuration; " + (
             f"known: {', '.join(known)}" if known else f"{root} holds none: run it from the "
@@ -97,6 +100,16 @@ def load_config(name: str, root: Path) -> dict:
         if both:
             raise PipelineError(f"{path}: {key}: {both[0]} is given both as a section and as "
                                 f"dotted keys ({both[0]}.KEY); write each as {both[0]}.KEY")
+    params = config.get("params") or {}
+    theirs = sorted(k for k in ("data.url", "data.md5") if k in params)
+    if theirs or "data" in params:  # the runner sets them to the archive it builds or takes
+        raise PipelineError(f"{path}: params: {(theirs or ['data'])[0]}: the runner sets the "
+                            f"data to the archive of archive: (synthetic, or the one given "
+                            f"with --real-archive); remove it")
+    if params.get("data.dataset", "cifar10") != "cifar10":
+        raise PipelineError(f"{path}: params: data.dataset: {params['data.dataset']!r}, but "
+                            f"the runner's archive (archive: {config['archive']}) is CIFAR-10's "
+                            f"layout; remove it")
     args = set(config.get("archive_args") or {}) - {"train_per_batch", "test", "seed"}
     if args:
         raise PipelineError(f"{path}: archive_args: {sorted(args)[0]}: expected "
@@ -282,6 +295,25 @@ def _inside_checkout(root: Path, baseline: Optional[str], config: Path) -> None:
                             f"its own (as reports/baseline/NAME.json). Nothing was run.")
 
 
+def _baseline_of_its_own(root: Path, name: str, baseline: str) -> None:
+    """--update-baseline rewrites a baseline that only configuration ``name`` names: one
+    that another configuration gates against is that one's (measured at its own budget)."""
+    mine = (root / baseline).resolve()
+    for other in sorted((root / CONFIGS).glob("*.yaml")):
+        if other.stem == name or not other.is_file():
+            continue
+        try:
+            theirs = ((load_yaml12(other.read_text()) or {}).get("params") or {}
+                      ).get("regression.baseline")
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+            continue
+        if isinstance(theirs, str) and (root / theirs).resolve() == mine:
+            raise PipelineError(f"{CONFIGS / name}.yaml: regression.baseline {baseline} is also "
+                                f"the baseline of {other.stem} ({other.relative_to(root)}), "
+                                f"measured by its own run; give {name} a baseline of its own. "
+                                f"Nothing was run.")
+
+
 def _owned_table(kept: Path) -> Optional[str]:
     """Why the gate's table beside the checkout (``regression-NAME.md``) is not this
     command's to replace, or None: a link or a folder there, or a file whose content is not
@@ -358,8 +390,10 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
     if refused:  # before the run, not after it: never replaced, never a traceback
         raise PipelineError(f"{kept}: {refused}, where this command keeps the gate's table of "
                             f"{name}; move it away, then rerun. Nothing was run.")
-    _inside_checkout(root, (config.get("params") or {}).get("regression.baseline"),
-                     root / CONFIGS / f"{name}.yaml")
+    baseline = (config.get("params") or {}).get("regression.baseline")
+    _inside_checkout(root, baseline, root / CONFIGS / f"{name}.yaml")
+    if update_baseline and baseline:
+        _baseline_of_its_own(root, name, baseline)
     if metrics_out is not None and (metrics_out.is_symlink() or metrics_out.is_dir()):
         raise PipelineError(f"--metrics-out {metrics_out}: a "
                             f"{'link' if metrics_out.is_symlink() else 'folder'}, where this "
@@ -459,6 +493,18 @@ def main(argv: list[str] | None = None) -> None:
                     "a folder" if args.baseline.is_dir() else "not a regular file")
             raise PipelineError(f"--baseline {args.baseline}: {what}; give a baseline "
                                 f"JSON file (stages/regression.py --update writes one)")
+        if args.real_archive is not None:  # checked here, not after another config's run
+            if not args.real_archive.is_file():
+                what = ("no such file" if not args.real_archive.exists() else
+                        "a folder" if args.real_archive.is_dir() else "not a regular file")
+                raise PipelineError(f"--real-archive {args.real_archive}: {what}; give the "
+                                    f"archive of real images (docs/ci.md)")
+            readers = [c for c in args.config
+                       if load_config(c, Path("."))["archive"] == "given"]
+            if not readers:
+                raise PipelineError(f"--real-archive: no configuration given reads it "
+                                    f"({', '.join(args.config)} build their own archive); "
+                                    f"drop it, or name a configuration with archive: given")
         failed = [c for c in args.config
                   if run_config(c, Path("."), args.update_baseline, args.keep, args.real_archive,
                                 args.baseline, args.no_baseline, args.metrics_out)]

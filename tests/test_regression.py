@@ -1,4 +1,5 @@
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -470,9 +471,15 @@ def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
     ("archive: synthetic\nexercise_params: {ablation.max_steps: 3}\n",
      r"exercise_params: set, but report is false, and only report: true runs the exercise "
      r"pipeline that reads them"),
+    ("archive: synthetic\nparams: {data.url: 'file:///x.tar.gz', data.md5: '0'}\n",
+     r"params: data.md5: the runner sets the data to the archive of archive:"),
+    ("archive: synthetic\nparams: {data.dataset: cifar100}\n",
+     r"params: data.dataset: 'cifar100', but the runner's archive \(archive: synthetic\) is "
+     r"CIFAR-10's layout"),
 ], ids=["empty", "list", "params-list", "archive-args", "report-words", "bad-yaml",
         "negative-size", "fraction", "negative-seed", "twice", "twice-in-params",
-        "section-and-dotted", "report-without-exercise-params", "exercise-params-unread"])
+        "section-and-dotted", "report-without-exercise-params", "exercise-params-unread",
+        "data-url-is-the-runners", "dataset-the-archive-is-not"])
 def test_a_damaged_ci_configuration_is_one_line_naming_it(tmp_path, text, message):
     """`cifar10 ci NAME` reads .ci/configs/NAME.yaml: an empty one, a list, a params list,
     an unknown archive argument, a report that is not true or false, or YAML that does not
@@ -628,6 +635,39 @@ def test_a_baseline_path_naming_another_file_is_refused_before_the_run(tmp_path,
         ci.run_config("b", root, update_baseline=update)
     assert "$ dvc" not in capsys.readouterr().out
     assert made is None or target.read_text() == made
+
+
+def test_update_baseline_of_a_baseline_another_configuration_gates_against_is_refused(
+        tmp_path, capsys):
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    for name in ("mine", "theirs"):
+        (root / f".ci/configs/{name}.yaml").write_text(
+            "archive: synthetic\nparams: {regression.baseline: reports/baseline/b.json}\n")
+    with pytest.raises(PipelineError, match=r"mine.yaml: regression.baseline reports/baseline/"
+                                            r"b.json is also the baseline of theirs"):
+        ci.run_config("mine", root, update_baseline=True)
+    assert "$ dvc" not in capsys.readouterr().out
+
+
+def test_a_config_folder_and_an_unread_real_archive_are_one_line(tmp_path, monkeypatch, capsys):
+    ci = _ci_module()
+    (tmp_path / ".ci" / "configs" / "odd.yaml").mkdir(parents=True)
+    (tmp_path / ".ci/configs/syn.yaml").write_text("archive: synthetic\n")
+    (tmp_path / "a.tar.gz").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError, match=r"odd.yaml: a folder, expected a configuration's "
+                                            r"YAML file"):
+        ci.load_config("odd", tmp_path)
+    for argv, said in ((["syn", "--real-archive", "none.tar.gz"],
+                        r"--real-archive none.tar.gz: no such file"),
+                       (["syn", "--real-archive", "a.tar.gz"],
+                        r"--real-archive: no configuration given reads it \(syn build")):
+        with pytest.raises(SystemExit):
+            ci.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and re.search(said, err[0]), err
 
 
 def test_the_regression_stage_updates_only_a_baseline(tmp_path):
