@@ -20,7 +20,7 @@ from cifar10_tutorial.cli import (add_continuation, add_nodes, add_paths, parse_
                                   run_stage, stage_parser)
 from cifar10_tutorial.training.deadline import from_stage
 from cifar10_tutorial.training.mirror import run_ended
-from cifar10_tutorial.ownership import hold_run_lock
+from cifar10_tutorial.ownership import folders_apart, hold_run_lock, local_folder
 from cifar10_tutorial.training.distributed import (launched_by_torchrun, nodes_from_stage,
                                                    relaunch_on_devices)
 from cifar10_tutorial.params import load_params
@@ -37,6 +37,12 @@ def main() -> None:
     args = parse_stage_args(ap, __file__)
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, "train")
+    # nothing written inside the prepared data (a DVC output: every stage would go stale),
+    # nor a mirror among the outputs; --out and --live may be one folder
+    for folder in (args.out, args.live):
+        folders_apart([("--data", args.data), (f"--{'out' if folder is args.out else 'live'}",
+                                               folder), ("--mirror", local_folder(cont.mirror))],
+                      "the prepared data; the run's outputs; the checkpoint mirror")
     nodes = nodes_from_stage(args.nnodes, args.rdzv_endpoint, args.rdzv_id)
     if not launched_by_torchrun():  # the launching process holds them for its ranks
         # one lock per folder the run writes: two runs of other --out must not share --live

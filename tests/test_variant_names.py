@@ -198,3 +198,47 @@ def test_the_variant_stages_folders_are_apart(tmp_path, args, said):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert said.format(w=tmp_path) in proc.stderr.strip().splitlines()[-1], proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--out", "{w}/prepared/t3", "--live", "{w}/live"], "--data {w}/prepared and --out {w}/prepared/t3: one inside the other"),
+    (["--out", "{w}/out", "--live", "{w}/prepared/l5"], "--data {w}/prepared and --live {w}/prepared/l5: one inside the other"),
+    (["--out", "{w}/out", "--live", "{w}/live", "--mirror", "{w}/prepared/mir"],
+     "--data {w}/prepared and --mirror {w}/prepared/mir/train: one inside the other"),
+], ids=["out-in-data", "live-in-data", "mirror-in-data"])
+def test_the_train_stage_writes_nothing_inside_its_data(tmp_path, args, said):
+    """The train stage's --out, --live and mirror folder lie outside --data (the preprocess
+    stage's DVC output: a folder written there would make every stage stale)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    (tmp_path / "prepared").mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/train.py"), "--data",
+                           str(tmp_path / "prepared"), *[a.format(w=tmp_path) for a in args]],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert said.format(w=tmp_path) in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared"]
+    assert list((tmp_path / "prepared").iterdir()) == []
+
+
+def test_a_variant_missing_from_its_group_is_named_with_that_groups_variants(tmp_path):
+    """`dataset_ablation.py svhn` with no data-set variant svhn: the line names
+    `dataset_ablations:` and what it holds (none), not the ablations: the stage never runs."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/dataset_ablation.py"), "svhn",
+                           "--params", str(ROOT / "reports/params.yaml"),
+                           "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"),
+                           "--partial", str(tmp_path / "p")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "no variant 'svhn' under `dataset_ablations:` of" in line, line
+    assert "(defined there: none); add it there, e.g. `svhn: {data: {dataset: svhn}}`" in line
+    assert list(tmp_path.iterdir()) == []

@@ -77,6 +77,31 @@ def json_with(*keys: str):
     return ours
 
 
+def local_folder(url: Optional[str]) -> Optional[str]:
+    """The folder of this machine a mirror URL names (a plain path, file://, local://);
+    None for a bucket or no mirror."""
+    if not url or "://" not in url:
+        return url or None
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).path if url.split("://", 1)[0].lower() in ("file", "local") else None
+
+
+def folders_apart(named: list, kinds: str) -> None:
+    """The folders ``named`` ((option, path or None) pairs) are apart: none is another, nor
+    inside one; else one line naming the two, before anything is written. ``kinds``: what
+    each holds, in words."""
+    from .errors import PipelineError
+
+    named = [(o, Path(p).resolve()) for o, p in named if p is not None]
+    for i, (a, pa) in enumerate(named):
+        for b, pb in named[i + 1:]:
+            if pa == pb or pa in pb.parents or pb in pa.parents:
+                how = "the same folder" if pa == pb else "one inside the other"
+                raise PipelineError(f"{a} {pa} and {b} {pb}: {how}; each is a folder of its "
+                                    f"own ({kinds}): give them folders apart")
+
+
 def refuse_in_the_way(paths: list[Path], stage: str) -> None:
     """Stop before a run starts when one of the files it writes at its end (``paths``)
     has a folder, or anything but a file, at its place: the run would fail only then."""

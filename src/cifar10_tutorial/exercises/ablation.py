@@ -18,7 +18,8 @@ from ..training.mirror import run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import EVAL_NAMES, evaluate
 from ..files import write_text_atomic
-from ..ownership import hold_run_lock, refuse_foreign, refuse_in_the_way
+from ..ownership import (folders_apart, hold_run_lock, local_folder, refuse_foreign,
+                         refuse_in_the_way)
 from ..errors import PipelineError
 from ..param_types import read_params_yaml
 from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
@@ -119,16 +120,6 @@ def _for_variant(path: Path | None, name: str) -> Path | None:
     return None if path is None else Path(str(path).replace(VARIANT, name))
 
 
-def _local_folder(url: Optional[str]) -> Optional[str]:
-    """The folder of this machine a mirror URL names (a plain path, file://, local://);
-    None for a bucket or no mirror."""
-    if not url or "://" not in url:
-        return url or None
-    from urllib.parse import urlsplit
-
-    return urlsplit(url).path if url.split("://", 1)[0].lower() in ("file", "local") else None
-
-
 def _apart(args, mirror: Optional[str] = None) -> None:
     """--out, --work, --trial-work, --data and the run's mirror folder are folders apart: a
     model and checkpoints among the results would be committed with them, results inside
@@ -136,17 +127,9 @@ def _apart(args, mirror: Optional[str] = None) -> None:
     anything is written."""
     named = [(f"--{o.replace('_', '-')}", getattr(args, o, None))
              for o in ("out", "work", "trial_work", "data")]
-    named += [("--mirror", _local_folder(mirror))]
-    named = [(o, Path(p).resolve()) for o, p in named if p is not None]
-    for i, (a, pa) in enumerate(named):
-        for b, pb in named[i + 1:]:
-            if pa == pb or pa in pb.parents or pb in pa.parents:
-                how = "the same folder" if pa == pb else "one inside the other"
-                raise PipelineError(f"{a} {pa} and {b} {pb}: {how}; "
-                                    f"each is a folder of its own (results; model and "
-                                    f"checkpoints; a trial's; the prepared data; the "
-                                    f"checkpoint mirror): give them "
-                                    f"folders apart")
+    folders_apart(named + [("--mirror", local_folder(mirror))],
+                  "results; model and checkpoints; a trial's; the prepared data; the "
+                  "checkpoint mirror")
 
 
 def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared],
@@ -174,6 +157,13 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
         stage, script_name = STAGES[other]
         raise PipelineError(f"{args.name} is a variant of `{other}:`; run it with `dvc repro "
                             f"reports/dvc.yaml:{stage}@{args.name}` ({script_name})")
+    if args.name not in getattr(params, group):  # named with the group this stage runs
+        defined = ", ".join(getattr(params, group)) or "none"
+        example = ("{data: {dataset: svhn}}" if group == "dataset_ablations"
+                   else "{model: {lrn: false}}")
+        raise PipelineError(f"no variant {args.name!r} under `{group}:` of {args.params} "
+                            f"(defined there: {defined}); add it there, e.g. "
+                            f"`{args.name}: {example}`")
     work = training_work(params.ablation, args.name, args.work, args.trial_work)
     trial = work != args.work  # its mirror folder apart too: a full run's there stays
     cont = from_stage(args.stop_at, args.mirror, f"trials/{args.name}" if trial else args.name)
