@@ -704,3 +704,13 @@ def test_a_report_md_that_is_no_report_is_refused_before_anything_changes(tmp_pa
                                             r"folder, where this writes a report)"):
         make_report(root, out, OVERRIDES)
     assert _snapshot(out) == before
+
+
+def test_an_empty_variant_list_is_named_as_such(tmp_path):
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    with pytest.raises(PipelineError, match=r"`ablations:` is empty; define the variants"):
+        make_report(root, tmp_path / "out", {})
+    assert not (tmp_path / "out").exists()

@@ -48,6 +48,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     if variants is not None:
         # a variant without results is named at the top and its sections say so
         not_run = [v for v in variants if v not in df.index]
+        if not variants:  # nothing to report on, whatever results lie there
+            raise PipelineError("reports/params.yaml: `ablations:` is empty; define the "
+                                "variants to report (`baseline: {}` at least)")
         if len(not_run) == len(variants):
             raise PipelineError(f"{ablations_root}: no results for any variant of reports/params.yaml "
                                 f"`ablations:`; run `dvc repro reports/dvc.yaml:report`.")
