@@ -150,3 +150,21 @@ def test_the_kubernetes_pods_command_runs_a_two_node_job_here(synth_data, tmp_pa
     outs = [p.communicate(timeout=300)[0] for p in pods]
     assert [p.returncode for p in pods] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
     assert sum((tmp_path / f"pod{i}/data/train/model.pt").is_file() for i in range(2)) == 1
+
+
+@pytest.mark.parametrize("margin", ["10m", "end", "x[$(touch pwned)]", ""])
+def test_a_margin_that_is_not_whole_seconds_stops_the_job_in_one_line(tmp_path, margin):
+    """CIFAR10_MARGIN_S is read as whole seconds before bash arithmetic sees it: a word
+    (`end`, a variable of the script) would silently set the deadline to 0."""
+    bin_dir = fake_scheduler(tmp_path)
+    env = {**job_env(bin_dir, tmp_path, datetime.now() + timedelta(hours=1), 0),
+           "CIFAR10_MARGIN_S": margin}
+    proc = subprocess.run(["bash", str(SBATCH)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env=env)
+    if margin == "":  # empty: the default, 600 s (then no project here: the stage's error)
+        assert "CIFAR10_MARGIN_S" not in proc.stderr
+        return
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (f"error: CIFAR10_MARGIN_S: expected whole seconds (600), "
+                                   f"found '{margin}'")
+    assert not (tmp_path / "pwned").exists()
