@@ -15,7 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # i
 
 import argparse
 import csv
+import hashlib
 import json
+import re
 
 from cifar10_tutorial.cli import stage_command
 from cifar10_tutorial.errors import PipelineError
@@ -258,7 +260,36 @@ def _part(what: str, make):
                             f"rerun what writes it, then rerun this") from None
 
 
+SEAL = re.compile(r" \(sha256 ([0-9a-f]{16}) of the lines below\)")
+
+
+def _body_digest(lines: list[str], at: int) -> str:
+    return hashlib.sha256("\n".join(lines[at + 1:]).encode()).hexdigest()[:16]
+
+
+def _sealed(text: str) -> str:
+    """The page with the sha256 of its lines below the generated-by line in that line: a
+    later run tells a page edited by hand (whose edits it would lose) from its own."""
+    lines = text.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith(GENERATED))
+    lines[at] = lines[at].replace(" -->", f" (sha256 {_body_digest(lines, at)} of the lines "
+                                          f"below) -->", 1)
+    return "\n".join(lines)
+
+
+def edited_by_hand(text: str) -> bool:
+    """Whether a page this wrote was edited since (its lines no longer give its seal)."""
+    lines = text.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith(GENERATED)), None)
+    seal = SEAL.search(lines[at]) if at is not None else None
+    return seal is not None and seal.group(1) != _body_digest(lines, at)
+
+
 def render(root: Path = Path(".")) -> str:
+    return _sealed(_render(root))
+
+
+def _render(root: Path) -> str:
     bench = "reports/benchmark.json"
     rep = _part("reports/dvc.yaml", lambda: report_folder(root))
     summary = rep / "tables" / "summary.csv"
@@ -322,6 +353,12 @@ def main(argv=None) -> None:
             raise PipelineError(f"--out {out}: a file this command did not write (no "
                                 f"'{GENERATED}' line at its top); give another path, or "
                                 f"move it away. Nothing was written.")
+        if edited_by_hand(out.read_text(errors="replace")):
+            raise PipelineError(f"--out {out}: edited by hand since this command wrote it (its "
+                                f"lines no longer give the sha256 its top line records), and "
+                                f"the edits would be lost; move them elsewhere and restore "
+                                f"the page (`git checkout -- {out}`), then rerun. Nothing was "
+                                f"written.")
     from cifar10_tutorial.ownership import ensure_writable
 
     ensure_writable(out.parent)  # a folder that cannot be made (/proc/x): one line

@@ -520,3 +520,20 @@ def test_the_results_page_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, w
         out.write_text(f"{GENERATED} from the files in reports/; do not edit by hand -->\nold\n")
         main(["--out", str(out)])
         assert out.read_text() == (ROOT / "docs/results.md").read_text()
+
+
+def test_the_results_page_edited_by_hand_is_not_replaced(tmp_path, monkeypatch):
+    """The page records the sha256 of its lines in its top line: notes added to a page this
+    wrote are refused (they would be lost), the page as it was; its own page is replaced."""
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import main
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "page.md"
+    main(["--out", str(out)])
+    main(["--out", str(out)])  # its own, unedited: replaced
+    edited = out.read_text() + "\nMY NOTES\n"
+    out.write_text(edited)
+    with pytest.raises(PipelineError, match=r"edited by hand since this command wrote it"):
+        main(["--out", str(out)])
+    assert out.read_text() == edited
