@@ -115,3 +115,17 @@ def test_a_file_output_replaces_only_a_file_of_its_own_kind(tmp_path, command, o
         check = (regression.is_gate_text if command[0].endswith("regression.py") else
                  json_with(*__import__("json").loads(ours)))
         refuse_foreign_file(target, "--out", "x", check)
+
+
+def test_a_killed_writes_temporary_file_is_named_by_the_next_write(tmp_path, capsys):
+    """kill -9 between the temporary file and the rename leaves `.NAME.<random>.tmp`: the
+    next write of NAME names it (nothing records it as a run's: it stays); another file
+    of that folder is not named."""
+    left = tmp_path / ".metrics.json.ab_cd123.tmp"
+    left.write_text("{half")
+    (tmp_path / ".metrics.json.notes.txt").write_text("mine")
+    write_text_atomic(tmp_path / "metrics.json", "{}\n")
+    assert capsys.readouterr().err.strip() == (
+        f"note: {left} (5 bytes) is the temporary file of a write of metrics.json that was "
+        f"killed; delete it once nothing writes metrics.json")
+    assert left.is_file() and (tmp_path / "metrics.json").read_text() == "{}\n"

@@ -322,6 +322,6 @@ def test_a_killed_writes_temporary_file_is_named_and_kept(tmp_path, capsys):
     build_dev_split(repo, tmp_path / "out" / "o.tgz", train=20, test=10, per_class=3)
     err = capsys.readouterr().err
     assert err.strip() == (f"note: {left} (10 bytes) is the temporary file of a write of o.tgz "
-                           f"that was killed; delete it once no dev-split runs")
+                           f"that was killed; delete it once nothing writes o.tgz")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         ".o.tgz.c_qz_ma7.tmp", ".o.tgz.mine.txt", "o.tgz"]

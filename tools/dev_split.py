@@ -44,7 +44,7 @@ import numpy as np
 
 from cifar10_tutorial.data.synthetic import CLASSES, tar_gz_bytes
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.files import WRITE_HINTS, hidden_stem, write_new_file
+from cifar10_tutorial.files import WRITE_HINTS, write_new_file
 
 DEV_MD5 = "cbbdb9d17d56e942e56211e6031ea0f1"  # 40,000 train / 10,000 held out
 SHUFFLE_SEED = 2015
@@ -225,19 +225,7 @@ def build_dev_split(source: Path, out: Path, train: int = 40000, test: int = 100
                 "--out another file system"}.get(exc.errno, "give --out another path")
         raise PipelineError(f"--out {out}: cannot be written ({exc.strerror or exc}); nothing "
                             f"was written: {hint}, then rerun") from None
-    _name_leftovers(Path(out))
     return hashlib.md5(data).hexdigest()
-
-
-def _name_leftovers(out: Path) -> None:
-    """A writer killed outright (kill -9, power) leaves its temporary ``.NAME.*.tmp`` beside
-    --out; nothing records it as this run's, so it is named, never removed."""
-    pattern = re.compile(re.escape(f".{hidden_stem(out.name)}.") + r"[A-Za-z0-9_]{8}\.tmp")
-    for p in sorted(out.parent.iterdir()):
-        if pattern.fullmatch(p.name) and p.is_file() and not p.is_symlink():
-            print(f"note: {p} ({p.stat().st_size:,} bytes) is the temporary file of a write "
-                  f"of {out.name} that was killed; delete it once no dev-split runs",
-                  file=sys.stderr)
 
 
 def main(argv=None) -> None:

@@ -191,6 +191,23 @@ def _replace_with(path: Path, write, suffix: str = ".tmp") -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)  # this write's own file: no partial file left beside
         raise
+    name_killed_writes(path)
+
+
+def name_killed_writes(path: Path) -> None:
+    """A writer killed outright (kill -9, power) between its temporary file and the rename
+    leaves ``.NAME.<random>.tmp`` beside ``path``; nothing records it as any run's, so it
+    is named (on stderr), never removed."""
+    pattern = re.compile(re.escape(f".{hidden_stem(path.name)}.") + r"[a-z0-9_]{8}\.tmp(\.png)?")
+    try:
+        left = sorted(p for p in path.parent.iterdir() if pattern.fullmatch(p.name)
+                      and p.is_file() and not p.is_symlink())
+    except OSError:
+        return
+    for p in left:
+        print(f"note: {p} ({p.stat().st_size:,} bytes) is the temporary file of a write of "
+              f"{path.name} that was killed; delete it once nothing writes {path.name}",
+              file=sys.stderr)
 
 
 def write_new_file(path: Path, data: bytes) -> None:
@@ -221,6 +238,7 @@ def write_new_file(path: Path, data: bytes) -> None:
             os.rename(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    name_killed_writes(path)
 
 
 def _exchange(a: Path, b: Path) -> bool:
