@@ -673,7 +673,9 @@ def test_a_config_folder_and_an_unread_real_archive_are_one_line(tmp_path, monke
 def test_the_regression_stage_updates_only_a_baseline(tmp_path):
     """`python stages/regression.py --update` with regression.baseline naming a file that is
     no baseline: one line, nothing written; a baseline (or no file yet) is written."""
-    for name, text in (("README.md", "# mine\n"), ("notes.json", '["mine"]\n')):
+    for name, text in (("README.md", "# mine\n"), ("notes.json", '["mine"]\n'),
+                       # a stage's own metrics: numbers, under names that are no gated metric
+                       ("metrics.json", '{"precision_at_1": 0.8, "loss": 1.2}\n')):
         (tmp_path / name).write_text(text)
         with pytest.raises(PipelineError, match=rf"{name}: .*--update writes only a baseline"):
             update_baseline(str(tmp_path / name), TOL, write_run(tmp_path, precision=0.7))

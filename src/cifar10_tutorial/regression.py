@@ -217,6 +217,10 @@ def not_a_baseline(path: Path) -> Optional[str]:
     if not isinstance(data, dict) or any(isinstance(v, bool) or not isinstance(v, (int, float))
                                          for v in data.values()):
         return "a file that is not a baseline (not a JSON object of metric numbers)"
+    if not data or not all(str(k).startswith(("train.", "eval.")) for k in data):
+        # a stage's own metrics.json holds numbers too, under names of its own
+        return ("a file that is not a baseline (its keys are not gated metrics such as "
+                "eval.precision_at_1)")
     return None
 
 
