@@ -357,7 +357,8 @@ def test_a_model_path_that_is_a_folder_or_fifo_is_named_for_what_it_is(tmp_path)
             load_model_file(path)
 
 
-@pytest.mark.parametrize("what", ["train-live", "published", "a-file", "other-record"])
+@pytest.mark.parametrize("what", ["train-live", "published", "a-file", "other-record",
+                                  "no-record"])
 def test_eval_never_writes_over_another_stages_folder(synth_data, trained, tmp_path, what):
     """--out at the train stage's --live folder (metrics.json, provenance.json, plots/),
     at published weights, at a file, or at a folder whose provenance.json is not an
@@ -373,8 +374,14 @@ def test_eval_never_writes_over_another_stages_folder(synth_data, trained, tmp_p
     else:
         out.mkdir()
         (out / "metrics.json").write_text('{"loss": 1.0}\n')
-        (out / "provenance.json").write_text('{"steps": 4}\n')
-        if what == "train-live":
+        if what != "no-record":  # a user's own metrics and predictions, no record beside
+            (out / "provenance.json").write_text('{"steps": 4}\n')
+        else:
+            (out / "predictions.csv").write_text("mine\n")
+        if what == "no-record":
+            said = (r"holds metrics.json, predictions.csv but no evaluation's record "
+                    r"\(provenance.json\)")
+        elif what == "train-live":
             (out / "plots").mkdir()
             (out / "speed.json").write_text("{}\n")
             said = r"holds plots, speed.json, which the eval stage did not make"

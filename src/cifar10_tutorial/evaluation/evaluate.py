@@ -82,9 +82,17 @@ EVAL_NAMES = {"metrics.json", "per_class.csv", "predictions.csv", "confusion.png
 
 
 def _refuse_other_record(path: Path) -> None:
-    """provenance.json in --out is an evaluation's record (it names the model evaluated),
-    or none: another stage's record there is not the eval's to replace."""
+    """provenance.json in --out is an evaluation's record (it names the model evaluated);
+    without it, the folder holds none of the eval's files: those would be someone else's
+    (a user's own metrics.json), or an interrupted evaluation's, which is said."""
     if not path.is_file():
+        theirs = sorted(p.name for p in path.parent.iterdir()) if path.parent.is_dir() else []
+        if theirs:
+            raise PipelineError(f"{path.parent}: holds {', '.join(theirs)} but no evaluation's "
+                                f"record (provenance.json), so they are not known to be an "
+                                f"evaluation's, and the eval stage would replace them; give "
+                                f"--out a folder of its own (or delete them if an evaluation "
+                                f"was stopped there). Nothing was changed.")
         return
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
