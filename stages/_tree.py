@@ -11,12 +11,17 @@ first on `sys.path`, and a stray module there or in `src/` (a `tqdm.py`) would r
 of an installed package, outside the files DVC hashes. The stage folder leaves `sys.path`
 once this module is imported, and a module beside the package in `src/` stops the stage.
 """
+import os
 import sys
-from pathlib import Path
 
-STAGES = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != STAGES]
+# first, before any import that searches sys.path (pathlib is one): os and sys are loaded
+# with the interpreter
+_STAGES = os.path.dirname(os.path.realpath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _STAGES]
 
+from pathlib import Path  # noqa: E402
+
+STAGES = Path(_STAGES)
 SRC = STAGES.parent / "src"
 
 
