@@ -491,6 +491,29 @@ def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_pa
     assert bad.returncode not in (0, PAUSED_EXIT) and "failed to reproduce" in bad.stdout
 
 
+@pytest.mark.e2e
+def test_cifar10_repro_piped_into_head_still_exits_75_at_a_pause(tmp_path):
+    """`cifar10 repro --stop-at 0 | head -1`: the reader gone, the run still pauses and the
+    command's status is still 75, with no traceback."""
+    from conftest import tiny_project
+
+    project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
+                           train=dict(max_steps=400, batch_size=16, log_every=50, device="cpu"),
+                           run=dict(checkpoint_every=20, summary_every=1000),
+                           input={"min_fraction_of_examples_in_queue": 0.1},
+                           eval={"every_steps": 0})
+    env = {k: v for k, v in os.environ.items()
+           if k not in (continuation_settings.STOP_AT_ENV, MIRROR_ENV)}
+    proc = subprocess.Popen([sys.executable, "-c", "from cifar10_tutorial.commands import "
+                             "entry; entry()", "repro", "--stop-at", "0", "train"], cwd=project,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does after its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=600) == PAUSED_EXIT, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 def _in_folder(folder) -> list[int]:
     """The processes whose working folder is ``folder`` or below it."""
     found = []

@@ -72,11 +72,7 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
             if paused and (m := DVC_PAUSED.search(line)):
                 stage = m[1]  # DVC's "failed" for a pause: said below in our own words
                 continue
-            try:
-                out.write(line)
-                out.flush()
-            except BrokenPipeError:  # the reader is gone (`| head`): the run goes on
-                pass
+            _say(out, line.rstrip("\n"))  # the reader gone (`| head`): the run goes on
         code = proc.wait()
     finally:
         for sig, handler in old.items():
@@ -84,17 +80,26 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
         if group_alive(proc.pid):  # a stage DVC left behind: none outlives this command
             kill_group(proc.pid)
     if got:
-        out.write(f"cifar10 repro: stopped by signal {got[0]}; a training stage keeps its "
-                  f"checkpoint: run the same command again to continue\n")
-        out.flush()
+        _say(out, f"cifar10 repro: stopped by signal {got[0]}; a training stage keeps its "
+                  f"checkpoint: run the same command again to continue")
         return 128 + got[0]
     if code and stage:
-        out.write(f"cifar10 repro: stage {stage!r} paused at step {paused[0]} of {paused[1]} "
+        _say(out, f"cifar10 repro: stage {stage!r} paused at step {paused[0]} of {paused[1]} "
                   f"(its checkpoint is kept; DVC recorded nothing for it): run the same "
-                  f"command again to continue; exit status {PAUSED_EXIT}\n")
-        out.flush()
+                  f"command again to continue; exit status {PAUSED_EXIT}")
         return PAUSED_EXIT
     return code
+
+
+def _say(out, line: str) -> None:
+    """A line of output; a reader gone (`| head`) stops the output, not the run, and changes
+    no exit status."""
+    try:
+        out.write(line + "\n")
+        out.flush()
+    except BrokenPipeError:  # no more output there, and none at exit either (Python's docs)
+        if out is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv=None) -> None:
