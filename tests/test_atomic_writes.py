@@ -2,6 +2,8 @@
 torch_save_atomic, save_figure_atomic) is written beside it under a new temporary name of
 its own, then renamed over it: what lies beside it is never written through or replaced,
 and a link at the output itself is refused in one line."""
+from pathlib import Path
+
 import pytest
 
 from cifar10_tutorial.errors import PipelineError
@@ -129,3 +131,26 @@ def test_a_killed_writes_temporary_file_is_named_by_the_next_write(tmp_path, cap
         f"note: {left} (5 bytes) is the temporary file of a write of metrics.json that was "
         f"killed; delete it once nothing writes metrics.json")
     assert left.is_file() and (tmp_path / "metrics.json").read_text() == "{}\n"
+
+
+@pytest.mark.parametrize("command", [["stages/regression.py"],
+                                     ["benchmarks/benchmark.py", "--no-compiled"]],
+                         ids=["regression", "benchmark"])
+def test_a_file_output_whose_folder_cannot_be_made_is_one_line_before_the_work(tmp_path,
+                                                                               command):
+    """--out under a file (README.md/x) or where no folder can be made: one line naming it,
+    before the gate or the benchmark runs, not a traceback after it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    (tmp_path / "README.md").write_text("# mine\n")
+    for out, said in ((tmp_path / "README.md" / "x.json", "README.md: a file, where the run "
+                                                          "needs a folder"),
+                      (Path("/proc/x/b.json"), "/proc: cannot write there")):
+        proc = subprocess.run([sys.executable, str(ROOT / command[0]), *command[1:], "--out",
+                               str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert said in proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert (tmp_path / "README.md").read_text() == "# mine\n"

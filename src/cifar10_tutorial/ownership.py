@@ -51,6 +51,7 @@ def refuse_foreign_file(path: Path, option: str, what: str, ours) -> None:
 
     path = Path(path)
     if not path.is_symlink() and not path.exists():
+        ensure_writable(path.parent)  # a folder that cannot be made: now, not after the work
         return
     if path.is_symlink() or not path.is_file():
         kind = "a link" if path.is_symlink() else "a folder" if path.is_dir() else "not a file"
@@ -80,11 +81,14 @@ def json_with(*keys: str):
 def local_folder(url: Optional[str]) -> Optional[str]:
     """The folder of this machine a mirror URL names (a plain path, file://, local://);
     None for a bucket or no mirror."""
-    if not url or "://" not in url:
-        return url or None
-    from urllib.parse import urlsplit
+    if not url:
+        return None
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme in ("file", "local"):  # file:///x, file:/x, local://x: fsspec's local files
+        from urllib.parse import urlsplit
 
-    return urlsplit(url).path if url.split("://", 1)[0].lower() in ("file", "local") else None
+        return urlsplit(url).path or None
+    return url if "://" not in url else None
 
 
 def folders_apart(named: list, kinds: str) -> None:
