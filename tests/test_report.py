@@ -714,3 +714,18 @@ def test_an_empty_variant_list_is_named_as_such(tmp_path):
     with pytest.raises(PipelineError, match=r"`ablations:` is empty; define the variants"):
         make_report(root, tmp_path / "out", {})
     assert not (tmp_path / "out").exists()
+
+
+def test_an_out_that_cannot_be_made_or_a_folder_at_the_mark_is_one_line(tmp_path):
+    from cifar10_tutorial.errors import PipelineError
+
+    root, out = tmp_path / "a", tmp_path / "out"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(PipelineError, match=r"afile: a file, where the run needs a folder"):
+        make_report(root, tmp_path / "afile" / "out", OVERRIDES)
+    (out / ".report-swapping").mkdir(parents=True)
+    with pytest.raises(PipelineError, match=r"\.report-swapping: a folder, where this writes "
+                                            r"the report's mark"):
+        make_report(root, out, OVERRIDES)
+    assert sorted(p.name for p in out.iterdir()) == [".report-swapping"]

@@ -64,6 +64,8 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     # report.md is replaced only when it is a report (its title on the first line)
     refuse_foreign_file(out / "report.md", "--out", "a report",
                         lambda text: text.split("\n", 1)[0] == TITLE)
+    refuse_foreign_file(out / SWAPPING, "--out", "the report's mark",
+                        lambda text: text.startswith("the report stage is swapping"))
     out.mkdir(parents=True, exist_ok=True)
     swapping = out / SWAPPING
     with ending_signals_unwind():  # a stop from outside runs the clean-up below
