@@ -61,10 +61,13 @@ def test_a_pipeline_file_read_two_ways_or_not_at_all_is_one_line(text, message, 
         stage_argv("report")
 
 
-def test_a_stage_command_written_as_a_list_of_one_is_read_as_dvc_runs_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cmds", [["python stages/report.py --out 'my reports'"],
+                                  ["echo first", "python stages/report.py --out 'my reports'",
+                                   "echo done"]], ids=["one", "several"])
+def test_a_stage_command_written_as_a_list_is_read_as_dvc_runs_it(tmp_path, monkeypatch, cmds):
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "dvc.yaml").write_text(
-        "stages:\n  report:\n    cmd:\n    - python stages/report.py --out 'my reports'\n")
+        "stages:\n  report:\n    cmd:\n" + "".join(f"    - {c}\n" for c in cmds))
     monkeypatch.chdir(tmp_path)
     assert stage_argv("report")[1:] == ["--out", "my reports"]
 

@@ -124,12 +124,11 @@ def stage_command(script: str, dvc_yaml: Path = DVC_YAML) -> list[str]:
     """The arguments dvc.yaml's command passes to ``script`` (``stages/NAME.py``)."""
     name = Path(script).name
     for stage in _stages(dvc_yaml).values():
-        cmd = stage.get("cmd")
-        if isinstance(cmd, list) and len(cmd) == 1:  # DVC runs a list of one as that command
-            cmd = cmd[0]
-        words = shlex.split(cmd) if isinstance(cmd, str) else []
-        if len(words) >= 2 and Path(words[1]).name == name:
-            return words[2:]
+        cmd = stage.get("cmd")  # one command, or a list DVC runs in turn
+        for one in (cmd if isinstance(cmd, list) else [cmd]):
+            words = shlex.split(one) if isinstance(one, str) else []
+            if len(words) >= 2 and Path(words[1]).name == name:
+                return words[2:]
     raise PipelineError(f"{dvc_yaml}: no stage runs {name}; give the paths as options (see --help)")
 
 
