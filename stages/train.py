@@ -38,11 +38,15 @@ def main() -> None:
     params = load_params(args.params)
     cont = from_stage(args.stop_at, args.mirror, "train")
     # nothing written inside the prepared data (a DVC output: every stage would go stale),
-    # nor a mirror among the outputs; --out and --live may be one folder
-    for folder in (args.out, args.live):
-        folders_apart([("--data", args.data), (f"--{'out' if folder is args.out else 'live'}",
-                                               folder), ("--mirror", local_folder(cont.mirror))],
-                      "the prepared data; the run's outputs; the checkpoint mirror")
+    # nor a mirror among the outputs; --out and --live may be one folder, not one in the other
+    same = args.out.resolve() == args.live.resolve()
+    folders_apart([("--data", args.data), ("--out", args.out),
+                   ("--live", None if same else args.live),
+                   ("--mirror", local_folder(cont.mirror))],
+                  "the prepared data; the run's outputs; the checkpoint mirror")
+    if same:
+        folders_apart([("--data", args.data), ("--live", args.live)],
+                      "the prepared data; the run's outputs")
     nodes = nodes_from_stage(args.nnodes, args.rdzv_endpoint, args.rdzv_id)
     if not launched_by_torchrun():  # the launching process holds them for its ranks
         # one lock per folder the run writes: two runs of other --out must not share --live

@@ -205,7 +205,12 @@ def test_the_variant_stages_folders_are_apart(tmp_path, args, said):
     (["--out", "{w}/out", "--live", "{w}/prepared/l5"], "--data {w}/prepared and --live {w}/prepared/l5: one inside the other"),
     (["--out", "{w}/out", "--live", "{w}/live", "--mirror", "{w}/prepared/mir"],
      "--data {w}/prepared and --mirror {w}/prepared/mir/train: one inside the other"),
-], ids=["out-in-data", "live-in-data", "mirror-in-data"])
+    (["--out", "{w}/out", "--live", "{w}/live", "--mirror", "file:{w}/prepared/mir"],
+     "--data {w}/prepared and --mirror {w}/prepared/mir/train: one inside the other"),
+    (["--out", "{w}/live/model", "--live", "{w}/live"],
+     "--out {w}/live/model and --live {w}/live: one inside the other"),
+], ids=["out-in-data", "live-in-data", "mirror-in-data", "mirror-url-one-slash",
+        "out-in-live"])
 def test_the_train_stage_writes_nothing_inside_its_data(tmp_path, args, said):
     """The train stage's --out, --live and mirror folder lie outside --data (the preprocess
     stage's DVC output: a folder written there would make every stage stale)."""
