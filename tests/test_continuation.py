@@ -514,6 +514,13 @@ def test_cifar10_repro_piped_into_head_still_exits_75_at_a_pause(tmp_path):
     assert "Traceback" not in err and "BrokenPipe" not in err, err
 
 
+def _parent(proc_dir: Path) -> int:
+    try:
+        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 def _in_folder(folder) -> list[int]:
     """The processes whose working folder is ``folder`` or below it."""
     found = []
@@ -527,7 +534,7 @@ def _in_folder(folder) -> list[int]:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("how", ["sigterm", "kill-9"])
+@pytest.mark.parametrize("how", ["sigterm", "kill-9", "guard-kill-9"])
 def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
     """SIGTERM to `cifar10 repro`: the train stage checkpoints and stops, DVC with it, and
     the command says so and exits 143; kill -9 of it (no handler of its own runs): its
@@ -567,6 +574,17 @@ def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
             "cifar10 repro: stopped by signal 15; a training stage keeps its checkpoint: run "
             "the same command again to continue"), text
         assert list((project / "data/train/checkpoints").glob("*.pt"))
+    elif how == "guard-kill-9":  # the guard process itself: the command stops its group
+        guards = [d.name for d in Path("/proc").iterdir() if d.name.isdigit()
+                  and _parent(d) == proc.pid]
+        assert len(guards) == 1, guards
+        os.kill(int(guards[0]), signal.SIGKILL)
+        assert proc.wait(timeout=300) == 128 + signal.SIGKILL, log.read_text()
+        text = log.read_text()
+        assert "stopped by signal 15 at step" in text, text  # the stage's own checkpoint
+        assert text.strip().splitlines()[-1].startswith(
+            "cifar10 repro: its guard killed by signal 9; a training stage keeps its "
+            "checkpoint"), text
     else:
         proc.kill()
         proc.wait()

@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from typing import Optional
 
 from .cli import dvc_executable
@@ -52,7 +53,7 @@ GRACE = 120.0  # seconds a stopped stage gets to write its checkpoint before SIG
 def repro(dvc_args: list[str], env: dict, out=None) -> int:
     """Run ``dvc repro DVC_ARGS``, passing its output on; 75 when a stage paused, 128 + the
     signal's number when a signal stopped it."""
-    out = out or sys.stdout
+    out = out or sys.stdout or open(os.devnull, "w")  # stdout closed (`>&-`): nowhere
     proc = start_guarded([dvc_executable(), "repro", *dvc_args], GRACE,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                          bufsize=1)
@@ -62,6 +63,12 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
         got.append(signum)
         stop_guarded(proc)
 
+    def watch() -> None:  # the guard itself killed (kill -9): its group stopped here
+        if proc.wait() < 0 and group_alive(proc.pid):
+            got.append(-proc.returncode)
+            _stop_unguarded(proc.pid)
+
+    threading.Thread(target=watch, daemon=True).start()
     ending = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     old = {sig: signal.signal(sig, forward) for sig in ending}
     paused, stage = None, None
@@ -80,7 +87,8 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
         if group_alive(proc.pid):  # a stage DVC left behind: none outlives this command
             kill_group(proc.pid)
     if got:
-        _say(out, f"cifar10 repro: stopped by signal {got[0]}; a training stage keeps its "
+        whose = "its guard killed by signal" if code < 0 else "stopped by signal"
+        _say(out, f"cifar10 repro: {whose} {got[0]}; a training stage keeps its "
                   f"checkpoint: run the same command again to continue")
         return 128 + got[0]
     if code and stage:
@@ -89,6 +97,21 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
                   f"command again to continue; exit status {PAUSED_EXIT}")
         return PAUSED_EXIT
     return code
+
+
+def _stop_unguarded(pgid: int) -> None:
+    """One SIGTERM to each process of the group (a training stage checkpoints on it), then
+    SIGKILL to what is left after :data:`GRACE`."""
+    import time
+
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + GRACE
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    kill_group(pgid)
 
 
 def _say(out, line: str) -> None:
