@@ -8,6 +8,7 @@ from pathlib import Path
 from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_parser
 from cifar10_tutorial.params import EXERCISES, load_params
 from cifar10_tutorial.report.report import make_report
+from cifar10_tutorial.report.results import refuse_stale_definitions
 
 
 def main() -> None:
@@ -24,6 +25,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
     params = load_params(args.params, EXERCISES)
+    refuse_stale_definitions(args.ablations, params)
     path = make_report(args.ablations, args.out, dict(params.ablations),
                        dict(params.dataset_ablations), args.search, args.equivalence,
                        args.devices_timing, args.tf_reference, params.ablation.trial_steps)

@@ -729,3 +729,28 @@ def test_an_out_that_cannot_be_made_or_a_folder_at_the_mark_is_one_line(tmp_path
                                             r"the report's mark"):
         make_report(root, out, OVERRIDES)
     assert sorted(p.name for p in out.iterdir()) == [".report-swapping"]
+
+
+def test_a_variant_whose_definition_changed_since_its_results_is_refused(tmp_path):
+    """reports/params.yaml's softmax edited (lrn: false) while its results are the old
+    definition's: one line naming the variant and what changed; the committed definitions
+    match their results."""
+    import shutil
+
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.params import EXERCISES, load_params
+    from cifar10_tutorial.report.results import refuse_stale_definitions
+    from conftest import ROOT
+
+    root = tmp_path / "ablations"
+    shutil.copytree(ROOT / "reports/ablations/softmax", root / "softmax")
+    params = load_params(ROOT / "reports/params.yaml", EXERCISES)
+    refuse_stale_definitions(root, params)
+    text = (ROOT / "reports/params.yaml").read_text().replace(
+        "  softmax:", "  softmax:\n    model: {output: softmax, lrn: false}\n  softmax_old:", 1)
+    (tmp_path / "params.yaml").write_text(text)
+    edited = load_params(tmp_path / "params.yaml", EXERCISES)
+    assert edited.ablations["softmax"]["model"]["lrn"] is False
+    with pytest.raises(PipelineError, match=r"softmax/variant.json: softmax was made with lrn "
+                                            r"true, but reports/params.yaml now gives it false"):
+        refuse_stale_definitions(root, edited)

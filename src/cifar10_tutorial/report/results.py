@@ -411,3 +411,36 @@ def speed_ratio(r: Results, ratio: float, variant=None) -> str:
 def machine_of(device: str) -> str:
     """The CPU model or GPU of a variant's device description ('AMD EPYC, 1 threads')."""
     return str(device).split(",")[0]
+
+
+def refuse_stale_definitions(ablations_root: Path, params) -> None:
+    """Each variant's results were made under its definition as reports/params.yaml gives it
+    now: what its variant.json records (network, schedule, batch, seed, queue) against the
+    variant's params. A definition edited since (the results not rerun) is one line naming
+    the variant: its old results would be reported as the answers for the new one."""
+    from ..params import variant_params
+
+    for group in ("ablations", "dataset_ablations"):
+        for name in getattr(params, group):
+            path = Path(ablations_root) / name / "variant.json"
+            try:
+                made = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError):
+                continue  # not run yet, or damaged: said where the results are read
+            if not isinstance(made, dict):
+                continue
+            vp = variant_params(params, name)
+            now = {"schedule": vp.train.schedule, "batch_size": vp.train.batch_size,
+                   "seed": vp.train.seed, "shuffle": vp.input.shuffle,
+                   "min_fraction_of_examples_in_queue": vp.input.min_fraction_of_examples_in_queue,
+                   "head": vp.model.head, "output": vp.model.output, "lrn": vp.model.lrn}
+            changed = [k for k, v in now.items() if k in made and made[k] != v]
+            if changed:
+                k = changed[0]
+                stage = "ablation" if group == "ablations" else "dataset_ablation"
+                raise PipelineError(
+                    f"{path}: {name} was made with {k} {json.dumps(made[k])}, but "
+                    f"reports/params.yaml now gives it {json.dumps(now[k])}"
+                    f"{f' (and {len(changed) - 1} more)' if len(changed) > 1 else ''}: its "
+                    f"results are not the new definition's; rerun it (`dvc repro "
+                    f"reports/dvc.yaml:{stage}@{name}`), then the report")
