@@ -10,6 +10,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.evaluation.evaluate import evaluate, watch
+from cifar10_tutorial.ownership import folders_apart
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.data.prepared import load_prepared
 
@@ -23,6 +24,9 @@ def main() -> None:
     args = parse_stage_args(ap, __file__)
     if args.max_evals is not None and args.max_evals < 1:  # fewer would evaluate nothing and exit 0
         ap.error(f"--max-evals: expected a whole number >= 1, found {args.max_evals}")
+    if not args.watch:  # results inside the prepared data would change that DVC output
+        folders_apart([("--data", args.data), ("--out", args.out)],
+                      "the prepared data; the evaluation's results")
     ev = load_params(args.params).eval
     data = load_prepared(args.data)
     if args.watch:

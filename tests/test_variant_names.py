@@ -247,3 +247,20 @@ def test_a_variant_missing_from_its_group_is_named_with_that_groups_variants(tmp
     assert "no variant 'svhn' under `dataset_ablations:` of" in line, line
     assert "(defined there: none); add it there, e.g. `svhn: {data: {dataset: svhn}}`" in line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_eval_stage_writes_nothing_inside_its_data(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    (tmp_path / "prepared").mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/eval.py"), "--data",
+                           str(tmp_path / "prepared"), "--model", str(tmp_path / "m.pt"),
+                           "--out", str(tmp_path / "prepared/ev")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert (f"--data {tmp_path}/prepared and --out {tmp_path}/prepared/ev: one inside the other"
+            in proc.stderr.strip().splitlines()[-1]), proc.stderr
+    assert list((tmp_path / "prepared").iterdir()) == []
