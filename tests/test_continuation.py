@@ -571,8 +571,9 @@ def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
         text = log.read_text()
         assert "stopped by signal 15 at step" in text, text  # the stage's own checkpoint
         assert text.strip().splitlines()[-1] == (
-            "cifar10 repro: stopped by signal 15; a training stage keeps its checkpoint: run "
-            "the same command again to continue"), text
+            "cifar10 repro: stopped by signal 15; its stages were stopped (a training stage "
+            "writes its checkpoint first, as its last lines above say): run the same command "
+            "again to continue"), text
         assert list((project / "data/train/checkpoints").glob("*.pt"))
     elif how == "guard-kill-9":  # the guard process itself: the command stops its group
         guards = [d.name for d in Path("/proc").iterdir() if d.name.isdigit()
@@ -583,8 +584,7 @@ def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
         text = log.read_text()
         assert "stopped by signal 15 at step" in text, text  # the stage's own checkpoint
         assert text.strip().splitlines()[-1].startswith(
-            "cifar10 repro: its guard killed by signal 9; a training stage keeps its "
-            "checkpoint"), text
+            "cifar10 repro: its guard killed by signal 9; its stages were stopped"), text
     else:
         proc.kill()
         proc.wait()
@@ -620,3 +620,35 @@ def test_a_lease_says_its_age_and_lapses_when_it_cannot_be_a_runs(tmp_path, leas
             mirror._refuse_live_lease(lease)
     else:
         mirror._refuse_live_lease(lease)
+
+
+def test_cifar10_repro_keeps_an_ignored_hangup_ignored(monkeypatch):
+    """Under nohup (SIGHUP ignored) a closed terminal must not stop the run: while dvc
+    runs, repro forwards SIGTERM but leaves an ignored SIGHUP ignored."""
+    import io
+    import signal
+
+    from cifar10_tutorial import repro
+
+    seen = {}
+
+    class Finished:  # stands in for the guard: no output, exit 0, no group left
+        pid = 2 ** 22 + 12345
+        returncode = 0
+
+        @property
+        def stdout(self):
+            seen.update({sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)})
+            return iter(())
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(repro, "start_guarded", lambda cmd, grace, **popen: Finished())
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert repro.repro(["train"], {}, out=io.StringIO()) == 0
+    finally:
+        signal.signal(signal.SIGHUP, old)
+    assert seen[signal.SIGHUP] is signal.SIG_IGN
+    assert seen[signal.SIGTERM] not in (signal.SIG_IGN, signal.SIG_DFL)

@@ -58,7 +58,8 @@ def refuse_foreign_file(path: Path, option: str, what: str, ours) -> None:
         raise PipelineError(f"{option} {path}: {kind}, where this writes {what} of its own; "
                             f"give {option} another path. Nothing was changed.")
     try:
-        text = path.read_bytes()[:1 << 20].decode("utf-8")
+        with open(path, "rb") as f:  # its head only: --out may name a file of any size
+            text = f.read(1 << 20).decode("utf-8")
         mine = bool(ours(text))
     except (OSError, UnicodeDecodeError, ValueError):
         mine = False

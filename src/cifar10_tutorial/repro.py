@@ -69,7 +69,9 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
             _stop_unguarded(proc.pid)
 
     threading.Thread(target=watch, daemon=True).start()
-    ending = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    # a signal ignored here stays ignored (nohup's SIGHUP: a closed terminal stops nothing)
+    ending = [sig for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+              if signal.getsignal(sig) is not signal.SIG_IGN]
     old = {sig: signal.signal(sig, forward) for sig in ending}
     paused, stage = None, None
     try:
@@ -88,8 +90,9 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
             kill_group(proc.pid)
     if got:
         whose = "its guard killed by signal" if code < 0 else "stopped by signal"
-        _say(out, f"cifar10 repro: {whose} {got[0]}; a training stage keeps its "
-                  f"checkpoint: run the same command again to continue")
+        _say(out, f"cifar10 repro: {whose} {got[0]}; its stages were stopped (a training "
+                  f"stage writes its checkpoint first, as its last lines above say): run the "
+                  f"same command again to continue")
         return 128 + got[0]
     if code and stage:
         _say(out, f"cifar10 repro: stage {stage!r} paused at step {paused[0]} of {paused[1]} "
