@@ -221,3 +221,11 @@ def test_torchrun_variables_left_in_the_environment_skip_neither_lock_nor_deadli
     finally:
         first.kill()
         first.wait()
+
+
+def test_a_folder_no_lock_can_be_made_beside_is_said_as_such():
+    """--out /proc/x: the lock's folder takes no file; one line saying so (not a lock 'to
+    remove' that is not there)."""
+    with pytest.raises(PipelineError, match=r"^/proc: cannot write there \(.+\), and the run "
+                                            r"writes in it"):
+        hold_run_lock(__import__("pathlib").Path("/proc/x"), "a test")

@@ -182,6 +182,7 @@ def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> Non
     if key in _held:  # this process holds it already (--out and --live the same folder)
         return
     path = real.parent / f".{hidden_stem(real.name)}{'.' + host if host else ''}{RUN_LOCK_SUFFIX}"
+    ensure_writable(path.parent)  # a folder no file can be made in (/proc): said as such
     path.parent.mkdir(parents=True, exist_ok=True)
     fix = "remove it (or give this run another output folder); nothing was changed"
     try:  # O_NONBLOCK: a FIFO there must not hang the open
