@@ -282,17 +282,31 @@ def _inside_checkout(root: Path, baseline: Optional[str], config: Path) -> None:
         return
     path = Path(str(baseline))
     where = (root / path).resolve()
-    if path.is_absolute() or ".." in path.parts or not where.is_relative_to(root.resolve()) \
-            or where == root.resolve():
-        raise PipelineError(f"{config}: regression.baseline: {str(baseline)[:120]!r} leads out "
-                            f"of the checkout ({where}); expected a path inside it (as "
-                            f"reports/baseline/NAME.json), where the gate reads and writes it")
+    how = ("is an absolute path" if path.is_absolute() else "goes up (..)" if ".." in path.parts
+           else "names the checkout itself" if where == root.resolve()
+           else None if where.is_relative_to(root.resolve()) else "leads out of the checkout")
+    if how is not None:
+        raise PipelineError(f"{config}: regression.baseline: {str(baseline)[:120]!r} {how} "
+                            f"({where}); expected a path relative to the checkout and inside "
+                            f"it (as reports/baseline/NAME.json), where the gate reads and "
+                            f"writes it")
     from cifar10_tutorial.regression import not_a_baseline
 
     why = not_a_baseline(where if not (root / path).is_symlink() else root / path)
     if why is not None:  # what --update-baseline would overwrite, and the gate read
         raise PipelineError(f"{config}: regression.baseline: {baseline}: {why}; give a path of "
                             f"its own (as reports/baseline/NAME.json). Nothing was run.")
+
+
+def _committed(root: Path, path: Path) -> Optional[str]:
+    """Why ``path`` is the checkout's own (a file git tracks there: a committed baseline or
+    result), or None."""
+    where = path.resolve()
+    if not where.is_file() or not where.is_relative_to(root.resolve()):
+        return None
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "--", str(where)], cwd=root,
+                             capture_output=True).returncode == 0
+    return "a file the checkout's git tracks (a committed baseline or result)" if tracked else None
 
 
 def _baseline_of_its_own(root: Path, name: str, baseline: str) -> None:
@@ -352,7 +366,10 @@ def _place_baseline(name: str, baseline: Optional[str], root: Path, project: Pat
     regression.baseline null)."""
     if baseline_file is not None:
         if not baseline:
-            raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline")
+            raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline, the path "
+                                f"--baseline's file is put at; add one to its params (as "
+                                f"regression.baseline: reports/baseline/{name}.json), or run "
+                                f"without --baseline")
         (project / baseline).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(baseline_file, project / baseline)
         return None
@@ -401,7 +418,8 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
     if metrics_out is not None:
         from cifar10_tutorial.regression import not_a_baseline
 
-        if (why := not_a_baseline(metrics_out)) is not None:  # refused now, not after the run
+        why = not_a_baseline(metrics_out) or _committed(root, metrics_out)
+        if why is not None:  # refused now, not after the run
             raise PipelineError(f"--metrics-out {metrics_out}: {why}, where this run writes "
                                 f"its metrics in the baseline's format; give another path. "
                                 f"Nothing was run.")
@@ -485,6 +503,10 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, stop)
 
     def go() -> None:
+        if args.baseline and args.update_baseline:  # the one would be read, the other written
+            raise PipelineError("--baseline and --update-baseline: give one (--update-baseline "
+                                "rewrites the configuration's own baseline; --baseline gates "
+                                "against another file)")
         if (args.baseline or args.metrics_out) and len(args.config) != 1:
             raise PipelineError("--baseline and --metrics-out take one configuration, found "
                                 f"{len(args.config)} ({' '.join(args.config)}); run each alone")

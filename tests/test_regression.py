@@ -594,18 +594,21 @@ def test_a_ci_configuration_name_is_never_a_path(tmp_path, name):
         ci.load_config(name, tmp_path / "r")
 
 
-@pytest.mark.parametrize("baseline", ["../../outside.json", "/tmp/outside.json",
-                                      "reports/../../outside.json", "."])
-def test_a_baseline_outside_the_checkout_is_refused_before_the_run(tmp_path, baseline, capsys):
+@pytest.mark.parametrize("baseline, how", [
+    ("../../outside.json", "goes up"), ("/tmp/outside.json", "is an absolute path"),
+    ("reports/../../outside.json", "goes up"), (".", "names the checkout itself"),
+    ("ABS/reports/baseline/b.json", "is an absolute path")])
+def test_a_baseline_outside_the_checkout_is_refused_before_the_run(tmp_path, baseline, how,
+                                                                   capsys):
     """regression.baseline is read and (--update-baseline) written in the checkout: a path
     out of it is refused in one line before anything runs or is written."""
     ci = _ci_module()
     root = tmp_path / "r"
     (root / ".ci" / "configs").mkdir(parents=True)
+    baseline = baseline.replace("ABS", str(root))  # inside the checkout, but not relative
     (root / ".ci/configs/esc.yaml").write_text(
         f"archive: synthetic\nparams: {{regression.baseline: '{baseline}'}}\n")
-    with pytest.raises(PipelineError, match=r"esc.yaml: regression.baseline: .* leads out of "
-                                            r"the checkout"):
+    with pytest.raises(PipelineError, match=rf"esc.yaml: regression.baseline: .* {how} "):
         ci.run_config("esc", root, update_baseline=True)
     assert "$ dvc" not in capsys.readouterr().out
 
@@ -668,6 +671,30 @@ def test_a_config_folder_and_an_unread_real_archive_are_one_line(tmp_path, monke
             ci.main(argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and re.search(said, err[0]), err
+
+
+def test_metrics_out_onto_a_committed_file_or_with_both_baseline_options_is_refused(
+        tmp_path, capsys, monkeypatch):
+    """--metrics-out naming a file the checkout's git tracks (another configuration's
+    committed baseline) is refused before the run; so is --baseline with
+    --update-baseline (one would be read, the other written)."""
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    (root / ".ci/configs/t.yaml").write_text("archive: synthetic\n")
+    committed = root / "reports/baseline/ci-other.json"
+    committed.parent.mkdir(parents=True)
+    committed.write_text('{"eval.precision_at_1": 0.5}\n')
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    with pytest.raises(PipelineError, match=r"--metrics-out .*ci-other.json: a file the "
+                                            r"checkout's git tracks .* Nothing was run\.$"):
+        ci.run_config("t", root, metrics_out=committed)
+    assert committed.read_text() == '{"eval.precision_at_1": 0.5}\n'
+    monkeypatch.chdir(root)
+    with pytest.raises(SystemExit):
+        ci.main(["t", "--baseline", str(committed), "--update-baseline"])
+    assert "--baseline and --update-baseline: give one" in capsys.readouterr().err
 
 
 def test_the_regression_stage_updates_only_a_baseline(tmp_path):
