@@ -656,3 +656,23 @@ def test_an_out_among_a_stages_outputs_is_refused(tmp_path, monkeypatch, out, ho
                                             rf"stage '{stage}'.* Nothing was changed\.$"):
         publish("baseline", tmp_path / "none.pt", tmp_path / "none", Path(out))
     assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
+def test_an_out_among_a_foreach_output_of_a_variant_not_run_yet_is_refused(tmp_path,
+                                                                            monkeypatch):
+    """A variant defined but never run has no lock entry: its output comes from the
+    foreach template (`${key}` standing for any name)."""
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports/dvc.yaml").write_text(
+        "stages:\n  ablation:\n    foreach: [baseline, zz]\n    do:\n      wdir: ..\n"
+        "      cmd: x ${key}\n      outs:\n      - reports/ablations/${key}/eval\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError, match=r"^--out reports/ablations/zz/eval: is "
+                                            r"reports/ablations/\$\{key\}/eval, an output of the "
+                                            r"DVC stage 'ablation@zz'"):
+        publish("zz", tmp_path / "none.pt", tmp_path / "none", Path("reports/ablations/zz/eval"))
+    with pytest.raises(PipelineError, match=r"^--out reports/ablations/zz/eval/pub: lies inside "
+                                            r".* the DVC stage 'ablation@zz'"):
+        publish("zz", tmp_path / "none.pt", tmp_path / "none",
+                Path("reports/ablations/zz/eval/pub"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]

@@ -330,9 +330,24 @@ def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
             paths += [(name, e.get("path", "")) for name, rec in (locked or {}).items()
                       if str(name).split("@")[0] == stage and isinstance(rec, dict)
                       for e in (rec.get("outs") or []) if isinstance(e, dict)]
-            found += [(name, base / str(path)) for name, path in dict.fromkeys(paths)
-                      if path and "${" not in str(path)]
-    return found
+            found += [(name, Path(os.path.normpath(base / str(path))))
+                      for name, path in dict.fromkeys(paths) if path]
+    # the resolved paths (the locks') first: they name the variant's own stage
+    return sorted(found, key=lambda item: "${" in str(item[1]))
+
+
+def _overlap(where: Path, output: Path) -> Optional[str]:
+    """How the resolved folder ``where`` meets ``output`` (a path whose ``${...}`` parts, a
+    foreach stage's, stand for any one name): "is", "lies inside", "holds", or None."""
+    parts = output.parts
+    fixed = next((i for i, part in enumerate(parts) if "${" in part), len(parts))
+    parts = Path(*parts[:fixed]).resolve().parts + parts[fixed:]
+    mine = where.parts
+    same = all("${" in t or t == w for t, w in zip(parts, mine))
+    if not same:
+        return None
+    return ("is" if len(mine) == len(parts) else "lies inside" if len(mine) > len(parts)
+            else "holds")
 
 
 def _outside_stage_outputs(out: Path, pipelines=PIPELINES) -> None:
@@ -340,10 +355,12 @@ def _outside_stage_outputs(out: Path, pipelines=PIPELINES) -> None:
     changed, and replace or remove the published folder on the stage's next run."""
     where = out.resolve()
     for stage, path in stage_outputs(pipelines):
-        path = path.resolve()
-        if where == path or path in where.parents or where in path.parents:
-            how = ("is" if where == path else "lies inside" if path in where.parents
-                   else "holds")
+        how = _overlap(where, path)
+        if how is not None:
+            if "${" in str(path) and how != "holds":  # the variant a foreach would name
+                fixed = next(i for i, part in enumerate(path.parts) if "${" in part)
+                at = len(Path(*path.parts[:fixed]).resolve().parts)
+                stage = f"{stage}@{where.parts[at]}"
             raise PipelineError(f"--out {out}: {how} {path}, an output of the DVC stage "
                                 f"{stage!r}, which DVC would find changed and replace on the "
                                 f"stage's next run; give --out a folder outside the pipelines' "
