@@ -260,29 +260,25 @@ def _part(what: str, make):
                             f"rerun what writes it, then rerun this") from None
 
 
-SEAL = re.compile(r" \(sha256 ([0-9a-f]{16}) of the lines below\)")
+SEAL = re.compile(r" \(sha256 ([0-9a-f]{16}) of this page\)")
 
 
-def _body_digest(lines: list[str], at: int) -> str:
-    return hashlib.sha256("\n".join(lines[at + 1:]).encode()).hexdigest()[:16]
+def _digest(text: str) -> str:
+    """The sha256 of the page without its seal (the seal cannot hold its own digest)."""
+    return hashlib.sha256(SEAL.sub("", text, count=1).encode()).hexdigest()[:16]
 
 
 def _sealed(text: str) -> str:
-    """The page with the sha256 of its lines below the generated-by line in that line: a
-    later run tells a page edited by hand (whose edits it would lose) from its own."""
-    lines = text.split("\n")
-    at = next(i for i, line in enumerate(lines) if line.startswith(GENERATED))
-    lines[at] = lines[at].replace(" -->", f" (sha256 {_body_digest(lines, at)} of the lines "
-                                          f"below) -->", 1)
-    return "\n".join(lines)
+    """The page with the sha256 of the whole page in its generated-by line: a later run
+    tells a page edited by hand (whose edits it would lose) from its own."""
+    return text.replace(" -->", f" (sha256 {_digest(text)} of this page) -->", 1)
 
 
 def edited_by_hand(text: str) -> bool:
-    """Whether a page this wrote was edited since (its lines no longer give its seal)."""
-    lines = text.split("\n")
-    at = next((i for i, line in enumerate(lines) if line.startswith(GENERATED)), None)
-    seal = SEAL.search(lines[at]) if at is not None else None
-    return seal is not None and seal.group(1) != _body_digest(lines, at)
+    """Whether the page was edited since this wrote it: its seal missing (taken out with
+    an edit) or no longer the page's digest."""
+    seal = SEAL.search(text)
+    return seal is None or seal.group(1) != _digest(text)
 
 
 def render(root: Path = Path(".")) -> str:
@@ -355,8 +351,8 @@ def main(argv=None) -> None:
                                 f"move it away. Nothing was written.")
         if edited_by_hand(out.read_text(errors="replace")):
             raise PipelineError(f"--out {out}: edited by hand since this command wrote it (its "
-                                f"lines no longer give the sha256 its top line records), and "
-                                f"the edits would be lost; move them elsewhere and restore "
+                                f"seal, the sha256 its generated-by line records, is gone or "
+                                f"no longer matches), and the edits would be lost; move them elsewhere and restore "
                                 f"the page (`git checkout -- {out}`), then rerun. Nothing was "
                                 f"written.")
     from cifar10_tutorial.ownership import ensure_writable

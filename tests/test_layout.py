@@ -517,7 +517,10 @@ def test_the_results_page_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, w
         main(["--out", str(out)])
     assert what == "folder" or out.read_text() == before
     if what == "users-file":
-        out.write_text(f"{GENERATED} from the files in reports/; do not edit by hand -->\nold\n")
+        from results_page import _sealed  # an older page of its own, unedited
+
+        out.write_text(_sealed(f"{GENERATED} from the files in reports/; do not edit by hand "
+                               f"-->\nold\n"))
         main(["--out", str(out)])
         assert out.read_text() == (ROOT / "docs/results.md").read_text()
 
@@ -532,8 +535,10 @@ def test_the_results_page_edited_by_hand_is_not_replaced(tmp_path, monkeypatch):
     out = tmp_path / "page.md"
     main(["--out", str(out)])
     main(["--out", str(out)])  # its own, unedited: replaced
-    edited = out.read_text() + "\nMY NOTES\n"
-    out.write_text(edited)
-    with pytest.raises(PipelineError, match=r"edited by hand since this command wrote it"):
-        main(["--out", str(out)])
-    assert out.read_text() == edited
+    page = out.read_text()
+    for edited in (page + "\nMY NOTES\n", page.replace("# Results", "# Results: MY NOTES"),
+                   __import__("re").sub(r" \(sha256 \w+ of this page\)", "", page) + "notes"):
+        out.write_text(edited)
+        with pytest.raises(PipelineError, match=r"edited by hand since this command wrote it"):
+            main(["--out", str(out)])
+        assert out.read_text() == edited
