@@ -152,7 +152,8 @@ def test_the_kubernetes_pods_command_runs_a_two_node_job_here(synth_data, tmp_pa
     assert sum((tmp_path / f"pod{i}/data/train/model.pt").is_file() for i in range(2)) == 1
 
 
-@pytest.mark.parametrize("margin", ["10m", "end", "x[$(touch pwned)]", ""])
+@pytest.mark.parametrize("margin", ["10m", "end", "x[$(touch pwned)]", "",
+                                    "99999999999999999999"])
 def test_a_margin_that_is_not_whole_seconds_stops_the_job_in_one_line(tmp_path, margin):
     """CIFAR10_MARGIN_S is read as whole seconds before bash arithmetic sees it: a word
     (`end`, a variable of the script) would silently set the deadline to 0."""
@@ -168,3 +169,14 @@ def test_a_margin_that_is_not_whole_seconds_stops_the_job_in_one_line(tmp_path, 
     assert proc.stderr.strip() == (f"error: CIFAR10_MARGIN_S: expected whole seconds (600), "
                                    f"found '{margin}'")
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_margin_with_a_leading_zero_is_read_as_decimal(tmp_path):
+    """08 is eight seconds, not an octal error: the job goes on to the stage."""
+    bin_dir = fake_scheduler(tmp_path)
+    env = {**job_env(bin_dir, tmp_path, datetime.now() + timedelta(hours=1), 0),
+           "CIFAR10_MARGIN_S": "08"}
+    proc = subprocess.run(["bash", str(SBATCH)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert "CIFAR10_MARGIN_S" not in proc.stderr and "value too great" not in proc.stderr, \
+        proc.stderr
