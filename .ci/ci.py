@@ -453,12 +453,16 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
                 apply_overrides(project / "params.yaml", {"regression.baseline": None})
                 rc = _run(["dvc", "repro"], project, env)
                 _keep_results(project, root, name, metrics_out)
+                if rc == 0 and config.get("report"):  # the exercise pipeline runs all the same
+                    rc = _run(["dvc", "repro", "reports/dvc.yaml:report"], project, env)
                 print(f"CI configuration {name}: NO BASELINE ({no_baseline}): GATED NOTHING; the "
                       f"pipeline {'ran through' if rc == 0 else 'FAILED'}")
                 return rc
             if update_baseline:
                 if not baseline:
-                    raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline")
+                    raise PipelineError(f"{CONFIGS / name}.yaml sets no regression.baseline, the "
+                                        f"file --update-baseline writes; add one to its params "
+                                        f"(as regression.baseline: reports/baseline/{name}.json)")
                 rc = (_run(["dvc", "repro", "eval"], project, env)
                       or _run([sys.executable, "stages/regression.py", "--update"], project, env))
                 if rc == 0:
@@ -503,10 +507,16 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, stop)
 
     def go() -> None:
-        if args.baseline and args.update_baseline:  # the one would be read, the other written
-            raise PipelineError("--baseline and --update-baseline: give one (--update-baseline "
-                                "rewrites the configuration's own baseline; --baseline gates "
-                                "against another file)")
+        given = [o for o, v in (("--baseline", args.baseline),
+                                ("--update-baseline", args.update_baseline),
+                                ("--no-baseline", args.no_baseline is not None)) if v]
+        if len(given) > 1:  # one would be read (or written), the other silently dropped
+            raise PipelineError(f"{' and '.join(given)}: give one (--baseline gates against "
+                                f"another file, --update-baseline rewrites the configuration's "
+                                f"own, --no-baseline gates nothing)")
+        if args.no_baseline is not None and not args.no_baseline.strip():
+            raise PipelineError("--no-baseline: expected the reason nothing is gated (it is "
+                                "said in the verdict), found none")
         if (args.baseline or args.metrics_out) and len(args.config) != 1:
             raise PipelineError("--baseline and --metrics-out take one configuration, found "
                                 f"{len(args.config)} ({' '.join(args.config)}); run each alone")

@@ -692,9 +692,16 @@ def test_metrics_out_onto_a_committed_file_or_with_both_baseline_options_is_refu
         ci.run_config("t", root, metrics_out=committed)
     assert committed.read_text() == '{"eval.precision_at_1": 0.5}\n'
     monkeypatch.chdir(root)
-    with pytest.raises(SystemExit):
-        ci.main(["t", "--baseline", str(committed), "--update-baseline"])
-    assert "--baseline and --update-baseline: give one" in capsys.readouterr().err
+    for argv, said in ((["--baseline", str(committed), "--update-baseline"],
+                        "--baseline and --update-baseline: give one"),
+                       (["--baseline", str(committed), "--no-baseline", "why"],
+                        "--baseline and --no-baseline: give one"),
+                       (["--update-baseline", "--no-baseline", "why"],
+                        "--update-baseline and --no-baseline: give one"),
+                       (["--no-baseline", " "], "--no-baseline: expected the reason")):
+        with pytest.raises(SystemExit):
+            ci.main(["t", *argv])
+        assert said in capsys.readouterr().err
 
 
 def test_the_regression_stage_updates_only_a_baseline(tmp_path):
@@ -855,3 +862,24 @@ def test_a_killed_ci_run_leaves_no_process_and_its_scratch_goes_next_time(tmp_pa
             ".ci/configs/short.yaml's run): GATED NOTHING; the pipeline ran through") in \
         done.stdout, done.stdout
     assert "passed" not in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.e2e
+def test_a_configuration_with_the_report_runs_it_also_without_a_baseline(tmp_path):
+    """report: true asks for the exercise pipeline: a run that gates nothing (no baseline)
+    still runs it, and says NO BASELINE."""
+    clone = _clone_with_working_ci(tmp_path / "c")
+    (clone / ".ci/configs/rep.yaml").write_text(
+        "archive: synthetic\narchive_args: {train_per_batch: 20, test: 50}\nreport: true\n"
+        "params: {train.max_steps: 2, train.batch_size: 16, eval.every_steps: 0, "
+        "train.device: cpu, regression.baseline: null}\n"
+        "exercise_params: {ablation.max_steps: 2, train.batch_size: 16, train.device: cpu, "
+        "eval.batch_size: 50, input.min_fraction_of_examples_in_queue: 0.1, "
+        "ablations: {baseline: {}, softmax: {model: {output: softmax}}, "
+        "no_lrn: {model: {lrn: false}}}, dataset_ablations: {}}\n")
+    done = subprocess.run([sys.executable, ".ci/ci.py", "rep"], cwd=clone, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert "$ dvc repro reports/dvc.yaml:report" in done.stdout
+    assert "wrote reports/report.md" in done.stdout, done.stdout[-3000:]
+    assert "NO BASELINE (regression.baseline is null" in done.stdout.splitlines()[-1]
