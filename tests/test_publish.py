@@ -632,6 +632,16 @@ def test_a_card_for_a_folder_named_like_an_option_still_runs(finished, tmp_path)
         assert words[words.index(option) + 1] == value, line
 
 
+@pytest.mark.parametrize("out", [".git/pub", ".dvc/cache/pub"])
+def test_an_out_in_gits_or_dvcs_own_folder_is_refused(tmp_path, monkeypatch, out):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".dvc").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError, match=r"inside .git/ or .dvc/, git's and DVC's own"):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", Path(out))
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [".dvc", ".git"]
+
+
 @pytest.mark.parametrize("out, how, stage", [
     ("reports/ablations/baseline/eval/pub", "lies inside", "ablation@baseline"),
     ("data/prepared", "is", "preprocess"),

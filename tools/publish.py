@@ -376,6 +376,10 @@ def publish(name: str, model: Path, results: Path, out: Path,
                             f"character, which the model card's commands cannot show; give "
                             f"another path. Nothing was changed.")
     _outside_stage_outputs(out)
+    if {".git", ".dvc"} & set(out.resolve().parts):  # git's and DVC's own folders
+        raise PipelineError(f"--out {out}: inside .git/ or .dvc/, git's and DVC's own "
+                            f"folders; give --out a folder of its own (models/NAME by "
+                            f"default). Nothing was changed.")
     _held(out)  # a link or a file at --out: refused before anything is changed beside it
     # a folder --out cannot be made in (a file above it, /proc): one line, before the
     # records are read
