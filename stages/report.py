@@ -25,7 +25,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
     params = load_params(args.params, EXERCISES)
-    refuse_stale_definitions(args.ablations, params)
+    refuse_stale_definitions(args.ablations, {**params.ablations, **params.dataset_ablations})
     path = make_report(args.ablations, args.out, dict(params.ablations),
                        dict(params.dataset_ablations), args.search, args.equivalence,
                        args.devices_timing, args.tf_reference, params.ablation.trial_steps)

@@ -745,7 +745,7 @@ def test_a_variant_whose_definition_changed_since_its_results_is_refused(tmp_pat
     root = tmp_path / "ablations"
     shutil.copytree(ROOT / "reports/ablations/softmax", root / "softmax")
     params = load_params(ROOT / "reports/params.yaml", EXERCISES)
-    refuse_stale_definitions(root, params)
+    refuse_stale_definitions(root, params.ablations)
     text = (ROOT / "reports/params.yaml").read_text().replace(
         "  softmax:", "  softmax:\n    model: {output: softmax, lrn: false}\n  softmax_old:", 1)
     (tmp_path / "params.yaml").write_text(text)
@@ -753,4 +753,4 @@ def test_a_variant_whose_definition_changed_since_its_results_is_refused(tmp_pat
     assert edited.ablations["softmax"]["model"]["lrn"] is False
     with pytest.raises(PipelineError, match=r"softmax/variant.json: softmax was made with lrn "
                                             r"true, but reports/params.yaml now gives it false"):
-        refuse_stale_definitions(root, edited)
+        refuse_stale_definitions(root, edited.ablations)

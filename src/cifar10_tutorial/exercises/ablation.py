@@ -157,8 +157,8 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
         stage, script_name = STAGES[other]
         raise PipelineError(f"{args.name} is a variant of `{other}:`; run it with `dvc repro "
                             f"reports/dvc.yaml:{stage}@{args.name}` ({script_name})")
-    if args.name not in getattr(params, group):  # named with the group this stage runs
-        defined = ", ".join(getattr(params, group)) or "none"
+    if args.name not in (raw.get(group) or {}):  # named with the group this stage runs
+        defined = ", ".join(map(str, raw.get(group) or {})) or "none"
         example = ("{data: {dataset: svhn}}" if group == "dataset_ablations"
                    else "{model: {lrn: false}}")
         raise PipelineError(f"no variant {args.name!r} under `{group}:` of {args.params} "

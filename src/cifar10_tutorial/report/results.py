@@ -413,34 +413,39 @@ def machine_of(device: str) -> str:
     return str(device).split(",")[0]
 
 
-def refuse_stale_definitions(ablations_root: Path, params) -> None:
-    """Each variant's results were made under its definition as reports/params.yaml gives it
-    now: what its variant.json records (network, schedule, batch, seed, queue) against the
-    variant's params. A definition edited since (the results not rerun) is one line naming
-    the variant: its old results would be reported as the answers for the new one."""
-    from ..params import variant_params
+# what a variant.json records (the ablation stage writes it from the variant's params), by
+# the params key that sets it
+RECORDED = {"schedule": ("train", "schedule"), "batch_size": ("train", "batch_size"),
+            "seed": ("train", "seed"), "shuffle": ("input", "shuffle"),
+            "min_fraction_of_examples_in_queue": ("input", "min_fraction_of_examples_in_queue"),
+            "head": ("model", "head"), "output": ("model", "output"), "lrn": ("model", "lrn"),
+            "dataset": ("data", "dataset")}
 
-    for group in ("ablations", "dataset_ablations"):
-        for name in getattr(params, group):
-            path = Path(ablations_root) / name / "variant.json"
-            try:
-                made = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, ValueError):
-                continue  # not run yet, or damaged: said where the results are read
-            if not isinstance(made, dict):
-                continue
-            vp = variant_params(params, name)
-            now = {"schedule": vp.train.schedule, "batch_size": vp.train.batch_size,
-                   "seed": vp.train.seed, "shuffle": vp.input.shuffle,
-                   "min_fraction_of_examples_in_queue": vp.input.min_fraction_of_examples_in_queue,
-                   "head": vp.model.head, "output": vp.model.output, "lrn": vp.model.lrn}
-            changed = [k for k, v in now.items() if k in made and made[k] != v]
-            if changed:
-                k = changed[0]
-                stage = "ablation" if group == "ablations" else "dataset_ablation"
-                raise PipelineError(
-                    f"{path}: {name} was made with {k} {json.dumps(made[k])}, but "
-                    f"reports/params.yaml now gives it {json.dumps(now[k])}"
-                    f"{f' (and {len(changed) - 1} more)' if len(changed) > 1 else ''}: its "
-                    f"results are not the new definition's; rerun it (`dvc repro "
-                    f"reports/dvc.yaml:{stage}@{name}`), then the report")
+
+def refuse_stale_definitions(ablations_root: Path, variants: dict) -> None:
+    """Each variant's results were made under its definition as reports/params.yaml gives it
+    now: every setting a variant's overrides (``variants``: name -> overrides, both groups)
+    give that its variant.json records (network, schedule, batch, seed, queue, data set)
+    must be what it records. A definition edited since (the results not rerun) is one line
+    naming the variant: its old results would be reported as the answers for the new one.
+    (The overrides only: the report's params are the variants', not the baseline's.)"""
+    for name, overrides in variants.items():
+        path = Path(ablations_root) / name / "variant.json"
+        try:
+            made = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue  # not run yet, or damaged: said where the results are read
+        if not isinstance(made, dict) or not isinstance(overrides, dict):
+            continue
+        changed = [(k, (overrides.get(section) or {})[key]) for k, (section, key) in
+                   RECORDED.items() if k in made and isinstance(overrides.get(section), dict)
+                   and key in overrides[section] and overrides[section][key] != made[k]]
+        if changed:
+            k, now = changed[0]
+            raise PipelineError(
+                f"{path}: {name} was made with {k} {json.dumps(made[k])}, but "
+                f"reports/params.yaml now gives it {json.dumps(now)}"
+                f"{f' (and {len(changed) - 1} more)' if len(changed) > 1 else ''}: its "
+                f"results are not the new definition's; rerun it (`dvc repro "
+                f"reports/dvc.yaml:ablation@{name}`, or dataset_ablation@{name}), then the "
+                f"report")
