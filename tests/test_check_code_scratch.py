@@ -184,4 +184,7 @@ def test_a_variant_out_of_disk_in_the_scratch_folder_names_tmpdir(tmp_path):
     assert said.startswith(f" (the check's scratch folder {tree.parent} is in the temporary "
                            f"folder, ") and "point TMPDIR at a folder with a few GB free" in said
     assert check_code._scratch_full(tree, full.replace(str(tree.parent), "/elsewhere")) == ""
+    # DVCLive's own writes fail without a file name: still the scratch's disk
+    unnamed = f"error: an output file: {os.strerror(28)}; free disk space there, then rerun"
+    assert "point TMPDIR at a folder" in check_code._scratch_full(tree, unnamed)
     assert check_code._scratch_full(tree, f"error: {tree}/x: Permission denied") == ""

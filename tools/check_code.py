@@ -407,7 +407,9 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
 def _scratch_full(tree: Path, said: str) -> str:
     """Where a variant ran out of disk in this check's scratch folder, what to do: the
     scratch lives in the temporary folder (TMPDIR), not in the stage's outputs."""
-    if os.strerror(errno.ENOSPC) not in said or str(tree.parent) not in said:
+    if os.strerror(errno.ENOSPC) not in said:
+        return ""
+    if str(tree.parent) not in said and "an output file:" not in said:  # a full disk elsewhere
         return ""
     free = shutil.disk_usage(tree.parent).free
     return (f" (the check's scratch folder {tree.parent} is in the temporary folder, "
