@@ -754,3 +754,61 @@ def test_a_variant_whose_definition_changed_since_its_results_is_refused(tmp_pat
     with pytest.raises(PipelineError, match=r"softmax/variant.json: softmax was made with lrn "
                                             r"true, but reports/params.yaml now gives it false"):
         refuse_stale_definitions(root, edited.ablations)
+
+
+def test_a_second_report_on_the_same_folder_waits_for_none_and_changes_nothing(tmp_path):
+    """Two reports at once on one folder would swap their sets into each other's: the
+    second stops at once in one line naming the first, and the first ends whole."""
+    import time
+
+    from cifar10_tutorial.errors import PipelineError
+
+    root, out, before = _old_set(tmp_path)
+    flag = tmp_path / "drawing"
+    code = (f"import pathlib, time\nimport cifar10_tutorial.report.report as R\n"
+            f"old = R._no_lrn\n"
+            f"def slow(r):\n    pathlib.Path({str(flag)!r}).write_text('x')\n"
+            f"    time.sleep(4)\n    return old(r)\n"
+            f"R._no_lrn = slow\nR.make_report({str(root)!r}, {str(out)!r}, {OVERRIDES!r})\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+    first = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not flag.exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert flag.exists(), first.stderr.read()
+        with pytest.raises(PipelineError, match=rf"{re.escape(str(out))}: another run is writing "
+                                                rf"there \(pid {first.pid}, since .+: the report"):
+            make_report(root, out, OVERRIDES)
+        # the second touched nothing (the first's staging folders aside)
+        assert {k: v for k, v in _snapshot(out).items()
+                if f".staging-{first.pid}-" not in k} == before
+    finally:
+        rc = first.wait(timeout=300)
+    assert rc == 0, first.stderr.read()
+    assert "60.0%" in (out / "report.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["plots", "report.md", "tables"]
+
+
+@pytest.mark.parametrize("where", ["the-folder", "inside-it"])
+def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkeypatch, where):
+    """--out at a published folder (or a folder in one): refused before anything is
+    written; the published files stay as they were."""
+    from cifar10_tutorial.errors import PipelineError
+
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    published = tmp_path / "models" / "baseline"
+    published.mkdir(parents=True)
+    (published / "published.json").write_text('{"files": {}}')
+    (published / "README.md").write_text("# card\n")
+    before = _snapshot(published)
+    out = published if where == "the-folder" else published / "sub"
+    with pytest.raises(PipelineError, match=rf"--out {re.escape(str(out))}: inside "
+                                            rf"{re.escape(str(published))}, a folder of "
+                                            rf"published weights"):
+        make_report(root, out, OVERRIDES)
+    assert _snapshot(published) == before
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["baseline"]

@@ -47,13 +47,13 @@ from cifar10_tutorial.cli import run_stage
 from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import recover_swapped_folder, staging_folder, swap_in_folder
-from cifar10_tutorial.ownership import ensure_writable, listed
+from cifar10_tutorial.ownership import PUBLISHED_MANIFEST, ensure_writable, listed
 from cifar10_tutorial.model_files import load_model_file
 from publish_records import RERUN, Records, read_json, read_records, sha256
 from cifar10_tutorial.report.results import device_text
 
 CARD = "README.md"
-MANIFEST = "published.json"
+MANIFEST = PUBLISHED_MANIFEST
 FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", CARD)
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # a variant's name, as reports/params.yaml's
 BUILDING = ".publish-building"  # the mark of a folder publish is building, its first file

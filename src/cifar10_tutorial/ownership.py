@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -155,6 +156,7 @@ def ensure_writable(*folders: Path) -> None:
                                 f"{hint[1:]}, then rerun.") from None
 
 
+PUBLISHED_MANIFEST = "published.json"  # in a folder of published weights (tools/publish.py)
 RUN_LOCK_SUFFIX = ".run-lock"
 _held: dict = {}  # resolved folder -> its open lock file, held until the process ends
 
@@ -208,3 +210,20 @@ def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> Non
     f.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n")
     f.flush()
     _held[key] = f
+
+
+@contextmanager
+def run_lock(folder: Path, command: str):
+    """:func:`hold_run_lock` for the length of a block, for a command a process may run
+    more than once (the report, from a notebook or a test): released when the block ends,
+    unless this process held it before."""
+    real = Path(os.path.realpath(folder))
+    key = f"{real}|"
+    held = key in _held
+    hold_run_lock(folder, command)
+    try:
+        yield
+    finally:
+        if not held and key in _held:
+            _held.pop(key).close()
+

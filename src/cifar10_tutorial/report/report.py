@@ -17,7 +17,7 @@ from typing import Optional
 import pandas as pd
 
 from ..errors import PipelineError
-from ..ownership import refuse_foreign_file
+from ..ownership import PUBLISHED_MANIFEST, refuse_foreign_file, run_lock
 from ..files import (ending_signals_unwind, recover_swapped_folder, signals_held, staging_folder,
                      swap_in_folder, write_text_atomic)
 from ..params import queue_sizes
@@ -56,6 +56,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                                 f"`ablations:`; run `dvc repro reports/dvc.yaml:report`.")
         df = df.loc[[v for v in variants if v in df.index]]
     out = Path(out)
+    refuse_published(out)
     for name in FOLDERS:  # the report's own folders: never a link it would write through
         if (out / name).is_symlink() or ((out / name).exists() and not (out / name).is_dir()):
             raise PipelineError(f"{out / name}: a {'link' if (out / name).is_symlink() else 'file'}"
@@ -68,7 +69,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                         lambda text: text.startswith("the report stage is swapping"))
     out.mkdir(parents=True, exist_ok=True)
     swapping = out / SWAPPING
-    with ending_signals_unwind():  # a stop from outside runs the clean-up below
+    # one report at a time in a folder: two would swap their sets into each other's
+    with run_lock(out, "the report (cifar10 report or the report stage)"), \
+            ending_signals_unwind():  # a stop from outside runs the clean-up below
         if swapping.is_file() and not swapping.is_symlink():
             print(f"note: {out}: the last report was killed while it swapped in its files "
                   f"(report.md, tables/ and plots/ may be of two runs): this one replaces "
@@ -112,6 +115,18 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                 if folder.is_dir():  # not swapped in (or the old one, kept): only the report's
                     recover_swapped_folder(out / name, _written(out / name), WRITTEN, _written)
     return report
+
+
+def refuse_published(out: Path) -> None:
+    """A folder of published weights (its manifest, published.json, in it or in a folder
+    above it) is not a place for a report: its card and manifest list what it holds."""
+    real, here = Path(out).resolve(), Path.cwd().resolve()
+    # the folder and those above it in the checkout (a user's home is not looked at)
+    for folder in (real, *(p for p in real.parents if here in p.parents)):
+        if (folder / PUBLISHED_MANIFEST).is_file():
+            raise PipelineError(f"--out {out}: inside {folder}, a folder of published weights "
+                                f"({PUBLISHED_MANIFEST} lists what it holds); give --out "
+                                f"another folder. Nothing was changed.")
 
 
 TITLE = "# The tutorial's exercises, measured"  # report.md's first line
