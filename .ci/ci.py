@@ -39,7 +39,7 @@ from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_output
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.param_types import key_twice, load_yaml12
 from cifar10_tutorial.files import md5_of, scratch_folder, write_text_atomic
-from cifar10_tutorial.guard import group_alive, kill_group, start_guarded, stop_guarded
+from cifar10_tutorial.guard import group_alive, kill_group, start_guarded, stop_group, stop_guarded
 
 CONFIGS = Path(".ci/configs")
 # configurations that may run without a committed baseline: the official archive's can
@@ -234,13 +234,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             pass
     else:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError):
-            pass
-        deadline = time.monotonic() + GRACE
-        while group_alive(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        stop_group(proc.pid, GRACE)
     kill_group(proc.pid)
     proc.wait()
 

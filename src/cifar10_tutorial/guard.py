@@ -89,3 +89,18 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_group(pgid: int, grace: float) -> None:
+    """A group whose guard is gone: one SIGTERM to each member (a training stage writes its
+    checkpoint on it), then SIGKILL to what is left after ``grace`` seconds."""
+    import time
+
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + grace
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    kill_group(pgid)

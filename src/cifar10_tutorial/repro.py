@@ -28,7 +28,7 @@ import threading
 from typing import Optional
 
 from .cli import dvc_executable
-from .guard import group_alive, kill_group, start_guarded, stop_guarded
+from .guard import group_alive, kill_group, start_guarded, stop_group, stop_guarded
 from .training.mirror import MIRROR_ENV
 from .training.deadline import STOP_AT_ENV, parse_deadline
 from .training.distributed import PAUSED_EXIT
@@ -66,7 +66,7 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
     def watch() -> None:  # the guard itself killed (kill -9): its group stopped here
         if proc.wait() < 0 and group_alive(proc.pid):
             got.append(-proc.returncode)
-            _stop_unguarded(proc.pid)
+            stop_group(proc.pid, GRACE)
 
     threading.Thread(target=watch, daemon=True).start()
     # a signal ignored here stays ignored (nohup's SIGHUP: a closed terminal stops nothing)
@@ -100,21 +100,6 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
                   f"command again to continue; exit status {PAUSED_EXIT}")
         return PAUSED_EXIT
     return code
-
-
-def _stop_unguarded(pgid: int) -> None:
-    """One SIGTERM to each process of the group (a training stage checkpoints on it), then
-    SIGKILL to what is left after :data:`GRACE`."""
-    import time
-
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    deadline = time.monotonic() + GRACE
-    while group_alive(pgid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    kill_group(pgid)
 
 
 def _say(out, line: str) -> None:
