@@ -668,6 +668,20 @@ def test_an_out_among_a_stages_outputs_is_refused(tmp_path, monkeypatch, out, ho
     assert sorted(p for p in tmp_path.rglob("*")) == before
 
 
+def test_a_pipeline_with_a_stage_written_twice_is_read_as_dvc_reads_it(tmp_path, monkeypatch):
+    """dvc.yaml naming a stage twice: PyYAML keeps the second copy (no outputs), DVC refuses
+    the file. Publish reads it as DVC does: one line naming the key, nothing written, never
+    a folder published into the first copy's output."""
+    (tmp_path / "dvc.yaml").write_text("stages:\n  preprocess:\n    cmd: x\n    outs:\n"
+                                       "    - data/prepared\n  preprocess:\n    cmd: y\n")
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    with pytest.raises(PipelineError, match=r"^dvc.yaml: the key 'preprocess' appears twice "
+                                            r"\(line 6\); keep one"):
+        publish("baseline", tmp_path / "none.pt", tmp_path / "none", Path("data/prepared"))
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
 def test_an_out_among_a_foreach_output_of_a_variant_not_run_yet_is_refused(tmp_path,
                                                                             monkeypatch):
     """A variant defined but never run has no lock entry: its output comes from the

@@ -43,7 +43,7 @@ import shlex
 import shutil
 from typing import Optional
 
-from cifar10_tutorial.cli import run_stage
+from cifar10_tutorial.cli import pipeline_stages, run_stage
 from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import recover_swapped_folder, staging_folder, swap_in_folder
@@ -307,19 +307,22 @@ PIPELINES = (Path("dvc.yaml"), REPORT_DVC_YAML)
 def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
     """(stage, path) of the outputs of the pipelines' stages: each file's plain paths, and
     the resolved ones its lock records (a ``foreach`` stage's, ``${key}`` filled in);
-    relative to the stage's ``wdir``. A pipeline not there or not readable gives none:
-    DVC itself says what is wrong with it."""
+    relative to the stage's ``wdir``. A pipeline not there gives none; one DVC would refuse
+    (a key twice, a stage that is no mapping) is refused here in one line, as the stage
+    commands read it; a lock not readable adds nothing (DVC says what is wrong with it)."""
     import yaml
 
     found = []
     for dvc_yaml in pipelines:
+        if not dvc_yaml.is_file():
+            continue
+        stages = pipeline_stages(dvc_yaml)
         try:
-            stages = yaml.safe_load(dvc_yaml.read_text())["stages"]
             lock = dvc_yaml.with_suffix(".lock")
             locked = (yaml.safe_load(lock.read_text()) or {}).get("stages") if lock.is_file() else {}
-            stages.items(), (locked or {}).items()
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, AttributeError):
-            continue
+            (locked or {}).items()
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, AttributeError):
+            locked = {}
         for stage, spec in stages.items():
             body = spec.get("do", spec) if isinstance(spec, dict) else {}
             body = body if isinstance(body, dict) else {}

@@ -86,7 +86,9 @@ def parse_stage_args(ap: argparse.ArgumentParser, script: str,
     return args
 
 
-def _stages(dvc_yaml: Path) -> dict:
+def pipeline_stages(dvc_yaml: Path) -> dict:
+    """``dvc_yaml``'s stages (name -> mapping), read as DVC reads the file; anything DVC
+    would refuse is one line naming the file and the fix."""
     import yaml
 
     if not dvc_yaml.is_file():
@@ -123,7 +125,7 @@ def _stages(dvc_yaml: Path) -> dict:
 def stage_command(script: str, dvc_yaml: Path = DVC_YAML) -> list[str]:
     """The arguments dvc.yaml's command passes to ``script`` (``stages/NAME.py``)."""
     name = Path(script).name
-    for stage in _stages(dvc_yaml).values():
+    for stage in pipeline_stages(dvc_yaml).values():
         cmd = stage.get("cmd")  # one command, or a list DVC runs in turn
         for one in (cmd if isinstance(cmd, list) else [cmd]):
             words = shlex.split(one) if isinstance(one, str) else []
@@ -134,7 +136,7 @@ def stage_command(script: str, dvc_yaml: Path = DVC_YAML) -> list[str]:
 
 def stage_output(stage: str, suffix: str = "", dvc_yaml: Path = DVC_YAML) -> Path:
     """The first output (outs, metrics or plots) of ``stage`` in dvc.yaml ending in ``suffix``."""
-    spec = _stages(dvc_yaml).get(stage)
+    spec = pipeline_stages(dvc_yaml).get(stage)
     if spec is None:
         raise PipelineError(f"{dvc_yaml}: no stage {stage!r}")
     for kind in ("outs", "metrics", "plots"):
