@@ -341,22 +341,17 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=Path, default=PAGE)
     args = ap.parse_args(argv)
     out = args.out
-    if out.is_dir():
-        raise PipelineError(f"--out {out}: a folder; give the page's file name (as {PAGE})")
-    if out.exists() or out.is_symlink():  # replaced only where it is a page this made
-        head = out.read_text(errors="replace")[:1000] if out.is_file() else ""
-        if GENERATED not in head:
-            raise PipelineError(f"--out {out}: a file this command did not write (no "
-                                f"'{GENERATED}' line at its top); give another path, or "
-                                f"move it away. Nothing was written.")
-        if edited_by_hand(out.read_text(errors="replace")):
-            raise PipelineError(f"--out {out}: edited by hand since this command wrote it (its "
-                                f"seal, the sha256 its generated-by line records, is gone or "
-                                f"no longer matches), and the edits would be lost; move them elsewhere and restore "
-                                f"the page (`git checkout -- {out}`), then rerun. Nothing was "
-                                f"written.")
-    from cifar10_tutorial.ownership import ensure_writable
+    from cifar10_tutorial.ownership import ensure_writable, refuse_foreign_file
 
+    # replaced only where it is a page this made (its generated-by line at the top) ...
+    refuse_foreign_file(out, "--out", "a results page", lambda text: GENERATED in text[:1000])
+    # ... and as this made it: notes added since would be lost
+    if out.is_file() and edited_by_hand(out.read_text(errors="replace")):
+        raise PipelineError(f"--out {out}: edited by hand since this command wrote it (its "
+                            f"seal, the sha256 its generated-by line records, is gone or no "
+                            f"longer matches), and the edits would be lost; move them elsewhere "
+                            f"and restore the page (`git checkout -- {out}`), then rerun. "
+                            f"Nothing was written.")
     ensure_writable(out.parent)  # a folder that cannot be made (/proc/x): one line
     write_text_atomic(out, render())
     print(f"wrote {args.out}")

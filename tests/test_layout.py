@@ -513,7 +513,8 @@ def test_the_results_page_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, w
     else:
         out.write_text("my notes\n" if what == "users-file" else (ROOT / "README.md").read_text())
     before = None if what == "folder" else out.read_text()
-    with pytest.raises(PipelineError, match=r"^--out .*page\.md: (a folder|a file this command did not write)"):
+    with pytest.raises(PipelineError, match=r"^--out .*page\.md: (a folder|holds a file that is not a results "
+                                            r"page)"):
         main(["--out", str(out)])
     assert what == "folder" or out.read_text() == before
     if what == "users-file":
@@ -542,3 +543,20 @@ def test_the_results_page_edited_by_hand_is_not_replaced(tmp_path, monkeypatch):
         with pytest.raises(PipelineError, match=r"edited by hand since this command wrote it"):
             main(["--out", str(out)])
         assert out.read_text() == edited
+
+
+def test_the_results_page_is_never_written_through_a_link(tmp_path, monkeypatch):
+    """--out a link, even to a page this wrote: refused in one line; the link and the page
+    it points at stay as they were."""
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import main
+
+    monkeypatch.chdir(ROOT)
+    page, link = tmp_path / "page.md", tmp_path / "link.md"
+    main(["--out", str(page)])
+    before = page.read_text()
+    link.symlink_to(page)
+    with pytest.raises(PipelineError, match=r"^--out .*link\.md: a link, where this writes a "
+                                            r"results page of its own"):
+        main(["--out", str(link)])
+    assert link.is_symlink() and page.read_text() == before
