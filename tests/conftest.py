@@ -275,3 +275,30 @@ def exercise_run(tmp_path_factory):
         outs.append(proc.stdout)
     return {"tmp": tmp, "project": project, "log": log, "out": outs[0],
             "names": list(raw["ablations"]), "dataset_names": list(raw["dataset_ablations"])}
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (read from /proc: a guard, say)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(d.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    return found
+
+
+def processes_in(folder) -> list[int]:
+    """The processes whose working folder is ``folder`` or below it (none must outlive
+    the command that ran them there)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            cwd = os.readlink(d / "cwd")
+            if d.name.isdigit() and (cwd == str(folder) or cwd.startswith(f"{folder}/")):
+                found.append(int(d.name))
+        except OSError:
+            pass
+    return found
+

@@ -24,7 +24,7 @@ from cifar10_tutorial.training.mirror import MIRROR_ENV, Mirror, run_ended
 from cifar10_tutorial.errors import PipelineError, TrainingError
 from cifar10_tutorial.params import to_dict
 from cifar10_tutorial.training.train import train
-from conftest import tiny_params, write_train_project
+from conftest import children_of, processes_in, tiny_params, write_train_project
 from test_train import assert_same_outputs
 
 
@@ -455,20 +455,30 @@ def test_runs_under_way_still_resume_at_this_commit(tmp_path):
     assert stranded_runs(tmp_path, params) == ["moved"]
 
 
+def _repro_project(tmp_path: Path, **train):
+    """A tiny project for `cifar10 repro` (100 synthetic images a batch, checkpoints every
+    20 steps unless ``run`` says otherwise), and the environment with no pause or mirror
+    set by the caller's shell."""
+    from conftest import tiny_project
+
+    run = train.pop("run", dict(checkpoint_every=20, summary_every=1000))
+    project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
+                           train=dict(batch_size=16, device="cpu", **train), run=run,
+                           input={"min_fraction_of_examples_in_queue": 0.1},
+                           eval={"every_steps": 0})
+    env = {k: v for k, v in os.environ.items()
+           if k not in (continuation_settings.STOP_AT_ENV, MIRROR_ENV)}
+    return project, env
+
+
 @pytest.mark.e2e
 def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_path):
     """`cifar10 repro` says that a stage paused (not DVC's "failed to reproduce ...
     exited with 75" and exit 255), exits 75, and the same command continues to the end;
     a real failure keeps DVC's status."""
-    from conftest import dvc, tiny_project
+    from conftest import dvc
 
-    project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
-                           train=dict(max_steps=400, batch_size=16, log_every=50, device="cpu"),
-                           run=dict(checkpoint_every=20, summary_every=1000),
-                           input={"min_fraction_of_examples_in_queue": 0.1},
-                           eval={"every_steps": 0})
-    env = {k: v for k, v in os.environ.items()
-           if k not in (continuation_settings.STOP_AT_ENV, MIRROR_ENV)}
+    project, env = _repro_project(tmp_path, max_steps=400, log_every=50)
     cmd = [sys.executable, "-c", "from cifar10_tutorial.commands import entry; entry()", "repro"]
     first = subprocess.run([*cmd, "--stop-at", "2s", "train"], cwd=project, env=env,
                            capture_output=True, text=True, timeout=600)
@@ -495,15 +505,7 @@ def test_cifar10_repro_turns_a_pause_under_dvc_into_exit_75_and_continues(tmp_pa
 def test_cifar10_repro_piped_into_head_still_exits_75_at_a_pause(tmp_path):
     """`cifar10 repro --stop-at 0 | head -1`: the reader gone, the run still pauses and the
     command's status is still 75, with no traceback."""
-    from conftest import tiny_project
-
-    project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
-                           train=dict(max_steps=400, batch_size=16, log_every=50, device="cpu"),
-                           run=dict(checkpoint_every=20, summary_every=1000),
-                           input={"min_fraction_of_examples_in_queue": 0.1},
-                           eval={"every_steps": 0})
-    env = {k: v for k, v in os.environ.items()
-           if k not in (continuation_settings.STOP_AT_ENV, MIRROR_ENV)}
+    project, env = _repro_project(tmp_path, max_steps=400, log_every=50)
     proc = subprocess.Popen([sys.executable, "-c", "from cifar10_tutorial.commands import "
                              "entry; entry()", "repro", "--stop-at", "0", "train"], cwd=project,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -512,25 +514,6 @@ def test_cifar10_repro_piped_into_head_still_exits_75_at_a_pause(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=600) == PAUSED_EXIT, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
-
-
-def _parent(proc_dir: Path) -> int:
-    try:
-        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
-def _in_folder(folder) -> list[int]:
-    """The processes whose working folder is ``folder`` or below it."""
-    found = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and os.readlink(d / "cwd").startswith(str(folder)):
-                found.append(int(d.name))
-        except OSError:
-            pass
-    return found
 
 
 @pytest.mark.e2e
@@ -542,18 +525,10 @@ def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
     import signal
     import time
 
-    from conftest import tiny_project
-
-    project = tiny_project(tmp_path, dict(train_per_batch=100, test=50, seed=2),
-                           # no log line: a stage that writes nothing never meets a
-                           # broken pipe, the one thing that would end an orphan
-                           train=dict(max_steps=100000, batch_size=16, log_every=100000,
-                                      device="cpu"),
-                           run=dict(checkpoint_every=100000, summary_every=100000),
-                           input={"min_fraction_of_examples_in_queue": 0.1},
-                           eval={"every_steps": 0})
-    env = {k: v for k, v in os.environ.items()
-           if k not in (continuation_settings.STOP_AT_ENV, MIRROR_ENV)}
+    # no log line: a stage that writes nothing never meets a broken pipe, the one thing
+    # that would end an orphan
+    project, env = _repro_project(tmp_path, max_steps=100000, log_every=100000,
+                                  run=dict(checkpoint_every=100000, summary_every=100000))
     log = tmp_path / "repro.out"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-c", "from cifar10_tutorial.commands import "
@@ -576,10 +551,9 @@ def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
             "again to continue"), text
         assert list((project / "data/train/checkpoints").glob("*.pt"))
     elif how == "guard-kill-9":  # the guard process itself: the command stops its group
-        guards = [d.name for d in Path("/proc").iterdir() if d.name.isdigit()
-                  and _parent(d) == proc.pid]
+        guards = children_of(proc.pid)
         assert len(guards) == 1, guards
-        os.kill(int(guards[0]), signal.SIGKILL)
+        os.kill(guards[0], signal.SIGKILL)
         assert proc.wait(timeout=300) == 128 + signal.SIGKILL, log.read_text()
         text = log.read_text()
         assert "stopped by signal 15 at step" in text, text  # the stage's own checkpoint
@@ -589,9 +563,9 @@ def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
         proc.kill()
         proc.wait()
     deadline = time.time() + 60
-    while _in_folder(project) and time.time() < deadline:
+    while processes_in(project) and time.time() < deadline:
         time.sleep(0.5)
-    assert _in_folder(project) == []
+    assert processes_in(project) == []
 
 
 @pytest.mark.parametrize("lease, live", [

@@ -13,7 +13,7 @@ from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import ParamsError, params_from_dict
 from cifar10_tutorial.regression import (RegressionError, collect_metrics, compare, gate,
                                          markdown_table, update_baseline)
-from conftest import ROOT
+from conftest import ROOT, children_of, processes_in
 
 TOL = {"eval.precision_at_1": {"max_drop": 0.02}, "train.loss_avg": {"max_rise": 0.15}}
 
@@ -763,15 +763,33 @@ def test_the_kept_table_is_known_by_its_recorded_digest(tmp_path):
     assert ci._owned_table(kept) == "a file this command did not write (or edited since)"
 
 
-def _running_in(folder) -> list[str]:
-    found = []
-    for d in Path("/proc").iterdir():
-        try:
-            if d.name.isdigit() and str(folder) in os.readlink(d / "cwd"):
-                found.append(d.name)
-        except OSError:
-            pass
-    return found
+def _tiny_ci_config(clone: Path, name: str, train_per_batch: int, max_steps: int) -> None:
+    """A CI configuration of synthetic images, at one batch of 16 and no baseline."""
+    (clone / f".ci/configs/{name}.yaml").write_text(
+        f"archive: synthetic\narchive_args: {{train_per_batch: {train_per_batch}, test: 50}}\n"
+        f"report: false\nparams: {{train.max_steps: {max_steps}, train.batch_size: 16, "
+        f"eval.every_steps: 0, train.device: cpu, regression.baseline: null}}\n")
+
+
+def _ci_run_training(tmp_path: Path):
+    """`.ci/ci.py long` started in a clone (100,000 steps: it trains until stopped), once its
+    train stage runs: (clone, the runner's process, its log, its one scratch folder)."""
+    import tempfile
+    import time
+
+    clone = _clone_with_working_ci(tmp_path / "c")
+    _tiny_ci_config(clone, "long", 40, 100_000)
+    log = tmp_path / "long.out"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, ".ci/ci.py", "long", "--no-baseline", "test"],
+                                cwd=clone, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while "Running stage 'train'" not in log.read_text() and time.time() < deadline:
+        time.sleep(0.5)
+    assert "Running stage 'train'" in log.read_text(), log.read_text()
+    scratch = list(Path(tempfile.gettempdir()).glob(f"cifar10-ci-{proc.pid}-*"))
+    assert len(scratch) == 1
+    return clone, proc, log, scratch
 
 
 @pytest.mark.e2e
@@ -779,41 +797,16 @@ def test_a_killed_guard_takes_the_pipeline_with_it_before_the_scratch_goes(tmp_p
     """kill -9 of the guard process itself (not of `cifar10 ci`): DVC and the stage under it
     run on in its process group; the runner stops them, says so in one line, and only then
     removes the scratch, so that no stage writes on into a removed folder."""
-    import tempfile
-    import time
-
-    clone = _clone_with_working_ci(tmp_path / "c")
-    (clone / ".ci/configs/long.yaml").write_text(
-        "archive: synthetic\narchive_args: {train_per_batch: 40, test: 50}\nreport: false\n"
-        "params: {train.max_steps: 100000, train.batch_size: 16, eval.every_steps: 0, "
-        "train.device: cpu, regression.baseline: null}\n")
-    log = tmp_path / "long.out"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, ".ci/ci.py", "long", "--no-baseline", "test"],
-                                cwd=clone, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.time() + 300
-    while "Running stage 'train'" not in log.read_text() and time.time() < deadline:
-        time.sleep(0.5)
-    assert "Running stage 'train'" in log.read_text(), log.read_text()
-    scratch = [p for p in Path(tempfile.gettempdir()).glob(f"cifar10-ci-{proc.pid}-*")]
-    assert len(scratch) == 1
-    guards = [d.name for d in Path("/proc").iterdir() if d.name.isdigit()
-              and (d / "stat").exists() and _ppid(d) == proc.pid]
+    clone, proc, log, scratch = _ci_run_training(tmp_path)
+    guards = children_of(proc.pid)
     assert len(guards) == 1, guards
-    os.kill(int(guards[0]), signal.SIGKILL)
+    os.kill(guards[0], signal.SIGKILL)
     assert proc.wait(timeout=120) == 1, log.read_text()
     text = log.read_text()
     assert (f"error: the guard of `dvc repro` (pid {guards[0]}) was killed by signal 9; its "
             f"processes are stopped and the run ends here") in text, text
     assert "Traceback" not in text, text
-    assert _running_in(scratch[0]) == [] and not scratch[0].exists()
-
-
-def _ppid(proc_dir: Path) -> int:
-    try:
-        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
+    assert processes_in(scratch[0]) == [] and not scratch[0].exists()
 
 
 @pytest.mark.e2e
@@ -821,37 +814,19 @@ def test_a_killed_ci_run_leaves_no_process_and_its_scratch_goes_next_time(tmp_pa
     """kill -9 of `cifar10 ci` (no clean-up of its own runs): the pipeline it started,
     DVC and the stage under it, is stopped (the guard's parent-death signal); the next
     run removes the scratch folder it left."""
-    import tempfile
     import time
 
-    clone = _clone_with_working_ci(tmp_path / "c")
-    (clone / ".ci/configs/long.yaml").write_text(
-        "archive: synthetic\narchive_args: {train_per_batch: 40, test: 50}\nreport: false\n"
-        "params: {train.max_steps: 100000, train.batch_size: 16, eval.every_steps: 0, "
-        "train.device: cpu, regression.baseline: null}\n")
-    log = tmp_path / "long.out"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, ".ci/ci.py", "long", "--no-baseline", "test"],
-                                cwd=clone, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.time() + 300
-    while "Running stage 'train'" not in log.read_text() and time.time() < deadline:
-        time.sleep(0.5)
-    assert "Running stage 'train'" in log.read_text(), log.read_text()
-    scratch = [p for p in Path(tempfile.gettempdir()).glob(f"cifar10-ci-{proc.pid}-*")]
-    assert len(scratch) == 1
+    clone, proc, log, scratch = _ci_run_training(tmp_path)
     time.sleep(3)
     proc.kill()
     proc.wait()
 
     deadline = time.time() + 30
-    while _running_in(scratch[0]) and time.time() < deadline:
+    while processes_in(scratch[0]) and time.time() < deadline:
         time.sleep(0.5)
-    assert _running_in(scratch[0]) == []
+    assert processes_in(scratch[0]) == []
     assert scratch[0].is_dir()  # a kill -9 cleans nothing up itself
-    (clone / ".ci/configs/short.yaml").write_text(
-        "archive: synthetic\narchive_args: {train_per_batch: 20, test: 50}\nreport: false\n"
-        "params: {train.max_steps: 2, train.batch_size: 16, eval.every_steps: 0, "
-        "train.device: cpu, regression.baseline: null}\n")
+    _tiny_ci_config(clone, "short", 20, 2)
     # (and a configuration whose baseline is null gates nothing: never a pass, even without
     # --no-baseline)
     done = subprocess.run([sys.executable, ".ci/ci.py", "short"],

@@ -172,6 +172,20 @@ def test_a_name_that_points_elsewhere_deletes_nothing_and_a_rerun_replaces_resul
     assert "ablation@baseline" not in dvc(project, "status", "reports/dvc.yaml").stdout
 
 
+def _refused(stage: str, *args) -> str:
+    """``stages/<stage>.py ARGS`` run as DVC runs it: it must stop in one line (exit 1, no
+    traceback); that line."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, str(ROOT / f"stages/{stage}.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.parametrize("args, said", [
     (["--work", "{w}/same", "--out", "{w}/same"], "--out {w}/same and --work {w}/same: the same folder"),
     (["--work", "{w}/work", "--out", "{w}/work/results"], "--out {w}/work/results and --work {w}/work: one inside the other"),
@@ -185,18 +199,11 @@ def test_the_variant_stages_folders_are_apart(tmp_path, args, said):
     """The variant stage's --out, --work and --data are folders apart (a model among the
     committed results, results inside the prepared data): one line before anything is
     written."""
-    import subprocess
-    import sys
-
     from conftest import ROOT
 
-    words = [a.format(w=tmp_path) for a in args]
-    proc = subprocess.run([sys.executable, str(ROOT / "stages/ablation.py"), "baseline",
-                           "--params", str(ROOT / "reports/params.yaml"),
-                           "--data", str(tmp_path / "prepared"), *words],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert said.format(w=tmp_path) in proc.stderr.strip().splitlines()[-1], proc.stderr
+    line = _refused("ablation", "baseline", "--params", ROOT / "reports/params.yaml",
+                    "--data", tmp_path / "prepared", *[a.format(w=tmp_path) for a in args])
+    assert said.format(w=tmp_path) in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -214,17 +221,10 @@ def test_the_variant_stages_folders_are_apart(tmp_path, args, said):
 def test_the_train_stage_writes_nothing_inside_its_data(tmp_path, args, said):
     """The train stage's --out, --live and mirror folder lie outside --data (the preprocess
     stage's DVC output: a folder written there would make every stage stale)."""
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
     (tmp_path / "prepared").mkdir()
-    proc = subprocess.run([sys.executable, str(ROOT / "stages/train.py"), "--data",
-                           str(tmp_path / "prepared"), *[a.format(w=tmp_path) for a in args]],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert said.format(w=tmp_path) in proc.stderr.strip().splitlines()[-1], proc.stderr
+    line = _refused("train", "--data", tmp_path / "prepared",
+                    *[a.format(w=tmp_path) for a in args])
+    assert said.format(w=tmp_path) in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prepared"]
     assert list((tmp_path / "prepared").iterdir()) == []
 
@@ -232,35 +232,19 @@ def test_the_train_stage_writes_nothing_inside_its_data(tmp_path, args, said):
 def test_a_variant_missing_from_its_group_is_named_with_that_groups_variants(tmp_path):
     """`dataset_ablation.py svhn` with no data-set variant svhn: the line names
     `dataset_ablations:` and what it holds (none), not the ablations: the stage never runs."""
-    import subprocess
-    import sys
-
     from conftest import ROOT
 
-    proc = subprocess.run([sys.executable, str(ROOT / "stages/dataset_ablation.py"), "svhn",
-                           "--params", str(ROOT / "reports/params.yaml"),
-                           "--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"),
-                           "--partial", str(tmp_path / "p")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    line = proc.stderr.strip().splitlines()[-1]
+    line = _refused("dataset_ablation", "svhn", "--params", ROOT / "reports/params.yaml",
+                    "--work", tmp_path / "w", "--out", tmp_path / "o", "--partial", tmp_path / "p")
     assert "no variant 'svhn' under `dataset_ablations:` of" in line, line
     assert "(defined there: none); add it there, e.g. `svhn: {data: {dataset: svhn}}`" in line
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_eval_stage_writes_nothing_inside_its_data(tmp_path):
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
     (tmp_path / "prepared").mkdir()
-    proc = subprocess.run([sys.executable, str(ROOT / "stages/eval.py"), "--data",
-                           str(tmp_path / "prepared"), "--model", str(tmp_path / "m.pt"),
-                           "--out", str(tmp_path / "prepared/ev")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = _refused("eval", "--data", tmp_path / "prepared", "--model", tmp_path / "m.pt",
+                    "--out", tmp_path / "prepared/ev")
     assert (f"--data {tmp_path}/prepared and --out {tmp_path}/prepared/ev: one inside the other"
-            in proc.stderr.strip().splitlines()[-1]), proc.stderr
+            in line), line
     assert list((tmp_path / "prepared").iterdir()) == []
