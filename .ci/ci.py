@@ -24,7 +24,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import argparse
-import hashlib
 import os
 import re
 import shutil
@@ -38,7 +37,7 @@ import yaml
 from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_output
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.param_types import key_twice, load_yaml12
-from cifar10_tutorial.files import md5_of, scratch_folder, write_text_atomic
+from cifar10_tutorial.files import md5_of, scratch_folder, sha256_of, write_text_atomic
 from cifar10_tutorial.guard import group_alive, kill_group, start_guarded, stop_group, stop_guarded
 
 CONFIGS = Path(".ci/configs")
@@ -336,7 +335,7 @@ def _owned_table(kept: Path) -> Optional[str]:
             else set()
     except (OSError, UnicodeDecodeError):
         ours = set()
-    if hashlib.sha256(kept.read_bytes()).hexdigest() not in ours:
+    if sha256_of(kept) not in ours:
         return "a file this command did not write (or edited since)"
     return None
 
@@ -345,8 +344,8 @@ def _keep_table(table: Path, kept: Path) -> None:
     """``table`` (this run's) to ``kept``, its sha256 recorded first (beside the old one's,
     until the new file is in place), so that the next run knows the file as its own."""
     record = kept.with_name(f".{kept.name}.sha256")
-    new = hashlib.sha256(table.read_bytes()).hexdigest()
-    old = hashlib.sha256(kept.read_bytes()).hexdigest() if kept.is_file() else ""
+    new = sha256_of(table)
+    old = sha256_of(kept) if kept.is_file() else ""
     write_text_atomic(record, f"{old}\n{new}\n".lstrip())
     write_text_atomic(kept, table.read_text())
     write_text_atomic(record, f"{new}\n")

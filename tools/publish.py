@@ -46,10 +46,11 @@ from typing import Optional
 from cifar10_tutorial.cli import pipeline_stages, run_stage
 from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.files import recover_swapped_folder, staging_folder, swap_in_folder
+from cifar10_tutorial.files import (listed_as_written, recover_swapped_folder, sha256_of,
+                                    staging_folder, swap_in_folder, write_listing)
 from cifar10_tutorial.ownership import PUBLISHED_MANIFEST, ensure_writable, listed
 from cifar10_tutorial.model_files import load_model_file
-from publish_records import RERUN, Records, read_json, read_records, sha256
+from publish_records import RERUN, Records, read_json, read_records
 from cifar10_tutorial.report.results import device_text
 
 CARD = "README.md"
@@ -257,27 +258,21 @@ def _as_written(folder: Path) -> set[str]:
     in a folder publish was still building (``.NAME.staging-*``, no manifest yet: it is
     written last) the files publish writes. Nothing in a set-aside published folder
     without its manifest."""
-    manifest = folder / MANIFEST
     # a folder publish was building holds its mark, written before any file and removed
     # after the manifest: a folder of that name without it is not publish's, whatever its
     # files are called; with it, the mark is publish's too (killed before removing it)
     building = re.search(r"\.(staging|publishing)-[0-9]+-[^.]*$", folder.name)
     mark = folder / BUILDING
     marked = {BUILDING} if building and mark.is_file() and not mark.is_symlink() else set()
-    if manifest.is_symlink() or not manifest.is_file():
-        return {*FILES, *marked} if marked else set()
-    try:
-        files = json.loads(manifest.read_text()).get("files")
-    except (OSError, ValueError, AttributeError):
-        return set()
-    if not isinstance(files, dict):
-        return set()
-    return {n for n, digest in files.items() if n in FILES and _same_file(folder / n, digest)
-            } | {MANIFEST, *marked}
+    manifest = folder / MANIFEST
+    if marked and (manifest.is_symlink() or not manifest.is_file()):
+        return {*FILES, *marked}
+    own = listed_as_written(folder, MANIFEST, FILES.__contains__)
+    return own | marked if own else set()
 
 
 def _same_file(path: Path, digest) -> bool:
-    return path.is_file() and not path.is_symlink() and sha256(path) == digest
+    return path.is_file() and not path.is_symlink() and sha256_of(path) == digest
 
 
 def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None:
@@ -285,7 +280,7 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None
     import yaml
 
     shutil.copyfile(r.model, folder / "model.pt")
-    if sha256(folder / "model.pt") != r.sha256:
+    if sha256_of(folder / "model.pt") != r.sha256:
         raise PipelineError(f"{r.model}: changed while it was published (another run writing "
                             f"it?); publish it again once it is finished. Nothing was changed.")
     texts = {"params.yaml": yaml.safe_dump(r.ckpt["params"], sort_keys=False),
@@ -294,11 +289,9 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None
              CARD: model_card(r, out, curve)}
     for name, text in texts.items():
         (folder / name).write_text(text)
-    manifest = {"name": r.name, "step": int(r.ckpt["step"]),
-                "precision_at_1": r.metrics["eval"]["precision_at_1"],
-                "model": str(r.model), "results": str(r.results),
-                "files": {name: sha256(folder / name) for name in FILES}}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_listing(folder, MANIFEST, list(FILES), name=r.name, step=int(r.ckpt["step"]),
+                  precision_at_1=r.metrics["eval"]["precision_at_1"], model=str(r.model),
+                  results=str(r.results))
 
 
 PIPELINES = (Path("dvc.yaml"), REPORT_DVC_YAML)

@@ -9,7 +9,6 @@ step was published with another run's card. Hence: everything here, first.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import sha256_of
 from cifar10_tutorial.model_files import load_model_file
 
 RERUN = "rerun the variant (`dvc repro reports/dvc.yaml`)"
@@ -49,14 +49,6 @@ class Records:
     variant: dict
     sha256: str
     size: int
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_json(path: Path) -> dict:
@@ -161,7 +153,7 @@ def read_records(name: str, model: Path, results: Path) -> Records:
                             f"(`dvc repro -s reports/dvc.yaml:ablation@{name}`), or give "
                             f"--model the model file to publish")
     ckpt = load_model_file(model)
-    digest, size = sha256(model), model.stat().st_size
+    digest, size = sha256_of(model), model.stat().st_size
     train = read_json(results / "train" / "provenance.json")
     ev = read_json(results / "eval" / "provenance.json")
     metrics = read_json(results / "metrics.json")

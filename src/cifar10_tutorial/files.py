@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import re
 import sys
@@ -85,11 +86,48 @@ def folder_held(folder: Path) -> bool:
 
 def md5_of(path: Path, chunk: int = 1 << 20) -> str:
     """The md5 of a file's bytes, read in chunks (archives, prepared tensors)."""
-    h = hashlib.md5()
+    return _digest_of(hashlib.md5(), path, chunk)
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    """The sha256 of a file's bytes, read in chunks: what a command records of the files it
+    wrote, to know them later as its own (:func:`listed_as_written`)."""
+    return _digest_of(hashlib.sha256(), path, chunk)
+
+
+def _digest_of(h, path: Path, chunk: int) -> str:
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(chunk), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def write_listing(folder: Path, listing: str, names: list[str], indent: int = 2,
+                  **fields) -> None:
+    """``folder``'s list of the files ``names`` a command wrote there, ``{"files": {name:
+    sha256}}`` (and ``fields``), written once they are all there: what
+    :func:`listed_as_written` later knows as the command's own."""
+    files = {name: sha256_of(folder / name) for name in names}
+    (folder / listing).write_text(json.dumps({**fields, "files": files}, indent=indent) + "\n")
+
+
+def listed_as_written(folder: Path, listing: str, names: Callable[[str], bool]) -> set[str]:
+    """The files in ``folder`` its list ``listing`` (``{"files": {name: sha256}}``) names,
+    each a regular file still as written (its sha256) and of a name the command gives its
+    files (``names``), and the list itself; nothing when the list is missing, a link or not
+    readable. A file edited since, or one the command never writes, is not its own."""
+    path = folder / listing
+    if path.is_symlink() or not path.is_file():
+        return set()
+    try:
+        files = json.loads(path.read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(files, dict):
+        return set()
+    return {str(n) for n, digest in files.items()
+            if names(str(n)) and (folder / str(n)).is_file() and not (folder / str(n)).is_symlink()
+            and sha256_of(folder / str(n)) == digest} | {listing}
 
 
 def read_small_file(path, limit: int) -> bytes:

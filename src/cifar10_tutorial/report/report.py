@@ -7,8 +7,6 @@ come from one table, :data:`.reference.REFERENCE`, which the report prints at it
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import sys
 from pathlib import Path
@@ -18,8 +16,9 @@ import pandas as pd
 
 from ..errors import PipelineError
 from ..ownership import PUBLISHED_MANIFEST, refuse_foreign_file, run_lock
-from ..files import (ending_signals_unwind, recover_swapped_folder, signals_held, staging_folder,
-                     swap_in_folder, write_text_atomic)
+from ..files import (ending_signals_unwind, listed_as_written, recover_swapped_folder,
+                     signals_held, staging_folder, swap_in_folder, write_listing,
+                     write_text_atomic)
 from ..params import queue_sizes
 from .reference import ref, reference_markdown
 from .results import (Results, banner, load_curve, load_variants, make_results, marker,
@@ -138,16 +137,12 @@ WRITTEN = ".report-files"  # the last: each file the report wrote there, with it
 _REPORT_FILE = re.compile(r"[A-Za-z0-9_.-]+\.(csv|png)|\.[^/]+\.tmp(\.png)?")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _list_written(folder: Path) -> None:
     """``folder`` complete: its list of what the report wrote there (:data:`WRITTEN`),
     then the building mark removed."""
-    files = {p.name: _sha256(p) for p in sorted(folder.iterdir())
-             if p.name != BUILDING and p.is_file() and not p.is_symlink()}
-    (folder / WRITTEN).write_text(json.dumps({"files": files}, indent=1) + "\n")
+    write_listing(folder, WRITTEN, [p.name for p in sorted(folder.iterdir())
+                                    if p.name != BUILDING and p.is_file() and not p.is_symlink()],
+                  indent=1)
     (folder / BUILDING).unlink()
 
 
@@ -161,22 +156,7 @@ def _written(folder: Path) -> set[str]:
             and not mark.is_symlink()):
         return {BUILDING} | {p.name for p in folder.iterdir() if _REPORT_FILE.fullmatch(p.name)
                              and p.is_file() and not p.is_symlink()}
-    listed = folder / WRITTEN
-    if listed.is_symlink() or not listed.is_file():
-        return set()
-    try:
-        files = json.loads(listed.read_text()).get("files")
-    except (OSError, ValueError, AttributeError):
-        return set()
-    if not isinstance(files, dict):
-        return set()
-    own = set()
-    for name, digest in files.items():
-        path = folder / str(name)
-        if (_REPORT_FILE.fullmatch(str(name)) and path.is_file() and not path.is_symlink()
-                and _sha256(path) == digest):
-            own.add(str(name))
-    return own | {WRITTEN}
+    return listed_as_written(folder, WRITTEN, _REPORT_FILE.fullmatch)
 
 
 def _replaced_own(dest: Path, staged: Path) -> set[str]:
