@@ -1029,18 +1029,11 @@ def _workspace_data(root: Path) -> Optional[Path]:
     return folder.resolve()
 
 
-def _results_sizes(root: Path) -> Optional[tuple[int, int]]:
-    """The numbers of training and held-out images of the workspace's prepared data; None
-    where it has none."""
-    data = _workspace_data(root)
-    return _sizes(data) if data is not None else None
-
-
-def _training_set_sizes(root: Path) -> list[int]:
-    """The training-set sizes a whole run's schedule is compared at: the workspace's own
-    prepared data where it has some, and CIFAR-10's 50,000 and its dev split's 40,000."""
-    own = _results_sizes(root)
-    return sorted({50000, 40000, *([own[0]] if own else [])})
+def _training_set_sizes(own: Optional[Path]) -> list[int]:
+    """The training-set sizes a whole run's schedule is compared at: those of the
+    workspace's own prepared data ``own`` (loaded and checked once, by the caller) where it
+    has some, and CIFAR-10's 50,000 and its dev split's 40,000."""
+    return sorted({50000, 40000, *([_sizes(own)[0]] if own is not None else [])})
 
 
 def _against_made_the_lock(root: Path, theirs: Path, stages: list[str], short: str) -> None:
@@ -1092,7 +1085,7 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                     raise PipelineError(f"variant {absent[0]} is not in the {EXERCISES} of "
                                         f"{where}: nothing to compare it with; retrain it")
             # the whole runs' schedules, from the full params: what 13 steps do not reach
-            sizes = _training_set_sizes(root)
+            sizes = _training_set_sizes(own)
             planned = {k: plans(runs, t, names, sizes, short if k == "theirs" else "the workspace")
                        for k, t in trees.items()}
             moved = [n for n in names if planned["theirs"].get(n) != planned["ours"].get(n)]
