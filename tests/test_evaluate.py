@@ -398,3 +398,63 @@ def test_eval_never_writes_over_another_stages_folder(synth_data, trained, tmp_p
     if what == "other-record":  # an evaluation's own record is replaced, as DVC reruns it
         (out / "provenance.json").write_text(json.dumps({"model": "m.pt"}))
         evaluate(synth_data, trained.model, out, device_name="cpu")
+
+
+def _files(folder) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("how", ["kill-9", "sigterm"])
+def test_an_evaluation_stopped_while_it_writes_leaves_the_old_set_whole(
+        synth_data, trained, tmp_path, prepared_copy, how):
+    """A kill -9 or SIGTERM between the evaluation's files (metrics.json written, its record
+    not yet): --out holds the old set, every file of it, never a mix of two evaluations; the
+    next evaluation removes what the killed one left beside it and writes its whole set."""
+    import logging
+    import os
+
+    out = tmp_path / "ev"
+    evaluate(synth_data, trained.model, out, 64, "cpu")
+    before = _files(out)
+    stop = ("os._exit(9)" if how == "kill-9" else "os.kill(os.getpid(), signal.SIGTERM)")
+    code = (f"import os, signal\nfrom pathlib import Path\n"
+            f"import cifar10_tutorial.provenance as P\n"
+            f"from cifar10_tutorial.evaluation.evaluate import evaluate\n"
+            f"from cifar10_tutorial.data.prepared import load_prepared\n"
+            f"def stopped(*a):\n    {stop}\n"
+            f"P.write = stopped\n"
+            f"evaluate(load_prepared({str(tmp_path / 'prep')!r}), Path({str(trained.model)!r}), "
+            f"Path({str(out)!r}), 64, 'cpu', True)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == (9 if how == "kill-9" else 128 + 15), proc.stderr
+    assert _files(out) == before
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".ev.staging-")]
+    assert len(left) == (1 if how == "kill-9" else 0), left
+    logger = logging.getLogger("cifar10_tutorial.evaluation.evaluate")
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+        m = evaluate(synth_data, trained.model, out, 64, "cpu", flip_tta=True)
+    finally:
+        logger.removeHandler(handler)
+    saved = json.loads((out / "metrics.json").read_text())
+    assert "precision_at_1_flip" in saved and saved["precision_at_1"] == m["precision_at_1"]
+    assert sorted(_files(out)) == sorted(before)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".ev.")] == []
+    assert how == "sigterm" or any(f"{left[0]}: removed" in line for line in said), said
+
+
+def test_an_eval_out_that_is_a_link_stays_a_link(synth_data, trained, tmp_path):
+    """--out a link to a folder: the results go into the folder it points to, swapped in
+    there; the link itself is neither replaced nor moved."""
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    evaluate(synth_data, trained.model, link, 64, "cpu")
+    evaluate(synth_data, trained.model, link, 64, "cpu")
+    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert "provenance.json" in _files(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]

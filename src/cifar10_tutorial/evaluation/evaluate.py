@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +19,8 @@ from ..checkpoint_files import list_checkpoints, load_checkpoint, run_defining
 from ..devices import pick_device
 from ..errors import PipelineError
 from ..ownership import refuse_foreign
-from ..files import save_figure_atomic, write_text_atomic
+from ..files import (ending_signals_unwind, recover_swapped_folder, save_figure_atomic,
+                     staging_folder, swap_in_folder, write_text_atomic)
 from ..model_files import REMAKE, load_model_file, model_from_state
 from ..scoring import precision_at_1
 from ..data.prepared import Prepared
@@ -134,31 +136,57 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
     if flip_tta:  # reported beside, never instead of, the single-view figures
         metrics["precision_at_1_flip"] = r["precision_at_1_flip"]
         metrics["precision_at_1_raw_flip"] = r["precision_at_1_raw_flip"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    actual = labels.cpu().numpy()
-    pred, pred_raw = r["predictions"].numpy(), r["predictions_raw"].numpy()
-    rows = [["class", "count", "precision_at_1", "precision_at_1_raw"]]
-    for c in range(k):
-        mask = actual == c
-        cnt = int(mask.sum())
-        acc = float((pred[mask] == c).mean()) if cnt else float("nan")
-        acc_raw = float((pred_raw[mask] == c).mean()) if cnt else float("nan")
-        rows.append([classes[c], cnt, f"{acc:.4f}", f"{acc_raw:.4f}"])
-    write_text_atomic(out_dir / "per_class.csv", _csv(rows))  # quoted: 'air,plane' stays one
-    write_text_atomic(out_dir / "predictions.csv", _csv(
-        [["actual", "predicted"]] + [[classes[a], classes[p]] for a, p in zip(actual, pred)]))
-    plot_confusion(confusion_matrix(actual, pred, k), classes, out_dir / "confusion.png",
-                   f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
-                   f"step {int(ckpt['step'])})")
     speed = {} if speed_in_metrics else {"examples_per_sec": metrics.pop("examples_per_sec")}
-    write_text_atomic(out_dir / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-    provenance.write(out_dir, provenance.record(
-        data.content_hash, run_defining(ckpt["params"]), device, steps=int(ckpt["step"]),
-        model=str(model_path), eval_seconds=r["seconds"] + r["seconds_raw"], **speed))
+    record = provenance.record(data.content_hash, run_defining(ckpt["params"]), device,
+                               steps=int(ckpt["step"]), model=str(model_path),
+                               eval_seconds=r["seconds"] + r["seconds_raw"], **speed)
+    # on the folder itself, never through a link: the swap renames what is at its path
+    _write_results(Path(os.path.realpath(out_dir)), r, metrics, record, labels.cpu().numpy(),
+                   classes, k, int(ckpt["step"]))
     log.info("%s: precision @ 1 = %.3f (averaged weights), %.3f (raw weights), over %d images",
              datetime.now().strftime("%Y-%m-%d %H:%M:%S"), metrics["precision_at_1"],
              metrics["precision_at_1_raw"], n)
     return metrics
+
+
+def _write_results(out_dir: Path, r: dict, metrics: dict, record: dict, actual: np.ndarray,
+                   classes: list[str], k: int, step: int) -> None:
+    """The evaluation's files, built in a folder beside ``out_dir`` and swapped in whole (a
+    kill at any moment leaves the old set or the new one, never a mix of two evaluations);
+    what an interrupted one left beside it goes first. Two at once on one folder: each
+    swaps in its whole set, and the last one's stays."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with ending_signals_unwind():
+        for line in recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json"):
+            log.warning("note: %s", line)
+        staged = staging_folder(out_dir)
+        try:
+            pred, pred_raw = r["predictions"].numpy(), r["predictions_raw"].numpy()
+            rows = [["class", "count", "precision_at_1", "precision_at_1_raw"]]
+            for c in range(k):
+                mask = actual == c
+                cnt = int(mask.sum())
+                acc = float((pred[mask] == c).mean()) if cnt else float("nan")
+                acc_raw = float((pred_raw[mask] == c).mean()) if cnt else float("nan")
+                rows.append([classes[c], cnt, f"{acc:.4f}", f"{acc_raw:.4f}"])
+            write_text_atomic(staged / "per_class.csv", _csv(rows))  # quoted: 'air,plane' stays one
+            write_text_atomic(staged / "predictions.csv", _csv(
+                [["actual", "predicted"]] + [[classes[a], classes[p]] for a, p in zip(actual, pred)]))
+            plot_confusion(confusion_matrix(actual, pred, k), classes,
+                           staged / "confusion.png",
+                           f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
+                           f"step {step})")
+            write_text_atomic(staged / "metrics.json", json.dumps(metrics, indent=2) + "\n")
+            provenance.write(staged, record)  # last: the record of a whole set
+            old = {p.name for p in out_dir.iterdir()} & EVAL_NAMES if out_dir.is_dir() else set()
+            kept = swap_in_folder(staged, out_dir, old)
+            if kept is not None:  # refused before the run, so only if it changed meanwhile
+                log.warning("note: the folder %s held before is kept as %s: it holds files the "
+                            "evaluation did not write; look through it, then delete it",
+                            out_dir, kept)
+        finally:
+            if staged.is_dir():  # not swapped in (or the old set, kept): only its own files
+                recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json")
 
 
 def _newest_readable(ckpts: list[Path], evaluated: set, damaged: set, device) -> Optional[dict]:
