@@ -528,7 +528,8 @@ def test_a_disk_that_fills_up_is_one_line_naming_the_output(tmp_path, small_disk
     full = small_disk("eval", "8k")
     proc = run_stage(project, "eval", "--out", str(full / "ev"))
     one_line(proc, full / "ev")
-    assert not [p for p in (full / "ev").iterdir() if ".tmp" in p.name]
+    # nothing half written left: no temporary file, no staging folder beside --out
+    assert not [p for p in full.rglob("*") if ".tmp" in p.name or ".staging-" in p.name]
     full = small_disk("dl", "400k")  # the archive does not fit
     proc = run_stage(project, "download", "--out", str(full / "raw"), "--partial",
                      str(full / "part"))

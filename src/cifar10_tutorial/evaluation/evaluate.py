@@ -20,7 +20,7 @@ from ..devices import pick_device
 from ..errors import PipelineError
 from ..ownership import refuse_foreign
 from ..files import (ending_signals_unwind, recover_swapped_folder, save_figure_atomic,
-                     staging_folder, swap_in_folder, write_text_atomic)
+                     staging_folder, swap_in_folder, write_text_atomic, writing)
 from ..model_files import REMAKE, load_model_file, model_from_state
 from ..scoring import precision_at_1
 from ..data.prepared import Prepared
@@ -155,29 +155,31 @@ def _write_results(out_dir: Path, r: dict, metrics: dict, record: dict, actual: 
     kill at any moment leaves the old set or the new one, never a mix of two evaluations);
     what an interrupted one left beside it goes first. Two at once on one folder: each
     swaps in its whole set, and the last one's stays."""
+    pred, pred_raw = r["predictions"].numpy(), r["predictions_raw"].numpy()
+    rows = [["class", "count", "precision_at_1", "precision_at_1_raw"]]
+    for c in range(k):
+        mask = actual == c
+        cnt = int(mask.sum())
+        acc = float((pred[mask] == c).mean()) if cnt else float("nan")
+        acc_raw = float((pred_raw[mask] == c).mean()) if cnt else float("nan")
+        rows.append([classes[c], cnt, f"{acc:.4f}", f"{acc_raw:.4f}"])
+    texts = {"per_class.csv": _csv(rows),  # quoted: 'air,plane' stays one field
+             "predictions.csv": _csv([["actual", "predicted"]]
+                                     + [[classes[a], classes[p]] for a, p in zip(actual, pred)]),
+             "metrics.json": json.dumps(metrics, indent=2) + "\n"}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with ending_signals_unwind():
         for line in recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json"):
             log.warning("note: %s", line)
         staged = staging_folder(out_dir)
         try:
-            pred, pred_raw = r["predictions"].numpy(), r["predictions_raw"].numpy()
-            rows = [["class", "count", "precision_at_1", "precision_at_1_raw"]]
-            for c in range(k):
-                mask = actual == c
-                cnt = int(mask.sum())
-                acc = float((pred[mask] == c).mean()) if cnt else float("nan")
-                acc_raw = float((pred_raw[mask] == c).mean()) if cnt else float("nan")
-                rows.append([classes[c], cnt, f"{acc:.4f}", f"{acc_raw:.4f}"])
-            write_text_atomic(staged / "per_class.csv", _csv(rows))  # quoted: 'air,plane' stays one
-            write_text_atomic(staged / "predictions.csv", _csv(
-                [["actual", "predicted"]] + [[classes[a], classes[p]] for a, p in zip(actual, pred)]))
-            plot_confusion(confusion_matrix(actual, pred, k), classes,
-                           staged / "confusion.png",
-                           f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged weights, "
-                           f"step {step})")
-            write_text_atomic(staged / "metrics.json", json.dumps(metrics, indent=2) + "\n")
-            provenance.write(staged, record)  # last: the record of a whole set
+            with writing(staged, out_dir):  # a full disk: the output named, not the staging
+                plot_confusion(confusion_matrix(actual, pred, k), classes, staged / "confusion.png",
+                               f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged "
+                               f"weights, step {step})")
+                for name, text in texts.items():
+                    write_text_atomic(staged / name, text)
+                provenance.write(staged, record)  # last: the record of a whole set
             old = {p.name for p in out_dir.iterdir()} & EVAL_NAMES if out_dir.is_dir() else set()
             kept = swap_in_folder(staged, out_dir, old)
             if kept is not None:  # refused before the run, so only if it changed meanwhile
