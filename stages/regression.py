@@ -32,7 +32,7 @@ def main() -> None:
         values = update_baseline(reg.baseline, reg.tolerances, files)
         print(f"wrote {reg.baseline}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()))
         return
-    refuse_foreign_file(args.out, "--out", "the gate's table", is_gate_text)
+    refuse_foreign_file(args.out, "--out", "the gate's table", is_gate_text, ("regression",))
     failed = None
     try:
         text = gate(reg.baseline, reg.tolerances, files)

@@ -14,13 +14,15 @@ num_devices / N of them there (docs/devices.md).
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import socket
 import sys
+from pathlib import Path
 
 from cifar10_tutorial.training.paths import stage_paths
 from cifar10_tutorial.cli import (add_continuation, add_nodes, add_paths, parse_stage_args,
                                   run_stage, stage_parser)
 from cifar10_tutorial.training.deadline import from_stage
 from cifar10_tutorial.training.mirror import run_ended
-from cifar10_tutorial.ownership import folders_apart, hold_run_lock, local_folder
+from cifar10_tutorial.ownership import (folders_apart, hold_run_lock, local_folder,
+                                        refuse_foreign_place)
 from cifar10_tutorial.training.distributed import (launched_by_torchrun, nodes_from_stage,
                                                    relaunch_on_devices)
 from cifar10_tutorial.params import load_params
@@ -47,6 +49,11 @@ def main() -> None:
     if same:
         folders_apart([("--data", args.data), ("--live", args.live)],
                       "the prepared data; the run's outputs")
+    # nor another stage's output (a variant's model and results), git's or the code's folders
+    for option, folder in (("--out", args.out), ("--live", args.live),
+                           ("--mirror", local_folder(cont.mirror))):
+        if folder is not None:
+            refuse_foreign_place(Path(folder), option, "as dvc.yaml gives them", ("train",))
     nodes = nodes_from_stage(args.nnodes, args.rdzv_endpoint, args.rdzv_id)
     if not launched_by_torchrun():  # the launching process holds them for its ranks
         # one lock per folder the run writes: two runs of other --out must not share --live

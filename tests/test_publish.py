@@ -637,7 +637,7 @@ def test_an_out_in_gits_or_dvcs_own_folder_is_refused(tmp_path, monkeypatch, out
     (tmp_path / ".git").mkdir()
     (tmp_path / ".dvc").mkdir()
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(PipelineError, match=r"inside .git/ or .dvc/, git's and DVC's own"):
+    with pytest.raises(PipelineError, match=r"inside \.(git|dvc)/, (git|DVC)'s own folder"):
         publish("baseline", tmp_path / "none.pt", tmp_path / "none", Path(out))
     assert sorted(p.name for p in tmp_path.rglob("*")) == [".dvc", ".git"]
 

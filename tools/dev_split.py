@@ -44,6 +44,7 @@ import numpy as np
 
 from cifar10_tutorial.data.synthetic import CLASSES, tar_gz_bytes
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.ownership import refuse_foreign_place
 from cifar10_tutorial.files import WRITE_HINTS, write_new_file
 
 DEV_MD5 = "cbbdb9d17d56e942e56211e6031ea0f1"  # 40,000 train / 10,000 held out
@@ -176,7 +177,9 @@ def load_records(source: Path, per_class: int = PER_CLASS) -> np.ndarray:
 
 def check_out(out: Path) -> None:
     """``out`` is a place the archive can be written: a name nothing holds yet (the command
-    never replaces a file, nor writes through a link), its folder made and writable."""
+    never replaces a file, nor writes through a link), its folder made and writable, and
+    none of git's, DVC's, the code's or a stage's output folders."""
+    refuse_foreign_place(out, "--out", "data/dev/cifar10-dev.tar.gz by default")
     if out.is_dir() and not out.is_symlink():
         raise PipelineError(f"--out {out}: a folder; expected the archive's file name, e.g. "
                             f"--out {out / 'cifar10-dev.tar.gz'}")

@@ -48,7 +48,8 @@ from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import (listed_as_written, recover_swapped_folder, sha256_of,
                                     staging_folder, swap_in_folder, write_listing)
-from cifar10_tutorial.ownership import PUBLISHED_MANIFEST, ensure_writable, listed
+from cifar10_tutorial.ownership import (PUBLISHED_MANIFEST, ensure_writable, listed,
+                                        refuse_foreign_place)
 from cifar10_tutorial.model_files import load_model_file
 from publish_records import RERUN, Records, read_json, read_records
 from cifar10_tutorial.report.results import device_text
@@ -294,75 +295,6 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None
                   results=str(r.results))
 
 
-PIPELINES = (Path("dvc.yaml"), REPORT_DVC_YAML)
-
-
-def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
-    """(stage, path) of the outputs of the pipelines' stages: each file's plain paths, and
-    the resolved ones its lock records (a ``foreach`` stage's, ``${key}`` filled in);
-    relative to the stage's ``wdir``. A pipeline not there gives none; one DVC would refuse
-    (a key twice, a stage that is no mapping) is refused here in one line, as the stage
-    commands read it; a lock not readable adds nothing (DVC says what is wrong with it)."""
-    import yaml
-
-    found = []
-    for dvc_yaml in pipelines:
-        if not dvc_yaml.is_file():
-            continue
-        stages = pipeline_stages(dvc_yaml)
-        try:
-            lock = dvc_yaml.with_suffix(".lock")
-            locked = (yaml.safe_load(lock.read_text()) or {}).get("stages") if lock.is_file() else {}
-            (locked or {}).items()
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, AttributeError):
-            locked = {}
-        for stage, spec in stages.items():
-            body = spec.get("do", spec) if isinstance(spec, dict) else {}
-            body = body if isinstance(body, dict) else {}
-            base = dvc_yaml.parent / str(body.get("wdir", "."))
-            paths = [(stage, e if isinstance(e, str) else next(iter(e), ""))
-                     for kind in ("outs", "metrics", "plots")
-                     for e in (body.get(kind) or []) if isinstance(e, (str, dict))]
-            paths += [(name, e.get("path", "")) for name, rec in (locked or {}).items()
-                      if str(name).split("@")[0] == stage and isinstance(rec, dict)
-                      for e in (rec.get("outs") or []) if isinstance(e, dict)]
-            found += [(name, Path(os.path.normpath(base / str(path))))
-                      for name, path in dict.fromkeys(paths) if path]
-    # the resolved paths (the locks') first: they name the variant's own stage
-    return sorted(found, key=lambda item: "${" in str(item[1]))
-
-
-def _overlap(where: Path, output: Path) -> Optional[str]:
-    """How the resolved folder ``where`` meets ``output`` (a path whose ``${...}`` parts, a
-    foreach stage's, stand for any one name): "is", "lies inside", "holds", or None."""
-    parts = output.parts
-    fixed = next((i for i, part in enumerate(parts) if "${" in part), len(parts))
-    parts = Path(*parts[:fixed]).resolve().parts + parts[fixed:]
-    mine = where.parts
-    same = all("${" in t or t == w for t, w in zip(parts, mine))
-    if not same:
-        return None
-    return ("is" if len(mine) == len(parts) else "lies inside" if len(mine) > len(parts)
-            else "holds")
-
-
-def _outside_stage_outputs(out: Path, pipelines=PIPELINES) -> None:
-    """--out is no stage's output, nor inside or around one: DVC would find that output
-    changed, and replace or remove the published folder on the stage's next run."""
-    where = out.resolve()
-    for stage, path in stage_outputs(pipelines):
-        how = _overlap(where, path)
-        if how is not None:
-            if "${" in str(path) and how != "holds":  # the variant a foreach would name
-                fixed = next(i for i, part in enumerate(path.parts) if "${" in part)
-                at = len(Path(*path.parts[:fixed]).resolve().parts)
-                stage = f"{stage}@{where.parts[at]}"
-            raise PipelineError(f"--out {out}: {how} {path}, an output of the DVC stage "
-                                f"{stage!r}, which DVC would find changed and replace on the "
-                                f"stage's next run; give --out a folder outside the pipelines' "
-                                f"outputs (models/NAME by default). Nothing was changed.")
-
-
 def publish(name: str, model: Path, results: Path, out: Path,
             check_data: Optional[Path] = None, replace: bool = False) -> Path:
     """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
@@ -371,11 +303,9 @@ def publish(name: str, model: Path, results: Path, out: Path,
         raise PipelineError(f"--out {str(out)!r}: holds a newline or another control "
                             f"character, which the model card's commands cannot show; give "
                             f"another path. Nothing was changed.")
-    _outside_stage_outputs(out)
-    if {".git", ".dvc"} & set(out.resolve().parts):  # git's and DVC's own folders
-        raise PipelineError(f"--out {out}: inside .git/ or .dvc/, git's and DVC's own "
-                            f"folders; give --out a folder of its own (models/NAME by "
-                            f"default). Nothing was changed.")
+    # no stage's output (DVC would replace or remove the published folder), nor git's,
+    # DVC's or the project's code folders
+    refuse_foreign_place(out, "--out", "models/NAME by default")
     _held(out)  # a link or a file at --out: refused before anything is changed beside it
     # a folder --out cannot be made in (a file above it, /proc): one line, before the
     # records are read

@@ -44,13 +44,17 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
                             f"or move those elsewhere first. Nothing was changed.")
 
 
-def refuse_foreign_file(path: Path, option: str, what: str, ours) -> None:
-    """Before a command writes the file ``path`` whole: a link, a folder or other special
-    file there, or a file it did not write (``ours(text)`` is false: the text is not the
-    kind it writes, ``what``), is refused in one line naming it; nothing is replaced."""
+def refuse_foreign_file(path: Path, option: str, what: str, ours,
+                        own_stages: tuple[str, ...] = ()) -> None:
+    """Before a command writes the file ``path`` whole: a place that is not its own
+    (:func:`refuse_foreign_place`; ``own_stages``: the DVC stages it is), a link, a folder
+    or other special file there, or a file it did not write (``ours(text)`` is false: the
+    text is not the kind it writes, ``what``), is refused in one line naming it; nothing
+    is replaced."""
     from .errors import PipelineError
 
     path = Path(path)
+    refuse_foreign_place(path, option, own_stages=own_stages)
     if not path.is_symlink() and not path.exists():
         ensure_writable(path.parent)  # a folder that cannot be made: now, not after the work
         return
@@ -226,4 +230,108 @@ def run_lock(folder: Path, command: str):
     finally:
         if not held and key in _held:
             _held.pop(key).close()
+
+
+PIPELINES = (Path("dvc.yaml"), Path("reports/dvc.yaml"))  # from the repository root
+
+
+def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
+    """(stage, path) of the outputs of the pipelines' stages: each file's plain paths, and
+    the resolved ones its lock records (a ``foreach`` stage's, ``${key}`` filled in);
+    relative to the stage's ``wdir``. A pipeline not there gives none; one DVC would refuse
+    (a key twice, a stage that is no mapping) is refused here in one line, as the stage
+    commands read it; a lock not readable adds nothing (DVC says what is wrong with it)."""
+    import yaml
+
+    from .cli import pipeline_stages
+
+    found = []
+    for dvc_yaml in pipelines:
+        if not dvc_yaml.is_file():
+            continue
+        stages = pipeline_stages(dvc_yaml)
+        try:
+            lock = dvc_yaml.with_suffix(".lock")
+            locked = (yaml.safe_load(lock.read_text()) or {}).get("stages") if lock.is_file() else {}
+            (locked or {}).items()
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, AttributeError):
+            locked = {}
+        for stage, spec in stages.items():
+            body = spec.get("do", spec) if isinstance(spec, dict) else {}
+            body = body if isinstance(body, dict) else {}
+            base = dvc_yaml.parent / str(body.get("wdir", "."))
+            paths = [(stage, e if isinstance(e, str) else next(iter(e), ""))
+                     for kind in ("outs", "metrics", "plots")
+                     for e in (body.get(kind) or []) if isinstance(e, (str, dict))]
+            paths += [(name, e.get("path", "")) for name, rec in (locked or {}).items()
+                      if str(name).split("@")[0] == stage and isinstance(rec, dict)
+                      for e in (rec.get("outs") or []) if isinstance(e, dict)]
+            found += [(name, Path(os.path.normpath(base / str(path))))
+                      for name, path in dict.fromkeys(paths) if path]
+    # the resolved paths (the locks') first: they name the variant's own stage
+    return sorted(found, key=lambda item: "${" in str(item[1]))
+
+
+def _overlap(where: Path, output: Path) -> Optional[str]:
+    """How the resolved path ``where`` meets ``output`` (a path whose ``${...}`` parts, a
+    foreach stage's, stand for any one name): "is", "lies inside", "holds", or None."""
+    parts = output.parts
+    fixed = next((i for i, part in enumerate(parts) if "${" in part), len(parts))
+    parts = Path(*parts[:fixed]).resolve().parts + parts[fixed:]
+    mine = where.parts
+    same = all("${" in t or t == w for t, w in zip(parts, mine))
+    if not same:
+        return None
+    return ("is" if len(mine) == len(parts) else "lies inside" if len(mine) > len(parts)
+            else "holds")
+
+
+# the project's own folders, under the repository root: no command writes its results there
+NOT_OURS = {".git": "git's own folder", ".dvc": "DVC's own folder",
+            "src": "the project's code", "stages": "the project's code"}
+
+
+def refuse_foreign_place(path: Path, option: str, default: str = "",
+                         own_stages: tuple[str, ...] = ()) -> None:
+    """Before a command writes at ``path`` (given as ``option``): a path holding a control
+    character (a newline would break every line that shows it), one inside .git/, .dvc/,
+    src/ or stages/ of the repository root, or one that is, lies inside or holds an output
+    of a DVC stage of the pipelines other than ``own_stages`` (DVC would find that output
+    changed and replace it on the stage's next run; ``ablation@NAME`` for a foreach
+    stage's) is refused in one line naming it; ``default`` says where such results go.
+    Under ``dvc repro`` (DVC_STAGE set) DVC keeps its stages' outputs apart itself, and
+    the pipelines are not read."""
+    from .errors import PipelineError
+
+    instead = f" ({default})" if default else ""
+    if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):
+        raise PipelineError(f"{option} {str(path)!r}: holds a newline or another control "
+                            f"character, which no line that names it can show; give another "
+                            f"path{instead}. Nothing was changed.")
+    where, root = Path(path).resolve(), Path.cwd().resolve()
+    for name, what in NOT_OURS.items():  # git's and DVC's folders of any repository
+        if (name in where.parts if name.startswith(".") else
+                where == root / name or root / name in where.parents):
+            raise PipelineError(f"{option} {path}: inside {name}/, {what}; give {option} a "
+                                f"folder of its own{instead}. Nothing was changed.")
+    if os.environ.get("DVC_STAGE"):
+        return
+    for stage, output in stage_outputs():
+        how = _overlap(where, output)
+        if how is None:
+            continue
+        if "${" in str(output):  # the variant a foreach would name, where the path names one
+            fixed = next(i for i, part in enumerate(output.parts) if "${" in part)
+            at = len(Path(*output.parts[:fixed]).resolve().parts)
+            if len(where.parts) > at:
+                # a name is one variant's, of one group: the variant's own in any template
+                if any(s.endswith(f"@{where.parts[at]}") for s in own_stages):
+                    continue
+                stage = f"{stage}@{where.parts[at]}"
+        if stage in own_stages:
+            continue
+        raise PipelineError(f"{option} {path}: {how} {output}, an output of the DVC stage "
+                            f"{stage!r}, which DVC would find changed and replace on the "
+                            f"stage's next run; give {option} a path outside the pipelines' "
+                            f"outputs{instead}. Nothing was changed.")
 

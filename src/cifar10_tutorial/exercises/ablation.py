@@ -19,7 +19,7 @@ from ..training.distributed import launched_by_torchrun, relaunch_on_devices, th
 from ..evaluation.evaluate import EVAL_NAMES, evaluate
 from ..files import write_text_atomic
 from ..ownership import (folders_apart, hold_run_lock, local_folder, refuse_foreign,
-                         refuse_in_the_way)
+                         refuse_foreign_place, refuse_in_the_way)
 from ..errors import PipelineError
 from ..param_types import read_params_yaml
 from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
@@ -120,16 +120,21 @@ def _for_variant(path: Path | None, name: str) -> Path | None:
     return None if path is None else Path(str(path).replace(VARIANT, name))
 
 
-def _apart(args, mirror: Optional[str] = None) -> None:
+def _apart(args, mirror: Optional[str] = None, stage: str = "") -> None:
     """--out, --work, --trial-work, --data and the run's mirror folder are folders apart: a
     model and checkpoints among the results would be committed with them, results inside
-    the prepared data would change it (and every stage after it); one line, before
+    the prepared data would change it (and every stage after it); and none is another
+    stage's output than the variant's own (``stage``, ablation@NAME): one line, before
     anything is written."""
     named = [(f"--{o.replace('_', '-')}", getattr(args, o, None))
              for o in ("out", "work", "trial_work", "data")]
     folders_apart(named + [("--mirror", local_folder(mirror))],
                   "results; model and checkpoints; a trial's; the prepared data; the "
                   "checkpoint mirror")
+    for option, folder in named[:3] + [("--mirror", local_folder(mirror))]:
+        if folder is not None:
+            refuse_foreign_place(Path(folder), option, "as reports/dvc.yaml gives them",
+                                 (stage,))
 
 
 def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared],
@@ -147,7 +152,7 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     args.name = variant_name(args.name, group)
     for option in ("work", "trial_work", "out"):
         setattr(args, option, _for_variant(getattr(args, option), args.name))
-    _apart(args)
+    _apart(args, stage=f"{STAGES[group][0]}@{args.name}")
     params = load_params(args.params, EXERCISES)
     other = "dataset_ablations" if group == "ablations" else "ablations"
     # which group holds the name, from the file as written: not a param the variant reads
@@ -167,7 +172,8 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     work = training_work(params.ablation, args.name, args.work, args.trial_work)
     trial = work != args.work  # its mirror folder apart too: a full run's there stays
     cont = from_stage(args.stop_at, args.mirror, f"trials/{args.name}" if trial else args.name)
-    _apart(args, cont.mirror)  # a mirror among the results would be committed with them
+    # a mirror among the results would be committed with them
+    _apart(args, cont.mirror, f"{STAGES[group][0]}@{args.name}")
     variant = variant_params(params, args.name)
     if (kept := kept_past_workspace(work)) != work:
         log.info("queued experiment %s: model, checkpoints and TensorBoard logs in %s (they "

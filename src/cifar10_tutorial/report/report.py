@@ -63,9 +63,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                                 f"away, then rerun. Nothing was changed.")
     # report.md is replaced only when it is a report (its title on the first line)
     refuse_foreign_file(out / "report.md", "--out", "a report",
-                        lambda text: text.split("\n", 1)[0] == TITLE)
+                        lambda text: text.split("\n", 1)[0] == TITLE, ("report",))
     refuse_foreign_file(out / SWAPPING, "--out", "the report's mark",
-                        lambda text: text.startswith("the report stage is swapping"))
+                        lambda text: text.startswith("the report stage is swapping"), ("report",))
     out.mkdir(parents=True, exist_ok=True)
     swapping = out / SWAPPING
     # one report at a time in a folder: two would swap their sets into each other's

@@ -1,0 +1,145 @@
+"""Where a command writes: never inside git's, DVC's or the code's folders, never into
+another DVC stage's output (run by hand, where DVC does not keep the stages apart), never
+at a path holding a control character (ownership.refuse_foreign_place). Each command is
+run as a user runs it, in a copy of the project with a lock naming a variant's outputs."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.ownership import refuse_foreign_place
+from conftest import ROOT, copy_project
+
+LOCK = ("schema: '2.0'\nstages:\n  ablation@baseline:\n    cmd: x\n    outs:\n"
+        "    - path: reports/ablations/baseline/eval\n      hash: md5\n"
+        "    - path: reports/ablations/baseline/metrics.json\n      hash: md5\n"
+        "  ablation@softmax:\n    cmd: x\n    outs:\n"
+        "    - path: reports/ablations/softmax/train/provenance.json\n      hash: md5\n")
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """The project's pipelines and code, a lock for two variants, git and DVC folders."""
+    project = copy_project(tmp_path / "p")
+    (project / "reports/dvc.lock").write_text(LOCK)
+    for name in (".git", ".dvc"):
+        (project / name).mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    return project
+
+
+def _everything(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
+                  if "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("path, own, said", [
+    (".git/x.json", (), r"inside \.git/, git's own folder"),
+    (".dvc/cache/x", (), r"inside \.dvc/, DVC's own folder"),
+    ("src/x.json", (), r"inside src/, the project's code"),
+    ("stages", (), r"inside stages/, the project's code"),
+    ("reports/ablations/baseline/eval", ("eval",),
+     r"is reports/ablations/baseline/eval, an output of the DVC stage 'ablation@baseline'"),
+    ("reports/ablations/softmax/train", ("train",),
+     r"holds reports/ablations/softmax/train/provenance.json, an output of the DVC stage "
+     r"'ablation@softmax'"),
+    ("reports/ablations/baseline", ("ablation@softmax",),
+     r"holds reports/ablations/baseline/eval, an output of the DVC stage 'ablation@baseline'"),
+    ("data/prepared/dev.tar.gz", (), r"lies inside data/prepared, an output of the DVC stage "
+                                     r"'preprocess'"),
+    ("reports/ablations/newone/eval", ("train",),
+     r"is reports/ablations/\$\{key\}/eval, an output of the DVC stage 'ablation@newone'"),
+    ("x\ny.json", (), r"holds a newline or another control character"),
+], ids=["git", "dvc", "src", "stages", "eval-into-variant", "live-into-variant",
+        "variant-into-variant", "into-prepared", "variant-not-run", "newline"])
+def test_a_place_that_is_not_the_commands_is_refused(project, path, own, said):
+    before = _everything(project)
+    with pytest.raises(PipelineError, match=said + r".*Nothing was changed\.$"):
+        refuse_foreign_place(Path(path), "--out", "", own)
+    assert _everything(project) == before
+
+
+@pytest.mark.parametrize("path, own", [
+    ("reports/eval", ("eval",)), ("data/train", ("train",)),
+    ("reports/ablations/softmax", ("ablation@softmax",)),
+    ("reports/ablations/softmax/eval", ("dataset_ablation@softmax",)),
+    ("elsewhere/out", ()), ("../outside.json", ()),
+], ids=["eval-own", "train-own", "variant-own", "variant-own-any-group", "free", "outside"])
+def test_a_commands_own_place_or_a_free_one_passes(project, path, own):
+    refuse_foreign_place(Path(path), "--out", "", own)
+
+
+def test_under_dvc_the_stages_outputs_are_dvcs_to_keep_apart(project, monkeypatch):
+    """DVC_STAGE set (dvc repro): DVC keeps its stages' outputs apart, and the pipelines
+    are not read; git's folder is still refused."""
+    monkeypatch.setenv("DVC_STAGE", "eval")
+    (project / "reports/dvc.yaml").write_text("stages:\n  a: {cmd: x}\n  a: {cmd: y}\n")
+    refuse_foreign_place(Path("reports/ablations/baseline/eval"), "--out", "", ("eval",))
+    with pytest.raises(PipelineError, match=r"inside \.git/"):
+        refuse_foreign_place(Path(".git/x"), "--out", "", ("eval",))
+
+
+def _run(project: Path, *cmd: str) -> str:
+    """``cmd`` (a script of the project and its options) from the project's folder: it must
+    stop in one line before it writes anything; that line."""
+    env = {k: v for k, v in os.environ.items() if k != "DVC_STAGE"}
+    env["PYTHONPATH"] = str(project / "src")
+    before = _everything(project)
+    proc = subprocess.run([sys.executable, *cmd], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+    assert _everything(project) == before
+    return proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.e2e
+def test_the_commands_refuse_a_place_that_is_not_theirs(project, tmp_path):
+    """Each command that writes where its user says, at a place of another stage's or of
+    git's: one line, nothing written (the cases a hostile pass found writing there)."""
+    data = str(tmp_path / "prepared")
+    cases = [
+        (["stages/eval.py", "--data", data, "--model", "m.pt", "--out",
+          "reports/ablations/baseline/eval"], "an output of the DVC stage 'ablation@baseline'"),
+        (["stages/train.py", "--data", data, "--out", "data/ablations/softmax", "--live",
+          "reports/ablations/softmax/train"], "an output of the DVC stage 'ablation@softmax'"),
+        (["stages/train.py", "--data", data, "--out", "o", "--live", "l", "--mirror", ".git"],
+         "--mirror .git/train: inside .git/"),
+        (["stages/train.py", "--data", data, "--out", "o", "--live", "l", "--mirror", "src"],
+         "--mirror src/train: inside src/"),
+        (["stages/ablation.py", "softmax", "--params", "reports/params.yaml", "--data", data,
+          "--work", "w", "--out", "reports/ablations/baseline"],
+         "an output of the DVC stage 'ablation@baseline'"),
+        (["stages/ablation.py", "baseline", "--params", "reports/params.yaml", "--data", data,
+          "--work", "w", "--out", ".git"], "--out .git: inside .git/"),
+        (["stages/regression.py", "--train-metrics", "t.json", "--eval-metrics", "e.json",
+          "--out", ".git/gate.md"], "--out .git/gate.md: inside .git/"),
+        (["tools/dev_split.py", "nope.zip", "--out", ".git/dev.tar.gz"],
+         "--out .git/dev.tar.gz: inside .git/"),
+        (["tools/dev_split.py", "nope.zip", "--out", "data/prepared/dev.tar.gz"],
+         "an output of the DVC stage 'preprocess'"),
+        (["benchmarks/benchmark.py", "--out", ".git/bench.json"], "--out .git/bench.json: inside"),
+    ]
+    for cmd, said in cases:
+        line = _run(project, *cmd)
+        assert said in line and "Nothing was changed" in line, (cmd, line)
+
+
+def test_the_results_page_refuses_git_and_a_stages_output(project):
+    shutil.copytree(ROOT / "devtools", project / "devtools")
+    for out, said in ((".git/results.md", "inside .git/"),
+                      ("data/prepared/results.md", "an output of the DVC stage 'preprocess'")):
+        line = _run(project, "devtools/results_page.py", "--out", out)
+        assert said in line, line
+
+
+@pytest.mark.e2e
+def test_the_timing_tools_refuse_git_for_their_records(project):
+    for cmd in (["benchmarks/trial.py", "--steps", "1", "--out", ".git/trial.json"],
+                ["benchmarks/devices_timing.py", "--data", "nope", "--out", ".git/timing.json"]):
+        line = _run(project, *cmd)
+        assert "inside .git/, git's own folder" in line, (cmd, line)
