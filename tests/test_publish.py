@@ -96,16 +96,27 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
                                             r"step 12: they come from different runs"):
         publish("tutorial_100k", other, results, tmp_path / "a")
     assert not (tmp_path / "a").exists()
-    # results edited after the run: the model gives another precision than they state
+    # results edited after the run: metrics.json alone (its eval/ says otherwise), a
+    # precision above 1, and both records alike (the model gives another precision than
+    # they state: only the evaluation run again tells)
     edited = tmp_path / "edited"
     shutil.copytree(results, edited)
     m = json.loads((edited / "metrics.json").read_text())
-    m["eval"]["precision_at_1"] += 0.01
-    (edited / "metrics.json").write_text(json.dumps(m))
-    with pytest.raises(PipelineError, match=r"gives precision_at_1 = .* but its metrics state"):
-        publish("tutorial_100k", project / "data/ablations/tutorial_100k/model.pt", edited,
-                tmp_path / "b", check_data=project / "data" / "prepared")
-    assert not (tmp_path / "b").exists()
+    model = project / "data/ablations/tutorial_100k/model.pt"
+    for value, both, said, check in (
+            (m["eval"]["precision_at_1"] + 0.01, False, r"eval/metrics.json: precision_at_1 not "
+                                                        r"what .* gives", None),
+            (1.7, True, r"eval.precision_at_1 is 1.7, expected a fraction", None),
+            (m["eval"]["precision_at_1"] + 0.01, True, r"gives precision_at_1 = .* but its "
+                                                       r"metrics state", project / "data/prepared")):
+        (edited / "metrics.json").write_text(json.dumps({**m, "eval": {**m["eval"],
+                                                                       "precision_at_1": value}}))
+        if both:
+            (edited / "eval/metrics.json").write_text(json.dumps({**m["eval"],
+                                                                  "precision_at_1": value}))
+        with pytest.raises(PipelineError, match=said):
+            publish("tutorial_100k", model, edited, tmp_path / "b", check_data=check)
+        assert not (tmp_path / "b").exists()
     # an --out that holds files it did not make is not touched
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "notes.txt").write_text("mine")

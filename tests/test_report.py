@@ -433,9 +433,9 @@ def test_a_variant_whose_precision_is_not_finite_is_refused_in_one_line(tmp_path
     write_variant(tmp_path / "a", "drop_half", 0.6, 10_000)
     path = tmp_path / "a" / "drop_half" / "metrics.json"
     path.write_text(path.read_text().replace('"precision_at_1": 0.6', f'"precision_at_1": {value}'))
-    with pytest.raises(PipelineError, match=r"^" + re.escape(str(path)) + r": its precision is "
-                       r"not finite \(eval\.precision_at_1: (nan|inf)\), expected a fraction of "
-                       r"the test images; rerun it \(`dvc repro -f "
+    with pytest.raises(PipelineError, match=r"^" + re.escape(str(path)) + r": eval\.precision_at_1 "
+                       r"is (nan|inf), expected a fraction of the test images from 0 to 1; "
+                       r"rerun it \(`dvc repro -f "
                        r"reports/dvc\.yaml:ablation@drop_half`; dataset_ablation@drop_half "
                        r"for a data-set variant\)\.$"):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
@@ -812,3 +812,38 @@ def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkey
         make_report(root, out, OVERRIDES)
     assert _snapshot(published) == before
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["baseline"]
+
+
+@pytest.mark.parametrize("edit, said", [
+    ("range", r"softmax/metrics.json: eval.precision_at_1 is 1.7, expected a fraction of the "
+              r"test images from 0 to 1; rerun it"),
+    ("eval-differs", r"softmax/eval/metrics.json: precision_at_1 not what .*softmax/metrics.json "
+                     r"gives; the two are written by one run of the variant"),
+    ("train-differs", r"softmax/train/metrics.json: step not what"),
+])
+def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_path, edit, said):
+    """A variant's metrics.json and its eval/ and train/ metrics are one run's: a folder a
+    stopped run half rewrote (new eval/, old metrics.json), an evaluation of another model
+    written into it, or a precision above 1, is one line naming it; never reported."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    folder = root / "softmax"
+    m = json.loads((folder / "metrics.json").read_text())
+    (folder / "eval").mkdir(exist_ok=True)
+    (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
+    (folder / "train").mkdir(exist_ok=True)
+    (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"]}))
+    make_report(root, tmp_path / "out", OVERRIDES)  # one run's: reported
+    if edit == "range":
+        m["eval"]["precision_at_1"] = 1.7
+        (folder / "metrics.json").write_text(json.dumps(m))
+    elif edit == "eval-differs":
+        (folder / "eval/metrics.json").write_text(json.dumps({**m["eval"], "precision_at_1": 0.125}))
+    else:
+        (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"] + 1}))
+    before = _snapshot(tmp_path / "out")
+    with pytest.raises(PipelineError, match=said):
+        make_report(root, tmp_path / "out", OVERRIDES)
+    assert _snapshot(tmp_path / "out") == before

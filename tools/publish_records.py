@@ -18,6 +18,7 @@ from typing import Any
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import sha256_of
 from cifar10_tutorial.model_files import load_model_file
+from cifar10_tutorial.report.results import check_one_evaluation
 
 RERUN = "rerun the variant (`dvc repro reports/dvc.yaml`)"
 USE = ("the same command that wrote it: `cifar10 publish NAME` (or `python "
@@ -159,6 +160,10 @@ def read_records(name: str, model: Path, results: Path) -> Records:
     metrics = read_json(results / "metrics.json")
     variant = read_json(results / "variant.json")
     _check_one_run(model, results, ckpt, train, ev)
+    if not isinstance(metrics.get("eval"), dict) or not isinstance(metrics.get("train"), dict):
+        raise PipelineError(f"{results / 'metrics.json'}: expected a record with train and "
+                            f"eval; {RERUN}")
+    check_one_evaluation(results, metrics)  # the figures the card states are one run's
     _check_variant(name, model, results, ckpt, variant)
     records = Records(name, model, results, ckpt, train, ev, metrics, variant, digest, size)
     _check_card_fields(records)

@@ -30,12 +30,7 @@ def load_variants(root: Path) -> pd.DataFrame:
                                 f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`).")
         m = _record(path, ("train", "eval"))
         _numbers_only(path, m)
-        precision = m["eval"].get("precision_at_1")
-        if isinstance(precision, float) and not math.isfinite(precision):
-            raise PipelineError(f"{path}: its precision is not finite (eval.precision_at_1: "
-                                f"{precision}), expected a fraction of the test images; rerun "
-                                f"it (`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`"
-                                f"; dataset_ablation@{path.parent.name} for a data-set variant).")
+        check_one_evaluation(path.parent, m)
         variant = _record(described, ("variant",))
         _typed(described, variant)
         folders.setdefault(variant.get("variant"), []).append(path.parent)
@@ -58,6 +53,38 @@ def load_variants(root: Path) -> pd.DataFrame:
                                 f"{own[0]}; expected one results folder a variant; remove "
                                 f"the copy")
     return pd.DataFrame(rows).set_index("variant")
+
+
+def check_one_evaluation(folder: Path, metrics: dict) -> None:
+    """A variant's results folder holds one run's figures: each precision of its
+    metrics.json a fraction from 0 to 1, and its eval/ and train/ metrics (written by the
+    same run) the same figures as metrics.json's. A folder a killed or stray run half
+    rewrote, or a hand edit, is one line naming the variant to rerun."""
+    name = folder.name
+    rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@{name}`; "
+             f"dataset_ablation@{name} for a data-set variant)")
+    for key, value in metrics["eval"].items():
+        if key.startswith("precision_at_1") and not (
+                isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1):
+            raise PipelineError(f"{folder / 'metrics.json'}: eval.{key} is {value}, expected a "
+                                f"fraction of the test images from 0 to 1; {rerun}.")
+    for part in ("eval", "train"):
+        path = folder / part / "metrics.json"
+        if not path.is_file():
+            continue
+        try:
+            theirs = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            theirs = None
+        differ = ([k for k in theirs if metrics[part].get(k) != theirs[k]]
+                  if isinstance(theirs, dict) else ["(not a JSON record)"])
+        if part == "eval" and isinstance(theirs, dict):
+            differ += [k for k in metrics["eval"] if k not in theirs]
+        if differ:
+            raise PipelineError(f"{path}: {', '.join(differ[:3])} not what {folder / 'metrics.json'}"
+                                f" gives; the two are written by one run of the variant, so "
+                                f"the folder holds parts of two runs (one stopped, or an "
+                                f"evaluation of another model); {rerun}.")
 
 
 def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
