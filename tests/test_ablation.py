@@ -2,6 +2,8 @@
 import dataclasses
 import json
 import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -205,6 +207,16 @@ def test_tiny_ablation_set_and_report_through_dvc(exercise_run, tmp_path):
            "budget." in text
     # changing one variant reruns only that variant and the report
     set_params(project, "ablations", no_lrn={"model": {"lrn": False}, "train": {"seed": 1}})
+    # by hand, the report refuses results no longer of their definition (DVC knows which)
+    before = (rep / "report.md").read_bytes()
+    proc = subprocess.run([str(Path(sys.executable).with_name("cifar10")), "report"],
+                          cwd=project, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert ("cifar10 report: the results of no_lrn are not of their definition as it is now "
+            "(`dvc status reports/dvc.yaml`: no_lrn: reports/params.yaml ablations.no_lrn "
+            "modified); rerun them first") in line, line
+    assert (rep / "report.md").read_bytes() == before
     out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
     ran = [l for l in out.splitlines() if l.startswith("Running stage")]
     assert ran == ["Running stage 'reports/dvc.yaml:ablation@no_lrn':",
