@@ -560,3 +560,21 @@ def test_the_results_page_is_never_written_through_a_link(tmp_path, monkeypatch)
                                             r"results page of its own"):
         main(["--out", str(link)])
     assert link.is_symlink() and page.read_text() == before
+
+
+def test_every_downloaded_folder_persists_across_reruns():
+    """A stage's `raw` folder (what it downloaded) persists in both pipelines: DVC removes a
+    non-persistent output before the stage runs, so a url naming the stage's own copy would
+    lose it before the stage's guard could refuse it."""
+    import yaml
+
+    raws = {}
+    for pipeline in ("dvc.yaml", "reports/dvc.yaml"):
+        for name, stage in yaml.safe_load((ROOT / pipeline).read_text())["stages"].items():
+            body = stage.get("do", stage)
+            for out in body.get("outs", []):
+                path, spec = (out, {}) if isinstance(out, str) else next(iter(out.items()))
+                if path.rstrip("/").endswith("raw"):
+                    raws[f"{pipeline}:{name}"] = (spec or {}).get("persist")
+    assert set(raws) == {"dvc.yaml:download", "reports/dvc.yaml:dataset_ablation"}, raws
+    assert all(raws.values()), raws

@@ -480,3 +480,29 @@ def test_a_variants_key_that_is_no_section_it_may_set_is_named_with_those_it_may
 
     with pytest.raises(ParamsError, match=said):
         params_from_dict({group: {"x": overrides}})
+
+
+@pytest.mark.parametrize("name", ["train", "trials"])
+def test_a_variant_cannot_take_the_name_of_another_run_in_the_mirror(name):
+    """The checkpoint mirror keeps the main run as train/ and the trials under trials/: a
+    variant of that name would resume (and then clear) another run's copy."""
+    from cifar10_tutorial.params import ParamsError, check_variant_name
+
+    with pytest.raises(ParamsError, match=rf"variant name '{name}' is the "):
+        check_variant_name(name)
+    assert check_variant_name("train2") == "train2"
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("exp-1a2b", "exp-1a2b"), ("../../../tmp/x", None), ("a/b", None), ("..", None),
+    ("x" * 200, None), (None, None)])
+def test_an_experiment_name_is_used_only_as_one_plain_folder_name(monkeypatch, value, expected):
+    """DVC_EXP_NAME names the TensorBoard run folder and a queued experiment's folder: a
+    path in it (set by hand) is not used, so nothing is made outside those folders."""
+    from cifar10_tutorial.training.paths import experiment_name
+
+    if value is None:
+        monkeypatch.delenv("DVC_EXP_NAME", raising=False)
+    else:
+        monkeypatch.setenv("DVC_EXP_NAME", value)
+    assert experiment_name() == expected

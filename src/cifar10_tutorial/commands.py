@@ -118,6 +118,10 @@ def refuse_stale_results(dvc_yaml: Path = REPORT_DVC_YAML) -> None:
 
     if not dvc_yaml.is_file():
         return
+    args = stage_command("report.py", dvc_yaml)  # where the report reads the results
+    results = Path(args[args.index("--ablations") + 1]) if "--ablations" in args[:-1] else None
+    if results is None:
+        return
     proc = subprocess.run([dvc_executable(), "status", str(dvc_yaml), "--json"],
                           capture_output=True, text=True)
     try:
@@ -128,7 +132,7 @@ def refuse_stale_results(dvc_yaml: Path = REPORT_DVC_YAML) -> None:
     for stage, changes in (status.items() if isinstance(status, dict) else []):
         group, at, variant = stage.rpartition(":")[2].partition("@")
         if group not in ("ablation", "dataset_ablation") or not at \
-                or not (Path("reports/ablations") / variant / "metrics.json").is_file():
+                or not (results / variant / "metrics.json").is_file():
             continue
         for change in changes if isinstance(changes, list) else []:
             deps = change.get("changed deps", {}) if isinstance(change, dict) else {}

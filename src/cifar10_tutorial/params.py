@@ -295,7 +295,15 @@ def check_variant_name(name: Any, group: str = "ablations") -> str:
     if len(name) > VARIANT_NAME_LIMIT:
         raise ParamsError(f"{group}: variant name {shown} has {len(name)} characters; a name "
                           f"is {rule}")
+    if name in RESERVED_NAMES:
+        raise ParamsError(f"{group}: variant name {shown} is {RESERVED_NAMES[name]}; give the "
+                          f"variant another name")
     return name
+
+
+# names a variant cannot take: its checkpoint mirror's folder would be another run's
+RESERVED_NAMES = {"train": "the main pipeline's run in the checkpoint mirror",
+                  "trials": "the folder of the trials' runs in the checkpoint mirror"}
 
 
 @dataclass(frozen=True)

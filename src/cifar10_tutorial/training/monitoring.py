@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from datetime import datetime
@@ -25,6 +24,7 @@ from ..params import Params
 from ..data.prepared import Prepared
 from .live import open_live, truncate_plots
 from .optimization import WeightAverage, training_model
+from .paths import PLAIN_NAME, experiment_name
 
 
 def duration_text(seconds: Optional[float]) -> str:
@@ -187,8 +187,10 @@ class Summaries:
         its start time; a resumed run (``ckpt``) goes on in its own folder."""
         from torch.utils.tensorboard import SummaryWriter
 
-        self.run = ((ckpt or {}).get("tensorboard_run")
-                    or f"{os.environ.get('DVC_EXP_NAME') or 'run'}-{datetime.now():%Y%m%d-%H%M%S}")
+        resumed = (ckpt or {}).get("tensorboard_run")
+        self.run = (resumed if isinstance(resumed, str) and PLAIN_NAME.fullmatch(resumed)
+                    and ".." not in resumed  # a folder of its own under ``folder``, never a path
+                    else f"{experiment_name() or 'run'}-{datetime.now():%Y%m%d-%H%M%S}")
         self.writer = SummaryWriter(str(folder / self.run),
                                     purge_step=int(ckpt["step"]) if ckpt else None)
         self.edges = np.asarray(self.writer.default_bins, dtype=np.float64)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -69,7 +70,18 @@ def queued_experiment() -> Optional[str]:
     temporary workspace's name); None outside one."""
     if queued_workspace() is None:
         return None
-    return os.environ.get("DVC_EXP_NAME") or Path.cwd().name
+    return experiment_name() or Path.cwd().name
+
+
+# one plain name: it becomes a folder's name, never a path ('..', '/') outside its folder
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def experiment_name() -> Optional[str]:
+    """DVC_EXP_NAME (the DVC experiment this process runs) where it is one plain name, as
+    DVC gives it; None where it is unset, or anything else (a path): not a folder name."""
+    name = os.environ.get("DVC_EXP_NAME")
+    return name if name and PLAIN_NAME.fullmatch(name) and ".." not in name else None
 
 
 def stage_paths(out: Path, live: Path) -> TrainPaths:
