@@ -282,8 +282,36 @@ def against_stored(table: str, stored_as: str) -> str:
     return re.sub(r"\n\n\(?`dvc metrics diff.*\Z", "", table, flags=re.S)
 
 
+def tolerances(commit: Optional[str]) -> dict:
+    """The gate's tolerances at ``commit`` (None: the checkout): params.yaml's
+    regression.tolerances, and the configuration's own where it sets them."""
+    import yaml
+
+    def read(path: str):
+        text = (git("show", f"{commit}:{path}", check=False) if commit
+                else (ROOT / path).read_text() if (ROOT / path).is_file() else "")
+        try:
+            return yaml.safe_load(text) or {}
+        except yaml.YAMLError:
+            return {}
+
+    params, config = read("params.yaml"), read(f".ci/configs/{CONFIG}.yaml")
+    main = ((params.get("regression") or {}) if isinstance(params, dict) else {}) or {}
+    own = ((config.get("params") or {}) if isinstance(config, dict) else {}) or {}
+    return {"params.yaml": main.get("tolerances") if isinstance(main, dict) else None,
+            f".ci/configs/{CONFIG}.yaml": own.get("regression.tolerances")}
+
+
 def gate(event: Event, archive: Path, work: Path) -> tuple[int, str, str]:
     base = merge_base(event)
+    theirs, ours = tolerances(base), tolerances(None)
+    changed = [where for where in ours if ours[where] != theirs.get(where)]
+    if changed:  # a change is not judged by rules it sets itself
+        return 1, (f"**TOLERANCES CHANGED**: this pull request changes the gate's "
+                   f"regression.tolerances ({', '.join(changed)}) from those of the merge "
+                   f"base {base[:12]}, so it is not gated by its own rules; review the new "
+                   f"tolerances, and merge it if they are intended: the push to "
+                   f"{event.default} then gates with them"), ""
     fetch(event, event.branch)
     sha, distance = find_baseline(event, base)
     if sha is None:
@@ -315,11 +343,33 @@ def gate(event: Event, archive: Path, work: Path) -> tuple[int, str, str]:
         f"; improved past the tolerance: {', '.join(better)}" if better else "")), table
 
 
+HEADER = "### Regression gate, `"  # the first line of every comment the gate writes
+
+
+def foreign_comment() -> Optional[str]:
+    """What is at the comment's path where it is not the gate's own (a file whose first line
+    is not the gate's header, a folder): the gate replaces only its own comment, or a link
+    (the link itself, never what it points to)."""
+    path = ROOT / COMMENT
+    if path.is_symlink() or not path.exists():
+        return None
+    if not path.is_file():
+        return "not a file"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(HEADER.encode()))
+    except OSError as exc:
+        return exc.strerror
+    return None if head == HEADER.encode() else "a file the gate did not write"
+
+
 def report(event: Event, verdict: str, table: str) -> None:
     """The verdict and the table: the job's summary (appended) and the comment's file."""
-    text = (f"### Regression gate, `{CONFIG}` configuration, {event.sha[:12]}\n\n{verdict}\n\n"
+    text = (f"{HEADER}{CONFIG}` configuration, {event.sha[:12]}\n\n{verdict}\n\n"
             + (table or "(no table: the pipeline stopped before the regression stage)") + "\n")
     try:  # the gate's own file in a CI checkout: a link there is replaced, never written through
+        if (why := foreign_comment()) is not None:
+            raise PipelineError(why)
         if (ROOT / COMMENT).is_symlink():
             (ROOT / COMMENT).unlink()  # the link only: what it points to stays as it is
         write_text_atomic(ROOT / COMMENT, text)
@@ -356,7 +406,16 @@ def main() -> None:
     if len(sys.argv) != 2:
         raise PipelineError("usage: python .ci/github_gate.py ARCHIVE (the official archive)")
     archive = Path(sys.argv[1]).resolve()
+    if (why := foreign_comment()) is not None:  # before the run: a user's file stays
+        raise PipelineError(f"{ROOT / COMMENT}: {why}, where the gate writes its comment; "
+                            f"move it away, then rerun. Nothing was run.")
     event = Event.from_env()
+    head = git("rev-parse", "HEAD")
+    if event.sha != head:  # the checkout is measured; its figures are filed as GITHUB_SHA's
+        raise PipelineError(f"GITHUB_SHA {event.sha[:12]} is not the checkout's HEAD "
+                            f"({head[:12]}): the gate measures the code checked out and files "
+                            f"its figures under GITHUB_SHA; check that commit out, or unset "
+                            f"GITHUB_SHA. Nothing was run.")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             rc, verdict, table = (measure_and_store if event.stores else gate)(

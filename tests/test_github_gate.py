@@ -571,7 +571,8 @@ sys.argv = ["github_gate.py", "a.tar.gz"]
     with open(log, "w") as stderr:
         proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path,
                                 stdout=subprocess.DEVNULL, stderr=stderr,
-                                env=clean_env(GITHUB_SHA="f" * 40, TMPDIR=str(scratch),
+                                env=clean_env(GITHUB_SHA=sh(ROOT, "git", "rev-parse", "HEAD"),
+                                              TMPDIR=str(scratch),
                                               PYTHONPATH=str(ROOT / "src")))
     started = []
     try:
@@ -598,3 +599,60 @@ sys.argv = ["github_gate.py", "a.tar.gz"]
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_pull_request_that_changes_the_tolerances_is_not_passed_by_them(tmp_path):
+    """A pull request that loosens regression.tolerances would be gated by the rules it
+    sets: the gate says so, fails, and runs nothing (the push to main gates with them)."""
+    gate, runner, base = stored_baseline(tmp_path, '{"eval.precision_at_1": 0.8}')
+
+    def run(*args, **kwargs):
+        raise AssertionError("a change was gated by the tolerances it sets")
+
+    gate.run = run
+    (tmp_path / "work").mkdir()
+    (runner / "params.yaml").write_text("regression:\n  tolerances:\n"
+                                        "    eval.precision_at_1: {max_drop: 0.9}\n")
+    rc, verdict, table = gate.gate(event(gate, "pull_request", "x", "refs/pull/1/merge"),
+                                   tmp_path / "a.tar.gz", tmp_path / "work")
+    assert rc == 1 and table == ""
+    assert verdict.startswith(f"**TOLERANCES CHANGED**: this pull request changes the gate's "
+                              f"regression.tolerances (params.yaml) from those of the merge "
+                              f"base {base[:12]}"), verdict
+
+
+def test_the_comment_is_never_written_over_a_users_file(tmp_path, monkeypatch):
+    """regression-comment.md holding a user's draft (git-ignored: lost for good if
+    replaced): the gate refuses before it runs, and at the end keeps the file and says
+    the verdict in its error; its own earlier comment is replaced."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    gate = github_gate(checkout)
+    draft = checkout / "regression-comment.md"
+    draft.write_text("my hand-written draft\n")
+    assert gate.foreign_comment() == "a file the gate did not write"
+    pr = event(gate, "pull_request", "f" * 40, "refs/pull/1/merge")
+    with pytest.raises(gate.PipelineError, match=r"the comment cannot be written there \(a file "
+                                                 r"the gate did not write\).*The verdict: "
+                                                 r"\*\*PASSED\*\* here"):
+        gate.report(pr, "**PASSED** here", "| table |")
+    assert draft.read_text() == "my hand-written draft\n"
+    draft.unlink()
+    gate.report(pr, "**PASSED** here", "| table |")
+    assert gate.foreign_comment() is None
+    gate.report(pr, "**FAILED** now", "| table |")
+    assert "**FAILED** now" in draft.read_text()
+
+
+def test_a_gate_for_another_commit_than_the_checkout_runs_nothing(tmp_path):
+    """GITHUB_SHA names the commit whose figures are stored (a push) or gated: another
+    commit than the one checked out would file one commit's figures as another's."""
+    proc = subprocess.run([sys.executable, str(ROOT / ".ci/github_gate.py"), "a.tar.gz"],
+                          cwd=tmp_path, capture_output=True, text=True,
+                          env=clean_env(GITHUB_SHA="f" * 40, GITHUB_EVENT_NAME="push",
+                                        GITHUB_REF="refs/heads/main"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: GITHUB_SHA ffffffffffff is not the checkout's HEAD ("), \
+        proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and "Nothing was run." in proc.stderr
