@@ -99,6 +99,15 @@ def load_config(name: str, root: Path) -> dict:
         if both:
             raise PipelineError(f"{path}: {key}: {both[0]} is given both as a section and as "
                                 f"dotted keys ({both[0]}.KEY); write each as {both[0]}.KEY")
+    for key, whole in (("params", ()), ("exercise_params", ("ablations", "dataset_ablations"))):
+        # a section (`regression: {...}`) replaces params.yaml's whole section, and a check
+        # that reads the dotted key (the baseline's place) would not see it
+        section = sorted(k for k, v in (config.get(key) or {}).items()
+                         if "." not in k and k not in whole)
+        if section:
+            raise PipelineError(f"{path}: {key}: {section[0]}: a section, which would replace "
+                                f"params.yaml's whole {section[0]}: section; write each key "
+                                f"dotted ({section[0]}.KEY: value)")
     params = config.get("params") or {}
     theirs = sorted(k for k in ("data.url", "data.md5") if k in params)
     if theirs or "data" in params:  # the runner sets them to the archive it builds or takes
@@ -114,10 +123,11 @@ def load_config(name: str, root: Path) -> dict:
         raise PipelineError(f"{path}: archive_args: {sorted(args)[0]}: expected "
                             f"train_per_batch, test or seed (the synthetic archive's sizes)")
     for key, value in (config.get("archive_args") or {}).items():
-        least = 0 if key == "seed" else 1
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise PipelineError(f"{path}: archive_args: {key}: expected a whole number >= "
-                                f"{least}, found {value!r}")
+        # the synthetic archive is built in memory: at most CIFAR-10's own sizes
+        least, most = (0, 2**32 - 1) if key == "seed" else (1, 10_000)
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+            raise PipelineError(f"{path}: archive_args: {key}: expected a whole number from "
+                                f"{least} to {most:,}, found {value!r}")
     if not isinstance(config.get("report", False), bool):
         raise PipelineError(f"{path}: report: expected true or false, found "
                             f"{config['report']!r}")
@@ -200,6 +210,8 @@ def _check_overrides(path: Path, project: Path, config: dict) -> None:
             raise PipelineError(f"{path}: {key}: {said}") from None
 
 
+THREADS = "2"  # the CPU threads of every CI run (a user's OMP_NUM_THREADS=1 moved loss_avg
+# past its tolerance on the synthetic configuration)
 GRACE = 10.0  # seconds the pipeline's processes get to end on SIGTERM before SIGKILL
 
 
@@ -409,12 +421,22 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
                             f"{'link' if metrics_out.is_symlink() else 'folder'}, where this "
                             f"run writes a file of its own; give another path. Nothing was run.")
     if metrics_out is not None:
+        from cifar10_tutorial.ownership import ensure_writable
         from cifar10_tutorial.regression import not_a_baseline
 
         why = not_a_baseline(metrics_out) or _committed(root, metrics_out)
         if why is not None:  # refused now, not after the run
             raise PipelineError(f"--metrics-out {metrics_out}: {why}, where this run writes "
                                 f"its metrics in the baseline's format; give another path. "
+                                f"Nothing was run.")
+        ensure_writable(metrics_out.parent)  # a folder that cannot be made: now, not after
+    if baseline_file is not None:
+        from cifar10_tutorial.regression import not_a_baseline
+
+        why = not_a_baseline(baseline_file) if baseline_file.is_file() else "not a file"
+        if why is not None:  # the whole run first, then this: never
+            raise PipelineError(f"--baseline {baseline_file}: {why}; give a baseline file "
+                                f"(the gated metrics, as `--update-baseline` writes them). "
                                 f"Nothing was run.")
     # in a scratch folder of its own (the PID in its name): the next run removes one a kill
     # -9 left, once the process is gone
@@ -437,7 +459,10 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
             if config.get("exercise_params"):
                 apply_overrides(project / EXERCISE_PARAMS, config["exercise_params"])
             _check_overrides(root / CONFIGS / f"{name}.yaml", project, config)
-            env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+            env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+                   # one thread count wherever it runs: the sums a run makes depend on it,
+                   # and the committed baselines were measured at it
+                   "OMP_NUM_THREADS": THREADS, "MKL_NUM_THREADS": THREADS}
             baseline = overrides.get("regression.baseline")
             if not update_baseline:
                 no_baseline = _place_baseline(name, baseline, root, project, baseline_file,

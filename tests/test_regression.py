@@ -3,6 +3,7 @@ import re
 import os
 import shutil
 import subprocess
+import tempfile
 import signal
 import sys
 from pathlib import Path
@@ -454,11 +455,18 @@ def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
     ("archive: [synthetic\n", r"cannot be read as YAML \(\w+ at line \d+\); fix it, or "
                               r"`git checkout .*`$"),
     ("archive: synthetic\narchive_args: {train_per_batch: -5}\n",
-     r"archive_args: train_per_batch: expected a whole number >= 1, found -5$"),
+     r"archive_args: train_per_batch: expected a whole number from 1 to 10,000, found -5$"),
     ("archive: synthetic\narchive_args: {test: 1.5}\n",
-     r"archive_args: test: expected a whole number >= 1, found 1.5$"),
+     r"archive_args: test: expected a whole number from 1 to 10,000, found 1.5$"),
     ("archive: synthetic\narchive_args: {seed: -1}\n",
-     r"archive_args: seed: expected a whole number >= 0, found -1$"),
+     r"archive_args: seed: expected a whole number from 0 to 4,294,967,295, found -1$"),
+    ("archive: synthetic\narchive_args: {train_per_batch: 300000}\n",
+     r"archive_args: train_per_batch: expected a whole number from 1 to 10,000, found 300000$"),
+    ("archive: synthetic\nparams:\n  regression: {baseline: /tmp/fake.json}\n",
+     r"params: regression: a section, which would replace params.yaml's whole regression: "
+     r"section; write each key dotted \(regression.KEY: value\)$"),
+    ("archive: synthetic\nreport: true\nexercise_params: {train: {max_steps: 6}, ablations: {}}\n",
+     r"exercise_params: train: a section, which would replace"),
     ("archive: synthetic\narchive: given\n", r"the key 'archive' appears twice \(line 2\); "
                                              r"keep one$"),
     ("archive: synthetic\nparams:\n  train.max_steps: 2\n  train.max_steps: 3\n",
@@ -477,7 +485,8 @@ def test_a_ci_configuration_whose_committed_baseline_is_gone_fails(tmp_path):
      r"params: data.dataset: 'cifar100', but the runner's archive \(archive: synthetic\) is "
      r"CIFAR-10's layout"),
 ], ids=["empty", "list", "params-list", "archive-args", "report-words", "bad-yaml",
-        "negative-size", "fraction", "negative-seed", "twice", "twice-in-params",
+        "negative-size", "fraction", "negative-seed", "too-large", "section-baseline",
+        "section-exercise", "twice", "twice-in-params",
         "section-and-dotted", "report-without-exercise-params", "exercise-params-unread",
         "data-url-is-the-runners", "dataset-the-archive-is-not"])
 def test_a_damaged_ci_configuration_is_one_line_naming_it(tmp_path, text, message):
@@ -704,6 +713,27 @@ def test_metrics_out_onto_a_committed_file_or_with_both_baseline_options_is_refu
         assert said in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option, value, said", [
+    ("baseline_file", "README.md", r"--baseline .*README.md: not a baseline's path"),
+    ("baseline_file", "notes.json", r"--baseline .*notes.json: a file that is not a baseline"),
+    ("metrics_out", "afile/m.json", r"afile: a file, where the run needs a folder"),
+])
+def test_the_runs_files_given_as_options_are_checked_before_it_runs(tmp_path, option, value,
+                                                                    said):
+    """--baseline that is no baseline, a --metrics-out whose folder cannot be made: one line
+    before the pipeline runs (not after minutes of it, naming the scratch copy)."""
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    (root / ".ci/configs/t.yaml").write_text("archive: synthetic\n")
+    (root / "README.md").write_text("# mine\n")
+    (root / "notes.json").write_text('{"a": 1}\n')
+    (root / "afile").write_text("mine\n")
+    with pytest.raises(PipelineError, match=said):
+        ci.run_config("t", root, **{option: root / value})
+    assert not list(Path(tempfile.gettempdir()).glob(f"cifar10-ci-{os.getpid()}-*"))
+
+
 def test_the_regression_stage_updates_only_a_baseline(tmp_path):
     """`python stages/regression.py --update` with regression.baseline naming a file that is
     no baseline: one line, nothing written; a baseline (or no file yet) is written."""
@@ -858,3 +888,25 @@ def test_a_configuration_with_the_report_runs_it_also_without_a_baseline(tmp_pat
     assert "$ dvc repro reports/dvc.yaml:report" in done.stdout
     assert "wrote reports/report.md" in done.stdout, done.stdout[-3000:]
     assert "NO BASELINE (regression.baseline is null" in done.stdout.splitlines()[-1]
+
+
+def test_every_ci_run_takes_one_thread_count_whatever_the_shell_says(tmp_path, monkeypatch):
+    """The sums a run makes depend on its thread count: with a user's OMP_NUM_THREADS=1 the
+    synthetic configuration's loss_avg moved past its tolerance. The runner gives its
+    pipeline the thread count the committed baselines were measured at."""
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    (root / ".ci/configs/t.yaml").write_text("archive: synthetic\n")
+    seen = []
+    for name in ("copy_worktree", "apply_overrides", "_check_overrides", "_keep_results"):
+        monkeypatch.setattr(ci, name, lambda *args: None)
+    monkeypatch.setattr(ci, "build_archive", lambda *args: "0" * 32)
+    monkeypatch.setattr(ci, "_place_baseline", lambda *args: "none here")
+    monkeypatch.setattr(ci, "_outputs", lambda project: [])
+    monkeypatch.setattr(ci, "_run", lambda cmd, cwd, env: seen.append(env) or 0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    assert ci.run_config("t", root) == 0
+    assert seen and all(env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == ci.THREADS == "2"
+                        for env in seen)
