@@ -4,7 +4,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.data.download import DownloadOptions, fetch_dataset
-from cifar10_tutorial.params import load_params
+from cifar10_tutorial.params import MAIN, load_params
 
 
 def main() -> None:
@@ -15,7 +15,7 @@ def main() -> None:
     ap.add_argument("--retries", type=int, default=5, help="attempts for transient errors")
     args = parse_stage_args(ap, __file__)
     opts = DownloadOptions(timeout=args.timeout, retries=args.retries)
-    fetch_dataset(load_params(args.params).data, args.out, args.partial, opts)
+    fetch_dataset(load_params(args.params, MAIN).data, args.out, args.partial, opts)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import write_text_atomic
-from cifar10_tutorial.params import load_params
+from cifar10_tutorial.params import MAIN, load_params
 from cifar10_tutorial.ownership import refuse_foreign_file
 from cifar10_tutorial.regression import (RegressionError, gate, is_gate_text, metrics_diff_md,
                                          update_baseline)
@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--update", action="store_true",
                     help="write this run's gated metrics to regression.baseline")
     args = parse_stage_args(ap, __file__)
-    reg = load_params(args.params).regression
+    reg = load_params(args.params, MAIN).regression
     files = {"train": args.train_metrics, "eval": args.eval_metrics}
     if args.update:
         if reg.baseline is None:

@@ -25,7 +25,7 @@ from cifar10_tutorial.ownership import (folders_apart, hold_run_lock, local_fold
                                         refuse_foreign_place)
 from cifar10_tutorial.training.distributed import (launched_by_torchrun, nodes_from_stage,
                                                    relaunch_on_devices)
-from cifar10_tutorial.params import load_params
+from cifar10_tutorial.params import MAIN, load_params
 from cifar10_tutorial.data.prepared import load_prepared
 from cifar10_tutorial.training.train import train
 
@@ -37,7 +37,7 @@ def main() -> None:
     add_continuation(ap)
     add_nodes(ap)
     args = parse_stage_args(ap, __file__)
-    params = load_params(args.params)
+    params = load_params(args.params, MAIN)
     cont = from_stage(args.stop_at, args.mirror, "train")
     # nothing written inside the prepared data (a DVC output: every stage would go stale),
     # nor a mirror among the outputs; --out and --live may be one folder, not one in the other

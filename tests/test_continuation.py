@@ -626,3 +626,37 @@ def test_cifar10_repro_keeps_an_ignored_hangup_ignored(monkeypatch):
         signal.signal(signal.SIGHUP, old)
     assert seen[signal.SIGHUP] is signal.SIG_IGN
     assert seen[signal.SIGTERM] not in (signal.SIG_IGN, signal.SIG_DFL)
+
+
+def test_a_run_of_another_stage_neither_resumes_nor_deletes_a_folder(synth_data, tmp_path):
+    """A folder is one stage's run's (checkpoints/owner.json, written before the first
+    checkpoint): the train stage pointed at a variant's --work (other params) stops in one
+    line instead of starting afresh there, which deleted the variant's model and
+    checkpoints; the variant itself, its params changed, still starts afresh."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.training.paths import TrainPaths
+    from cifar10_tutorial.training.train import train
+
+    params = tiny_params(train={"max_steps": 4, "batch_size": 16}, run={"checkpoint_every": 2})
+    work = tmp_path / "work"
+    train(params, synth_data, TrainPaths(work, tmp_path / "live", owner="ablation@softmax"),
+          progress=False)
+    assert json.loads((work / "checkpoints/owner.json").read_text()) == {"run": "ablation@softmax"}
+    before = {p: p.read_bytes() for p in sorted(work.rglob("*")) if p.is_file()}
+    other = tiny_params(train={"max_steps": 4, "batch_size": 16, "initial_lr": 0.05},
+                        run={"checkpoint_every": 2})
+    with pytest.raises(PipelineError, match=rf"^{re.escape(str(work))}: the folder of the stage "
+                                            r"ablation@softmax's run \(.*owner.json\): its model "
+                                            r"and checkpoints, which this run \(train\) would "
+                                            r"resume or delete"):
+        train(other, synth_data, TrainPaths(work, tmp_path / "live2", owner="train"),
+              progress=False)
+    assert {p: p.read_bytes() for p in sorted(work.rglob("*")) if p.is_file()} == before
+    # its own stage, its params changed: afresh, as before
+    train(other, synth_data, TrainPaths(work, tmp_path / "live", owner="ablation@softmax"),
+          progress=False)
+    assert (work / "model.pt").read_bytes() != before[work / "model.pt"]
+    # a folder made before the record: claimed by the first run that comes
+    (work / "checkpoints/owner.json").unlink()
+    train(other, synth_data, TrainPaths(work, tmp_path / "live", owner="train"), progress=False)
+    assert json.loads((work / "checkpoints/owner.json").read_text()) == {"run": "train"}

@@ -506,3 +506,24 @@ def test_an_experiment_name_is_used_only_as_one_plain_folder_name(monkeypatch, v
     else:
         monkeypatch.setenv("DVC_EXP_NAME", value)
     assert experiment_name() == expected
+
+
+def test_a_params_file_of_the_other_kind_is_named_as_such(tmp_path):
+    """reports/params.yaml given to a main stage (it trained 100,000 steps and rotated the
+    main run's checkpoints away), params.yaml given to a variant's stage: one line saying
+    which kind of file it is, before any section is called misplaced."""
+    from cifar10_tutorial.params import EXERCISES, MAIN, ParamsError, load_params
+    from conftest import ROOT
+
+    with pytest.raises(ParamsError, match=r"reports/params.yaml: the kind of file "
+                                          r"reports/params.yaml is \(it holds ablation:\), but "
+                                          r"this reads params.yaml's"):
+        load_params(ROOT / "reports/params.yaml", MAIN)
+    with pytest.raises(ParamsError, match=r"params.yaml: the kind of file params.yaml is \(it "
+                                          r"holds data:\), but this reads reports/params.yaml's"):
+        load_params(ROOT / "params.yaml", EXERCISES)
+    # a params.yaml holding a stray exercise section is still told where the section goes
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text() + "ablations: {}\n")
+    with pytest.raises(ParamsError, match=r"ablations: lives in reports/params.yaml, not in "
+                                          r"params.yaml; move it there"):
+        load_params(tmp_path / "params.yaml", MAIN)

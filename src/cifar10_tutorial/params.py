@@ -474,6 +474,18 @@ def check_sections(raw: dict, file: ParamsFile) -> None:
                               f"add it (`{section}: {{}}` for no variant)")
 
 
+def _the_files_kind(raw: dict, file: ParamsFile) -> None:
+    """A file of the other kind given where ``file``'s is read (--params): it holds a section
+    only the other file holds, and none only ``file`` holds. Said as such, before any of
+    its sections is named as misplaced."""
+    other = EXERCISES if file is MAIN else MAIN
+    theirs = [s for s in raw if s in other.sections and s not in file.sections]
+    if theirs and not any(s in file.sections and s not in other.sections for s in raw):
+        raise ParamsError(f"the kind of file {other.name} is (it holds {theirs[0]}:), but this "
+                          f"reads {file.name}'s ({', '.join(file.sections)}); give --params "
+                          f"such a file")
+
+
 def load_params(path: str | Path = "params.yaml", file: Optional[ParamsFile] = None) -> Params:
     """Read and validate ``path``, a params file of kind ``file`` (by default from its
     path: :func:`params_file`); every problem is a :class:`ParamsError` naming the file.
@@ -492,6 +504,7 @@ def load_params(path: str | Path = "params.yaml", file: Optional[ParamsFile] = N
     raw = read_params_yaml(path, empty=file.empty)
     try:
         if isinstance(raw, dict):
+            _the_files_kind(raw, file)
             check_sections(raw, file)
         return params_from_dict(raw)
     except ParamsError as exc:

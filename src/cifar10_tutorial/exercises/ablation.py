@@ -188,5 +188,6 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
         for folder in dict.fromkeys((args.work, work, args.out)):
             hold_run_lock(folder, command)
     relaunch_on_devices(variant.train, variant.run, script, sys.argv[1:])
-    run_variant(params, args.name, load_data(params), VariantPaths(work, args.out),
+    run_variant(params, args.name, load_data(params),
+                VariantPaths(work, args.out, f"{STAGES[group][0]}@{args.name}"),
                 continuation=cont)

@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from .distributed import Dist, barrier
-from .paths import TrainPaths, refuse_foreign_outputs
+from .paths import TrainPaths, claim_checkpoints, refuse_foreign_outputs
 from ..checkpoint_files import DROP_IT, list_checkpoints, load_checkpoint, run_defining, run_params
 from ..errors import TrainingError
 from ..files import torch_save_atomic
@@ -74,6 +74,7 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
         ensure_writable(paths.out_dir, paths.checkpoints, paths.tensorboard, paths.live_dir,
                         paths.live_dir / "plots")
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        claim_checkpoints(paths)  # another stage's run is neither resumed nor removed
         for tmp in paths.checkpoints.glob("*.tmp"):
             tmp.unlink()
         if mirror is not None:

@@ -5,6 +5,7 @@ them (anything else there is refused, never deleted).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import PipelineError
+from ..files import write_text_atomic
 from ..ownership import refuse_foreign
 from ..params import AblationParams
 
@@ -30,6 +32,7 @@ class TrainPaths:
     checkpoints_dir: Optional[Path] = None  # None: out_dir/checkpoints
     tensorboard_dir: Optional[Path] = None  # None: out_dir/tensorboard
     speed_file: Optional[Path] = None  # the speeds and times, apart from metrics.json
+    owner: Optional[str] = None  # the stage whose run the folder is (train, ablation@NAME)
 
     @property
     def checkpoints(self) -> Path:
@@ -95,8 +98,9 @@ def stage_paths(out: Path, live: Path) -> TrainPaths:
     speed = Path(live) / "speed.json"  # DVC's metrics keep what users compare (README)
     kept = kept_past_workspace(out)
     if kept == Path(out):
-        return TrainPaths(out, live, speed_file=speed)
-    paths = TrainPaths(out, live, kept / "checkpoints", kept.parent.parent / "tensorboard", speed)
+        return TrainPaths(out, live, speed_file=speed, owner="train")
+    paths = TrainPaths(out, live, kept / "checkpoints", kept.parent.parent / "tensorboard", speed,
+                       owner="train")
     log.info("queued experiment %s: checkpoints in %s, TensorBoard logs in %s (they outlive "
              "DVC's temporary workspace)", kept.name, paths.checkpoints, paths.tensorboard)
     return paths
@@ -110,10 +114,11 @@ class VariantPaths:
 
     work: Path
     out: Path
+    owner: Optional[str] = None  # the variant's stage, ablation@NAME
 
     @property
     def train(self) -> TrainPaths:
-        return TrainPaths(self.work, self.out / "train")
+        return TrainPaths(self.work, self.out / "train", owner=self.owner)
 
     @property
     def eval_dir(self) -> Path:
@@ -160,6 +165,36 @@ LIVE_NAMES = {"metrics.json", "speed.json", "plots", "provenance.json", ".gitign
 # of those, the files a run writes (as it finishes: a folder there is refused at its start)
 OUT_FILES = frozenset({"model.pt"})
 LIVE_FILES = frozenset({"metrics.json", "speed.json", "provenance.json"})
+
+
+OWNER = "owner.json"  # in checkpoints/: the stage whose run the folder is
+
+
+def claim_checkpoints(paths: TrainPaths) -> None:
+    """A run's folder is one stage's (``paths.owner``: train, ablation@NAME), recorded in its
+    checkpoints folder before the run's first write there: a run of another stage stops in
+    one line, so that starting afresh never deletes another stage's model and checkpoints.
+    A folder with no record (made before there was one) is claimed; no owner, no record."""
+    if paths.owner is None:
+        return
+    record = paths.checkpoints / OWNER
+    if record.is_symlink() or (record.exists() and not record.is_file()):
+        raise PipelineError(f"{record}: not a file, where the run records whose folder this "
+                            f"is; move it away, then rerun. Nothing was changed.")
+    if not record.exists():
+        write_text_atomic(record, json.dumps({"run": paths.owner}) + "\n")
+        return
+    try:
+        theirs = json.loads(record.read_text()).get("run")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        theirs = None
+    if theirs != paths.owner:
+        whose = (f"the folder of the stage {theirs}'s run" if isinstance(theirs, str)
+                 else "a folder whose run is not known (its record is not readable)")
+        raise PipelineError(f"{paths.out_dir}: {whose} ({record}): its model and checkpoints, "
+                            f"which this run ({paths.owner}) would resume or delete; give the "
+                            f"run a folder of its own (as the pipeline gives it). Nothing was "
+                            f"changed.")
 
 
 def refuse_foreign_outputs(paths: TrainPaths) -> None:
