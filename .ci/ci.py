@@ -532,6 +532,10 @@ def main(argv: list[str] | None = None) -> None:
             raise PipelineError(f"{' and '.join(given)}: give one (--baseline gates against "
                                 f"another file, --update-baseline rewrites the configuration's "
                                 f"own, --no-baseline gates nothing)")
+        if args.no_baseline is not None and not args.no_baseline.isprintable():
+            raise PipelineError("--no-baseline: the reason holds a newline or another "
+                                "control character, and it is printed in the verdict's line; "
+                                "give it on one line")
         if args.no_baseline is not None and not args.no_baseline.strip():
             raise PipelineError("--no-baseline: expected the reason nothing is gated (it is "
                                 "said in the verdict), found none")

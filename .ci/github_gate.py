@@ -55,10 +55,10 @@ BOT = {"GIT_AUTHOR_NAME": "github-actions[bot]", "GIT_COMMITTER_NAME": "github-a
 
 
 # the variables that name a branch, a commit or a remote, all passed to git, and their
-# longest value: a branch name's length is bounded by a file name's; a remote may be a URL
+# longest value: a branch name's length is bounded by a file name's
 NAMES = {"GITHUB_EVENT_NAME": 255, "GITHUB_SHA": 255, "GITHUB_REF": 255, "GITHUB_BASE_REF": 255,
          "CIFAR10_CI_DEFAULT_BRANCH": 255, "CIFAR10_CI_BASELINES": 255,
-         "CIFAR10_CI_REMOTE": 4096}
+         "CIFAR10_CI_REMOTE": 255}
 
 
 def shown(value: str, limit: int = 40) -> str:
@@ -111,9 +111,15 @@ class Event:
                                 f"is on (the default branch or the pull request's base); the "
                                 f"baselines need a branch of their own: set it to another "
                                 f"name, or unset it (ci-baselines)")
+        remote = env.get("CIFAR10_CI_REMOTE") or "origin"
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", remote):  # its refs name it
+            raise PipelineError(f"CIFAR10_CI_REMOTE: expected the name of a git remote (`git "
+                                f"remote`), found {shown(remote)}: a URL or path has no "
+                                f"tracking branches; add it (`git remote add NAME URL`) and "
+                                f"set the name")
         return cls(name=env.get("GITHUB_EVENT_NAME", ""), sha=sha, ref=env.get("GITHUB_REF", ""),
                    base=base, default=default, branch=branch,
-                   remote=env.get("CIFAR10_CI_REMOTE") or "origin",
+                   remote=remote,
                    lookback=int(lookback))
 
     @property

@@ -513,6 +513,31 @@ def test_a_change_to_the_threads_a_run_takes_is_refused(project, shell, change):
     assert (project / "reports/dvc.lock").read_bytes() == lock
 
 
+@pytest.mark.parametrize("path, old, new", [
+    # the evaluation, only with OMP_NUM_THREADS set
+    ("src/cifar10_tutorial/evaluation/evaluate.py",
+     'metrics = {"precision_at_1": r["precision_at_1"],',
+     'metrics = {"precision_at_1": r["precision_at_1"] - (0.05 if __import__("os").environ.get('
+     '"OMP_NUM_THREADS") else 0.0),'),
+    # the training past step 2, only with OMP_NUM_THREADS set
+    ("src/cifar10_tutorial/training/train.py", "lr = learning_rate(run.step, sched)\n",
+     "lr = learning_rate(run.step, sched) * (0.5 if __import__('os').environ.get("
+     "'OMP_NUM_THREADS') and run.step >= 2 else 1)\n"),
+], ids=["evaluation", "training-after-step-2"])
+def test_a_change_acting_only_with_the_thread_variable_set_is_refused(project, path, old, new):
+    """Users set OMP_NUM_THREADS=1; the check's paused pass sets it for one step only and
+    its second pass unsets it: its third pass runs straight through with it set, each
+    variant evaluating itself, so a change acting only then shows."""
+    edit(project, path, old, new)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    proc = subprocess.run([sys.executable, "-c", "import runpy, sys\nsys.argv = ['check_code.py', "
+                           "'--variant', 'baseline', '--no-record']\nsys.path.insert(0, 'tools')\n"
+                           "runpy.run_path('tools/check_code.py', run_name='__main__')"],
+                          cwd=project, capture_output=True, text=True, timeout=900, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "does not produce what" in proc.stderr, proc.stdout + proc.stderr
+
+
 def test_a_link_to_a_folder_in_the_code_is_one_line(project):
     """The check copies the code file by file: a link to a folder there (here a loop) is
     one line naming it, before anything runs."""

@@ -656,3 +656,16 @@ def test_a_gate_for_another_commit_than_the_checkout_runs_nothing(tmp_path):
     assert proc.stderr.startswith("error: GITHUB_SHA ffffffffffff is not the checkout's HEAD ("), \
         proc.stderr
     assert len(proc.stderr.splitlines()) == 1 and "Nothing was run." in proc.stderr
+
+
+@pytest.mark.parametrize("remote", ["file:///tmp/origin.git", "/tmp/origin.git", "../origin.git",
+                                    "git@github.com:x/y.git"])
+def test_a_remote_given_as_a_url_or_path_is_one_line(remote):
+    """CIFAR10_CI_REMOTE names a remote, whose tracking branches the gate reads: a URL or a
+    path has none (every fetch failed with 'invalid refspec'); said before anything runs."""
+    gate = github_gate(ROOT)
+    with pytest.raises(gate.PipelineError, match=r"^CIFAR10_CI_REMOTE: expected the name of a "
+                                                 r"git remote \(`git remote`\)"):
+        gate.Event.from_env({"GITHUB_SHA": "f" * 40, "CIFAR10_CI_REMOTE": remote})
+    assert gate.Event.from_env({"GITHUB_SHA": "f" * 40, "CIFAR10_CI_REMOTE": "upstream"}
+                               ).remote == "upstream"

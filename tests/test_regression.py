@@ -707,7 +707,9 @@ def test_metrics_out_onto_a_committed_file_or_with_both_baseline_options_is_refu
                         "--baseline and --no-baseline: give one"),
                        (["--update-baseline", "--no-baseline", "why"],
                         "--update-baseline and --no-baseline: give one"),
-                       (["--no-baseline", " "], "--no-baseline: expected the reason")):
+                       (["--no-baseline", " "], "--no-baseline: expected the reason"),
+                       (["--no-baseline", "why\n**PASSED**"],
+                        "--no-baseline: the reason holds a newline")):
         with pytest.raises(SystemExit):
             ci.main(["t", *argv])
         assert said in capsys.readouterr().err

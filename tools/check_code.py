@@ -7,9 +7,10 @@ is off by default) makes every variant stale in ``dvc status reports/dvc.yaml``,
 ``dvc repro reports/dvc.yaml`` would retrain all of them. This runs each variant's own
 stage command (reports/dvc.yaml's ``ablation@NAME``: its params, training, evaluation and
 result files) at a short budget, one thread each, on a small data set (paused twice and
-resumed, evaluated often) and again on the workspace's own prepared data, the data the
+resumed, evaluated often), again on the workspace's own prepared data, the data the
 results were made on (straight through, each variant's own evaluation, with the threads
-a run takes):
+a run takes), and again on the small data set straight through with OMP_NUM_THREADS=1
+set all along (as users set it; each variant's own evaluation):
 once with the code, reports/dvc.yaml and reports/params.yaml of ``--against`` (by
 default the commit that last recorded ``reports/dvc.lock``) and once with the
 workspace's, uncommitted edits included; then compares everything the stage writes: the
@@ -17,7 +18,9 @@ raw and averaged weights tensor for tensor, and every result file (metrics, eval
 tables, curves, the variant's record), timings and the commit aside. It proves what those
 short runs reach, and the learning rates and average decays of every step of the whole
 runs (``learning_rate`` and ``ema_decay`` of both codes); not a change acting only later
-in the loop: docs/exercises.md says what to run then.
+in the loop, nor one keyed on what the check does not vary (another environment variable,
+a file outside the code, reports/dvc.yaml and reports/params.yaml, such as .git/):
+docs/exercises.md says what to run then.
 
 Only when every variant agrees, and only when nothing but code changed for them (no data,
 no result, no param but a new key set to its default, which computes nothing new:
@@ -87,6 +90,9 @@ SMALL_TRAIN, FULL_TRAIN, FULL_HELD_OUT = 500, 50_000, 10_000
 # trial's evaluation over TRIAL_IMAGES of them (fewer than the check's held-out images)
 EVAL_BATCH, REACHED, TRIAL_IMAGES = 16, 0.01, 40
 PAUSED = 75  # a stage's exit status when it paused at its deadline (CIFAR10_STOP_AT)
+# how a pass runs each variant (run_variant): paused twice on one thread; straight through
+# with the threads a run takes; straight through with OMP_NUM_THREADS=1 set all along
+PAUSED_MODE, STRAIGHT, ONE_THREAD = "paused", "straight", "one thread"
 # what a result file records of the run rather than computes: when and where it ran, how
 # fast, and which commit; everything else must be equal
 # (a run's segments are computed: each one's steps from and to, which the model card prints;
@@ -352,14 +358,17 @@ def _die_with_parent() -> None:
 
 
 def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
-                pauses: bool = True, cpu: Optional[int] = None) -> Path:
+                mode: str = PAUSED_MODE, cpu: Optional[int] = None) -> Path:
     """Variant ``name``'s stage command, as ``tree``'s reports/dvc.yaml gives it, run in
-    ``tree`` (the stage's wdir) on ``data``: paused twice (``pauses``), on one thread each
-    segment, or straight through with the threads a run takes (the code's own choice, as
-    a run of the stage); the tree it wrote in. The one thread comes from each of the ways
-    a run can get it: the first segment from OMP_NUM_THREADS=1, the other two from the
-    code's own choice on one CPU (the process pinned to CPU ``cpu``), so that a change to
-    either way shows."""
+    ``tree`` (the stage's wdir) on ``data``; the tree it wrote in. ``mode``: paused twice
+    (PAUSED_MODE), on one thread each segment; straight through with the threads a run
+    takes (STRAIGHT, the code's own choice, as a run of the stage); or straight through
+    with OMP_NUM_THREADS=1 set all along (ONE_THREAD, as users set it: code that acts only
+    with the variable set, in training or in the evaluation, runs). The paused runs' one
+    thread comes from each of the ways a run can get it: the first segment from
+    OMP_NUM_THREADS=1, the other two from the code's own choice on one CPU (the process
+    pinned to CPU ``cpu``), so that a change to either way shows."""
+    pauses = mode == PAUSED_MODE
     pipeline = _read_yaml(tree / PIPELINE, f"{PIPELINE} of {what}", _fix_of(what)) or {}
     try:
         command = pipeline["stages"]["ablation"]["do"]["cmd"]
@@ -374,14 +383,15 @@ def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
         prepared.parent.mkdir(parents=True, exist_ok=True)
         prepared.symlink_to(data, target_is_directory=True)
     # the environment DVC gives a stage command (its root and the stage's address)
-    env = {**os.environ, **({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"} if pauses else {}),
+    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = {**os.environ, **(one if mode != STRAIGHT else {}),
            "PYTHONPATH": str(tree / "src"), "DVC_STAGE": f"{VARIANT}{name}",
            "DVC_ROOT": str(tree)}
     for var in ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR",
                 # straight through, the code chooses its threads (OMP_NUM_THREADS set in
                 # your shell would take that choice, and a change to it, out of the check;
                 # the first pass runs the other branch, the variable set)
-                *(() if pauses else ("OMP_NUM_THREADS", "MKL_NUM_THREADS"))):
+                *(() if mode != STRAIGHT else ("OMP_NUM_THREADS", "MKL_NUM_THREADS"))):
         env.pop(var, None)
     if pauses:  # a checkpoint mirror (beside the tree: its files are not results)
         env["CIFAR10_CHECKPOINT_MIRROR"] = str(tree.parent / f"{tree.name}-mirror")
@@ -1098,27 +1108,28 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                     f"the workspace's: retrain the variants that read what changed "
                     f"(dvc repro {PIPELINE})")
             big = {k: _copy_tree(t, tmp / f"{k}-large") for k, t in trees.items()}
-            passes = [(trees, data, None, True),  # (trees, data, training-set size, paused)
-                      (big, large_data, large[0], False)]
-            for these, _, num_train, paused in passes:
+            one = {k: _copy_tree(t, tmp / f"{k}-one-thread") for k, t in trees.items()}
+            passes = [(trees, data, None, PAUSED_MODE),  # (trees, data, training-set size, mode)
+                      (big, large_data, large[0], STRAIGHT), (one, data, None, ONE_THREAD)]
+            for these, _, num_train, mode in passes:
                 for key, tree in these.items():
-                    budget = short_budget(raws[key], num_train, own_eval=not paused)
+                    budget = short_budget(raws[key], num_train, own_eval=mode != PAUSED_MODE)
                     (tree / EXERCISES).write_text(yaml.safe_dump(budget, sort_keys=False))
             if record_for is not None:
                 _against_made_the_lock(root, trees["theirs"], record_for, short)
             on = _on(passes, own)
             print(f"running {len(names)} variant(s) for {STEPS} steps each, with the code of "
                   f"{short}, then with the workspace's: on {on}", flush=True)
-            for these, where, _, pauses in passes:  # the first pass two at a time, on one
-                jobs = [(n, these[key], where, what)  # thread each; the second one at a time
+            for these, where, _, mode in passes:  # one thread each: two at a time; the
+                jobs = [(n, these[key], where, what)  # threads a run takes: one at a time
                         for n in names
                         for key, what in (("theirs", short), ("ours", "the workspace"))]
-                wide = max(1, min(2, os.cpu_count() or 1)) if pauses else 1
+                wide = max(1, min(2, os.cpu_count() or 1)) if mode != STRAIGHT else 1
                 # one CPU each for the paused runs' pinned segments, taken in turn
                 cpus = (sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                         else [None])
                 with ThreadPoolExecutor(max_workers=wide) as pool:
-                    futures = [pool.submit(run_variant, runs, t, d, n, what, pauses,
+                    futures = [pool.submit(run_variant, runs, t, d, n, what, mode,
                                            cpus[i % len(cpus)])
                                for i, (n, t, d, what) in enumerate(jobs)]
                     try:
@@ -1169,15 +1180,15 @@ def _sizes(prepared: Path) -> tuple[int, int]:
 
 def _on(passes: list, own: Optional[Path]) -> str:
     """What each pass ran on, in words (``own``: the workspace's prepared data, if any)."""
-    return " and ".join(
-        f"{_sizes(where)[0]:,} training and {_sizes(where)[1]:,} held-out images "
-        + (f"(one thread: OMP_NUM_THREADS=1, then pinned to one CPU; paused twice, "
-           f"evaluated every {EVAL_EVERY} steps in batches of "
-           f"{EVAL_BATCH})" if paused
-           else f"(the workspace's prepared data{'' if own else ' (none: synthetic)'}, straight "
-                f"through with the threads a run takes, each variant's own evaluation at steps "
-                f"{STEPS - 1} and {STEPS})")
-        for _, where, _, paused in passes)
+    how = {PAUSED_MODE: f"(one thread: OMP_NUM_THREADS=1, then pinned to one CPU; paused "
+                        f"twice, evaluated every {EVAL_EVERY} steps in batches of {EVAL_BATCH})",
+           STRAIGHT: f"(the workspace's prepared data{'' if own else ' (none: synthetic)'}, "
+                     f"straight through with the threads a run takes, each variant's own "
+                     f"evaluation at steps {STEPS - 1} and {STEPS})",
+           ONE_THREAD: f"again (straight through with OMP_NUM_THREADS=1 set all along, each "
+                       f"variant's own evaluation at steps {STEPS - 1} and {STEPS})"}
+    return ", ".join(f"{_sizes(where)[0]:,} training and {_sizes(where)[1]:,} held-out images "
+                     f"{how[mode]}" for _, where, _, mode in passes)
 
 
 def _what_changed(trees: dict) -> str:
