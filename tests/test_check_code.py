@@ -74,9 +74,11 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
            "weights and results" in proc.stdout
     assert "13 steps each on 500 training and 50 held-out images (one thread: " \
            "OMP_NUM_THREADS=1, then pinned to one CPU; paused twice, " \
-           "evaluated every 2 steps in batches of 16) and 600 training and 50 held-out images " \
+           "evaluated every 2 steps in batches of 16), 600 training and 50 held-out images " \
            "(the workspace's prepared data, straight through with the threads a run takes, " \
-           "each variant's own evaluation at steps 12 and 13)" in proc.stdout
+           "each variant's own evaluation at steps 12 and 13), 500 training and 50 held-out " \
+           "images again (straight through with OMP_NUM_THREADS=1 set all along, each " \
+           "variant's own evaluation at steps 12 and 13)" in proc.stdout
     assert "recorded 2 variant stage(s)" in proc.stdout
     assert "up to date" in stale(project)
 
