@@ -210,6 +210,10 @@ def _check_overrides(path: Path, project: Path, config: dict) -> None:
             raise PipelineError(f"{path}: {key}: {said}") from None
 
 
+# what a user's shell may set for their own runs and a CI run never takes: a deadline would
+# pause it (its scratch copy is gone after), a mirror would resume another code's run
+RUN_VARIABLES = ("CIFAR10_STOP_AT", "CIFAR10_CHECKPOINT_MIRROR", "CIFAR10_PAUSE_MARK",
+                 "CIFAR10_NNODES", "CIFAR10_RDZV_ENDPOINT", "CIFAR10_RDZV_ID")
 THREADS = "2"  # the CPU threads of every CI run (a user's OMP_NUM_THREADS=1 moved loss_avg
 # past its tolerance on the synthetic configuration)
 GRACE = 10.0  # seconds the pipeline's processes get to end on SIGTERM before SIGKILL
@@ -463,6 +467,8 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
                    # one thread count wherever it runs: the sums a run makes depend on it,
                    # and the committed baselines were measured at it
                    "OMP_NUM_THREADS": THREADS, "MKL_NUM_THREADS": THREADS}
+            for var in RUN_VARIABLES:  # a CI run is whole, of this code, from step 0
+                env.pop(var, None)
             baseline = overrides.get("regression.baseline")
             if not update_baseline:
                 no_baseline = _place_baseline(name, baseline, root, project, baseline_file,

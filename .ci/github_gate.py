@@ -422,6 +422,12 @@ def main() -> None:
                             f"({head[:12]}): the gate measures the code checked out and files "
                             f"its figures under GITHUB_SHA; check that commit out, or unset "
                             f"GITHUB_SHA. Nothing was run.")
+    dirty = git("status", "--porcelain", "--untracked-files=no").splitlines()
+    if dirty:  # the run copies the working tree: its figures would be filed as HEAD's
+        raise PipelineError(f"the checkout has changes git has not committed ({len(dirty)}, "
+                            f"first: {dirty[0].strip()[:120]}): the gate measures the working "
+                            f"tree and files its figures as commit {head[:12]}'s; commit or "
+                            f"stash them, then rerun. Nothing was run.")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             rc, verdict, table = (measure_and_store if event.stores else gate)(

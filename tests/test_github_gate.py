@@ -555,6 +555,8 @@ sys.path.insert(0, {str(ROOT / '.ci')!r})
 import ci
 spec = importlib.util.spec_from_file_location("github_gate", {str(ROOT / '.ci/github_gate.py')!r})
 g = importlib.util.module_from_spec(spec); sys.modules[spec.name] = g; spec.loader.exec_module(g)
+git = g.git  # the checkout as committed, whatever is being edited in it
+g.git = lambda *a, **k: "" if a[:1] == ("status",) else git(*a, **k)
 ci.load_config = lambda name, root: {{"archive": "given", "params": {{}}}}
 ci.copy_worktree = ci.apply_overrides = ci._keep_results = ci._check_overrides = lambda *args: None
 ci.build_archive = lambda *args: "0" * 32
@@ -563,8 +565,10 @@ ci._outputs = lambda project: []
 run = ci._run
 ci._run = lambda cmd, cwd, env: run(["bash", "-c", "sleep 300 & echo $$ $! > {pids}; wait"],
                                     cwd, env)
-g.gate = lambda event, archive, work: (*g.run(archive, baseline_file=work / "b.json",
-                                              metrics_out=work / "m.json"), "")[:3]
+def gate(event, archive, work):
+    (work / "b.json").write_text('{{"eval.precision_at_1": 0.5}}')
+    return (*g.run(archive, baseline_file=work / "b.json", metrics_out=work / "m.json"), "")[:3]
+g.gate = gate
 sys.argv = ["github_gate.py", "a.tar.gz"]
 """ + ("g.run_stage(g.main)\n" if entry == "gate" else "ci.main(['official'])\n"))
     log = tmp_path / "stderr"
@@ -669,3 +673,20 @@ def test_a_remote_given_as_a_url_or_path_is_one_line(remote):
         gate.Event.from_env({"GITHUB_SHA": "f" * 40, "CIFAR10_CI_REMOTE": remote})
     assert gate.Event.from_env({"GITHUB_SHA": "f" * 40, "CIFAR10_CI_REMOTE": "upstream"}
                                ).remote == "upstream"
+
+
+def test_a_checkout_with_uncommitted_changes_runs_nothing(tmp_path):
+    """The run copies the working tree: a change not committed would be measured and its
+    figures stored (a push) or gated (a pull request) as the commit's."""
+    project = two_commits(tmp_path / "dev")
+    shutil.copytree(ROOT / ".ci", project / ".ci", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "src", project / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    commit(project, "the gate")
+    (project / "a.txt").write_text("edited, not committed\n")
+    proc = subprocess.run([sys.executable, str(project / ".ci/github_gate.py"), "a.tar.gz"],
+                          cwd=project, capture_output=True, text=True,
+                          env=clean_env(GITHUB_EVENT_NAME="push", GITHUB_REF="refs/heads/main"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: the checkout has changes git has not committed (1, "
+                                  "first: M a.txt)"), proc.stderr
+    assert "Nothing was run." in proc.stderr

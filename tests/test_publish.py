@@ -643,6 +643,20 @@ def test_a_card_for_a_folder_named_like_an_option_still_runs(finished, tmp_path)
         assert words[words.index(option) + 1] == value, line
 
 
+def test_an_out_inside_a_published_folder_is_refused(tmp_path, monkeypatch):
+    """A published folder holds what its manifest and card list: a second model published
+    in a folder under it (models/tutorial_100k/sub) is refused before anything is written."""
+    published = tmp_path / "models/tutorial_100k"
+    published.mkdir(parents=True)
+    (published / "published.json").write_text('{"files": {}}')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PipelineError, match=r"^--out models/tutorial_100k/sub: inside .*"
+                                            r"models/tutorial_100k, a folder of published weights"):
+        publish("softmax", tmp_path / "none.pt", tmp_path / "none",
+                Path("models/tutorial_100k/sub"))
+    assert sorted(p.name for p in published.iterdir()) == ["published.json"]
+
+
 @pytest.mark.parametrize("out", [".git/pub", ".dvc/cache/pub"])
 def test_an_out_in_gits_or_dvcs_own_folder_is_refused(tmp_path, monkeypatch, out):
     (tmp_path / ".git").mkdir()

@@ -909,6 +909,10 @@ def test_every_ci_run_takes_one_thread_count_whatever_the_shell_says(tmp_path, m
     monkeypatch.setattr(ci, "_run", lambda cmd, cwd, env: seen.append(env) or 0)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    # nor a user's own run's deadline or mirror: a CI run is whole, of this code, from step 0
+    monkeypatch.setenv("CIFAR10_STOP_AT", "1s")
+    monkeypatch.setenv("CIFAR10_CHECKPOINT_MIRROR", str(tmp_path / "mirror"))
     assert ci.run_config("t", root) == 0
     assert seen and all(env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == ci.THREADS == "2"
                         for env in seen)
+    assert not any(var in env for env in seen for var in ci.RUN_VARIABLES)
