@@ -428,6 +428,9 @@ def main() -> None:
                             f"first: {dirty[0].strip()[:120]}): the gate measures the working "
                             f"tree and files its figures as commit {head[:12]}'s; commit or "
                             f"stash them, then rerun. Nothing was run.")
+    if not archive.is_file():  # ci.py would name it as its own --real-archive option
+        raise PipelineError(f"ARCHIVE {sys.argv[1]}: no such file; give the official archive "
+                            f"(usage: python .ci/github_gate.py ARCHIVE)")
     with tempfile.TemporaryDirectory() as tmp:
         try:
             rc, verdict, table = (measure_and_store if event.stores else gate)(

@@ -547,6 +547,7 @@ def test_a_terminated_gate_stops_its_pipeline_and_removes_its_scratch(tmp_path, 
     line, no process of the pipeline is left, and no scratch folder."""
     scratch = tmp_path / "tmp"
     scratch.mkdir()
+    (tmp_path / "a.tar.gz").write_bytes(b"")  # the stand-in pipeline never reads it
     pids = tmp_path / "pids"
     script = tmp_path / "gate.py"
     script.write_text(f"""import importlib.util, sys
