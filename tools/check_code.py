@@ -100,6 +100,7 @@ PAUSED_MODE, STRAIGHT, ONE_THREAD = "paused", "straight", "one thread"
 RECORD_KEYS = {"commit", "dirty", "cpu_load", "timestamp", "elapsed", "tensorboard_run"}
 # a hash of the params: compared where both trees ran the same params (see differences)
 PARAMS_HASH = "params_hash"
+OWNER_RECORD = "owner.json"  # training.paths.OWNER, in a run's checkpoints folder
 TIMING = re.compile(r"(^|_)(s|sec|secs|seconds|per_sec|per_sec_per_device|utc)$"
                     r"|^examples_per_sec")
 
@@ -570,15 +571,17 @@ def _equal(a, b) -> bool:
 
 def written(tree: Path) -> set[Path]:
     """The files the stage commands wrote in ``tree``: all but what it ran (TREE), the data
-    it read, the run locks (a pid and a time) and TensorBoard's event files (the host and
-    the time in their names)."""
+    it read, the run locks (a pid and a time), TensorBoard's event files (the host and
+    the time in their names) and the record of whose run a folder is (checkpoints/
+    owner.json: who ran, not what a run computes)."""
     found = set()
     for folder, dirs, files in os.walk(tree):  # links are not followed: the data is one
         here = Path(folder).relative_to(tree)
         dirs[:] = [d for d in dirs if d not in ("tensorboard", "__pycache__")
                    and str(here / d) not in TREE]
         found |= {here / f for f in files
-                  if str(here / f) not in TREE and not f.endswith(".run-lock")}
+                  if str(here / f) not in TREE and not f.endswith(".run-lock")
+                  and not (f == OWNER_RECORD and here.name == "checkpoints")}
     return found
 
 
