@@ -425,7 +425,7 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
                             f"{'link' if metrics_out.is_symlink() else 'folder'}, where this "
                             f"run writes a file of its own; give another path. Nothing was run.")
     if metrics_out is not None:
-        from cifar10_tutorial.ownership import ensure_writable
+        from cifar10_tutorial.ownership import ensure_writable, refuse_foreign_place
         from cifar10_tutorial.regression import not_a_baseline
 
         why = not_a_baseline(metrics_out) or _committed(root, metrics_out)
@@ -434,6 +434,7 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
                                 f"its metrics in the baseline's format; give another path. "
                                 f"Nothing was run.")
         ensure_writable(metrics_out.parent)  # a folder that cannot be made: now, not after
+        refuse_foreign_place(metrics_out, "--metrics-out")  # git's, the code's, a stage's
     if baseline_file is not None:
         from cifar10_tutorial.regression import not_a_baseline
 

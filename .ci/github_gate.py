@@ -293,11 +293,13 @@ def tolerances(commit: Optional[str]) -> dict:
     regression.tolerances, and the configuration's own where it sets them."""
     import yaml
 
-    def read(path: str):
+    from cifar10_tutorial.param_types import load_yaml12
+
+    def read(path: str):  # as DVC and the stages read it (YAML 1.2: 2e-2 is a number)
         text = (git("show", f"{commit}:{path}", check=False) if commit
                 else (ROOT / path).read_text() if (ROOT / path).is_file() else "")
         try:
-            return yaml.safe_load(text) or {}
+            return load_yaml12(text) or {}
         except yaml.YAMLError:
             return {}
 
@@ -352,21 +354,46 @@ def gate(event: Event, archive: Path, work: Path) -> tuple[int, str, str]:
 HEADER = "### Regression gate, `"  # the first line of every comment the gate writes
 
 
+def _record() -> Path:
+    """The sha256 of each comment the gate wrote, beside it (the CI runner keeps its
+    tables so): what is at the comment's path is the gate's only while it is one of these."""
+    return ROOT / f".{COMMENT}.sha256"
+
+
 def foreign_comment() -> Optional[str]:
-    """What is at the comment's path where it is not the gate's own (a file whose first line
-    is not the gate's header, a folder): the gate replaces only its own comment, or a link
-    (the link itself, never what it points to)."""
+    """What is at the comment's path where it is not the gate's own: a folder, or a file
+    whose content is not one the gate wrote (a draft there, even one starting like a
+    comment of the gate's). A link is replaced (the link itself, never what it points to)."""
+    import hashlib
+
     path = ROOT / COMMENT
     if path.is_symlink() or not path.exists():
         return None
     if not path.is_file():
         return "not a file"
+    record = _record()
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(HEADER.encode()))
-    except OSError as exc:
-        return exc.strerror
-    return None if head == HEADER.encode() else "a file the gate did not write"
+        ours = set(record.read_text().split()) if record.is_file() and not record.is_symlink() \
+            else set()
+        mine = hashlib.sha256(path.read_bytes()).hexdigest() in ours
+    except (OSError, UnicodeDecodeError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
+    return None if mine else "a file the gate did not write (or edited since)"
+
+
+def _write_comment(text: str) -> None:
+    """The comment, its sha256 recorded first (beside the old one's until it is in place)."""
+    import hashlib
+
+    path, record = ROOT / COMMENT, _record()
+    new = hashlib.sha256(text.encode()).hexdigest()
+    old = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() and \
+        not path.is_symlink() else ""
+    if record.is_symlink():
+        record.unlink()  # the link only: the record is the gate's own file
+    write_text_atomic(record, f"{old}\n{new}\n".lstrip())
+    write_text_atomic(path, text)
+    write_text_atomic(record, f"{new}\n")
 
 
 def report(event: Event, verdict: str, table: str) -> None:
@@ -378,7 +405,7 @@ def report(event: Event, verdict: str, table: str) -> None:
             raise PipelineError(why)
         if (ROOT / COMMENT).is_symlink():
             (ROOT / COMMENT).unlink()  # the link only: what it points to stays as it is
-        write_text_atomic(ROOT / COMMENT, text)
+        _write_comment(text)
     except (OSError, PipelineError) as exc:
         why = getattr(exc, "strerror", None) or str(exc)[:120]
         raise PipelineError(f"{ROOT / COMMENT}: the comment cannot be written there "

@@ -636,10 +636,15 @@ def test_the_comment_is_never_written_over_a_users_file(tmp_path, monkeypatch):
     gate = github_gate(checkout)
     draft = checkout / "regression-comment.md"
     draft.write_text("my hand-written draft\n")
-    assert gate.foreign_comment() == "a file the gate did not write"
+    assert gate.foreign_comment() == "a file the gate did not write (or edited since)"
+    # a draft that starts as the gate's comments do is still the user's
+    draft.write_text("### Regression gate, `official` configuration, abc\n\nmy edits\n")
+    assert gate.foreign_comment() == "a file the gate did not write (or edited since)"
+    draft.write_text("my hand-written draft\n")
     pr = event(gate, "pull_request", "f" * 40, "refs/pull/1/merge")
     with pytest.raises(gate.PipelineError, match=r"the comment cannot be written there \(a file "
-                                                 r"the gate did not write\).*The verdict: "
+                                                 r"the gate did not write \(or edited since\)\).*"
+                                                 r"The verdict: "
                                                  r"\*\*PASSED\*\* here"):
         gate.report(pr, "**PASSED** here", "| table |")
     assert draft.read_text() == "my hand-written draft\n"

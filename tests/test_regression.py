@@ -916,3 +916,22 @@ def test_every_ci_run_takes_one_thread_count_whatever_the_shell_says(tmp_path, m
     assert seen and all(env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == ci.THREADS == "2"
                         for env in seen)
     assert not any(var in env for env in seen for var in ci.RUN_VARIABLES)
+
+
+def test_metrics_out_in_the_code_or_a_stages_output_is_refused(tmp_path, monkeypatch):
+    """--metrics-out inside src/ (the code) or data/prepared (the preprocess stage's
+    output): one line before the run, nothing written there."""
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    (root / ".ci/configs/t.yaml").write_text("archive: synthetic\n")
+    (root / "src").mkdir()
+    (root / "dvc.yaml").write_text("stages:\n  preprocess:\n    cmd: x\n    outs:\n"
+                                   "    - data/prepared\n")
+    monkeypatch.chdir(root)
+    for out, said in (("src/m.json", "inside src/, the project's code"),
+                      ("data/prepared/m.json", "an output of the DVC stage 'preprocess'")):
+        with pytest.raises(PipelineError, match=rf"--metrics-out {out}: .*{re.escape(said)}"):
+            ci.run_config("t", root, metrics_out=Path(out))
+    assert sorted(p.name for p in (root / "src").iterdir()) == []
+    assert not (root / "data/prepared/m.json").exists()
