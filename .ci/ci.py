@@ -105,8 +105,9 @@ def load_config(name: str, root: Path) -> dict:
         section = sorted(k for k, v in (config.get(key) or {}).items()
                          if "." not in k and k not in whole)
         if section:
+            target = "params.yaml" if key == "params" else "reports/params.yaml"
             raise PipelineError(f"{path}: {key}: {section[0]}: a section, which would replace "
-                                f"params.yaml's whole {section[0]}: section; write each key "
+                                f"{target}'s whole {section[0]}: section; write each key "
                                 f"dotted ({section[0]}.KEY: value)")
     params = config.get("params") or {}
     theirs = sorted(k for k in ("data.url", "data.md5") if k in params)
@@ -299,12 +300,22 @@ def _inside_checkout(root: Path, baseline: Optional[str], config: Path) -> None:
                             f"({where}); expected a path relative to the checkout and inside "
                             f"it (as reports/baseline/NAME.json), where the gate reads and "
                             f"writes it")
+    from cifar10_tutorial.ownership import refuse_foreign_place
     from cifar10_tutorial.regression import not_a_baseline
 
     why = not_a_baseline(where if not (root / path).is_symlink() else root / path)
     if why is not None:  # what --update-baseline would overwrite, and the gate read
         raise PipelineError(f"{config}: regression.baseline: {baseline}: {why}; give a path of "
                             f"its own (as reports/baseline/NAME.json). Nothing was run.")
+    here = Path.cwd()
+    try:  # the checkout's code, git's and DVC's folders, a stage's output: never a baseline's
+        os.chdir(root)
+        refuse_foreign_place(path, "regression.baseline")
+    except PipelineError as exc:
+        raise PipelineError(f"{config}: {str(exc).replace('Nothing was changed.', 'Nothing was run.')}"
+                            ) from None
+    finally:
+        os.chdir(here)
 
 
 def _committed(root: Path, path: Path) -> Optional[str]:

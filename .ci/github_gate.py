@@ -314,6 +314,16 @@ def gate(event: Event, archive: Path, work: Path) -> tuple[int, str, str]:
     base = merge_base(event)
     theirs, ours = tolerances(base), tolerances(None)
     changed = [where for where in ours if ours[where] != theirs.get(where)]
+    config = f".ci/configs/{CONFIG}.yaml"
+    if git("show", f"{base}:{config}", check=False) != (
+            (ROOT / config).read_text().strip() if (ROOT / config).is_file() else ""):
+        # the run's params, steps and data: a change there (an override that hides one of
+        # params.yaml, fewer steps) is not measured against the baseline of another run
+        return 1, (f"**CONFIGURATION CHANGED**: this pull request changes {config}, the "
+                   f"gate's own run, from that of the merge base {base[:12]}, so its figures "
+                   f"do not compare with the stored baseline; review the change, and merge it "
+                   f"if it is intended: the push to {event.default} then stores the new "
+                   f"run's baseline"), ""
     if changed:  # a change is not judged by rules it sets itself
         return 1, (f"**TOLERANCES CHANGED**: this pull request changes the gate's "
                    f"regression.tolerances ({', '.join(changed)}) from those of the merge "

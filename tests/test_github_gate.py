@@ -696,3 +696,23 @@ def test_a_checkout_with_uncommitted_changes_runs_nothing(tmp_path):
     assert proc.stderr.startswith("error: the checkout has changes git has not committed (1, "
                                   "first: M a.txt)"), proc.stderr
     assert "Nothing was run." in proc.stderr
+
+
+def test_a_pull_request_that_changes_the_gates_own_run_is_not_compared(tmp_path):
+    """A pull request that changes .ci/configs/official.yaml (an override hiding a change of
+    params.yaml, fewer steps) would be measured by another run than the baseline's: the
+    gate says so, fails, and runs nothing."""
+    gate, runner, base = stored_baseline(tmp_path, '{"eval.precision_at_1": 0.8}')
+
+    def run(*args, **kwargs):
+        raise AssertionError("another run was compared with the stored baseline")
+
+    gate.run = run
+    (tmp_path / "work").mkdir()
+    (runner / ".ci/configs").mkdir(parents=True)
+    (runner / ".ci/configs/official.yaml").write_text("params: {train.initial_lr: 0.1}\n")
+    rc, verdict, table = gate.gate(event(gate, "pull_request", "x", "refs/pull/1/merge"),
+                                   tmp_path / "a.tar.gz", tmp_path / "work")
+    assert rc == 1 and table == ""
+    assert verdict.startswith("**CONFIGURATION CHANGED**: this pull request changes "
+                              ".ci/configs/official.yaml"), verdict

@@ -935,3 +935,24 @@ def test_metrics_out_in_the_code_or_a_stages_output_is_refused(tmp_path, monkeyp
             ci.run_config("t", root, metrics_out=Path(out))
     assert sorted(p.name for p in (root / "src").iterdir()) == []
     assert not (root / "data/prepared/m.json").exists()
+
+
+@pytest.mark.parametrize("baseline, said", [
+    ("src/ci-t.json", "inside src/, the project's code"),
+    ("data/prepared/ci-t.json", "an output of the DVC stage 'preprocess'"),
+])
+def test_a_configurations_baseline_in_the_code_or_a_stages_output_is_refused(tmp_path, baseline,
+                                                                            said):
+    """regression.baseline of a configuration is the file --update-baseline writes and asks
+    to commit: not in the code, nor in a stage's output (its next run deletes it)."""
+    ci = _ci_module()
+    root = tmp_path / "r"
+    (root / ".ci" / "configs").mkdir(parents=True)
+    (root / ".ci/configs/t.yaml").write_text(f"archive: synthetic\nparams: "
+                                             f"{{regression.baseline: {baseline}}}\n")
+    (root / "dvc.yaml").write_text("stages:\n  preprocess:\n    cmd: x\n    outs:\n"
+                                   "    - data/prepared\n")
+    with pytest.raises(PipelineError, match=rf"t.yaml: regression.baseline {baseline}: "
+                                            rf".*{re.escape(said)}.*Nothing was run\.$"):
+        ci.run_config("t", root, update_baseline=True)
+    assert not (root / baseline).exists()
