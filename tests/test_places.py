@@ -143,3 +143,17 @@ def test_the_timing_tools_refuse_git_for_their_records(project):
                 ["benchmarks/devices_timing.py", "--data", "nope", "--out", ".git/timing.json"]):
         line = _run(project, *cmd)
         assert "inside .git/, git's own folder" in line, (cmd, line)
+
+
+def test_a_queued_experiments_workspace_inside_dvc_is_not_dvcs_folder(project, monkeypatch):
+    """`dvc queue start` runs a stage in a workspace inside the repository's .dvc/
+    (.dvc/tmp/exps/...): its own outputs there are not DVC's folder; one inside a .dvc/
+    below it still is."""
+    workspace = project / ".dvc/tmp/exps/run/abc123"
+    workspace.mkdir(parents=True)
+    monkeypatch.chdir(workspace)
+    refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))
+    refuse_foreign_place(project / "data/ablations/softmax/queued/x", "--work", "",
+                         ("ablation@softmax",))
+    with pytest.raises(PipelineError, match=r"inside \.dvc/, DVC's own folder"):
+        refuse_foreign_place(Path(".dvc/cache/x"), "--out", "", ())

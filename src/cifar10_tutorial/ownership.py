@@ -309,8 +309,11 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                             f"character, which no line that names it can show; give another "
                             f"path{instead}. Nothing was changed.")
     where, root = Path(path).resolve(), Path.cwd().resolve()
+    # below the working folder, its own parts only: a queued DVC experiment runs in a
+    # workspace inside the repository's .dvc/ (.dvc/tmp/exps/...)
+    parts = where.relative_to(root).parts if where.is_relative_to(root) else where.parts
     for name, what in NOT_OURS.items():  # git's and DVC's folders of any repository
-        if (name in where.parts if name.startswith(".") else
+        if (name in parts if name.startswith(".") else
                 where == root / name or root / name in where.parents):
             raise PipelineError(f"{option} {path}: inside {name}/, {what}; give {option} a "
                                 f"folder of its own{instead}. Nothing was changed.")
