@@ -1,7 +1,7 @@
 """Do two commits train bit-identically? Results made at different commits count as one
 piece only if the training math did not change between them: this runs the CI's fixed-seed
 real configuration (``python .ci/ci.py real --keep``: the whole pipeline on
-the dev data, one thread) at each commit, in git worktrees of its own, compares the raw and
+the dev data, at the CI's thread count) at each commit, in git worktrees of its own, compares the raw and
 averaged weights of the two ``model.pt`` tensor by tensor, and records the outcome.
 
     python devtools/equivalence.py 6fd7dee f958593 [--record reports/code_equivalence.json]
@@ -12,7 +12,7 @@ run, whether they are identical, and the date. The report reads it (:mod:`cifar1
 variants made at commits joined by identical checks count as made by one training code.
 Exit status 1 when the two differ (the record says so too). A tool of this project's own
 development, not of the package: it needs ../shared beside the repository (the dev
-archive's tool, ``make_dev_archive.py``), and about 5 minutes per commit on one CPU thread.
+archive's tool, ``make_dev_archive.py``), and about 5 minutes per commit on two CPU threads.
 """
 from __future__ import annotations
 
@@ -40,6 +40,10 @@ REAL_SPLIT = ("--train", "5000", "--test", "1000")
 
 RECORD = Path("reports/code_equivalence.json")
 CHECK = "python .ci/ci.py real --keep"
+# Both commits train at one thread count: the sums a run makes (and so its weights) depend
+# on it. The CI's own count, which .ci/ci.py pins from 20e1537 on (older ones take the
+# environment's): a check at another count than its commit's own would compare two counts.
+THREADS = "2"
 
 
 def real_archive(root: Path, scratch: Path) -> Path:
@@ -86,8 +90,8 @@ def run_at(root: Path, commit: str, scratch: Path, archive: Path) -> dict:
     try:
         if not (scratch / "shared").exists():
             (scratch / "shared").symlink_to((root / SHARED).resolve())
-        env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1",
-               "MKL_NUM_THREADS": "1",
+        env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": THREADS,
+               "MKL_NUM_THREADS": THREADS,
                "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
         script = tree / ".ci" / "ci.py"
         cmd = [sys.executable, str(script), "real", "--keep"]
@@ -126,7 +130,7 @@ def check(root: Path, old: str, new: str) -> dict:
         runs = [run_at(root, c, scratch, archive) for c in commits]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return {"commits": commits, "check": CHECK,
+    return {"commits": commits, "check": CHECK, "threads": int(THREADS),
             "identical": runs[0]["digest"] == runs[1]["digest"], "runs": runs,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 

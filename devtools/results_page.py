@@ -352,6 +352,9 @@ def main(argv=None) -> None:
                             f"longer matches), and the edits would be lost; move them elsewhere "
                             f"and restore the page (`git checkout -- {out}`), then rerun. "
                             f"Nothing was written.")
+    from cifar10_tutorial.report.results import refuse_stale_results
+
+    refuse_stale_results(Path("reports/ablations"))  # figures of results DVC calls changed
     ensure_writable(out.parent)  # a folder that cannot be made (/proc/x): one line
     write_text_atomic(out, render())
     print(f"wrote {args.out}")

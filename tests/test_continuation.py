@@ -633,7 +633,7 @@ def test_a_run_of_another_stage_neither_resumes_nor_deletes_a_folder(synth_data,
     checkpoint): the train stage pointed at a variant's --work (other params) stops in one
     line instead of starting afresh there, which deleted the variant's model and
     checkpoints; the variant itself, its params changed, still starts afresh."""
-    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.errors import PipelineError, TrainingError
     from cifar10_tutorial.training.paths import TrainPaths
     from cifar10_tutorial.training.train import train
 
@@ -656,7 +656,17 @@ def test_a_run_of_another_stage_neither_resumes_nor_deletes_a_folder(synth_data,
     train(other, synth_data, TrainPaths(work, tmp_path / "live", owner="ablation@softmax"),
           progress=False)
     assert (work / "model.pt").read_bytes() != before[work / "model.pt"]
-    # a folder made before the record: claimed by the first run that comes
+    # a folder made before the record, with checkpoints of other params: whose is not
+    # known, and starting afresh would delete them: refused, nothing changed
     (work / "checkpoints/owner.json").unlink()
+    before = {p: p.read_bytes() for p in sorted(work.rglob("*")) if p.is_file()}
+    third = tiny_params(train={"max_steps": 4, "batch_size": 16, "initial_lr": 0.02},
+                        run={"checkpoint_every": 2})
+    with pytest.raises(TrainingError, match=rf"^{re.escape(str(work / 'checkpoints'))}: "
+                                            r"checkpoints of a run of other params or data"):
+        train(third, synth_data, TrainPaths(work, tmp_path / "live3", owner="train"),
+              progress=False)
+    assert {p: p.read_bytes() for p in sorted(work.rglob("*")) if p.is_file()} == before
+    # ... with checkpoints this run resumes (its params): claimed by the first run that comes
     train(other, synth_data, TrainPaths(work, tmp_path / "live", owner="train"), progress=False)
     assert json.loads((work / "checkpoints/owner.json").read_text()) == {"run": "train"}

@@ -499,6 +499,17 @@ def test_comments_and_docstrings_state_rules_not_tickets(tmp_path):
                                       "tests/test_x.py:5: W25", "tests/test_x.py:6: hostile case"]
 
 
+def _committed_reports(tmp_path: Path) -> Path:
+    """The checkout's files, linked into a folder with no .dvc/: what the page reads, where
+    DVC has no record to judge them by (the workspace's code may be mid-change)."""
+    folder = tmp_path / "checkout"
+    folder.mkdir()
+    for entry in ROOT.iterdir():
+        if entry.name not in (".dvc", ".venv"):
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
 @pytest.mark.parametrize("what", ["folder", "users-file", "readme"])
 def test_the_results_page_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, what):
     """`cifar10 results-page --out PATH`: a folder there, or a file it did not write (a
@@ -506,7 +517,7 @@ def test_the_results_page_replaces_only_a_page_it_wrote(tmp_path, monkeypatch, w
     from cifar10_tutorial.errors import PipelineError
     from results_page import GENERATED, main
 
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(_committed_reports(tmp_path))
     out = tmp_path / "page.md"
     if what == "folder":
         out.mkdir()
@@ -532,7 +543,7 @@ def test_the_results_page_edited_by_hand_is_not_replaced(tmp_path, monkeypatch):
     from cifar10_tutorial.errors import PipelineError
     from results_page import main
 
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(_committed_reports(tmp_path))
     out = tmp_path / "page.md"
     main(["--out", str(out)])
     main(["--out", str(out)])  # its own, unedited: replaced
@@ -551,7 +562,7 @@ def test_the_results_page_is_never_written_through_a_link(tmp_path, monkeypatch)
     from cifar10_tutorial.errors import PipelineError
     from results_page import main
 
-    monkeypatch.chdir(ROOT)
+    monkeypatch.chdir(_committed_reports(tmp_path))
     page, link = tmp_path / "page.md", tmp_path / "link.md"
     main(["--out", str(page)])
     before = page.read_text()

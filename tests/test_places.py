@@ -64,6 +64,39 @@ def test_a_place_that_is_not_the_commands_is_refused(project, path, own, said):
     assert _everything(project) == before
 
 
+@pytest.mark.parametrize("path, said", [
+    ("ablations/baseline/eval", r"is .*/reports/ablations/baseline/eval, an output of the DVC "
+                                r"stage 'ablation@baseline'"),
+    ("../src/x.json", r"inside src/, the project's code"),
+], ids=["a-variants-output", "the-code"])
+def test_a_command_run_from_a_subfolder_guards_the_same_project(project, monkeypatch, path,
+                                                                said):
+    """A stage script run from reports/ (its paths relative to there) writes into the same
+    project: the repository root above the working folder is the one guarded."""
+    monkeypatch.chdir(project / "reports")
+    before = _everything(project)
+    with pytest.raises(PipelineError, match=said + r".*Nothing was changed\.$"):
+        refuse_foreign_place(Path(path), "--out", "", ("eval",))
+    assert _everything(project) == before
+
+
+@pytest.mark.parametrize("path", ["models/w", "models/w/eval", "models/w/eval/metrics.json"],
+                         ids=["the-folder", "a-folder-in-it", "a-file-in-it"])
+def test_a_place_in_a_folder_of_published_weights_is_refused(project, path):
+    """An evaluation, a results page or a table written into published weights' folder
+    would stand beside the card as if published; publish itself replaces its own folder."""
+    (project / "models/w").mkdir(parents=True)
+    (project / "models/w/published.json").write_text("{}")
+    before = _everything(project)
+    with pytest.raises(PipelineError, match=r"inside .*models/w, a folder of published weights"
+                                            r".*Nothing was changed\.$"):
+        refuse_foreign_place(Path(path), "--out")
+    assert _everything(project) == before
+    refuse_foreign_place(Path("models/w"), "--out", publishing=True)  # publish's own
+    with pytest.raises(PipelineError, match=r"a folder of published weights"):
+        refuse_foreign_place(Path("models/w/inner"), "--out", publishing=True)
+
+
 @pytest.mark.parametrize("path, own", [
     ("reports/eval", ("eval",)), ("data/train", ("train",)),
     ("reports/ablations/softmax", ("ablation@softmax",)),

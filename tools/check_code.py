@@ -92,7 +92,7 @@ EVAL_BATCH, REACHED, TRIAL_IMAGES = 16, 0.01, 40
 PAUSED = 75  # a stage's exit status when it paused at its deadline (CIFAR10_STOP_AT)
 # how a pass runs each variant (run_variant): paused twice on one thread; straight through
 # with the threads a run takes; straight through with OMP_NUM_THREADS=1 set all along
-PAUSED_MODE, STRAIGHT, ONE_THREAD = "paused", "straight", "one thread"
+PAUSED_MODE, STRAIGHT, ONE_THREAD = "paused", "straight through", "one thread"
 # what a result file records of the run rather than computes: when and where it ran, how
 # fast, and which commit; everything else must be equal
 # (a run's segments are computed: each one's steps from and to, which the model card prints;
@@ -1144,9 +1144,10 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
                             f.cancel()
                         raise
             differ, compared = [], 0
-            for these, where, _, _ in passes:
+            for these, where, _, mode in passes:  # named by pass: two run on one data set
                 found, count = differences(these["theirs"], these["ours"])
-                differ += [f"{f} (on {_sizes(where)[0]} training images)" for f in found]
+                differ += [f"{f} (on {_sizes(where)[0]} training images, {mode})"
+                           for f in found]
                 compared += count
     finally:
         runs.stop()

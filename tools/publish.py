@@ -52,7 +52,7 @@ from cifar10_tutorial.ownership import (PUBLISHED_MANIFEST, ensure_writable, lis
                                         refuse_foreign_place)
 from cifar10_tutorial.model_files import load_model_file
 from publish_records import RERUN, Records, read_json, read_records
-from cifar10_tutorial.report.results import device_text
+from cifar10_tutorial.report.results import device_text, refuse_stale_results
 
 CARD = "README.md"
 MANIFEST = PUBLISHED_MANIFEST
@@ -305,7 +305,7 @@ def publish(name: str, model: Path, results: Path, out: Path,
                             f"another path. Nothing was changed.")
     # no stage's output (DVC would replace or remove the published folder), nor git's,
     # DVC's or the project's code folders
-    refuse_foreign_place(out, "--out", "models/NAME by default")
+    refuse_foreign_place(out, "--out", "models/NAME by default", publishing=True)
     for above in out.resolve().parents:  # another published folder holds only its own files
         if (above / MANIFEST).is_file():
             raise PipelineError(f"--out {out}: inside {above}, a folder of published weights "
@@ -390,6 +390,8 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise PipelineError(f"{args.name[:80]!r}: expected a variant name (a letter, then "
                             f"letters, digits, '_' or '-', at most 64)")
     results = args.results or variant_results(args.name)
+    if results.name == args.name:  # the stage's own folder: DVC knows if it is stale
+        refuse_stale_results(results.parent, only=args.name)
     if args.model is not None:
         model = args.model
     else:

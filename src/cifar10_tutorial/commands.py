@@ -94,63 +94,12 @@ def main(argv=None) -> None:
     if target != "stage" and not target.endswith(".py"):
         importlib.import_module(f"{__package__}.{target}").main(rest)
         return
-    if name == "report" and not asks_help:
-        refuse_stale_results()
     # a stage script or a script beside the package: this checkout's
     script = stage_argv(name) if target == "stage" else [target]
     if not Path(script[0]).is_file():
         raise PipelineError(f"cifar10 {name}: {script[0]} is not in {Path.cwd()}; run it from "
                             f"the repository root of a checkout of this project")
     become([sys.executable, *script, *rest])
-
-
-def refuse_stale_results(dvc_yaml: Path = REPORT_DVC_YAML) -> None:
-    """`cifar10 report` by hand reports the results there are. Under `dvc repro` a
-    variant whose definition, code or data changed since it ran is run again before the
-    report; by hand it would be reported as the new definition's. DVC knows which (`dvc
-    status`): a variant with results whose params or deps changed since DVC recorded it
-    stops the report in one line. One never recorded (run by hand), or a `dvc status`
-    that fails (the stages then say what is wrong), is not judged here."""
-    import json
-    import subprocess
-
-    from .cli import dvc_executable
-
-    if not dvc_yaml.is_file():
-        return
-    args = stage_command("report.py", dvc_yaml)  # where the report reads the results
-    results = Path(args[args.index("--ablations") + 1]) if "--ablations" in args[:-1] else None
-    if results is None:
-        return
-    proc = subprocess.run([dvc_executable(), "status", str(dvc_yaml), "--json"],
-                          capture_output=True, text=True)
-    try:
-        status = json.loads(proc.stdout) if proc.returncode == 0 else {}
-    except ValueError:
-        status = {}
-    stale = {}
-    for stage, changes in (status.items() if isinstance(status, dict) else []):
-        group, at, variant = stage.rpartition(":")[2].partition("@")
-        if group not in ("ablation", "dataset_ablation") or not at \
-                or not (results / variant / "metrics.json").is_file():
-            continue
-        for change in changes if isinstance(changes, list) else []:
-            deps = change.get("changed deps", {}) if isinstance(change, dict) else {}
-            # a params file's keys (a dict), a file modified or gone; "new": never recorded
-            what = [f"{dep} {', '.join(f'{k} {v}' for k, v in how.items())}"
-                    if isinstance(how, dict) else f"{dep} {how}"
-                    for dep, how in deps.items() if isinstance(how, dict) or how in ("modified", "deleted")]
-            if what:
-                stale[variant] = what
-    if stale:
-        names = sorted(stale)
-        first = names[0]
-        raise PipelineError(
-            f"cifar10 report: the results of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} "
-            f"are not of their definition as it is now (`dvc status {dvc_yaml}`: {first}: "
-            f"{'; '.join(stale[first][:3])}); rerun them first: `dvc repro {dvc_yaml}` (it "
-            f"writes the report too), or, where only code changed that trains the same, "
-            f"`cifar10 check-code`. Nothing was written.")
 
 
 def become(command: list[str]) -> None:

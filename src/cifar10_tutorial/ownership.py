@@ -286,19 +286,36 @@ def _overlap(where: Path, output: Path) -> Optional[str]:
             else "holds")
 
 
+def repository_root() -> Path:
+    """The DVC repository the working folder is in (the nearest folder at or above it with
+    .dvc/ and dvc.yaml: a stage script run from a subfolder writes into the same project);
+    the working folder where there is none, or where the way up passes a .dvc/ (a queued
+    experiment's workspace, .dvc/tmp/exps/..., is a project of its own)."""
+    here = Path.cwd().resolve()
+    for p in (here, *here.parents):
+        if p.name == ".dvc":
+            break
+        if (p / ".dvc").is_dir() and (p / "dvc.yaml").is_file():
+            return p
+    return here
+
+
 # the project's own folders, under the repository root: no command writes its results there
 NOT_OURS = {".git": "git's own folder", ".dvc": "DVC's own folder",
             "src": "the project's code", "stages": "the project's code"}
 
 
 def refuse_foreign_place(path: Path, option: str, default: str = "",
-                         own_stages: tuple[str, ...] = ()) -> None:
+                         own_stages: tuple[str, ...] = (), publishing: bool = False) -> None:
     """Before a command writes at ``path`` (given as ``option``): a path holding a control
     character (a newline would break every line that shows it), one inside .git/, .dvc/,
     src/ or stages/ of the repository root, or one that is, lies inside or holds an output
     of a DVC stage of the pipelines other than ``own_stages`` (DVC would find that output
     changed and replace it on the stage's next run; ``ablation@NAME`` for a foreach
     stage's) is refused in one line naming it; ``default`` says where such results go.
+    So is one in a folder of published weights (its manifest, published.json, there or in
+    a folder above it within the working folder): its card and manifest list what it holds
+    (``publishing``: the folder itself is the one being published again).
     Under ``dvc repro`` (DVC_STAGE set) DVC keeps its stages' outputs apart itself, and
     the pipelines are not read."""
     from .errors import PipelineError
@@ -308,8 +325,8 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
         raise PipelineError(f"{option} {str(path)!r}: holds a newline or another control "
                             f"character, which no line that names it can show; give another "
                             f"path{instead}. Nothing was changed.")
-    where, root = Path(path).resolve(), Path.cwd().resolve()
-    # below the working folder, its own parts only: a queued DVC experiment runs in a
+    where, root = Path(path).resolve(), repository_root()
+    # below the repository root, its own parts only: a queued DVC experiment runs in a
     # workspace inside the repository's .dvc/ (.dvc/tmp/exps/...)
     parts = where.relative_to(root).parts if where.is_relative_to(root) else where.parts
     for name, what in NOT_OURS.items():  # git's and DVC's folders of any repository
@@ -317,9 +334,16 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                 where == root / name or root / name in where.parents):
             raise PipelineError(f"{option} {path}: inside {name}/, {what}; give {option} a "
                                 f"folder of its own{instead}. Nothing was changed.")
+    above = [p for p in where.parents if root == p or root in p.parents]
+    for folder in ([] if publishing else [where]) + above:
+        if (folder / PUBLISHED_MANIFEST).is_file():
+            raise PipelineError(f"{option} {path}: inside {folder}, a folder of published "
+                                f"weights ({PUBLISHED_MANIFEST} lists what it holds); give "
+                                f"{option} another place{instead}. Nothing was changed.")
     if os.environ.get("DVC_STAGE"):
         return
-    for stage, output in stage_outputs():
+    here = root == Path.cwd().resolve()  # the pipelines' paths as they name them
+    for stage, output in stage_outputs(PIPELINES if here else tuple(root / p for p in PIPELINES)):
         how = _overlap(where, output)
         if how is None:
             continue

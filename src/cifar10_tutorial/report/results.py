@@ -76,7 +76,12 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
             theirs = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError):
             theirs = None
-        differ = ([k for k in theirs if metrics[part].get(k) != theirs[k]]
+        absent = [k for k in (theirs if isinstance(theirs, dict) else ())
+                  if k not in metrics[part]]
+        if absent:  # metrics.json lost a figure the run wrote: that file is the damaged one
+            raise PipelineError(f"{folder / 'metrics.json'}: expected {part}.{absent[0]}, "
+                                f"found none (its {path} has it); {rerun}.")
+        differ = ([k for k in theirs if metrics[part][k] != theirs[k]]
                   if isinstance(theirs, dict) else ["(not a JSON record)"])
         if part == "eval" and isinstance(theirs, dict):
             differ += [k for k in metrics["eval"] if k not in theirs]
@@ -447,6 +452,65 @@ RECORDED = {"schedule": ("train", "schedule"), "batch_size": ("train", "batch_si
             "min_fraction_of_examples_in_queue": ("input", "min_fraction_of_examples_in_queue"),
             "head": ("model", "head"), "output": ("model", "output"), "lrn": ("model", "lrn"),
             "dataset": ("data", "dataset")}
+
+
+def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"),
+                         only: Optional[str] = None) -> None:
+    """Results read outside `dvc repro` (the report, a results page or a model card made
+    by hand) are reported as the variants' definitions as they are now. Under `dvc repro`
+    a variant whose definition, code or data changed since it ran is run again first; by
+    hand, DVC says which (`dvc status`): a variant with results in ``results`` (``only``:
+    that one) whose params or deps changed, or whose recorded outputs were changed,
+    since DVC recorded it, stops the command in one line. One never recorded (run
+    by hand) is not judged; a `dvc status` that fails is one line too, as nothing it would
+    have said can be vouched for. Not in a DVC repository (no .dvc/): nothing recorded."""
+    import subprocess
+
+    from ..cli import dvc_executable
+
+    if not dvc_yaml.is_file() or not Path(".dvc").is_dir():
+        return
+    proc = subprocess.run([dvc_executable(), "status", str(dvc_yaml), "--json"],
+                          capture_output=True, text=True)
+    try:
+        status = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        said = (proc.stderr.strip().splitlines() or ["(nothing)"])[-1][:200]
+        raise PipelineError(f"`dvc status {dvc_yaml}` failed (exit {proc.returncode}: {said}): "
+                            f"whether the results in {results} are of their definitions as "
+                            f"they are now cannot be told; fix what it names and rerun. "
+                            f"Nothing was written.")
+    stale = {}
+    for stage, changes in status.items():
+        group, at, variant = stage.rpartition(":")[2].partition("@")
+        if group not in ("ablation", "dataset_ablation") or not at \
+                or (only is not None and variant != only) \
+                or not (Path(results) / variant / "metrics.json").is_file():
+            continue
+        for change in changes if isinstance(changes, list) else []:
+            if not isinstance(change, dict):
+                continue
+            # a params file's keys (a dict); a file modified ("deleted": not pulled, which
+            # says nothing of the results; "new": never recorded); an output changed since
+            what = [f"{dep} {', '.join(f'{k} {v}' for k, v in how.items())}"
+                    if isinstance(how, dict) else f"{dep} {how}"
+                    for dep, how in (change.get("changed deps") or {}).items()
+                    if isinstance(how, dict) or how == "modified"]
+            what += [f"{out} {how}" for out, how in (change.get("changed outs") or {}).items()
+                     if how == "modified"]
+            if what:
+                stale.setdefault(variant, []).extend(what)
+    if stale:
+        names = sorted(stale)
+        first = names[0]
+        raise PipelineError(
+            f"{results}: the results of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} "
+            f"are not of their definition as it is now (`dvc status {dvc_yaml}`: {first}: "
+            f"{'; '.join(stale[first][:3])}); rerun them first: `dvc repro {dvc_yaml}` (it "
+            f"writes the report too), or, where only code changed that trains the same, "
+            f"`cifar10 check-code`. Nothing was written.")
 
 
 def refuse_stale_definitions(ablations_root: Path, variants: dict) -> None:

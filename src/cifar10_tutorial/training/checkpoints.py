@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from .distributed import Dist, barrier
-from .paths import TrainPaths, claim_checkpoints, refuse_foreign_outputs
+from .paths import OWNER, TrainPaths, claim_checkpoints, refuse_foreign_outputs
 from ..checkpoint_files import DROP_IT, list_checkpoints, load_checkpoint, run_defining, run_params
 from ..errors import TrainingError
 from ..files import torch_save_atomic
@@ -62,6 +62,30 @@ def run_signature(params: Params, data_hash: str, device: torch.device, world: i
             "device": device.type, "world_size": world}
 
 
+def refuse_unknown_run(paths: TrainPaths, signature: dict) -> None:
+    """A folder from before runs recorded their stage (no checkpoints/owner.json) is
+    claimed only where it holds no checkpoint, or one this run would resume (its
+    signature): another run's would be deleted by a run starting afresh, and whose it is
+    (the main run's, a variant's) is not known. One line naming it; nothing changed."""
+    if paths.owner is None or (paths.checkpoints / OWNER).exists() \
+            or (paths.checkpoints / OWNER).is_symlink():
+        return  # no record kept; or a record, which claim_checkpoints checks
+    ckpts = list_checkpoints(paths.checkpoints)
+    if not ckpts:
+        return
+    try:
+        theirs = load_checkpoint(ckpts[-1], "cpu").get("signature")
+    except TrainingError:
+        theirs = None
+    if theirs != signature:
+        raise TrainingError(f"{paths.checkpoints}: checkpoints of a run of other params or "
+                            f"data ({ckpts[-1].name}), from before runs recorded whose folder "
+                            f"is theirs ({OWNER}): which stage's run they are is not known, "
+                            f"and starting afresh here would delete them and its model; move "
+                            f"{paths.out_dir} away (or delete it, if it is this stage's), then "
+                            f"rerun. Nothing was changed.")
+
+
 def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
                  device: torch.device, mirror=None) -> Optional[dict]:
     """The newest checkpoint when it holds an unfinished run of this signature; else None,
@@ -74,6 +98,7 @@ def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
         ensure_writable(paths.out_dir, paths.checkpoints, paths.tensorboard, paths.live_dir,
                         paths.live_dir / "plots")
         paths.checkpoints.mkdir(parents=True, exist_ok=True)
+        refuse_unknown_run(paths, signature)
         claim_checkpoints(paths)  # another stage's run is neither resumed nor removed
         for tmp in paths.checkpoints.glob("*.tmp"):
             tmp.unlink()

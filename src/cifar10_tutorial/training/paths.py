@@ -174,7 +174,8 @@ def claim_checkpoints(paths: TrainPaths) -> None:
     """A run's folder is one stage's (``paths.owner``: train, ablation@NAME), recorded in its
     checkpoints folder before the run's first write there: a run of another stage stops in
     one line, so that starting afresh never deletes another stage's model and checkpoints.
-    A folder with no record (made before there was one) is claimed; no owner, no record."""
+    A folder with no record (made before there was one) is claimed, where it holds no other
+    run's checkpoints (:func:`.checkpoints.refuse_unknown_run`); no owner, no record."""
     if paths.owner is None:
         return
     record = paths.checkpoints / OWNER
