@@ -41,12 +41,20 @@ def project(recorded, tmp_path):
     return copy
 
 
-def check(project, *args, prelude=""):
+def check(project, *args, prelude="", env=None):
+    """tools/check_code.py with ``args`` in ``project`` (``env``: the environment it runs
+    in, else this one)."""
     code = (f"{prelude}\nimport runpy, sys\nsys.argv = ['check_code.py', *{list(args)!r}]\n"
             f"sys.path.insert(0, 'tools')\nrunpy.run_path('tools/check_code.py', "
             f"run_name='__main__')")
     return subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True,
-                          text=True, timeout=900)
+                          text=True, timeout=900, env=env)
+
+
+def without_thread_variables(**extra) -> dict:
+    """This environment without OMP_NUM_THREADS and MKL_NUM_THREADS, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    return {**env, **extra}
 
 
 def edit(project, path, old, new):
@@ -504,13 +512,8 @@ def test_a_change_to_the_threads_a_run_takes_is_refused(project, shell, change):
     exports; on one CPU in the first, whose later segments are pinned to one."""
     edit(project, "src/cifar10_tutorial/devices.py",
          "torch.set_num_threads(max(1, n // processes_on_node))", change)
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    env.update(shell)
     lock = (project / "reports/dvc.lock").read_bytes()
-    proc = subprocess.run([sys.executable, "-c", "import runpy, sys\nsys.argv = ['check_code.py', "
-                           "'--variant', 'baseline']\nsys.path.insert(0, 'tools')\n"
-                           "runpy.run_path('tools/check_code.py', run_name='__main__')"],
-                          cwd=project, capture_output=True, text=True, timeout=900, env=env)
+    proc = check(project, "--variant", "baseline", env=without_thread_variables(**shell))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "does not produce what" in proc.stderr, proc.stdout + proc.stderr
     assert (project / "reports/dvc.lock").read_bytes() == lock
@@ -532,11 +535,7 @@ def test_a_change_acting_only_with_the_thread_variable_set_is_refused(project, p
     its second pass unsets it: its third pass runs straight through with it set, each
     variant evaluating itself, so a change acting only then shows."""
     edit(project, path, old, new)
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    proc = subprocess.run([sys.executable, "-c", "import runpy, sys\nsys.argv = ['check_code.py', "
-                           "'--variant', 'baseline', '--no-record']\nsys.path.insert(0, 'tools')\n"
-                           "runpy.run_path('tools/check_code.py', run_name='__main__')"],
-                          cwd=project, capture_output=True, text=True, timeout=900, env=env)
+    proc = check(project, "--variant", "baseline", "--no-record", env=without_thread_variables())
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "does not produce what" in proc.stderr, proc.stdout + proc.stderr
 
