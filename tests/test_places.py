@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.ownership import refuse_foreign_place
@@ -107,12 +108,14 @@ def test_a_commands_own_place_or_a_free_one_passes(project, path, own):
     refuse_foreign_place(Path(path), "--out", "", own)
 
 
-def test_under_dvc_the_stages_outputs_are_dvcs_to_keep_apart(project, monkeypatch):
-    """DVC_STAGE set (dvc repro): DVC keeps its stages' outputs apart, and the pipelines
-    are not read; git's folder is still refused."""
+def test_dvc_stage_set_by_hand_switches_no_check_off(project, monkeypatch):
+    """DVC_STAGE is DVC's variable for a stage's command, and anyone may set it: set by
+    hand (or under dvc repro), another stage's output is still refused."""
     monkeypatch.setenv("DVC_STAGE", "eval")
-    (project / "reports/dvc.yaml").write_text("stages:\n  a: {cmd: x}\n  a: {cmd: y}\n")
-    refuse_foreign_place(Path("reports/ablations/baseline/eval"), "--out", "", ("eval",))
+    with pytest.raises(PipelineError, match=r"is reports/ablations/baseline/eval, an output of "
+                                            r"the DVC stage 'ablation@baseline'"):
+        refuse_foreign_place(Path("reports/ablations/baseline/eval"), "--out", "", ("eval",))
+    refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))  # its own
     with pytest.raises(PipelineError, match=r"inside \.git/"):
         refuse_foreign_place(Path(".git/x"), "--out", "", ("eval",))
 
@@ -135,6 +138,10 @@ def test_the_commands_refuse_a_place_that_is_not_theirs(project, tmp_path):
     """Each command that writes where its user says, at a place of another stage's or of
     git's: one line, nothing written (the cases a hostile pass found writing there)."""
     data = str(tmp_path / "prepared")
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["regression"]["baseline"] = "src/b.json"
+    baseline_in_src = tmp_path / "params.yaml"
+    baseline_in_src.write_text(yaml.safe_dump(params, sort_keys=False))
     cases = [
         (["stages/eval.py", "--data", data, "--model", "m.pt", "--out",
           "reports/ablations/baseline/eval"], "an output of the DVC stage 'ablation@baseline'"),
@@ -156,6 +163,18 @@ def test_the_commands_refuse_a_place_that_is_not_theirs(project, tmp_path):
         (["tools/dev_split.py", "nope.zip", "--out", "data/prepared/dev.tar.gz"],
          "an output of the DVC stage 'preprocess'"),
         (["benchmarks/benchmark.py", "--out", ".git/bench.json"], "--out .git/bench.json: inside"),
+        # the data stages by hand, and a data-set variant's partial downloads
+        (["stages/download.py", "--out", "data/prepared", "--partial", "p"],
+         "--out data/prepared: is data/prepared, an output of the DVC stage 'preprocess'"),
+        (["stages/download.py", "--out", "r", "--partial", ".git/p"], "--partial .git/p: inside"),
+        (["stages/preprocess.py", "--raw", "r", "--out", "data/raw"],
+         "--out data/raw: is data/raw, an output of the DVC stage 'download'"),
+        (["stages/dataset_ablation.py", "svhn", "--params", "reports/params.yaml", "--work",
+          "w", "--out", "o", "--partial", ".git/p"], "--partial .git/p: inside .git/"),
+        # the gate's --update, its baseline in the code
+        (["stages/regression.py", "--update", "--params", str(baseline_in_src),
+          "--train-metrics", "t.json", "--eval-metrics", "e.json", "--out", "g.md"],
+         "regression.baseline src/b.json: inside src/"),
     ]
     for cmd, said in cases:
         line = _run(project, *cmd)

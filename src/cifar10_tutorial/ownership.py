@@ -315,9 +315,9 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
     stage's) is refused in one line naming it; ``default`` says where such results go.
     So is one in a folder of published weights (its manifest, published.json, there or in
     a folder above it within the working folder): its card and manifest list what it holds
-    (``publishing``: the folder itself is the one being published again).
-    Under ``dvc repro`` (DVC_STAGE set) DVC keeps its stages' outputs apart itself, and
-    the pipelines are not read."""
+    (``publishing``: the folder itself is the one being published again). Under `dvc
+    repro` too: DVC_STAGE is a variable anyone may set, so it switches nothing off.
+"""
     from .errors import PipelineError
 
     instead = f" ({default})" if default else ""
@@ -340,8 +340,6 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
             raise PipelineError(f"{option} {path}: inside {folder}, a folder of published "
                                 f"weights ({PUBLISHED_MANIFEST} lists what it holds); give "
                                 f"{option} another place{instead}. Nothing was changed.")
-    if os.environ.get("DVC_STAGE"):
-        return
     here = root == Path.cwd().resolve()  # the pipelines' paths as they name them
     for stage, output in stage_outputs(PIPELINES if here else tuple(root / p for p in PIPELINES)):
         how = _overlap(where, output)

@@ -232,6 +232,10 @@ def update_baseline(baseline_path: str, tolerances: dict,
         raise PipelineError(f"{baseline_path}: {why}; --update writes only a baseline: set "
                             f"regression.baseline to a path of its own (as "
                             f"reports/baseline/NAME.json). Nothing was written.")
+    from .ownership import refuse_foreign_place  # git's, the code's, a stage's output
+
+    refuse_foreign_place(Path(baseline_path), "regression.baseline",
+                         "reports/baseline/NAME.json")
     now = collect_metrics(files)
     missing = [m for m in tolerances if m not in now]
     if missing:

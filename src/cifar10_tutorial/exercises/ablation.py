@@ -127,11 +127,12 @@ def _apart(args, mirror: Optional[str] = None, stage: str = "") -> None:
     stage's output than the variant's own (``stage``, ablation@NAME): one line, before
     anything is written."""
     named = [(f"--{o.replace('_', '-')}", getattr(args, o, None))
-             for o in ("out", "work", "trial_work", "data")]
+             for o in ("out", "work", "trial_work", "data", "partial")]
     folders_apart(named + [("--mirror", local_folder(mirror))],
-                  "results; model and checkpoints; a trial's; the prepared data; the "
-                  "checkpoint mirror")
-    for option, folder in named[:3] + [("--mirror", local_folder(mirror))]:
+                  "results; model and checkpoints; a trial's; the prepared data; partial "
+                  "downloads; the checkpoint mirror")
+    written = [n for n in named if n[0] != "--data"]  # the prepared data is only read
+    for option, folder in written + [("--mirror", local_folder(mirror))]:
         if folder is not None:
             refuse_foreign_place(Path(folder), option, "as reports/dvc.yaml gives them",
                                  (stage,))
