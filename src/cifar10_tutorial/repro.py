@@ -92,7 +92,8 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
         whose = "its guard killed by signal" if code < 0 else "stopped by signal"
         _say(out, f"cifar10 repro: {whose} {got[0]}; its stages were stopped (a training "
                   f"stage writes its checkpoint first, as its last lines above say): run the "
-                  f"same command again to continue")
+                  f"same command again to continue; the outputs DVC removed before the "
+                  f"stopped stage ran come back, where DVC cached them, with `dvc checkout`")
         return 128 + got[0]
     if code and stage:
         _say(out, f"cifar10 repro: stage {stage!r} paused at step {paused[0]} of {paused[1]} "
