@@ -98,6 +98,27 @@ def test_a_place_in_a_folder_of_published_weights_is_refused(project, path):
         refuse_foreign_place(Path("models/w/inner"), "--out", publishing=True)
 
 
+def test_a_folder_of_published_weights_outside_the_checkout_is_guarded(project, tmp_path):
+    """Weights published outside the checkout (publish --out /elsewhere) hold only their own
+    files too: an evaluation or a run written inside them is refused."""
+    (tmp_path / "pub/w").mkdir(parents=True)
+    (tmp_path / "pub/w/published.json").write_text("{}")
+    for path in (tmp_path / "pub/w/eval", tmp_path / "pub/w/run/live"):
+        with pytest.raises(PipelineError, match=r"a folder of published weights"):
+            refuse_foreign_place(path, "--out")
+
+
+def test_eval_watch_writes_no_events_into_published_weights(project, tmp_path):
+    """`eval --watch` writes its events beside the model's run (tensorboard/eval): for
+    published weights that is their folder, refused before anything is read."""
+    (project / "models/w").mkdir(parents=True)
+    (project / "models/w/published.json").write_text("{}")
+    line = _run(project, "stages/eval.py", "--watch", "--max-evals", "1", "--data",
+                str(tmp_path / "none"), "--model", "models/w/model.pt", "--out", "o")
+    assert "--watch --model models/w/tensorboard/eval: inside" in line \
+        and "a folder of published weights" in line, line
+
+
 @pytest.mark.parametrize("path, own", [
     ("reports/eval", ("eval",)), ("data/train", ("train",)),
     ("reports/ablations/softmax", ("ablation@softmax",)),

@@ -73,6 +73,15 @@ def test_a_dvc_status_that_fails_stops_the_command(project):
         refuse_stale_results(Path("reports/ablations"))
 
 
+def test_a_copy_without_git_is_told_how_dvc_can_judge(project):
+    """A source archive (no .git/, .dvc/ tracked) : DVC's status needs git, and the line
+    says how to give it one."""
+    shutil.rmtree(project / ".git")
+    with pytest.raises(PipelineError, match=r"not a git repository.*`git init` \(or `dvc "
+                                            r"config --local core.no_scm true`"):
+        refuse_stale_results(Path("reports/ablations"))
+
+
 def test_a_folder_that_is_no_dvc_repository_is_not_judged(project):
     shutil.rmtree(project / ".dvc")
     (project / "reports/params.yaml").write_text(yaml.safe_dump({"ablations": {"a": {"seed": 7}}}))

@@ -286,6 +286,23 @@ def _overlap(where: Path, output: Path) -> Optional[str]:
             else "holds")
 
 
+def refuse_inside_published(path: Path, option: str, default: str = "",
+                            publishing: bool = False) -> None:
+    """A folder of published weights (its manifest, published.json, at ``path`` or in any
+    folder above it, inside the repository or not) is no place for another command's
+    files: its card and manifest list what it holds (``publishing``: the folder itself is
+    the one publish replaces). One line naming it."""
+    from .errors import PipelineError
+
+    where = Path(path).resolve()
+    for folder in ([] if publishing else [where]) + list(where.parents):
+        if (folder / PUBLISHED_MANIFEST).is_file():
+            instead = f" ({default})" if default else ""
+            raise PipelineError(f"{option} {path}: inside {folder}, a folder of published "
+                                f"weights ({PUBLISHED_MANIFEST} lists what it holds); give "
+                                f"{option} another place{instead}. Nothing was changed.")
+
+
 def repository_root() -> Path:
     """The DVC repository the working folder is in (the nearest folder at or above it with
     .dvc/ and dvc.yaml: a stage script run from a subfolder writes into the same project);
@@ -313,9 +330,7 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
     of a DVC stage of the pipelines other than ``own_stages`` (DVC would find that output
     changed and replace it on the stage's next run; ``ablation@NAME`` for a foreach
     stage's) is refused in one line naming it; ``default`` says where such results go.
-    So is one in a folder of published weights (its manifest, published.json, there or in
-    a folder above it within the working folder): its card and manifest list what it holds
-    (``publishing``: the folder itself is the one being published again). Under `dvc
+    So is one in a folder of published weights (:func:`refuse_inside_published`). Under `dvc
     repro` too: DVC_STAGE is a variable anyone may set, so it switches nothing off.
 """
     from .errors import PipelineError
@@ -334,12 +349,7 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                 where == root / name or root / name in where.parents):
             raise PipelineError(f"{option} {path}: inside {name}/, {what}; give {option} a "
                                 f"folder of its own{instead}. Nothing was changed.")
-    above = [p for p in where.parents if root == p or root in p.parents]
-    for folder in ([] if publishing else [where]) + above:
-        if (folder / PUBLISHED_MANIFEST).is_file():
-            raise PipelineError(f"{option} {path}: inside {folder}, a folder of published "
-                                f"weights ({PUBLISHED_MANIFEST} lists what it holds); give "
-                                f"{option} another place{instead}. Nothing was changed.")
+    refuse_inside_published(path, option, default, publishing)
     here = root == Path.cwd().resolve()  # the pipelines' paths as they name them
     for stage, output in stage_outputs(PIPELINES if here else tuple(root / p for p in PIPELINES)):
         how = _overlap(where, output)

@@ -478,10 +478,12 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
         status = None
     if not isinstance(status, dict):
         said = (proc.stderr.strip().splitlines() or ["(nothing)"])[-1][:200]
+        fix = ("DVC needs git here: `git init` (or `dvc config --local core.no_scm true` in "
+               "a copy without git), then rerun" if "not a git repository" in said
+               else "fix what it names and rerun")
         raise PipelineError(f"`dvc status {dvc_yaml}` failed (exit {proc.returncode}: {said}): "
                             f"whether the results in {results} are of their definitions as "
-                            f"they are now cannot be told; fix what it names and rerun. "
-                            f"Nothing was written.")
+                            f"they are now cannot be told; {fix}. Nothing was written.")
     stale = {}
     for stage, changes in status.items():
         group, at, variant = stage.rpartition(":")[2].partition("@")
