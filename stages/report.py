@@ -3,7 +3,6 @@
 schedule's search notes) and reads --equivalence (which commits train alike) and
 --tf-reference (the tutorial's own code on the same data)."""
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
-import os
 from pathlib import Path
 
 from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_parser
@@ -25,8 +24,7 @@ def main() -> None:
                     help="the reference implementation's runs on the same data (one JSON each)")
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
-    if not os.environ.get("DVC_STAGE"):  # by hand: DVC says which results are stale
-        refuse_stale_results(args.ablations)
+    refuse_stale_results(args.ablations)  # DVC says which results are stale
     params = load_params(args.params, EXERCISES)
     refuse_stale_definitions(args.ablations, {**params.ablations, **params.dataset_ablations})
     path = make_report(args.ablations, args.out, dict(params.ablations),

@@ -549,7 +549,8 @@ def test_dvc_and_its_stage_never_outlive_cifar10_repro(tmp_path, how):
             "cifar10 repro: stopped by signal 15; its stages were stopped (a training stage "
             "writes its checkpoint first, as its last lines above say): run the same command "
             "again to continue; the outputs DVC removed before the stopped stage ran come "
-            "back, where DVC cached them, with `dvc checkout`"), text
+            "back with `dvc checkout` (those DVC caches) or `git checkout -- PATH` (those git "
+            "tracks)"), text
         assert list((project / "data/train/checkpoints").glob("*.pt"))
     elif how == "guard-kill-9":  # the guard process itself: the command stops its group
         guards = children_of(proc.pid)

@@ -56,8 +56,19 @@ def _everything(folder: Path) -> list[str]:
     ("reports/ablations/newone/eval", ("train",),
      r"is reports/ablations/\$\{key\}/eval, an output of the DVC stage 'ablation@newone'"),
     ("x\ny.json", (), r"holds a newline or another control character"),
+    # beside a stage's outputs in a folder holding only that stage's: its next run refuses
+    # a file it did not make there, after DVC removed its outputs
+    ("data/train/evalx", ("eval",),
+     r"lies inside data/train, the folder of the DVC stage 'train''s outputs"),
+    ("reports/eval/report.md", ("report",),
+     r"lies inside reports/eval, the folder of the DVC stage 'eval''s outputs"),
+    ("data/train/b.json", (), r"lies inside data/train, the folder of the DVC stage 'train'"),
+    ("reports/ablations/baseline/page.md", (), r"lies inside reports/ablations/baseline, the "
+                                               r"folder of the DVC stage 'ablation@baseline'"),
 ], ids=["git", "dvc", "src", "stages", "eval-into-variant", "live-into-variant",
-        "variant-into-variant", "into-prepared", "variant-not-run", "newline"])
+        "variant-into-variant", "into-prepared", "variant-not-run", "newline",
+        "eval-beside-train", "report-beside-eval", "baseline-beside-train",
+        "page-beside-a-variants-results"])
 def test_a_place_that_is_not_the_commands_is_refused(project, path, own, said):
     before = _everything(project)
     with pytest.raises(PipelineError, match=said + r".*Nothing was changed\.$"):
@@ -124,7 +135,13 @@ def test_eval_watch_writes_no_events_into_published_weights(project, tmp_path):
     ("reports/ablations/softmax", ("ablation@softmax",)),
     ("reports/ablations/softmax/eval", ("dataset_ablation@softmax",)),
     ("elsewhere/out", ()), ("../outside.json", ()),
-], ids=["eval-own", "train-own", "variant-own", "variant-own-any-group", "free", "outside"])
+    ("reports/regression.md", ("regression",)), ("reports/report.md", ("report",)),
+    ("reports/notes.md", ()), ("data/dev/dev.tar.gz", ()), ("data/.downloads", ("download",)),
+    ("data/ablations/softmax/checkpoints", ("ablation@softmax",)),
+    ("reports/ablations/softmax/eval", ("ablation@softmax",)),
+], ids=["eval-own", "train-own", "variant-own", "variant-own-any-group", "free", "outside",
+        "gate-table", "report", "beside-several-stages", "dev-archive", "partial-downloads",
+        "variant-checkpoints", "variant-eval"])
 def test_a_commands_own_place_or_a_free_one_passes(project, path, own):
     refuse_foreign_place(Path(path), "--out", "", own)
 

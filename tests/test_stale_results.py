@@ -54,7 +54,7 @@ def test_results_dvc_calls_changed_are_refused(project):
     with pytest.raises(PipelineError, match=r"^reports/ablations: the results of a are not of "
                                             r"their definition as it is now \(`dvc status "
                                             r"reports/dvc.yaml`: a: reports/params.yaml "
-                                            r"ablations.a modified\)"):
+                                            r"ablations.a modified"):
         refuse_stale_results(results)
     refuse_stale_results(results, only="b")  # a model card of b: b is as recorded
     # an edited result (the stage's output changed since DVC recorded it)
@@ -63,6 +63,28 @@ def test_results_dvc_calls_changed_are_refused(project):
     with pytest.raises(PipelineError, match=r"the results of b are not .*: b: "
                                             r"reports/ablations/b/metrics.json modified"):
         refuse_stale_results(results, only="b")
+
+
+def test_a_changed_stage_command_is_stale(project):
+    """DVC calls every variant changed when the stage's command changed (a thread variable
+    added, an option dropped): their results are not of the command as it is now."""
+    pipeline = yaml.safe_load((project / "reports/dvc.yaml").read_text())
+    pipeline["stages"]["ablation"]["do"]["cmd"] = "OMP_NUM_THREADS=1 " + \
+        pipeline["stages"]["ablation"]["do"]["cmd"]
+    (project / "reports/dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    with pytest.raises(PipelineError, match=r"the results of a, b are not .*: a: its stage's "
+                                            r"command changed"):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+def test_from_a_subfolder_the_repository_above_is_asked(project, monkeypatch):
+    """Run from reports/ (its paths relative to there), the check asks the repository the
+    folder is in, not a reports/dvc.yaml below it that is not there."""
+    (project / "reports/params.yaml").write_text(
+        yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
+    monkeypatch.chdir(project / "reports")
+    with pytest.raises(PipelineError, match=r"^ablations: the results of a are not"):
+        refuse_stale_results(Path("ablations"))
 
 
 def test_a_dvc_status_that_fails_stops_the_command(project):
@@ -88,17 +110,25 @@ def test_a_folder_that_is_no_dvc_repository_is_not_judged(project):
     refuse_stale_results(Path("reports/ablations"))
 
 
-def test_the_report_stage_by_hand_refuses_stale_results(project):
-    """stages/report.py run by hand (not under `dvc repro`) asks DVC before reading."""
+@pytest.mark.parametrize("where, dvc_stage", [(".", None), ("reports", None),
+                                               (".", "reports/dvc.yaml:report")],
+                         ids=["by-hand", "from-reports", "as-dvc-runs-it"])
+def test_the_report_stage_refuses_stale_results(project, where, dvc_stage):
+    """stages/report.py asks DVC before reading: by hand, from a subfolder, and as `dvc
+    repro --single-item reports/dvc.yaml:report` runs it (without the variants before)."""
     root = Path(__file__).resolve().parents[1]
     (project / "reports/params.yaml").write_text(
         yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
     env = {k: v for k, v in os.environ.items() if k != "DVC_STAGE"}
+    if dvc_stage:
+        env["DVC_STAGE"] = dvc_stage
+    up = "" if where == "." else "../"
     proc = subprocess.run([sys.executable, str(root / "stages/report.py"), "--params",
-                           "reports/params.yaml", "--ablations", "reports/ablations",
-                           "--search", "x.md", "--equivalence", "x.json", "--out", "reports"],
-                          cwd=project, env=env, capture_output=True, text=True, timeout=300)
+                           f"{up}reports/params.yaml", "--ablations", f"{up}reports/ablations",
+                           "--search", "x.md", "--equivalence", "x.json", "--out", f"{up}reports"],
+                          cwd=project / where, env=env, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "reports/ablations: the results of a are not of their definition" \
+    assert f"{up}reports/ablations: the results of a are not of their definition" \
         in proc.stderr.strip().splitlines()[-1], proc.stderr
     assert not (project / "reports/report.md").exists()

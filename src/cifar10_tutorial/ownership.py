@@ -286,6 +286,31 @@ def _overlap(where: Path, output: Path) -> Optional[str]:
             else "holds")
 
 
+def _variant_at(output: Path, where: Path) -> Optional[str]:
+    """The name ``where`` gives a foreach stage's ``${key}`` in ``output``, if it reaches it."""
+    if "${" not in str(output):
+        return None
+    fixed = next(i for i, part in enumerate(output.parts) if "${" in part)
+    at = len(Path(*output.parts[:fixed]).resolve().parts)
+    return where.parts[at] if len(where.parts) > at else None
+
+
+def _named(stage: str, output: Path, where: Path) -> str:
+    """The stage an output of ``stage`` at ``where`` is: ``ablation@NAME`` for a foreach
+    stage's template path, the variant named where the path names one."""
+    name = _variant_at(output, where)
+    return f"{stage}@{name}" if name is not None else stage
+
+
+def _is_own(stage: str, output: Path, where: Path, own_stages: tuple[str, ...]) -> bool:
+    """Whether ``output`` (of ``stage``), met at ``where``, is one of ``own_stages``'s: a
+    name is one variant's, of one group, so the variant's own in any group's template."""
+    name = _variant_at(output, where)
+    if name is not None and any(s.endswith(f"@{name}") for s in own_stages):
+        return True
+    return _named(stage, output, where) in own_stages
+
+
 def refuse_inside_published(path: Path, option: str, default: str = "",
                             publishing: bool = False) -> None:
     """A folder of published weights (its manifest, published.json, at ``path`` or in any
@@ -351,22 +376,34 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                                 f"folder of its own{instead}. Nothing was changed.")
     refuse_inside_published(path, option, default, publishing)
     here = root == Path.cwd().resolve()  # the pipelines' paths as they name them
-    for stage, output in stage_outputs(PIPELINES if here else tuple(root / p for p in PIPELINES)):
+    outputs = stage_outputs(PIPELINES if here else tuple(root / p for p in PIPELINES))
+    for stage, output in outputs:
         how = _overlap(where, output)
-        if how is None:
+        if how is not None and not _is_own(stage, output, where, own_stages):
+            raise PipelineError(f"{option} {path}: {how} {output}, an output of the DVC stage "
+                                f"{_named(stage, output, where)!r}, which DVC would find "
+                                f"changed and replace on the stage's next run; give {option} "
+                                f"a path outside the pipelines' outputs{instead}. Nothing was "
+                                f"changed.")
+    # a folder holding one stage's outputs (data/train, reports/eval, a variant's) is that
+    # stage's: its next run refuses a file it did not make there, after DVC removed its
+    # outputs. One holding several stages' (reports/, data/) is shared.
+    kinds = {}
+    for stage, output in outputs:
+        kind = stage.split("@")[0].replace("dataset_ablation", "ablation")
+        kinds.setdefault(output.parent, {}).setdefault(kind, []).append(stage)
+    for folder, of in kinds.items():
+        if len(of) != 1 or Path(os.path.normpath(root / folder)) == root:
             continue
-        if "${" in str(output):  # the variant a foreach would name, where the path names one
-            fixed = next(i for i, part in enumerate(output.parts) if "${" in part)
-            at = len(Path(*output.parts[:fixed]).resolve().parts)
-            if len(where.parts) > at:
-                # a name is one variant's, of one group: the variant's own in any template
-                if any(s.endswith(f"@{where.parts[at]}") for s in own_stages):
-                    continue
-                stage = f"{stage}@{where.parts[at]}"
-        if stage in own_stages:
+        how = _overlap(where, folder)
+        if how not in ("is", "lies inside"):
             continue
-        raise PipelineError(f"{option} {path}: {how} {output}, an output of the DVC stage "
-                            f"{stage!r}, which DVC would find changed and replace on the "
-                            f"stage's next run; give {option} a path outside the pipelines' "
-                            f"outputs{instead}. Nothing was changed.")
+        stages = next(iter(of.values()))
+        if any(_is_own(stage, folder, where, own_stages) for stage in stages):
+            continue
+        raise PipelineError(f"{option} {path}: {how} {folder}, the folder of the DVC stage "
+                            f"{_named(stages[0], folder, where)!r}'s outputs, which its next "
+                            f"run refuses to share with files it did not make; give {option} "
+                            f"a path outside the pipelines' folders{instead}. Nothing was "
+                            f"changed.")
 

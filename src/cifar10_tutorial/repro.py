@@ -93,7 +93,8 @@ def repro(dvc_args: list[str], env: dict, out=None) -> int:
         _say(out, f"cifar10 repro: {whose} {got[0]}; its stages were stopped (a training "
                   f"stage writes its checkpoint first, as its last lines above say): run the "
                   f"same command again to continue; the outputs DVC removed before the "
-                  f"stopped stage ran come back, where DVC cached them, with `dvc checkout`")
+                  f"stopped stage ran come back with `dvc checkout` (those DVC caches) or "
+                  f"`git checkout -- PATH` (those git tracks)")
         return 128 + got[0]
     if code and stage:
         _say(out, f"cifar10 repro: stage {stage!r} paused at step {paused[0]} of {paused[1]} "

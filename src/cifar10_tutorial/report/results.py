@@ -456,22 +456,25 @@ RECORDED = {"schedule": ("train", "schedule"), "batch_size": ("train", "batch_si
 
 def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"),
                          only: Optional[str] = None) -> None:
-    """Results read outside `dvc repro` (the report, a results page or a model card made
-    by hand) are reported as the variants' definitions as they are now. Under `dvc repro`
-    a variant whose definition, code or data changed since it ran is run again first; by
-    hand, DVC says which (`dvc status`): a variant with results in ``results`` (``only``:
-    that one) whose params or deps changed, or whose recorded outputs were changed,
-    since DVC recorded it, stops the command in one line. One never recorded (run
-    by hand) is not judged; a `dvc status` that fails is one line too, as nothing it would
-    have said can be vouched for. Not in a DVC repository (no .dvc/): nothing recorded."""
+    """Results are reported (the report, a results page, a model card) as the variants'
+    definitions as they are now. DVC says which are not (`dvc status`): a variant with
+    results in ``results`` (``only``: that one) whose params, deps or command changed, or
+    whose recorded outputs were changed, since DVC recorded it, stops the command in one
+    line; by hand, and under `dvc repro` too (`--single-item` runs the report without the
+    variants before it). One never recorded (run by hand) is not judged; a `dvc status`
+    that fails is one line too, as nothing it would have said can be vouched for. The
+    repository is the one the working folder is in (``dvc_yaml``: relative to its root);
+    where there is none (no .dvc/), nothing was recorded."""
     import subprocess
 
     from ..cli import dvc_executable
+    from ..ownership import repository_root
 
-    if not dvc_yaml.is_file() or not Path(".dvc").is_dir():
+    root = repository_root()
+    if not (root / dvc_yaml).is_file() or not (root / ".dvc").is_dir():
         return
     proc = subprocess.run([dvc_executable(), "status", str(dvc_yaml), "--json"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, cwd=root)
     try:
         status = json.loads(proc.stdout) if proc.returncode == 0 else None
     except ValueError:
@@ -492,6 +495,8 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
                 or not (Path(results) / variant / "metrics.json").is_file():
             continue
         for change in changes if isinstance(changes, list) else []:
+            if change in ("changed command", "changed checksum"):  # the stage's definition
+                stale.setdefault(variant, []).append(f"its stage's {change.split()[1]} changed")
             if not isinstance(change, dict):
                 continue
             # a params file's keys (a dict); a file modified ("deleted": not pulled, which

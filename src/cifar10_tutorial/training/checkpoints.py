@@ -82,8 +82,9 @@ def refuse_unknown_run(paths: TrainPaths, signature: dict) -> None:
                             f"data ({ckpts[-1].name}), from before runs recorded whose folder "
                             f"is theirs ({OWNER}): which stage's run they are is not known, "
                             f"and starting afresh here would delete them and its model; move "
-                            f"{paths.out_dir} away (or delete it, if it is this stage's), then "
-                            f"rerun. Nothing was changed.")
+                            f"{paths.checkpoints} and {paths.model.name} away (or delete them, "
+                            f"if they are this stage's), then rerun. This run changed nothing "
+                            f"there.")
 
 
 def resume_point(paths: TrainPaths, signature: dict, max_steps: int, d: Dist,
