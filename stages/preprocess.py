@@ -12,7 +12,7 @@ def main() -> None:
     ap = stage_parser(__doc__)
     add_paths(ap, raw="the downloaded files", out="the prepared tensors")
     args = parse_stage_args(ap, __file__)
-    refuse_foreign_place(args.out, "--out", "data/prepared as dvc.yaml gives it", ("preprocess",))
+    refuse_foreign_place(args.out, "--out", "as dvc.yaml gives it", ("preprocess",))
     prepare_dataset(args.raw, args.out, load_params(args.params, MAIN).data)
 
 

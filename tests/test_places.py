@@ -247,3 +247,16 @@ def test_a_queued_experiments_workspace_inside_dvc_is_not_dvcs_folder(project, m
                          ("ablation@softmax",))
     with pytest.raises(PipelineError, match=r"inside \.dvc/, DVC's own folder"):
         refuse_foreign_place(Path(".dvc/cache/x"), "--out", "", ())
+
+
+def test_a_folder_above_several_stages_outputs_is_shared_with_one_pipeline(project):
+    """With the main pipeline alone, reports/ holds the gate's table beside the train and
+    eval stages' folders: it is no one stage's, and each writes its own part of it."""
+    (project / "reports/dvc.yaml").unlink()
+    (project / "reports/dvc.lock").unlink()
+    refuse_foreign_place(Path("reports/train"), "--live", "", ("train",))
+    refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))
+    refuse_foreign_place(Path("reports/notes.md"), "--out")
+    with pytest.raises(PipelineError, match=r"lies inside reports/train, the folder of the DVC "
+                                            r"stage 'train''s outputs"):
+        refuse_foreign_place(Path("reports/train/x.md"), "--out", "", ("eval",))

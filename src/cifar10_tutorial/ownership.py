@@ -385,15 +385,24 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                                 f"changed and replace on the stage's next run; give {option} "
                                 f"a path outside the pipelines' outputs{instead}. Nothing was "
                                 f"changed.")
-    # a folder holding one stage's outputs (data/train, reports/eval, a variant's) is that
-    # stage's: its next run refuses a file it did not make there, after DVC removed its
-    # outputs. One holding several stages' (reports/, data/) is shared.
+    # a folder holding one stage's outputs and no other's, at any depth (data/train,
+    # reports/eval, a variant's results) is that stage's: its next run refuses a file it
+    # did not make there, after DVC removed its outputs. One holding several stages'
+    # (reports/, data/) is shared.
+    def under(folder: Path, output: Path) -> bool:  # ${...}: any one name
+        return len(output.parts) > len(folder.parts) and all(
+            a == b or "${" in a or "${" in b for a, b in zip(folder.parts, output.parts))
+
     kinds = {}
-    for stage, output in outputs:
-        kind = stage.split("@")[0].replace("dataset_ablation", "ablation")
-        kinds.setdefault(output.parent, {}).setdefault(kind, []).append(stage)
+    for folder in dict.fromkeys(output.parent for _, output in outputs):
+        if Path(os.path.normpath(root / folder)) == root:
+            continue
+        for stage, output in outputs:
+            if under(folder, output):
+                kind = stage.split("@")[0].replace("dataset_ablation", "ablation")
+                kinds.setdefault(folder, {}).setdefault(kind, []).append(stage)
     for folder, of in kinds.items():
-        if len(of) != 1 or Path(os.path.normpath(root / folder)) == root:
+        if len(of) != 1:
             continue
         how = _overlap(where, folder)
         if how not in ("is", "lies inside"):
