@@ -473,8 +473,15 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     root = repository_root()
     if not (root / dvc_yaml).is_file() or not (root / ".dvc").is_dir():
         return
-    proc = subprocess.run([dvc_executable(), "status", str(dvc_yaml), "--json"],
-                          capture_output=True, text=True, cwd=root)
+    from ..cli import pipeline_stages
+
+    # the variants' stages alone: under `dvc repro` the report stage's own outputs are
+    # locked for writing, and a status of the whole pipeline would wait on them
+    groups = [g for g in ("ablation", "dataset_ablation") if g in pipeline_stages(root / dvc_yaml)]
+    if not groups:
+        return
+    proc = subprocess.run([dvc_executable(), "status", *(f"{dvc_yaml}:{g}" for g in groups),
+                           "--json"], capture_output=True, text=True, cwd=root)
     try:
         status = json.loads(proc.stdout) if proc.returncode == 0 else None
     except ValueError:
