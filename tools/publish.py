@@ -304,13 +304,9 @@ def publish(name: str, model: Path, results: Path, out: Path,
                             f"character, which the model card's commands cannot show; give "
                             f"another path. Nothing was changed.")
     # no stage's output (DVC would replace or remove the published folder), nor git's,
-    # DVC's or the project's code folders
+    # DVC's or the project's code folders, nor inside another published folder (every
+    # folder above is looked at: another published folder holds only its own files)
     refuse_foreign_place(out, "--out", "models/NAME by default", publishing=True)
-    for above in out.resolve().parents:  # another published folder holds only its own files
-        if (above / MANIFEST).is_file():
-            raise PipelineError(f"--out {out}: inside {above}, a folder of published weights "
-                                f"({MANIFEST} lists what it holds); give --out a folder of its "
-                                f"own (models/NAME by default). Nothing was changed.")
     _held(out)  # a link or a file at --out: refused before anything is changed beside it
     # a folder --out cannot be made in (a file above it, /proc): one line, before the
     # records are read
