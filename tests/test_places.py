@@ -92,6 +92,60 @@ def test_a_command_run_from_a_subfolder_guards_the_same_project(project, monkeyp
     assert _everything(project) == before
 
 
+@pytest.mark.parametrize("path, own, said", [
+    ("src/evalx", ("eval",), r"inside src/, the project's code"),
+    ("reports/ablations/baseline/eval", ("eval",),
+     r"is .*/reports/ablations/baseline/eval, an output of the DVC stage 'ablation@baseline'"),
+    ("data/train/raw", ("download",), r"lies inside .*/data/train, the folder of the DVC "
+                                      r"stage 'train''s outputs"),
+], ids=["the-code", "a-variants-output", "a-stages-folder"])
+def test_a_command_run_from_outside_the_repository_guards_its_project(project, tmp_path,
+                                                                       monkeypatch, path,
+                                                                       own, said):
+    """A stage script run from a folder outside the project, its paths absolute: the
+    project guarded is the one the place lies in, not the working folder's (none)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    before = _everything(project)
+    with pytest.raises(PipelineError, match=said + r".*Nothing was changed\.$"):
+        refuse_foreign_place(project / path, "--out", "", own)
+    assert _everything(project) == before
+    refuse_foreign_place(project / "reports/eval", "--out", "", ("eval",))  # its own
+
+
+def test_a_command_run_from_inside_dvc_s_folder_guards_the_project(project, monkeypatch):
+    monkeypatch.chdir(project / ".dvc")
+    with pytest.raises(PipelineError, match=r"inside src/, the project's code"):
+        refuse_foreign_place(Path("../src/x"), "--out")
+    with pytest.raises(PipelineError, match=r"lies inside .*reports/eval, the folder of"):
+        refuse_foreign_place(Path("../reports/eval/x"), "--out")
+
+
+def test_a_name_too_long_to_look_at_is_one_line(project, tmp_path):
+    for path in (tmp_path / ("a" * 300), project / ("b" * 300) / "eval"):
+        with pytest.raises(PipelineError, match=r"cannot be looked into \(File name too long\)"
+                                                r"; give --out another path"):
+            refuse_foreign_place(path, "--out")
+
+
+def test_the_variants_folder_is_theirs_alone(project):
+    """reports/ablations holds the variants' results only: a report or a page written there
+    is refused as in the ablation stage's folder (report.md is no variant's name), and each
+    variant's own place in it is still its own."""
+    for path in ("reports/ablations/report.md", "reports/ablations/.report-swapping"):
+        with pytest.raises(PipelineError, match=r"lies inside reports/ablations, the folder of "
+                                                r"the DVC stage 'ablation''s outputs"):
+            refuse_foreign_place(Path(path), "--out", "", ("report",))
+    with pytest.raises(PipelineError, match=r"--out reports/ablations: holds reports/ablations/"):
+        refuse_foreign_place(Path("reports/ablations"), "--out", "", ("report",))
+    refuse_foreign_place(Path("reports/ablations/fresh"), "--out", "", ("ablation@fresh",))
+    refuse_foreign_place(Path("reports/ablations/fresh/eval"), "--out", "",
+                         ("dataset_ablation@fresh",))
+    with pytest.raises(PipelineError, match=r"'ablation@fresh'"):
+        refuse_foreign_place(Path("reports/ablations/fresh/x"), "--out", "", ("ablation@other",))
+
+
 @pytest.mark.parametrize("path", ["models/w", "models/w/eval", "models/w/eval/metrics.json"],
                          ids=["the-folder", "a-folder-in-it", "a-file-in-it"])
 def test_a_place_in_a_folder_of_published_weights_is_refused(project, path):

@@ -274,12 +274,17 @@ def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
 
 def _overlap(where: Path, output: Path) -> Optional[str]:
     """How the resolved path ``where`` meets ``output`` (a path whose ``${...}`` parts, a
-    foreach stage's, stand for any one name): "is", "lies inside", "holds", or None."""
+    foreach stage's, stand for any one variant name: reports/ablations/report.md is no
+    variant's): "is", "lies inside", "holds", or None."""
+    from .params import VARIANT_NAME, VARIANT_NAME_LIMIT
+
     parts = output.parts
     fixed = next((i for i, part in enumerate(parts) if "${" in part), len(parts))
     parts = Path(*parts[:fixed]).resolve().parts + parts[fixed:]
     mine = where.parts
-    same = all("${" in t or t == w for t, w in zip(parts, mine))
+    same = all(t == w or ("${" in t and len(w) <= VARIANT_NAME_LIMIT
+                          and VARIANT_NAME.fullmatch(w) is not None)
+               for t, w in zip(parts, mine))
     if not same:
         return None
     return ("is" if len(mine) == len(parts) else "lies inside" if len(mine) > len(parts)
@@ -321,24 +326,45 @@ def refuse_inside_published(path: Path, option: str, default: str = "",
 
     where = Path(path).resolve()
     for folder in ([] if publishing else [where]) + list(where.parents):
-        if (folder / PUBLISHED_MANIFEST).is_file():
+        try:
+            published = (folder / PUBLISHED_MANIFEST).is_file()
+        except OSError as e:  # a name too long, a folder that cannot be searched
+            raise PipelineError(f"{option} {path}: {folder} cannot be looked into "
+                                f"({e.strerror}); give {option} another path. Nothing was "
+                                f"changed.") from None
+        if published:
             instead = f" ({default})" if default else ""
             raise PipelineError(f"{option} {path}: inside {folder}, a folder of published "
                                 f"weights ({PUBLISHED_MANIFEST} lists what it holds); give "
                                 f"{option} another place{instead}. Nothing was changed.")
 
 
-def repository_root() -> Path:
-    """The DVC repository the working folder is in (the nearest folder at or above it with
-    .dvc/ and dvc.yaml: a stage script run from a subfolder writes into the same project);
-    the working folder where there is none, or where the way up passes a .dvc/ (a queued
-    experiment's workspace, .dvc/tmp/exps/..., is a project of its own)."""
-    here = Path.cwd().resolve()
+def _repository_at(here: Path) -> Optional[Path]:
+    """The nearest folder at or above ``here`` with .dvc/ and dvc.yaml; none where the way
+    up passes a .dvc/ (a queued experiment's workspace, .dvc/tmp/exps/..., is a project of
+    its own, and is found before it)."""
     for p in (here, *here.parents):
         if p.name == ".dvc":
-            break
-        if (p / ".dvc").is_dir() and (p / "dvc.yaml").is_file():
-            return p
+            return None
+        try:
+            if (p / ".dvc").is_dir() and (p / "dvc.yaml").is_file():
+                return p
+        except OSError:  # a name too long to look at: not a repository's root
+            continue
+    return None
+
+
+def repository_root(start: Optional[Path] = None) -> Path:
+    """The DVC repository ``start`` (a place written or read) is in, else the one the
+    working folder is in, else the working folder. From the place, not only the working
+    folder: a stage script run from a subfolder, or from outside the repository with
+    absolute paths, writes into that project, and its pipelines and src/ are the ones
+    that place must keep clear of."""
+    here = Path.cwd().resolve()
+    for at in ([Path(start).resolve()] if start is not None else []) + [here]:
+        found = _repository_at(at)
+        if found is not None:
+            return found
     return here
 
 
@@ -365,7 +391,8 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
         raise PipelineError(f"{option} {str(path)!r}: holds a newline or another control "
                             f"character, which no line that names it can show; give another "
                             f"path{instead}. Nothing was changed.")
-    where, root = Path(path).resolve(), repository_root()
+    where = Path(path).resolve()
+    root = repository_root(where)
     # below the repository root, its own parts only: a queued DVC experiment runs in a
     # workspace inside the repository's .dvc/ (.dvc/tmp/exps/...)
     parts = where.relative_to(root).parts if where.is_relative_to(root) else where.parts
@@ -386,21 +413,25 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                                 f"a path outside the pipelines' outputs{instead}. Nothing was "
                                 f"changed.")
     # a folder holding one stage's outputs and no other's, at any depth (data/train,
-    # reports/eval, a variant's results) is that stage's: its next run refuses a file it
-    # did not make there, after DVC removed its outputs. One holding several stages'
-    # (reports/, data/) is shared.
+    # reports/eval, a variant's results, reports/ablations itself) is that stage's: its
+    # next run refuses a file it did not make there, after DVC removed its outputs. One
+    # holding several stages' (reports/, data/) is shared. The deepest folder is named.
     def under(folder: Path, output: Path) -> bool:  # ${...}: any one name
         return len(output.parts) > len(folder.parts) and all(
             a == b or "${" in a or "${" in b for a, b in zip(folder.parts, output.parts))
 
+    def inside_root(folder: Path) -> bool:
+        at = Path(os.path.normpath(root / folder))
+        return at != root and at.is_relative_to(root)
+
+    folders = dict.fromkeys(folder for _, output in outputs for folder in output.parents
+                            if inside_root(folder))
     kinds = {}
-    for folder in dict.fromkeys(output.parent for _, output in outputs):
-        if Path(os.path.normpath(root / folder)) == root:
-            continue
+    for folder in sorted(folders, key=lambda f: -len(f.parts)):
         for stage, output in outputs:
             if under(folder, output):
                 kind = stage.split("@")[0].replace("dataset_ablation", "ablation")
-                kinds.setdefault(folder, {}).setdefault(kind, []).append(stage)
+                kinds.setdefault(folder, {}).setdefault(kind, []).append((stage, output))
     for folder, of in kinds.items():
         if len(of) != 1:
             continue
@@ -408,10 +439,17 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
         if how not in ("is", "lies inside"):
             continue
         stages = next(iter(of.values()))
-        if any(_is_own(stage, folder, where, own_stages) for stage in stages):
+        # its own where ``where`` is one of its own stages' places (a variant's, below)
+        if any(_is_own(stage, output, where, own_stages) for stage, output in stages):
             continue
+        # a folder above a foreach stage's ${key} (reports/ablations) is the whole stage's
+        above = any(next((i for i, part in enumerate(output.parts) if "${" in part), -1)
+                    >= len(folder.parts) for _, output in stages)
+        group = stages[0][0].split("@")[0]
+        shown = (group if above else _named(group, folder, where) if "${" in str(folder)
+                 else stages[0][0])
         raise PipelineError(f"{option} {path}: {how} {folder}, the folder of the DVC stage "
-                            f"{_named(stages[0], folder, where)!r}'s outputs, which its next "
+                            f"{shown!r}'s outputs, which its next "
                             f"run refuses to share with files it did not make; give {option} "
                             f"a path outside the pipelines' folders{instead}. Nothing was "
                             f"changed.")
