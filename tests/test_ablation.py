@@ -217,6 +217,21 @@ def test_tiny_ablation_set_and_report_through_dvc(exercise_run, tmp_path):
             "(`dvc status reports/dvc.yaml`: no_lrn: reports/params.yaml ablations.no_lrn "
             "modified); rerun them first") in line, line
     assert (rep / "report.md").read_bytes() == before
+    # ... and so does the report stage alone: its last report stays (DVC removes no output
+    # of it before it runs), and publish through a link to the variant's folder
+    proc = subprocess.run([str(Path(sys.executable).with_name("dvc")), "repro", "--single-item",
+                           "reports/dvc.yaml:report"], cwd=project, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "the results of no_lrn are not" in proc.stdout + proc.stderr
+    assert (rep / "report.md").read_bytes() == before and (rep / "tables").is_dir()
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "no_lrn").symlink_to(rep / "ablations" / "no_lrn")
+    proc = subprocess.run([str(Path(sys.executable).with_name("cifar10")), "publish", "no_lrn",
+                           "--results", str(tmp_path / "link" / "no_lrn"), "--out",
+                           str(tmp_path / "pub")], cwd=project, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "the results of no_lrn are not" in proc.stderr, proc.stderr
+    assert not (tmp_path / "pub").exists()
     out = dvc(project, "repro", "reports/dvc.yaml:report").stdout
     ran = [l for l in out.splitlines() if l.startswith("Running stage")]
     assert ran == ["Running stage 'reports/dvc.yaml:ablation@no_lrn':",

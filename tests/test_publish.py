@@ -219,6 +219,8 @@ def test_a_missing_field_is_one_line_before_anything_is_replaced(finished, tmp_p
                 str(out), "--replace")
     line = _one_error_line(proc)
     assert f"{damaged / 'metrics.json'}: expected eval.num_examples, found none" in line, line
+    # a copy under another name is no stage's folder DVC can vouch for: said so
+    assert f"note: {damaged} is no ablation stage's folder of baseline" in proc.stderr
     assert _snapshot(out) == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["baseline"]  # no temp folder
 

@@ -95,6 +95,72 @@ def test_a_dvc_status_that_fails_stops_the_command(project):
         refuse_stale_results(Path("reports/ablations"))
 
 
+def test_a_failing_status_is_named_by_dvc_s_error_line(project):
+    """DVC prints its ERROR line, then context (a YAML line number): the line names the
+    error, not the context."""
+    (project / "reports/dvc.lock").write_text("stages:\n  a: [1,\n")
+    with pytest.raises(PipelineError) as caught:
+        refuse_stale_results(Path("reports/ablations"))
+    assert "(exit 1: './reports/dvc.lock' is invalid.)" in str(caught.value), caught.value
+
+
+def test_results_a_stage_never_recorded_made_are_not_judged(project):
+    """A variant run by hand (its stage absent from the lock): DVC calls each of its deps
+    "modified", which says nothing of its results; it is not refused. Recorded ones still
+    are."""
+    params = project / "reports/params.yaml"
+    params.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 1}, "b": {"seed": 2},
+                                                    "c": {"seed": 3}}}))
+    (project / "reports/ablations/c").mkdir()
+    (project / "reports/ablations/c/metrics.json").write_text('{"seed": 3}\n')
+    refuse_stale_results(Path("reports/ablations"))
+    refuse_stale_results(Path("reports/ablations"), only="c")
+    params.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 4}, "b": {"seed": 2},
+                                                    "c": {"seed": 3}}}))
+    with pytest.raises(PipelineError, match=r"the results of a are not "):
+        refuse_stale_results(Path("reports/ablations"))
+    # recorded as the docs say (`dvc commit`), c is judged like the others
+    _run(project, DVC if Path(DVC).is_file() else "dvc", "commit", "-f", "-q",
+         "reports/dvc.yaml:ablation@c")
+    params.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 4}, "b": {"seed": 2},
+                                                    "c": {"seed": 6}}}))
+    with pytest.raises(PipelineError, match=r"the results of a, c are not "):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+def test_a_recorded_result_deleted_is_refused(project):
+    """The variants' results are kept in git, so a clone has them: one DVC recorded and
+    now missing, beside the others read, is no variant's results as made."""
+    pipeline = yaml.safe_load((project / "reports/dvc.yaml").read_text())
+    do = pipeline["stages"]["ablation"]["do"]
+    do["cmd"] += " && echo 1 > ablations/${key}/eval.json"
+    do["outs"].append({"ablations/${key}/eval.json": {"cache": False}})
+    (project / "reports/dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    _run(project, DVC if Path(DVC).is_file() else "dvc", "repro", "-q", "reports/dvc.yaml")
+    refuse_stale_results(Path("reports/ablations"))
+    (project / "reports/ablations/b/eval.json").unlink()
+    with pytest.raises(PipelineError, match=r"the results of b are not .*: b: "
+                                            r"reports/ablations/b/eval.json deleted"):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+def test_results_read_from_outside_the_repository_are_judged_by_it(project, tmp_path,
+                                                                   monkeypatch):
+    """The report run from a folder outside the project (absolute paths): the repository
+    is the one the results lie in, not the working folder's (none)."""
+    (project / "reports/params.yaml").write_text(
+        yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(PipelineError, match=r"the results of a are not"):
+        refuse_stale_results(project / "reports/ablations")
+    # a link to the results folder is the folder
+    (elsewhere / "link").symlink_to(project / "reports/ablations")
+    with pytest.raises(PipelineError, match=r"the results of a are not"):
+        refuse_stale_results(elsewhere / "link")
+
+
 def test_a_copy_without_git_is_told_how_dvc_can_judge(project):
     """A source archive (no .git/, .dvc/ tracked) : DVC's status needs git, and the line
     says how to give it one."""

@@ -386,8 +386,14 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise PipelineError(f"{args.name[:80]!r}: expected a variant name (a letter, then "
                             f"letters, digits, '_' or '-', at most 64)")
     results = args.results or variant_results(args.name)
-    if results.name == args.name:  # the stage's own folder: DVC knows if it is stale
-        refuse_stale_results(results.parent, only=args.name)
+    # the stage's own folder (by any path: a link to it is it) is what DVC can vouch for
+    if results.resolve().name == args.name:
+        refuse_stale_results(results.resolve().parent, only=args.name)
+    else:
+        print(f"note: {results} is no ablation stage's folder of {args.name} (its name is "
+              f"not the variant's), so whether it holds the results of {args.name}'s "
+              f"definition as it is now cannot be checked; the card states what its "
+              f"records say", file=sys.stderr)
     if args.model is not None:
         model = args.model
     else:

@@ -461,16 +461,20 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     results in ``results`` (``only``: that one) whose params, deps or command changed, or
     whose recorded outputs were changed, since DVC recorded it, stops the command in one
     line; by hand, and under `dvc repro` too (`--single-item` runs the report without the
-    variants before it). One never recorded (run by hand) is not judged; a `dvc status`
-    that fails is one line too, as nothing it would have said can be vouched for. The
-    repository is the one the working folder is in (``dvc_yaml``: relative to its root);
-    where there is none (no .dvc/), nothing was recorded."""
+    variants before it). A recorded result deleted counts (they are kept in git: a clone
+    has them). One never recorded (run by hand: absent from the lock) is not judged; a
+    `dvc status` that fails is one line too, as nothing it would have said can be vouched
+    for. The repository is the one ``results`` lies in, else the working folder's
+    (``dvc_yaml``: relative to its root); where there is none (no .dvc/), nothing was
+    recorded."""
     import subprocess
 
     from ..cli import dvc_executable
     from ..ownership import repository_root
 
-    root = repository_root()
+    import yaml
+
+    root = repository_root(Path(results))
     if not (root / dvc_yaml).is_file() or not (root / ".dvc").is_dir():
         return
     from ..cli import pipeline_stages
@@ -487,19 +491,37 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     except ValueError:
         status = None
     if not isinstance(status, dict):
-        said = (proc.stderr.strip().splitlines() or ["(nothing)"])[-1][:200]
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        # the cause first (an ERROR line, or "'reports/dvc.lock' is invalid."), then
+        # context (a YAML line number); warnings before it are not the cause
+        said = next((line for line in lines if line.startswith("ERROR")),
+                    next((line for line in lines if not line.startswith("WARNING")),
+                         "(nothing)"))[:200]
         fix = ("DVC needs git here: `git init` (or `dvc config --local core.no_scm true` in "
                "a copy without git), then rerun" if "not a git repository" in said
                else "fix what it names and rerun")
         raise PipelineError(f"`dvc status {dvc_yaml}` failed (exit {proc.returncode}: {said}): "
                             f"whether the results in {results} are of their definitions as "
                             f"they are now cannot be told; {fix}. Nothing was written.")
+    # the stages DVC recorded: it calls every dep of one it never ran "modified"
+    try:
+        lock = yaml.safe_load((root / dvc_yaml).with_suffix(".lock").read_text(encoding="utf-8"))
+        recorded = set((lock or {}).get("stages") or {})
+    except FileNotFoundError:
+        recorded = set()
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError) as e:
+        raise PipelineError(f"{(root / dvc_yaml).with_suffix('.lock')}: expected DVC's "
+                            f"lock file, found one that cannot be read ({str(e)[:120]}); "
+                            f"restore it (`git checkout -- {dvc_yaml.with_suffix('.lock')}`). "
+                            f"Nothing was written.") from None
     stale = {}
     for stage, changes in status.items():
-        group, at, variant = stage.rpartition(":")[2].partition("@")
-        if group not in ("ablation", "dataset_ablation") or not at \
+        name = stage.rpartition(":")[2]
+        group, at, variant = name.partition("@")
+        folder = Path(results) / variant
+        if group not in ("ablation", "dataset_ablation") or not at or name not in recorded \
                 or (only is not None and variant != only) \
-                or not (Path(results) / variant / "metrics.json").is_file():
+                or not (folder / "metrics.json").is_file():
             continue
         for change in changes if isinstance(changes, list) else []:
             if change in ("changed command", "changed checksum"):  # the stage's definition
@@ -512,8 +534,10 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
                     if isinstance(how, dict) else f"{dep} {how}"
                     for dep, how in (change.get("changed deps") or {}).items()
                     if isinstance(how, dict) or how == "modified"]
+            # a recorded result edited, or deleted (in git: not a clone's missing data)
             what += [f"{out} {how}" for out, how in (change.get("changed outs") or {}).items()
-                     if how == "modified"]
+                     if how == "modified" or (how == "deleted" and
+                                             (root / out).resolve().is_relative_to(folder.resolve()))]
             if what:
                 stale.setdefault(variant, []).extend(what)
     if stale:
