@@ -533,22 +533,23 @@ def test_a_damaged_provenance_record_is_one_line_naming_it(tmp_path, text):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
 
 
-def test_a_table_that_is_a_link_is_never_written_through(tmp_path, capsys):
+def test_a_table_that_is_a_link_is_never_written_through(tmp_path):
     """The report writes its tables as files of its own: a link in the old tables folder
-    (to a foreign file) is neither written through nor removed; the old folder is kept
-    beside the new one and named."""
+    (to a foreign file) is refused in one line naming it, before anything is written;
+    neither it nor the file it points to changes."""
+    from cifar10_tutorial.errors import PipelineError
+
     exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     foreign = tmp_path / "foreign.csv"
     foreign.write_text("mine\n")
     (tmp_path / "out" / "tables").mkdir(parents=True)
     (tmp_path / "out" / "tables" / "summary.csv").symlink_to(foreign)
-    make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
+    with pytest.raises(PipelineError, match=r"out/tables: holds summary\.csv, which the report "
+                                            r"did not write .*Nothing was changed\.$"):
+        make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
     assert foreign.read_text() == "mine\n"
-    new = tmp_path / "out" / "tables" / "summary.csv"
-    assert not new.is_symlink() and new.read_text().startswith("variant")
-    kept = [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".tables.")]
-    assert len(kept) == 1 and (kept[0] / "summary.csv").is_symlink()
-    assert f"kept as {kept[0]}" in capsys.readouterr().err
+    assert (tmp_path / "out" / "tables" / "summary.csv").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["tables"]
 
 
 @pytest.mark.parametrize("where", ["tables", "plots"])
@@ -666,10 +667,12 @@ def test_what_a_killed_report_left_is_removed_by_the_next_and_only_that(tmp_path
     assert f"{left}: removed" in err and f"{users}: left by an interrupted swap" in err
 
 
-def test_a_second_report_replaces_exactly_what_the_first_wrote(tmp_path, capsys):
+def test_a_second_report_replaces_exactly_what_the_first_wrote(tmp_path):
     """The folders' list names what the report wrote: the next report replaces them whole
-    (a plot no longer drawn goes with them); a file a user added keeps the old folder
-    aside, named, never deleted."""
+    (a plot no longer drawn goes with them); a file a user added, or one of the report's
+    changed since, is refused in one line naming it, before anything changes."""
+    from cifar10_tutorial.errors import PipelineError
+
     root, out, _ = _old_set(tmp_path)
     (out / "plots" / "stale.png").write_bytes(b"no longer drawn, but the report's")
     listed = json.loads((out / "plots" / ".report-files").read_text())
@@ -677,13 +680,21 @@ def test_a_second_report_replaces_exactly_what_the_first_wrote(tmp_path, capsys)
         b"no longer drawn, but the report's").hexdigest()
     (out / "plots" / ".report-files").write_text(json.dumps(listed))
     (out / "tables" / "my_notes.csv").write_text("mine\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(PipelineError, match=r"tables: holds my_notes\.csv, which the report "
+                                            r"did not write"):
+        make_report(root, out, OVERRIDES)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    (out / "tables" / "my_notes.csv").unlink()
     make_report(root, out, OVERRIDES)
     assert not (out / "plots" / "stale.png").exists()
-    assert not [p for p in out.iterdir() if p.name.startswith(".plots.")]
-    kept = [p for p in out.iterdir() if p.name.startswith(".tables.")]
-    assert len(kept) == 1 and (kept[0] / "my_notes.csv").read_text() == "mine\n"
-    assert f"kept as {kept[0]}" in capsys.readouterr().err
-    assert not (out / "tables" / "my_notes.csv").exists()
+    assert not [p for p in out.iterdir() if p.name.startswith((".plots.", ".tables."))]
+    table = next(p for p in (out / "tables").iterdir() if p.suffix == ".csv")
+    table.write_text("edited\n")
+    with pytest.raises(PipelineError, match=rf"tables: holds {table.name}, which the report "
+                                            r"did not write \(or which changed since\)"):
+        make_report(root, out, OVERRIDES)
+    assert table.read_text() == "edited\n"
 
 
 @pytest.mark.parametrize("what", ["users-file", "folder"])

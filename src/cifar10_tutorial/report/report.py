@@ -15,7 +15,7 @@ from typing import Optional
 import pandas as pd
 
 from ..errors import PipelineError
-from ..ownership import PUBLISHED_MANIFEST, refuse_foreign_file, run_lock
+from ..ownership import listed, refuse_foreign_file, refuse_inside_published, run_lock
 from ..files import (ending_signals_unwind, listed_as_written, recover_swapped_folder,
                      signals_held, staging_folder, swap_in_folder, write_listing,
                      write_text_atomic)
@@ -55,7 +55,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                                 f"`ablations:`; run `dvc repro reports/dvc.yaml:report`.")
         df = df.loc[[v for v in variants if v in df.index]]
     out = Path(out)
-    refuse_published(out)
+    refuse_inside_published(out, "--out")  # its card and manifest list what it holds
     for name in FOLDERS:  # the report's own folders: never a link it would write through
         if (out / name).is_symlink() or ((out / name).exists() and not (out / name).is_dir()):
             raise PipelineError(f"{out / name}: a {'link' if (out / name).is_symlink() else 'file'}"
@@ -66,6 +66,13 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                         lambda text: text.split("\n", 1)[0] == TITLE, ("report",))
     refuse_foreign_file(out / SWAPPING, "--out", "the report's mark",
                         lambda text: text.startswith("the report stage is swapping"), ("report",))
+    for name in FOLDERS:  # what of the user's is in a folder the report replaces: refused
+        foreign = _not_the_reports(out / name)
+        if foreign:
+            raise PipelineError(f"{out / name}: holds {listed(foreign)}, which the report did "
+                                f"not write (or which changed since), and would set the folder "
+                                f"aside; move them elsewhere, or give --out another folder, "
+                                f"then rerun. Nothing was changed.")
     out.mkdir(parents=True, exist_ok=True)
     swapping = out / SWAPPING
     # one report at a time in a folder: two would swap their sets into each other's
@@ -116,18 +123,6 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     return report
 
 
-def refuse_published(out: Path) -> None:
-    """A folder of published weights (its manifest, published.json, in it or in a folder
-    above it) is not a place for a report: its card and manifest list what it holds."""
-    real, here = Path(out).resolve(), Path.cwd().resolve()
-    # the folder and those above it in the checkout (a user's home is not looked at)
-    for folder in (real, *(p for p in real.parents if here in p.parents)):
-        if (folder / PUBLISHED_MANIFEST).is_file():
-            raise PipelineError(f"--out {out}: inside {folder}, a folder of published weights "
-                                f"({PUBLISHED_MANIFEST} lists what it holds); give --out "
-                                f"another folder. Nothing was changed.")
-
-
 TITLE = "# The tutorial's exercises, measured"  # report.md's first line
 FOLDERS = ("tables", "plots")  # the report's folders in --out, beside report.md
 SWAPPING = ".report-swapping"  # in --out while the set is swapped in: a kill -9 leaves it
@@ -157,6 +152,20 @@ def _written(folder: Path) -> set[str]:
         return {BUILDING} | {p.name for p in folder.iterdir() if _REPORT_FILE.fullmatch(p.name)
                              and p.is_file() and not p.is_symlink()}
     return listed_as_written(folder, WRITTEN, _REPORT_FILE.fullmatch)
+
+
+def _not_the_reports(folder: Path) -> list[str]:
+    """What in the report's ``folder`` (tables/, plots/) it would not replace: the files
+    its list does not name as written (with the list); in a folder from before the list,
+    anything but its kind of file (a CSV or PNG of its names)."""
+    if not folder.is_dir() or folder.is_symlink():
+        return []
+    if (folder / WRITTEN).is_file() and not (folder / WRITTEN).is_symlink():
+        ours = _written(folder) | {WRITTEN}
+    else:
+        ours = {p.name for p in folder.iterdir() if _REPORT_FILE.fullmatch(p.name)
+                and p.is_file() and not p.is_symlink()}
+    return sorted(p.name for p in folder.iterdir() if p.name not in ours)
 
 
 def _replaced_own(dest: Path, staged: Path) -> set[str]:
