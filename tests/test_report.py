@@ -858,3 +858,23 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
     with pytest.raises(PipelineError, match=said):
         make_report(root, tmp_path / "out", OVERRIDES)
     assert _snapshot(tmp_path / "out") == before
+
+
+def test_the_report_names_its_records_from_the_repository_root(tmp_path, monkeypatch):
+    """Run from reports/ (paths relative to there), the report names its records as from
+    the repository root, so the report reads the same wherever it was made; a record
+    outside any repository keeps the path it was given."""
+    from cifar10_tutorial.report.results import in_repository
+
+    project = tmp_path / "p"
+    (project / ".dvc").mkdir(parents=True)
+    (project / "dvc.yaml").write_text("stages: {}\n")
+    (project / "reports/tf_reference").mkdir(parents=True)
+    monkeypatch.chdir(project / "reports")
+    assert in_repository(Path("tf_reference/opcheck.json")) == "reports/tf_reference/opcheck.json"
+    assert in_repository(Path("code_equivalence.json")) == "reports/code_equivalence.json"
+    monkeypatch.chdir(project)
+    assert in_repository(Path("reports/code_equivalence.json")) == "reports/code_equivalence.json"
+    (tmp_path / "free").mkdir()
+    monkeypatch.chdir(tmp_path / "free")
+    assert in_repository(Path("x/opcheck.json")) == "x/opcheck.json"

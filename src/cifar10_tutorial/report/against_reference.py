@@ -16,7 +16,7 @@ import pandas as pd
 from ..curves import held_out_curve
 from ..errors import PipelineError
 from .reference import ref
-from .results import REPRODUCTION, Results, markdown_table, pct, plot
+from .results import REPRODUCTION, Results, in_repository, markdown_table, pct, plot
 
 SHORT, LONG = 10_000, 100_000  # the reference's runs: two of 10K steps, one of 100K
 OPCHECK = "opcheck.json"  # beside the runs' records: the operation-level check
@@ -93,7 +93,7 @@ def _opcheck(path: Path) -> list[str]:
             f"the gradient of every variable ({len(c['checks'])} tensors in all) {verdict}; with "
             f"the moving averages it predicts the same class as the reference for "
             f"{c['same_predictions_held_out']:.0%} of {c['images']['held_out']} held-out images "
-            f"(`{path}`, devtools/tf_opcheck.py). The optimizer's and the moving averages' "
+            f"(`{in_repository(path)}`, devtools/tf_opcheck.py). The optimizer's and the moving averages' "
             f"updates and the input queue are not part of this check.", ""]
 
 

@@ -420,7 +420,7 @@ def _code_note(found: dict, equivalence: Optional[Path]) -> str:
     if same_training(commits, record):
         return (f"made by {n} commits of the code whose training was checked bit-identical "
                 f"(the fixed-seed pair of the CI's real configuration gives the same weights "
-                f"and averages at each; `{equivalence}`)")
+                f"and averages at each; `{in_repository(equivalence)}`)")
     return (f"The variants were made by {n} different commits of the code, not checked to "
             f"train alike (`python devtools/equivalence.py OLD NEW` checks two).")
 
@@ -438,6 +438,16 @@ def speed_ratio(r: Results, ratio: float, variant=None) -> str:
     base = r.base.examples_per_sec if r.base is not None else 1.0
     return f"{ratio:.2f}x " + r.noise(100 * (ratio - 1), "examples_per_sec", scale=100 / base,
                                       unit="%", fmt=".0f", of=" in examples/sec")
+
+
+def in_repository(path: Path) -> str:
+    """``path`` as the report names it: from the root of the repository it lies in, so
+    that the report reads the same wherever it was run from (else as given)."""
+    from ..ownership import repository_root
+
+    real = Path(path).resolve()
+    root = repository_root(real)
+    return real.relative_to(root).as_posix() if real.is_relative_to(root) else str(path)
 
 
 def machine_of(device: str) -> str:
