@@ -10,8 +10,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.evaluation.evaluate import evaluate, watch
-from cifar10_tutorial.ownership import (folders_apart, refuse_foreign_place,
-                                        refuse_inside_published)
+from cifar10_tutorial.ownership import ensure_writable, folders_apart, refuse_foreign_place
 from cifar10_tutorial.params import MAIN, load_params
 from cifar10_tutorial.data.prepared import load_prepared
 
@@ -30,8 +29,11 @@ def main() -> None:
                       "the prepared data; the evaluation's results")
         # nor another stage's (a variant's evaluation), git's or the code's folders
         refuse_foreign_place(args.out, "--out", "as dvc.yaml gives it", ("eval",))
-    else:  # its events go beside the run's checkpoints, never into published weights
-        refuse_inside_published(args.model.parent / "tensorboard" / "eval", "--watch --model")
+        ensure_writable(args.out)  # a file in the way: now, not after the evaluation
+    else:  # its events go beside the run's checkpoints (the train stage's run's, or one's
+        # of yours): never into the code, another stage's results or published weights
+        refuse_foreign_place(args.model.parent / "tensorboard" / "eval", "--watch --model",
+                             "beside a run's model.pt", ("train",))
     ev = load_params(args.params, MAIN).eval
     data = load_prepared(args.data)
     if args.watch:

@@ -114,7 +114,36 @@ def test_a_command_run_from_outside_the_repository_guards_its_project(project, t
     refuse_foreign_place(project / "reports/eval", "--out", "", ("eval",))  # its own
 
 
+def test_a_project_folder_that_is_a_link_elsewhere_is_guarded_from_outside(project, tmp_path,
+                                                                           monkeypatch):
+    """data/train a link to another disk, the command run from outside the project with
+    the project's path: the place is in the project as given, though it resolves outside."""
+    big = tmp_path / "big" / "train"
+    big.mkdir(parents=True)
+    shutil.rmtree(project / "data/train", ignore_errors=True)
+    (project / "data/train").symlink_to(big)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(PipelineError, match=r"the folder of the DVC stage 'train''s outputs"):
+        refuse_foreign_place(project / "data/train/evx", "--out", "", ("eval",))
+    refuse_foreign_place(project / "data/train/checkpoints", "--out", "", ("train",))
+
+
+@pytest.mark.parametrize("folder", ["tools", "devtools", "benchmarks", "tests"])
+def test_the_projects_other_code_folders_are_refused(project, folder):
+    with pytest.raises(PipelineError, match=rf"inside {folder}/, the project's code"):
+        refuse_foreign_place(Path(folder) / "evx", "--out")
+
+
 def test_a_command_run_from_inside_dvc_s_folder_guards_the_project(project, monkeypatch):
+    """From inside .dvc/ (or .dvc/tmp, no workspace), DVC's folder is the project's: a
+    place there, by a relative or an absolute path, is refused as DVC's own."""
+    (project / ".dvc/tmp").mkdir()
+    monkeypatch.chdir(project / ".dvc/tmp")
+    for path in (Path("x"), project / ".dvc/tmp/x", Path(".")):
+        with pytest.raises(PipelineError, match=r"inside \.dvc/, DVC's own folder"):
+            refuse_foreign_place(path, "--out")
     monkeypatch.chdir(project / ".dvc")
     with pytest.raises(PipelineError, match=r"inside src/, the project's code"):
         refuse_foreign_place(Path("../src/x"), "--out")
@@ -182,6 +211,20 @@ def test_eval_watch_writes_no_events_into_published_weights(project, tmp_path):
                 str(tmp_path / "none"), "--model", "models/w/model.pt", "--out", "o")
     assert "--watch --model models/w/tensorboard/eval: inside" in line \
         and "a folder of published weights" in line, line
+
+
+@pytest.mark.e2e
+def test_eval_watch_writes_no_events_into_the_code_or_a_variants_results(project, tmp_path):
+    """`eval --watch --model M` writes beside M (M's folder/tensorboard/eval): a model in
+    src/ or in a variant's results folder is refused before anything is written; beside
+    the train stage's run it is its own."""
+    for model, said in (("src/m.pt", "--watch --model src/tensorboard/eval: inside src/"),
+                        ("reports/ablations/baseline/m.pt",
+                         "the folder of the DVC stage 'ablation@baseline''s outputs")):
+        line = _run(project, "stages/eval.py", "--watch", "--max-evals", "1", "--data",
+                    str(tmp_path / "none"), "--model", model, "--out", "o")
+        assert said in line and "Nothing was changed" in line, line
+    refuse_foreign_place(Path("data/train/tensorboard/eval"), "--watch --model", "", ("train",))
 
 
 @pytest.mark.parametrize("path, own", [
@@ -271,6 +314,10 @@ def test_the_commands_refuse_a_place_that_is_not_theirs(project, tmp_path):
     for cmd, said in cases:
         line = _run(project, *cmd)
         assert said in line and "Nothing was changed" in line, (cmd, line)
+    # a file where the evaluation's folder goes: said before it evaluates, not after
+    line = _run(project, "stages/eval.py", "--data", data, "--model", "m.pt", "--out",
+                "params.yaml/x")
+    assert "params.yaml: a file, where the run needs a folder" in line, line
 
 
 def test_the_results_page_refuses_git_and_a_stages_output(project):
@@ -294,7 +341,8 @@ def test_a_queued_experiments_workspace_inside_dvc_is_not_dvcs_folder(project, m
     (.dvc/tmp/exps/...): its own outputs there are not DVC's folder; one inside a .dvc/
     below it still is."""
     workspace = project / ".dvc/tmp/exps/run/abc123"
-    workspace.mkdir(parents=True)
+    (workspace / ".dvc").mkdir(parents=True)  # a checkout of the project, as DVC makes it
+    shutil.copyfile(project / "dvc.yaml", workspace / "dvc.yaml")
     monkeypatch.chdir(workspace)
     refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))
     refuse_foreign_place(project / "data/ablations/softmax/queued/x", "--work", "",
@@ -314,3 +362,38 @@ def test_a_folder_above_several_stages_outputs_is_shared_with_one_pipeline(proje
     with pytest.raises(PipelineError, match=r"lies inside reports/train, the folder of the DVC "
                                             r"stage 'train''s outputs"):
         refuse_foreign_place(Path("reports/train/x.md"), "--out", "", ("eval",))
+
+
+def test_a_name_too_long_anywhere_is_one_line(tmp_path, capsys):
+    """A path with a name longer than the file system takes, met anywhere a command reads
+    (the report's --ablations, publish's --results): one line naming it, no traceback."""
+    from cifar10_tutorial.cli import run_stage
+
+    path = tmp_path / ("a" * 300) / "metrics.json"
+    with pytest.raises(SystemExit) as stop:
+        run_stage(lambda: path.is_file())
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 1 and len(err) == 1, err
+    assert err[0].startswith(f"error: {path}: File name too long; a name in the path is "
+                             f"longer than the file system takes"), err
+
+
+def test_a_loop_of_links_or_a_name_not_utf8_is_one_line(tmp_path, capsys):
+    """Path.resolve() on a loop of links raises RuntimeError (before Python 3.13); a path
+    of bytes that are no UTF-8 cannot be written into a text: each one line."""
+    from cifar10_tutorial.cli import run_stage
+
+    (tmp_path / "lp1").symlink_to(tmp_path / "lp2")
+    (tmp_path / "lp2").symlink_to(tmp_path / "lp1")
+
+    def loop():  # RuntimeError before Python 3.13, OSError (ELOOP) from it on
+        (tmp_path / "lp1" / "x").resolve()
+
+    def not_utf8():
+        (tmp_path / "card.md").write_text(f"published in {tmp_path}/\udcff\n", encoding="utf-8")
+
+    for main, said in ((loop, "a loop of symbolic links"), (not_utf8, "that is not UTF-8")):
+        with pytest.raises(SystemExit) as stop:
+            run_stage(main)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stop.value.code == 1 and len(err) == 1 and said in err[0], err

@@ -165,6 +165,17 @@ def run_stage(main: Callable[[], None]) -> None:
         where = exc.filename or "an output file"
         print(f"error: {where}: {exc.strerror}; {hint}, then rerun", file=sys.stderr)
         sys.exit(1)
+    except RuntimeError as exc:  # Path.resolve() on a loop of links (Python < 3.13)
+        if not str(exc).startswith("Symlink loop"):
+            raise
+        print(f"error: {str(exc)[:300]}: a loop of symbolic links, which leads nowhere; give "
+              f"a path without it (or remove the loop), then rerun", file=sys.stderr)
+        sys.exit(1)
+    except UnicodeEncodeError as exc:  # a path of bytes that are no UTF-8, written as text
+        print(f"error: a path or name that is not UTF-8 text ({exc.reason}: "
+              f"{exc.object[exc.start:exc.end]!r}), which a file of text cannot hold; give "
+              f"one of UTF-8 characters, then rerun", file=sys.stderr)
+        sys.exit(1)
 
 
 def dvc_executable() -> str:

@@ -165,6 +165,9 @@ WRITE_HINTS = {
     errno.EACCES: "make the folder writable (chmod u+w) or point the stage's output elsewhere",
     errno.EPERM: "the folder refuses writes (immutable? chattr -i) or point the stage's output "
                  "elsewhere",
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system takes (255 bytes, "
+                        "most often): give a shorter path",
+    errno.ELOOP: "a loop of symbolic links, which leads nowhere: give a path without it",
 }
 
 

@@ -340,12 +340,11 @@ def refuse_inside_published(path: Path, option: str, default: str = "",
 
 
 def _repository_at(here: Path) -> Optional[Path]:
-    """The nearest folder at or above ``here`` with .dvc/ and dvc.yaml; none where the way
-    up passes a .dvc/ (a queued experiment's workspace, .dvc/tmp/exps/..., is a project of
-    its own, and is found before it)."""
+    """The nearest folder at or above ``here`` with .dvc/ and dvc.yaml (a queued
+    experiment's workspace, .dvc/tmp/exps/..., holds both: it is a project of its own,
+    found before the repository around it); a place inside a .dvc/ is in the repository
+    above it, whose DVC folder it is."""
     for p in (here, *here.parents):
-        if p.name == ".dvc":
-            return None
         try:
             if (p / ".dvc").is_dir() and (p / "dvc.yaml").is_file():
                 return p
@@ -358,10 +357,13 @@ def repository_root(start: Optional[Path] = None) -> Path:
     """The DVC repository ``start`` (a place written or read) is in, else the one the
     working folder is in, else the working folder. From the place, not only the working
     folder: a stage script run from a subfolder, or from outside the repository with
-    absolute paths, writes into that project, and its pipelines and src/ are the ones
+    absolute paths, writes into that project, and its pipelines and code are the ones
     that place must keep clear of."""
     here = Path.cwd().resolve()
-    for at in ([Path(start).resolve()] if start is not None else []) + [here]:
+    # the path as given first (a folder of the project may be a link to another disk:
+    # data/train -> /big/train), then as resolved, then the working folder
+    given = [Path(os.path.abspath(start)), Path(start).resolve()] if start is not None else []
+    for at in given + [here]:
         found = _repository_at(at)
         if found is not None:
             return found
@@ -370,7 +372,9 @@ def repository_root(start: Optional[Path] = None) -> Path:
 
 # the project's own folders, under the repository root: no command writes its results there
 NOT_OURS = {".git": "git's own folder", ".dvc": "DVC's own folder",
-            "src": "the project's code", "stages": "the project's code"}
+            "src": "the project's code", "stages": "the project's code",
+            "tools": "the project's code", "devtools": "the project's code",
+            "benchmarks": "the project's code", "tests": "the project's code"}
 
 
 def refuse_foreign_place(path: Path, option: str, default: str = "",
@@ -392,7 +396,7 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                             f"character, which no line that names it can show; give another "
                             f"path{instead}. Nothing was changed.")
     where = Path(path).resolve()
-    root = repository_root(where)
+    root = repository_root(Path(path))
     # below the repository root, its own parts only: a queued DVC experiment runs in a
     # workspace inside the repository's .dvc/ (.dvc/tmp/exps/...)
     parts = where.relative_to(root).parts if where.is_relative_to(root) else where.parts
