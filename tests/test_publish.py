@@ -220,7 +220,7 @@ def test_a_missing_field_is_one_line_before_anything_is_replaced(finished, tmp_p
     line = _one_error_line(proc)
     assert f"{damaged / 'metrics.json'}: expected eval.num_examples, found none" in line, line
     # a copy under another name is no stage's folder DVC can vouch for: said so
-    assert f"note: {damaged} is no ablation stage's folder of baseline" in proc.stderr
+    assert f"note: {damaged} is not the ablation stage's folder of baseline" in proc.stderr
     assert _snapshot(out) == before
     assert sorted(p.name for p in out.parent.iterdir()) == ["baseline"]  # no temp folder
 
@@ -249,6 +249,17 @@ def test_a_model_of_other_params_at_the_same_step_is_not_published(finished, tmp
     line = _one_error_line(proc)
     assert f"{model}: trained with train.seed = 7, but {results / 'variant.json'} records " \
            f"seed = 0" in line, line
+    assert not (tmp_path / "p").exists()
+    # a setting variant.json does not record (the learning rate: the variant rerun with
+    # another since these results were copied): the eval record's params hash tells
+    other["params"]["train"]["seed"] = 0
+    other["params"]["train"]["initial_lr"] = 0.2
+    torch.save(other, model)
+    proc = _run(project, "tools/publish.py", "baseline", "--model",
+                str(model), "--results", str(results), "--out", str(tmp_path / "p"))
+    line = _one_error_line(proc)
+    assert f"{results / 'eval/provenance.json'}: evaluated a model of params " \
+           f"{ev['params_hash']}, but {model} was trained with params " in line, line
     assert not (tmp_path / "p").exists()
 
 

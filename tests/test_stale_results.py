@@ -104,27 +104,44 @@ def test_a_failing_status_is_named_by_dvc_s_error_line(project):
     assert "(exit 1: './reports/dvc.lock' is invalid.)" in str(caught.value), caught.value
 
 
-def test_results_a_stage_never_recorded_made_are_not_judged(project):
+def test_results_a_stage_never_recorded_made_are_refused_naming_the_fix(project):
     """A variant run by hand (its stage absent from the lock): DVC calls each of its deps
-    "modified", which says nothing of its results; it is not refused. Recorded ones still
-    are."""
+    "modified", which says nothing either way; its results are refused naming how to
+    record them, not called stale. Recorded (`dvc commit -f`), it is judged as the others."""
     params = project / "reports/params.yaml"
     params.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 1}, "b": {"seed": 2},
                                                     "c": {"seed": 3}}}))
+    refuse_stale_results(Path("reports/ablations"))  # c has no results yet
     (project / "reports/ablations/c").mkdir()
     (project / "reports/ablations/c/metrics.json").write_text('{"seed": 3}\n')
-    refuse_stale_results(Path("reports/ablations"))
-    refuse_stale_results(Path("reports/ablations"), only="c")
-    params.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 4}, "b": {"seed": 2},
-                                                    "c": {"seed": 3}}}))
-    with pytest.raises(PipelineError, match=r"the results of a are not "):
-        refuse_stale_results(Path("reports/ablations"))
-    # recorded as the docs say (`dvc commit`), c is judged like the others
+    for only in (None, "c"):
+        with pytest.raises(PipelineError, match=r"^reports/ablations: the results of c were "
+                                                r"never recorded by DVC \(reports/dvc.lock has "
+                                                r"no ablation@c\).*`dvc commit -f "
+                                                r"reports/dvc.yaml:ablation@c`"):
+            refuse_stale_results(Path("reports/ablations"), only=only)
+    refuse_stale_results(Path("reports/ablations"), only="a")
     _run(project, DVC if Path(DVC).is_file() else "dvc", "commit", "-f", "-q",
          "reports/dvc.yaml:ablation@c")
+    refuse_stale_results(Path("reports/ablations"))
     params.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 4}, "b": {"seed": 2},
                                                     "c": {"seed": 6}}}))
     with pytest.raises(PipelineError, match=r"the results of a, c are not "):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+@pytest.mark.parametrize("lock", [None, "schema: '2.0'\nstages: {}\n"], ids=["no-lock", "an-empty-lock"])
+def test_results_with_no_lock_are_not_vouched_for(project, lock):
+    """A lock deleted, or one that lost the variants (a merge): their results are no
+    longer known to be of anything; the variant's params changed meanwhile is no result
+    reported as current."""
+    (project / "reports/params.yaml").write_text(
+        yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
+    path = project / "reports/dvc.lock"
+    path.unlink()
+    if lock is not None:
+        path.write_text(lock)
+    with pytest.raises(PipelineError, match=r"the results of a, b were never recorded by DVC"):
         refuse_stale_results(Path("reports/ablations"))
 
 
@@ -144,6 +161,36 @@ def test_a_recorded_result_deleted_is_refused(project):
         refuse_stale_results(Path("reports/ablations"))
 
 
+def test_a_code_dep_deleted_is_a_change_data_not_pulled_is_not(project):
+    """A dep DVC calls deleted: a file of code (kept in git) deleted is changed code; data
+    a stage outputs (a clone has not pulled it) says nothing of the results."""
+    pipeline = yaml.safe_load((project / "reports/dvc.yaml").read_text())
+    pipeline["stages"]["ablation"]["do"]["deps"] = ["code.py", "../data/prepared"]
+    (project / "reports/dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    (project / "reports/code.py").write_text("print(1)\n")
+    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"preprocess": {
+        "cmd": "mkdir -p data/prepared && echo x > data/prepared/x.npy",
+        "outs": ["data/prepared"]}}}))
+    _run(project, DVC if Path(DVC).is_file() else "dvc", "repro", "-q", "-f", "reports/dvc.yaml")
+    refuse_stale_results(Path("reports/ablations"))
+    shutil.rmtree(project / "data/prepared")  # not pulled
+    refuse_stale_results(Path("reports/ablations"))
+    (project / "reports/code.py").unlink()
+    with pytest.raises(PipelineError, match=r"the results of a, b are not .*: a: "
+                                            r"reports/code.py deleted"):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+def test_a_variant_no_longer_defined_is_not_published(project):
+    """A variant taken out of reports/params.yaml, its results left: DVC has no stage to
+    ask, so its results are of nothing defined; a card of it is refused."""
+    (project / "reports/params.yaml").write_text(yaml.safe_dump({"ablations": {"a": {"seed": 1}}}))
+    refuse_stale_results(Path("reports/ablations"), only="a")
+    with pytest.raises(PipelineError, match=r"^reports/ablations: b is no variant of "
+                                            r".*reports/params.yaml now"):
+        refuse_stale_results(Path("reports/ablations"), only="b")
+
+
 def test_results_read_from_outside_the_repository_are_judged_by_it(project, tmp_path,
                                                                    monkeypatch):
     """The report run from a folder outside the project (absolute paths): the repository
@@ -159,6 +206,11 @@ def test_results_read_from_outside_the_repository_are_judged_by_it(project, tmp_
     (elsewhere / "link").symlink_to(project / "reports/ablations")
     with pytest.raises(PipelineError, match=r"the results of a are not"):
         refuse_stale_results(elsewhere / "link")
+    # ... and so is the project's folder that is a link to another disk
+    shutil.move(project / "reports/ablations", tmp_path / "big")
+    (project / "reports/ablations").symlink_to(tmp_path / "big")
+    with pytest.raises(PipelineError, match=r"the results of a are not"):
+        refuse_stale_results(project / "reports/ablations")
 
 
 def test_a_copy_without_git_is_told_how_dvc_can_judge(project):

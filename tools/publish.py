@@ -386,14 +386,19 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise PipelineError(f"{args.name[:80]!r}: expected a variant name (a letter, then "
                             f"letters, digits, '_' or '-', at most 64)")
     results = args.results or variant_results(args.name)
-    # the stage's own folder (by any path: a link to it is it) is what DVC can vouch for
-    if results.resolve().name == args.name:
-        refuse_stale_results(results.resolve().parent, only=args.name)
+    # the stage's own folder (by any path: a link to it is it) is what DVC can vouch for;
+    # a copy (of the same name or not) is no folder DVC knows
+    try:
+        own = variant_results(args.name).resolve()
+    except PipelineError:  # no pipeline here to name it
+        own = None
+    if results.resolve() == own:
+        refuse_stale_results(own.parent, only=args.name)
     else:
-        print(f"note: {results} is no ablation stage's folder of {args.name} (its name is "
-              f"not the variant's), so whether it holds the results of {args.name}'s "
-              f"definition as it is now cannot be checked; the card states what its "
-              f"records say", file=sys.stderr)
+        print(f"note: {results} is not the ablation stage's folder of {args.name} "
+              f"({own if own is not None else 'no reports/dvc.yaml here names it'}), so "
+              f"whether it holds the results of {args.name}'s definition as it is now cannot "
+              f"be checked; the card states what its records say", file=sys.stderr)
     if args.model is not None:
         model = args.model
     else:

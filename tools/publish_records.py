@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.checkpoint_files import run_defining
 from cifar10_tutorial.files import sha256_of
 from cifar10_tutorial.model_files import load_model_file
+from cifar10_tutorial.provenance import params_hash
 from cifar10_tutorial.report.results import check_one_evaluation
 
 RERUN = "rerun the variant (`dvc repro reports/dvc.yaml`)"
@@ -119,6 +121,19 @@ def _check_variant(name: str, model: Path, results: Path, ckpt: dict, variant: d
                                 f"model (or rerun the variant)")
 
 
+def _check_params(model: Path, results: Path, ckpt: dict, ev: dict) -> None:
+    """The eval record's params are the model's (its hash of them): a model of other params
+    at the same path and step (the variant rerun since its results were copied) is not the
+    one evaluated, whatever variant.json's few settings say."""
+    made = params_hash(run_defining(ckpt["params"])) if isinstance(ckpt.get("params"), dict) \
+        else None
+    if "params_hash" in ev and ev["params_hash"] != made:
+        raise PipelineError(f"{results / 'eval/provenance.json'}: evaluated a model of params "
+                            f"{ev['params_hash']}, but {model} was trained with params {made}: "
+                            f"these results are of another run; publish the model of the run "
+                            f"whose results these are")
+
+
 def _check_card_fields(r: Records) -> None:
     """Every field the card states, there and of its kind."""
     res, m = r.results, r.results / "metrics.json"
@@ -165,6 +180,7 @@ def read_records(name: str, model: Path, results: Path) -> Records:
                             f"eval; {RERUN}")
     check_one_evaluation(results, metrics)  # the figures the card states are one run's
     _check_variant(name, model, results, ckpt, variant)
+    _check_params(model, results, ckpt, ev)
     records = Records(name, model, results, ckpt, train, ev, metrics, variant, digest, size)
     _check_card_fields(records)
     return records

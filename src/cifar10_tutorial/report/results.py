@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -472,9 +473,9 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     whose recorded outputs were changed, since DVC recorded it, stops the command in one
     line; by hand, and under `dvc repro` too (`--single-item` runs the report without the
     variants before it). A recorded result deleted counts (they are kept in git: a clone
-    has them). One never recorded (run by hand: absent from the lock) is not judged; a
-    `dvc status` that fails is one line too, as nothing it would have said can be vouched
-    for. The repository is the one ``results`` lies in, else the working folder's
+    has them). Results of a stage DVC never recorded (run by hand, a lock without it) are
+    refused too, naming how to record them: nothing says what they are of. A `dvc status`
+    that fails is one line too, as nothing it would have said can be vouched for. The repository is the one ``results`` lies in, else the working folder's
     (``dvc_yaml``: relative to its root); where there is none (no .dvc/), nothing was
     recorded."""
     import subprocess
@@ -507,12 +508,23 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
         said = next((line for line in lines if line.startswith("ERROR")),
                     next((line for line in lines if not line.startswith("WARNING")),
                          "(nothing)"))[:200]
+        if said.endswith(":"):  # "... is busy, it is being blocked by:" and who, below
+            said = " ".join(lines[lines.index(said):][:2])[:300]
         fix = ("DVC needs git here: `git init` (or `dvc config --local core.no_scm true` in "
                "a copy without git), then rerun" if "not a git repository" in said
+               else "another DVC command is running here: rerun once it is done"
+               if "is busy" in said or "Unable to acquire lock" in said
                else "fix what it names and rerun")
         raise PipelineError(f"`dvc status {dvc_yaml}` failed (exit {proc.returncode}: {said}): "
                             f"whether the results in {results} are of their definitions as "
                             f"they are now cannot be told; {fix}. Nothing was written.")
+    frozen = [line for line in proc.stderr.splitlines() if "is frozen" in line]
+    if frozen:  # DVC says nothing of a frozen stage's deps: never silently
+        import sys
+
+        print(f"note: {len(frozen)} of the variants' stages are frozen (`frozen: true` in "
+              f"{dvc_yaml}), and DVC does not check what they depend on: their results in "
+              f"{results} are read as they are, unchecked", file=sys.stderr)
     # the stages DVC recorded: it calls every dep of one it never ran "modified"
     try:
         lock = yaml.safe_load((root / dvc_yaml).with_suffix(".lock").read_text(encoding="utf-8"))
@@ -524,32 +536,57 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
                             f"lock file, found one that cannot be read ({str(e)[:120]}); "
                             f"restore it (`git checkout -- {dvc_yaml.with_suffix('.lock')}`). "
                             f"Nothing was written.") from None
-    stale = {}
+    if only is not None and (Path(results) / only / "metrics.json").is_file():
+        _refuse_undefined(root / dvc_yaml.parent / "params.yaml", only, results)
+    # a dep DVC calls deleted: data a clone has not pulled (an output of a stage) says
+    # nothing of the results; code or a file kept in git deleted is code changed
+    from ..ownership import stage_outputs
+
+    data = [Path(os.path.normpath(root / path)) for _, path in
+            stage_outputs(tuple(root / p for p in ("dvc.yaml", str(dvc_yaml))))]
+
+    def pulled(dep: str) -> bool:
+        at = Path(os.path.normpath(root / dep))
+        return any(at == d or d in at.parents for d in data if "${" not in str(d))
+
+    stale, unrecorded = {}, []
     for stage, changes in status.items():
         name = stage.rpartition(":")[2]
         group, at, variant = name.partition("@")
         folder = Path(results) / variant
-        if group not in ("ablation", "dataset_ablation") or not at or name not in recorded \
+        if group not in ("ablation", "dataset_ablation") or not at \
                 or (only is not None and variant != only) \
                 or not (folder / "metrics.json").is_file():
+            continue
+        if name not in recorded:  # DVC calls each dep of it "modified": nothing to judge by
+            unrecorded.append(name)
             continue
         for change in changes if isinstance(changes, list) else []:
             if change in ("changed command", "changed checksum"):  # the stage's definition
                 stale.setdefault(variant, []).append(f"its stage's {change.split()[1]} changed")
             if not isinstance(change, dict):
                 continue
-            # a params file's keys (a dict); a file modified ("deleted": not pulled, which
-            # says nothing of the results; "new": never recorded); an output changed since
+            # a params file's keys (a dict); a file modified, or deleted but for data not
+            # pulled ("new": never recorded); an output changed since
             what = [f"{dep} {', '.join(f'{k} {v}' for k, v in how.items())}"
                     if isinstance(how, dict) else f"{dep} {how}"
                     for dep, how in (change.get("changed deps") or {}).items()
-                    if isinstance(how, dict) or how == "modified"]
+                    if isinstance(how, dict) or how == "modified"
+                    or (how == "deleted" and not pulled(dep))]
             # a recorded result edited, or deleted (in git: not a clone's missing data)
             what += [f"{out} {how}" for out, how in (change.get("changed outs") or {}).items()
                      if how == "modified" or (how == "deleted" and
                                              (root / out).resolve().is_relative_to(folder.resolve()))]
             if what:
                 stale.setdefault(variant, []).extend(what)
+    if unrecorded:
+        lock = dvc_yaml.with_suffix(".lock")
+        raise PipelineError(
+            f"{results}: the results of {', '.join(n.partition('@')[2] for n in unrecorded[:5])}"
+            f"{' ...' if len(unrecorded) > 5 else ''} were never recorded by DVC ({lock} has no "
+            f"{unrecorded[0]}), so what they are of cannot be told; rerun them (`dvc repro "
+            f"{dvc_yaml}:{unrecorded[0]}`), or, made by hand with the definition as it is now, "
+            f"record them (`dvc commit -f {dvc_yaml}:{unrecorded[0]}`). Nothing was written.")
     if stale:
         names = sorted(stale)
         first = names[0]
@@ -559,6 +596,27 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
             f"{'; '.join(stale[first][:3])}); rerun them first: `dvc repro {dvc_yaml}` (it "
             f"writes the report too), or, where only code changed that trains the same, "
             f"`cifar10 check-code`. Nothing was written.")
+
+
+def _refuse_undefined(params: Path, name: str, results: Path) -> None:
+    """``name`` with results but defined no more (taken out of reports/params.yaml): DVC
+    has no stage to say what its results are of. One line; an unreadable params file is
+    said where it is loaded."""
+    import yaml
+
+    try:
+        defined = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return
+    if not isinstance(defined, dict):
+        return
+    groups = [defined.get(k) for k in ("ablations", "dataset_ablations")]
+    if not any(isinstance(g, dict) and name in g for g in groups):
+        raise PipelineError(f"{results}: {name} is no variant of {params} now (neither "
+                            f"`ablations:` nor `dataset_ablations:` defines it), so what its "
+                            f"results are of cannot be told; define it again and rerun it "
+                            f"(`dvc repro reports/dvc.yaml:ablation@{name}`). Nothing was "
+                            f"written.")
 
 
 def refuse_stale_definitions(ablations_root: Path, variants: dict) -> None:
