@@ -5,6 +5,7 @@ its accuracy, and no blank plot."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -878,3 +879,69 @@ def test_the_report_names_its_records_from_the_repository_root(tmp_path, monkeyp
     (tmp_path / "free").mkdir()
     monkeypatch.chdir(tmp_path / "free")
     assert in_repository(Path("x/opcheck.json")) == "x/opcheck.json"
+
+
+def test_a_folder_without_the_reports_list_is_a_users(tmp_path):
+    """--out a folder of the user's whose tables/ and plots/ hold files of the very names
+    the report gives its own (summary.csv, a PNG): without the report's list they are the
+    user's, refused in one line naming them, and none is replaced."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    out = tmp_path / "out"
+    (out / "tables").mkdir(parents=True)
+    (out / "plots").mkdir()
+    (out / "tables" / "summary.csv").write_text("my precious table\n")
+    (out / "plots" / "reproduction.png").write_bytes(b"mine")
+    with pytest.raises(PipelineError, match=r"out/tables: holds summary\.csv, which the report "
+                                            r"did not write"):
+        make_report(tmp_path / "a", out, OVERRIDES)
+    shutil.rmtree(out / "tables")
+    with pytest.raises(PipelineError, match=r"out/plots: holds reproduction\.png, which the "
+                                            r"report did not write"):
+        make_report(tmp_path / "a", out, OVERRIDES)
+    assert (out / "plots" / "reproduction.png").read_bytes() == b"mine"
+    assert sorted(p.name for p in out.iterdir()) == ["plots"]
+
+
+def test_a_damaged_list_of_the_reports_files_is_named(tmp_path):
+    """The report's list made unreadable (a merge conflict's markers): the line names the
+    list and how to restore it, not the report's own tables as someone else's."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    out = tmp_path / "out"
+    make_report(tmp_path / "a", out, OVERRIDES)
+    listing = out / "tables" / ".report-files"
+    listing.write_text("<<<<<<< HEAD\n" + listing.read_text())
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(PipelineError, match=r"tables/\.report-files: expected the report's list "
+                                            r"of the files it wrote there, found one that cannot "
+                                            r"be read; restore the folder \(`git checkout -- "):
+        make_report(tmp_path / "a", out, OVERRIDES)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_report_md_edited_since_the_report_wrote_it_is_refused(tmp_path):
+    """report.md ends in a seal (the sha256 of the text above it): notes added to it, or a
+    text of one's own under the report's title, are refused in one line, not replaced; the
+    report as written is replaced."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    out = tmp_path / "out"
+    make_report(tmp_path / "a", out, OVERRIDES)
+    report = out / "report.md"
+    assert report.read_text().splitlines()[-1].startswith("<!-- written by the report stage; "
+                                                          "sha256 ")
+    make_report(tmp_path / "a", out, OVERRIDES)  # its own: replaced
+    for edited in (report.read_text() + "MY NOTES: important\n",
+                   report.read_text().replace("## All variants", "## All variants (mine)"),
+                   report.read_text().splitlines()[0] + "\n\nmy own text\n<!-- written by the "
+                   "report stage; sha256 " + "0" * 64 + " of the text above: edit a copy, "
+                   "not this file -->\n"):
+        report.write_text(edited)
+        with pytest.raises(PipelineError, match=r"report\.md: holds a file that is not a report "
+                                                r"as the report wrote it \(none edited since\)"):
+            make_report(tmp_path / "a", out, OVERRIDES)
+        assert report.read_text() == edited

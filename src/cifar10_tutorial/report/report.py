@@ -7,6 +7,8 @@ come from one table, :data:`.reference.REFERENCE`, which the report prints at it
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import sys
 from pathlib import Path
@@ -61,9 +63,10 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
             raise PipelineError(f"{out / name}: a {'link' if (out / name).is_symlink() else 'file'}"
                                 f", where the report writes a folder of its own; move it "
                                 f"away, then rerun. Nothing was changed.")
-    # report.md is replaced only when it is a report (its title on the first line)
-    refuse_foreign_file(out / "report.md", "--out", "a report",
-                        lambda text: text.split("\n", 1)[0] == TITLE, ("report",))
+    # report.md is replaced only when it is a report (its title on the first line) as the
+    # report wrote it (its seal: edits of yours in it would be lost)
+    refuse_foreign_file(out / "report.md", "--out", "a report as the report wrote it "
+                        "(none edited since)", _as_written, ("report",))
     refuse_foreign_file(out / SWAPPING, "--out", "the report's mark",
                         lambda text: text.startswith("the report stage is swapping"), ("report",))
     for name in FOLDERS:  # what of the user's is in a folder the report replaces: refused
@@ -71,8 +74,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
         if foreign:
             raise PipelineError(f"{out / name}: holds {listed(foreign)}, which the report did "
                                 f"not write (or which changed since), and would set the folder "
-                                f"aside; move them elsewhere, or give --out another folder, "
-                                f"then rerun. Nothing was changed.")
+                                f"aside; move files of yours elsewhere (or give --out another "
+                                f"folder), restore or delete the report's own (`git checkout -- "
+                                f"{out / name}`), then rerun. Nothing was changed.")
     out.mkdir(parents=True, exist_ok=True)
     swapping = out / SWAPPING
     # one report at a time in a folder: two would swap their sets into each other's
@@ -109,12 +113,12 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                 write_text_atomic(swapping, "the report stage is swapping in report.md, "
                                             "tables/ and plots/\n")
                 for name, folder in staged.items():
-                    kept = swap_in_folder(folder, out / name, _replaced_own(out / name, folder))
+                    kept = swap_in_folder(folder, out / name, _replaced_own(out / name))
                     if kept is not None:  # never silently: it held what the report did not write
                         print(f"note: the folder {out / name} held before is kept as {kept}: "
                               f"it holds files the report did not write; look through it, "
                               f"then delete it", file=sys.stderr)
-                write_text_atomic(report, "\n".join(md))
+                write_text_atomic(report, _sealed("\n".join(md)))
                 swapping.unlink()
         finally:
             for name, folder in staged.items():
@@ -130,6 +134,28 @@ BUILDING = ".report-building"  # the first file in a folder the report builds
 WRITTEN = ".report-files"  # the last: each file the report wrote there, with its sha256
 # the names the report gives its files (tables, plots) and their temporary files
 _REPORT_FILE = re.compile(r"[A-Za-z0-9_.-]+\.(csv|png)|\.[^/]+\.tmp(\.png)?")
+# report.md's last line: the sha256 of the text above it, so that a later report tells a
+# report edited by hand (whose edits it would lose) from its own
+SEAL = re.compile(r"<!-- written by the report stage; sha256 ([0-9a-f]{64}) of the text "
+                  r"above: edit a copy, not this file -->\n\Z")
+
+
+def _sealed(text: str) -> str:
+    above = text.rstrip("\n") + "\n"
+    return (f"{above}<!-- written by the report stage; sha256 "
+            f"{hashlib.sha256(above.encode('utf-8')).hexdigest()} of the text above: edit a "
+            f"copy, not this file -->\n")
+
+
+def _as_written(text: str) -> bool:
+    """Whether ``text`` is a report as the report wrote it: its title first, and its seal
+    the digest of what is above it (a report from before the seal: its title alone)."""
+    if text.split("\n", 1)[0] != TITLE:
+        return False
+    seal = SEAL.search(text)
+    if seal is None:
+        return "<!-- written by the report stage" not in text
+    return seal.group(1) == hashlib.sha256(text[:seal.start()].encode("utf-8")).hexdigest()
 
 
 def _list_written(folder: Path) -> None:
@@ -156,28 +182,35 @@ def _written(folder: Path) -> set[str]:
 
 def _not_the_reports(folder: Path) -> list[str]:
     """What in the report's ``folder`` (tables/, plots/) it would not replace: the files
-    its list does not name as written (with the list); in a folder from before the list,
-    anything but its kind of file (a CSV or PNG of its names)."""
+    its list does not name as written; in a folder without its list (a user's, whatever
+    its files are named), every file. A list that cannot be read is one line naming it."""
     if not folder.is_dir() or folder.is_symlink():
         return []
-    if (folder / WRITTEN).is_file() and not (folder / WRITTEN).is_symlink():
+    listing = folder / WRITTEN
+    if listing.is_file() and not listing.is_symlink():
+        try:
+            files = json.loads(listing.read_text(encoding="utf-8")).get("files")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            files = None
+        if not isinstance(files, dict):
+            raise PipelineError(f"{listing}: expected the report's list of the files it wrote "
+                                f"there, found one that cannot be read; restore the folder "
+                                f"(`git checkout -- {folder}`), or move it away, then rerun. "
+                                f"Nothing was changed.")
         ours = _written(folder) | {WRITTEN}
     else:
-        ours = {p.name for p in folder.iterdir() if _REPORT_FILE.fullmatch(p.name)
-                and p.is_file() and not p.is_symlink()}
+        ours = set()
     return sorted(p.name for p in folder.iterdir() if p.name not in ours)
 
 
-def _replaced_own(dest: Path, staged: Path) -> set[str]:
+def _replaced_own(dest: Path) -> set[str]:
     """What of the folder at ``dest`` the new one replaces: the files its list names (as
-    written); in a folder from before the list, the files of the names this report wrote
-    too (which the report overwrote then). Anything else keeps the old folder."""
+    written); nothing of a folder without the list (a file of a name the report gives its
+    own may be a user's). Anything else keeps the old folder (refused before, up front:
+    :func:`_not_the_reports`; kept should it appear meanwhile)."""
     if (dest / WRITTEN).is_file() and not (dest / WRITTEN).is_symlink():
         return _written(dest)
-    if not dest.is_dir() or dest.is_symlink():
-        return set()
-    new = {p.name for p in staged.iterdir()} - {WRITTEN}
-    return {p.name for p in dest.iterdir() if p.name in new and p.is_file() and not p.is_symlink()}
+    return set()
 
 
 BF16 = "precision_bf16"  # reports/params.yaml `ablations:`: the baseline under bf16 autocast
