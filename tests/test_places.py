@@ -136,6 +136,18 @@ def test_the_projects_other_code_folders_are_refused(project, folder):
         refuse_foreign_place(Path(folder) / "evx", "--out")
 
 
+def test_a_checkout_without_its_dvc_folder_is_still_the_project(project, tmp_path,
+                                                                  monkeypatch):
+    """.dvc/ removed (to reset DVC) or lost in a copy, .git/ there: the place is still in
+    the project, whose code and stages' outputs are guarded from outside it too."""
+    shutil.rmtree(project / ".dvc")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(PipelineError, match=r"inside src/, the project's code"):
+        refuse_foreign_place(project / "src/evx", "--out", "", ("eval",))
+
+
 def test_a_command_run_from_inside_dvc_s_folder_guards_the_project(project, monkeypatch):
     """From inside .dvc/ (or .dvc/tmp, no workspace), DVC's folder is the project's: a
     place there, by a relative or an absolute path, is refused as DVC's own."""

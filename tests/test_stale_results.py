@@ -223,9 +223,23 @@ def test_a_copy_without_git_is_told_how_dvc_can_judge(project):
 
 
 def test_a_folder_that_is_no_dvc_repository_is_not_judged(project):
+    """No .dvc/ and no lock: nothing was recorded. No .dvc/ beside a lock (removed to reset
+    DVC, or lost in a copy): the record is there but DVC cannot read it; refused."""
     shutil.rmtree(project / ".dvc")
     (project / "reports/params.yaml").write_text(yaml.safe_dump({"ablations": {"a": {"seed": 7}}}))
+    with pytest.raises(PipelineError, match=r"reports/dvc.lock records the variants, but \.dvc/ "
+                                            r"is gone.*`git checkout -- \.dvc`, or `dvc init`"):
+        refuse_stale_results(Path("reports/ablations"))
+    (project / "reports/dvc.lock").unlink()
     refuse_stale_results(Path("reports/ablations"))
+
+
+def test_a_fifo_among_the_results_is_one_line_not_a_hang(project):
+    """DVC hashes every result to compare it: a FIFO would hold `dvc status` for ever."""
+    os.mkfifo(project / "reports/ablations/b/notes.json")
+    with pytest.raises(PipelineError, match=r"ablations/b/notes.json: expected a result file, "
+                                            r"found a FIFO"):
+        refuse_stale_results(Path("reports/ablations"))
 
 
 @pytest.mark.parametrize("where, dvc_stage", [(".", None), ("reports", None),

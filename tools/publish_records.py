@@ -17,7 +17,7 @@ from typing import Any
 
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.checkpoint_files import run_defining
-from cifar10_tutorial.files import sha256_of
+from cifar10_tutorial.files import read_small_file, sha256_of
 from cifar10_tutorial.model_files import load_model_file
 from cifar10_tutorial.provenance import params_hash
 from cifar10_tutorial.report.results import check_one_evaluation
@@ -55,13 +55,17 @@ class Records:
 
 
 def read_json(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text())
+    try:  # a regular file of a record's size (a FIFO would block for ever)
+        doc = json.loads(read_small_file(path, 16 << 20).decode("utf-8"))
     except FileNotFoundError:
         raise PipelineError(f"{path}: not found; publish a variant that has finished, with "
                             f"{USE}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise PipelineError(f"{path}: not valid JSON ({exc}); {RERUN}") from None
+    except OSError as exc:  # a folder or file in the way, a FIFO, a loop of links
+        raise PipelineError(f"{path}: expected a record (a JSON file), found "
+                            f"{exc.strerror or exc}; give --results the variant's results "
+                            f"folder") from None
     if not isinstance(doc, dict):
         raise PipelineError(f"{path}: expected a JSON object, found {type(doc).__name__}; "
                             f"{RERUN}")

@@ -340,13 +340,15 @@ def refuse_inside_published(path: Path, option: str, default: str = "",
 
 
 def _repository_at(here: Path) -> Optional[Path]:
-    """The nearest folder at or above ``here`` with .dvc/ and dvc.yaml (a queued
+    """The nearest folder at or above ``here`` with dvc.yaml and .dvc/ (or .git: a
+    checkout that lost its .dvc/ is still the project) (a queued
     experiment's workspace, .dvc/tmp/exps/..., holds both: it is a project of its own,
     found before the repository around it); a place inside a .dvc/ is in the repository
     above it, whose DVC folder it is."""
     for p in (here, *here.parents):
         try:
-            if (p / ".dvc").is_dir() and (p / "dvc.yaml").is_file():
+            # .git/ too: a project whose .dvc/ was removed is still that project
+            if (p / "dvc.yaml").is_file() and ((p / ".dvc").is_dir() or (p / ".git").exists()):
                 return p
         except OSError:  # a name too long to look at: not a repository's root
             continue

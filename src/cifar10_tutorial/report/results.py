@@ -486,8 +486,23 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     import yaml
 
     root = repository_root(Path(results))
-    if not (root / dvc_yaml).is_file() or not (root / ".dvc").is_dir():
+    if not (root / dvc_yaml).is_file():
         return
+    lock = (root / dvc_yaml).with_suffix(".lock")
+    if not (root / ".dvc").is_dir():  # nothing recorded, unless a lock says otherwise
+        if lock.exists():
+            raise PipelineError(f"{root}: {dvc_yaml.with_suffix('.lock')} records the variants, "
+                                f"but .dvc/ is gone, so DVC cannot say whether the results in "
+                                f"{results} are of their definitions as they are now; restore "
+                                f"it (`git checkout -- .dvc`, or `dvc init`), then rerun. "
+                                f"Nothing was written.")
+        return
+    # DVC hashes each result to compare: a FIFO among them would hold `dvc status` for ever
+    for path in sorted(Path(results).glob("*/**/*")) if Path(results).is_dir() else []:
+        if not (path.is_file() or path.is_dir()):
+            raise PipelineError(f"{path}: expected a result file, found a FIFO, socket, device "
+                                f"or broken link; remove it (`git checkout -- {path}` restores "
+                                f"a result). Nothing was written.")
     from ..cli import pipeline_stages
 
     # the variants' stages alone: under `dvc repro` the report stage's own outputs are
@@ -527,8 +542,8 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
               f"{results} are read as they are, unchecked", file=sys.stderr)
     # the stages DVC recorded: it calls every dep of one it never ran "modified"
     try:
-        lock = yaml.safe_load((root / dvc_yaml).with_suffix(".lock").read_text(encoding="utf-8"))
-        recorded = set((lock or {}).get("stages") or {})
+        locked = yaml.safe_load(lock.read_text(encoding="utf-8"))
+        recorded = set((locked or {}).get("stages") or {})
     except FileNotFoundError:
         recorded = set()
     except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError) as e:
@@ -580,10 +595,10 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
             if what:
                 stale.setdefault(variant, []).extend(what)
     if unrecorded:
-        lock = dvc_yaml.with_suffix(".lock")
         raise PipelineError(
             f"{results}: the results of {', '.join(n.partition('@')[2] for n in unrecorded[:5])}"
-            f"{' ...' if len(unrecorded) > 5 else ''} were never recorded by DVC ({lock} has no "
+            f"{' ...' if len(unrecorded) > 5 else ''} were never recorded by DVC "
+            f"({dvc_yaml.with_suffix('.lock')} has no "
             f"{unrecorded[0]}), so what they are of cannot be told; rerun them (`dvc repro "
             f"{dvc_yaml}:{unrecorded[0]}`), or, made by hand with the definition as it is now, "
             f"record them (`dvc commit -f {dvc_yaml}:{unrecorded[0]}`). Nothing was written.")
@@ -628,6 +643,8 @@ def refuse_stale_definitions(ablations_root: Path, variants: dict) -> None:
     (The overrides only: the report's params are the variants', not the baseline's.)"""
     for name, overrides in variants.items():
         path = Path(ablations_root) / name / "variant.json"
+        if not path.is_file():  # not run yet, or no file (a FIFO blocks a read): said where
+            continue            # the results are read
         try:
             made = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
