@@ -945,3 +945,14 @@ def test_a_report_md_edited_since_the_report_wrote_it_is_refused(tmp_path):
                                                 r"as the report wrote it \(none edited since\)"):
             make_report(tmp_path / "a", out, OVERRIDES)
         assert report.read_text() == edited
+
+
+def test_one_variants_folder_given_for_all_is_named_so(tmp_path):
+    """--ablations naming one variant's folder: its eval/ and train/ are no variants, and
+    the line says which folder is expected, not to rerun a variant called eval."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    with pytest.raises(PipelineError, match=r"a/no_lrn: one variant's results, where the folder "
+                                            r"of every variant's is expected"):
+        make_report(tmp_path / "a" / "no_lrn", tmp_path / "out", OVERRIDES)
