@@ -130,6 +130,16 @@ def test_a_project_folder_that_is_a_link_elsewhere_is_guarded_from_outside(proje
     refuse_foreign_place(project / "data/train/checkpoints", "--out", "", ("train",))
 
 
+def test_a_project_reached_through_a_link_guards_its_code(project, tmp_path, monkeypatch):
+    """The project named through a link to it (plink -> p), from outside: the repository
+    found through the link is the project itself, whose code folders are refused."""
+    (tmp_path / "plink").symlink_to(project)
+    monkeypatch.chdir(tmp_path)
+    for path in ("plink/src/x", "plink/stages/x", "plink/tools/x", tmp_path / "plink/src/x"):
+        with pytest.raises(PipelineError, match=r"the project's code"):
+            refuse_foreign_place(Path(path), "--out", "", ("eval",))
+
+
 @pytest.mark.parametrize("folder", ["tools", "devtools", "benchmarks", "tests"])
 def test_the_projects_other_code_folders_are_refused(project, folder):
     with pytest.raises(PipelineError, match=rf"inside {folder}/, the project's code"):

@@ -367,8 +367,8 @@ def repository_root(start: Optional[Path] = None) -> Path:
     given = [Path(os.path.abspath(start)), Path(start).resolve()] if start is not None else []
     for at in given + [here]:
         found = _repository_at(at)
-        if found is not None:
-            return found
+        if found is not None:  # resolved: the places it is compared with are
+            return found.resolve()
     return here
 
 
