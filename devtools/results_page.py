@@ -336,6 +336,39 @@ def _render(root: Path) -> str:
     ])
 
 
+def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
+    """The page quotes the report's tables: a report stage DVC calls changed (a variant
+    rerun since, the report not) would be quoted as the variants' figures. One line."""
+    import json
+    import subprocess
+
+    from cifar10_tutorial.cli import dvc_executable, pipeline_stages
+    from cifar10_tutorial.ownership import repository_root
+
+    root = repository_root(Path("reports"))
+    if not (root / ".dvc").is_dir() or not (root / dvc_yaml).is_file() \
+            or "report" not in pipeline_stages(root / dvc_yaml):
+        return
+    proc = subprocess.run([dvc_executable(), "status", f"{dvc_yaml}:report", "--json"],
+                          capture_output=True, text=True, cwd=root)
+    try:
+        status = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        raise PipelineError(f"`dvc status {dvc_yaml}:report` failed (exit {proc.returncode}): "
+                            f"whether the report's tables are of the results as they are now "
+                            f"cannot be told; rerun once DVC's own error (`dvc status "
+                            f"{dvc_yaml}:report`) is fixed. Nothing was written.")
+    changed = [str(c) for stage, changes in status.items() if stage.endswith(":report")
+               for c in (changes if isinstance(changes, list) else [changes])]
+    if changed:
+        raise PipelineError(f"reports/report.md and its tables are not of the results as they "
+                            f"are now (`dvc status {dvc_yaml}:report`: {changed[0][:160]}); "
+                            f"rerun the report first: `dvc repro {dvc_yaml}:report`. Nothing "
+                            f"was written.")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="cifar10 results-page", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=PAGE)
@@ -355,6 +388,7 @@ def main(argv=None) -> None:
     from cifar10_tutorial.report.results import refuse_stale_results
 
     refuse_stale_results(Path("reports/ablations"))  # figures of results DVC calls changed
+    _refuse_stale_report()  # ... and the report's tables it quotes, made from them
     ensure_writable(out.parent)  # a folder that cannot be made (/proc/x): one line
     write_text_atomic(out, render())
     print(f"wrote {args.out}")

@@ -263,6 +263,27 @@ def test_a_model_of_other_params_at_the_same_step_is_not_published(finished, tmp
     assert not (tmp_path / "p").exists()
 
 
+@pytest.mark.e2e
+def test_the_model_an_eval_record_names_is_of_the_results_repository(finished, tmp_path):
+    """Run from another checkout, the eval record's relative model path names the model of
+    the repository the results lie in, not that checkout's file of the same path."""
+    import torch
+
+    p = tmp_path / "p"
+    shutil.copytree(finished, p, symlinks=True)
+    (p / ".dvc").mkdir(exist_ok=True)
+    q = tmp_path / "q"
+    (q / "data/ablations/baseline").mkdir(parents=True)
+    other = torch.load(p / "data/ablations/baseline/model.pt", weights_only=True)
+    other["params"]["train"]["initial_lr"] = 0.2  # another run of that path and step
+    torch.save(other, q / "data/ablations/baseline/model.pt")
+    proc = _run(q, str(ROOT / "tools/publish.py"), "baseline", "--results",
+                str(p / "reports/ablations/baseline"), "--out", str(tmp_path / "pub"))
+    assert proc.returncode == 0, proc.stderr
+    assert hashlib.sha256((tmp_path / "pub/model.pt").read_bytes()).digest() == \
+        hashlib.sha256((p / "data/ablations/baseline/model.pt").read_bytes()).digest()
+
+
 def _artifact():
     arts = yaml.safe_load((ROOT / "dvc.yaml").read_text()).get("artifacts", {})
     return {n: a for n, a in arts.items() if a["path"] == f"models/{PUBLISHED}/model.pt"}

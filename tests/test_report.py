@@ -956,3 +956,25 @@ def test_one_variants_folder_given_for_all_is_named_so(tmp_path):
     with pytest.raises(PipelineError, match=r"a/no_lrn: one variant's results, where the folder "
                                             r"of every variant's is expected"):
         make_report(tmp_path / "a" / "no_lrn", tmp_path / "out", OVERRIDES)
+
+
+def test_a_table_git_holds_from_another_branch_is_the_reports_own(tmp_path):
+    """Two branches each reran the report; after the merge a table of the other branch's
+    run is not in this list, but git holds its bytes: the next report replaces it (nothing
+    is lost). The same table edited and not committed is still refused."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    out = tmp_path / "out"
+    make_report(tmp_path / "a", out, OVERRIDES)
+    table = next(p for p in sorted((out / "tables").iterdir()) if p.suffix == ".csv")
+    table.write_text("variant,from the other branch\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "merged"]):
+        subprocess.run(git + cmd, cwd=out, check=True, capture_output=True)
+    make_report(tmp_path / "a", out, OVERRIDES)
+    assert table.read_text() != "variant,from the other branch\n"
+    table.write_text("edited, not committed\n")
+    with pytest.raises(PipelineError, match=rf"tables: holds {table.name}, which the report"):
+        make_report(tmp_path / "a", out, OVERRIDES)
+    assert table.read_text() == "edited, not committed\n"

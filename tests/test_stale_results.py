@@ -213,6 +213,28 @@ def test_results_read_from_outside_the_repository_are_judged_by_it(project, tmp_
         refuse_stale_results(project / "reports/ablations")
 
 
+def test_a_link_to_another_checkouts_results_is_judged_there(project, tmp_path):
+    """A link inside one checkout to another's results: the results are judged by the
+    repository they lie in (stale there), not by the clean one the link is in."""
+    other = tmp_path / "q"
+    shutil.copytree(project, other, symlinks=True)
+    (other / "reports/params.yaml").write_text(
+        yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
+    (project / "qlink").symlink_to(other / "reports/ablations")
+    refuse_stale_results(Path("reports/ablations"))  # this checkout's own: clean
+    with pytest.raises(PipelineError, match=r"^qlink: the results of a are not"):
+        refuse_stale_results(Path("qlink"))
+
+
+def test_a_folder_beside_the_variants_is_not_walked(project, tmp_path):
+    """A link among the results to a tree of other files (old results on another disk),
+    no variant's: not looked through, a broken link deep in it refuses nothing."""
+    (tmp_path / "old/deep").mkdir(parents=True)
+    (tmp_path / "old/deep/gone").symlink_to(tmp_path / "nowhere")
+    (project / "reports/ablations/zz_old").symlink_to(tmp_path / "old")
+    refuse_stale_results(Path("reports/ablations"))
+
+
 def test_a_copy_without_git_is_told_how_dvc_can_judge(project):
     """A source archive (no .git/, .dvc/ tracked) : DVC's status needs git, and the line
     says how to give it one."""
@@ -264,3 +286,38 @@ def test_the_report_stage_refuses_stale_results(project, where, dvc_stage):
     assert f"{up}reports/ablations: the results of a are not of their definition" \
         in proc.stderr.strip().splitlines()[-1], proc.stderr
     assert not (project / "reports/report.md").exists()
+
+
+def test_the_results_page_refuses_a_report_older_than_its_results(project):
+    """The results page quotes the report's tables: a variant rerun since the report (the
+    report not) stops it in one line, as DVC says the report stage changed."""
+    from results_page import _refuse_stale_report
+
+    dvc = DVC if Path(DVC).is_file() else "dvc"
+    pipeline = yaml.safe_load((project / "reports/dvc.yaml").read_text())
+    pipeline["stages"]["report"] = {"cmd": "cat ablations/*/metrics.json > report.md",
+                                    "deps": ["ablations"],
+                                    "outs": [{"report.md": {"cache": False}}]}
+    (project / "reports/dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    _run(project, dvc, "repro", "-q", "reports/dvc.yaml")
+    _refuse_stale_report()
+    (project / "reports/params.yaml").write_text(
+        yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
+    _run(project, dvc, "repro", "-q", "--single-item", "reports/dvc.yaml:ablation@a")
+    refuse_stale_results(Path("reports/ablations"))  # the variants are as recorded ...
+    with pytest.raises(PipelineError, match=r"^reports/report.md and its tables are not of the "
+                                            r"results as they are now .*`dvc repro "
+                                            r"reports/dvc.yaml:report`"):
+        _refuse_stale_report()  # ... the report is not
+
+
+def test_a_dvc_status_that_never_answers_is_one_line(project, monkeypatch):
+    """DVC reading a FIFO among its inputs (a params file) waits for ever: bounded."""
+    from cifar10_tutorial.report import results
+
+    monkeypatch.setattr(results, "STATUS_TIMEOUT", 5)
+    params = project / "reports/params.yaml"
+    params.unlink()
+    os.mkfifo(params)
+    with pytest.raises(PipelineError, match=r"`dvc status reports/dvc.yaml` gave no answer in 5 s"):
+        refuse_stale_results(Path("reports/ablations"))

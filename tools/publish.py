@@ -51,7 +51,7 @@ from cifar10_tutorial.files import (listed_as_written, recover_swapped_folder, s
 from cifar10_tutorial.ownership import (PUBLISHED_MANIFEST, ensure_writable, listed,
                                         refuse_foreign_place)
 from cifar10_tutorial.model_files import load_model_file
-from publish_records import RERUN, Records, read_json, read_records
+from publish_records import RERUN, Records, read_json, read_records, recorded_model
 from cifar10_tutorial.report.results import device_text, refuse_stale_results
 
 CARD = "README.md"
@@ -403,7 +403,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         model = args.model
     else:
         record = results / "eval" / "provenance.json"
-        model = Path(str(read_json(record).get("model") or ""))
+        model = recorded_model(results, read_json(record))
         if not str(model) or str(model) == ".":
             raise PipelineError(f"{record}: names no model file; {RERUN}, or give --model")
     out = args.out or Path("models") / args.name

@@ -88,6 +88,18 @@ def field(doc: dict, key: str, path: Path, kind: Any) -> Any:
     return value
 
 
+def recorded_model(results: Path, ev: dict) -> Path:
+    """The model file the eval record names: a relative path is relative to the root of
+    the repository the results lie in (the eval stage ran there), not to the folder this
+    runs in (another checkout's file of that path is another model)."""
+    from cifar10_tutorial.ownership import _repository_at, repository_root
+
+    named = Path(str(ev.get("model") or ""))
+    if named.is_absolute() or not str(ev.get("model") or ""):
+        return named
+    return (_repository_at(Path(results).resolve()) or repository_root(Path(results))) / named
+
+
 def _check_one_run(model: Path, results: Path, ckpt: dict, train: dict, ev: dict) -> None:
     """The model's step is the step both records name, the eval record names this model
     file, and both records name the same data."""
@@ -97,7 +109,7 @@ def _check_one_run(model: Path, results: Path, ckpt: dict, train: dict, ev: dict
             raise PipelineError(f"{results / name}: records step {rec.get('steps')}, but "
                                 f"{model} is at step {step}: they come from different runs; "
                                 f"publish the model of the run whose results these are")
-    if Path(ev.get("model", "")).resolve() != model.resolve():
+    if recorded_model(results, ev).resolve() != model.resolve():
         raise PipelineError(f"{results / 'eval/provenance.json'}: evaluated {ev.get('model')}, "
                             f"not {model}; give --model the file the eval record names")
     if train.get("data_hash") != ev.get("data_hash"):

@@ -198,9 +198,39 @@ def _not_the_reports(folder: Path) -> list[str]:
                                 f"(`git checkout -- {folder}`), or move it away, then rerun. "
                                 f"Nothing was changed.")
         ours = _written(folder) | {WRITTEN}
+        ours |= _as_committed(folder, [p.name for p in folder.iterdir() if p.name not in ours])
     else:
         ours = set()
     return sorted(p.name for p in folder.iterdir() if p.name not in ours)
+
+
+def _as_committed(folder: Path, names: list[str]) -> set[str]:
+    """Of ``names`` in the report's ``folder`` (one with its list), the files of the
+    report's kind whose bytes git holds (the index: committed, or a merge's result): the
+    report's own from another branch, which its list (of this branch's run) does not name;
+    replacing them loses nothing git cannot give back. None where git is not there."""
+    import subprocess
+
+    names = sorted(n for n in names if _REPORT_FILE.fullmatch(n) and not n.startswith(".")
+                   and (folder / n).is_file() and not (folder / n).is_symlink())
+    if not names:
+        return set()
+    try:
+        staged = subprocess.run(["git", "ls-files", "-s", "--", *names], cwd=folder,
+                                capture_output=True, text=True, timeout=60)
+        made = subprocess.run(["git", "hash-object", "--", *names], cwd=folder,
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    if staged.returncode or made.returncode:
+        return set()
+    held = {}
+    for line in staged.stdout.splitlines():  # "<mode> <blob> <stage>\t<path>"
+        info, _, path = line.partition("\t")
+        parts = info.split()
+        if len(parts) == 3 and parts[2] == "0":
+            held[path] = parts[1]
+    return {n for n, blob in zip(names, made.stdout.split()) if held.get(n) == blob}
 
 
 def _replaced_own(dest: Path) -> set[str]:
@@ -209,7 +239,8 @@ def _replaced_own(dest: Path) -> set[str]:
     own may be a user's). Anything else keeps the old folder (refused before, up front:
     :func:`_not_the_reports`; kept should it appear meanwhile)."""
     if (dest / WRITTEN).is_file() and not (dest / WRITTEN).is_symlink():
-        return _written(dest)
+        own = _written(dest)
+        return own | _as_committed(dest, [p.name for p in dest.iterdir() if p.name not in own])
     return set()
 
 

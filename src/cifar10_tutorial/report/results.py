@@ -469,6 +469,9 @@ RECORDED = {"schedule": ("train", "schedule"), "batch_size": ("train", "batch_si
             "dataset": ("data", "dataset")}
 
 
+STATUS_TIMEOUT = 600  # seconds `dvc status` of the variants may take (a few on any checkout)
+
+
 def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"),
                          only: Optional[str] = None) -> None:
     """Results are reported (the report, a results page, a model card) as the variants'
@@ -489,7 +492,12 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
 
     import yaml
 
-    root = repository_root(Path(results))
+    # the repository the results lie in: where they resolve (a link to another checkout's
+    # results is judged there), else along the path as given (a folder of the project
+    # linked to another disk), else the working folder's
+    from ..ownership import _repository_at
+
+    root = _repository_at(Path(results).resolve()) or repository_root(Path(results))
     if not (root / dvc_yaml).is_file():
         return
     lock = (root / dvc_yaml).with_suffix(".lock")
@@ -501,12 +509,17 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
                                 f"it (`git checkout -- .dvc`, or `dvc init`), then rerun. "
                                 f"Nothing was written.")
         return
-    # DVC hashes each result to compare: a FIFO among them would hold `dvc status` for ever
-    for path in sorted(Path(results).glob("*/**/*")) if Path(results).is_dir() else []:
-        if not (path.is_file() or path.is_dir()):
-            raise PipelineError(f"{path}: expected a result file, found a FIFO, socket, device "
-                                f"or broken link; remove it (`git checkout -- {path}` restores "
-                                f"a result). Nothing was written.")
+    # DVC hashes each result to compare: a FIFO among a variant's would hold `dvc status`
+    # for ever (the variants' folders, those with results, links not followed)
+    variants = [f for f in Path(results).iterdir() if (f / "metrics.json").is_file()] \
+        if Path(results).is_dir() else []
+    for folder in variants:
+        for at, _, files in os.walk(folder):
+            for path in (Path(at) / f for f in files):
+                if not (path.is_file() or path.is_dir()):
+                    raise PipelineError(f"{path}: expected a result file, found a FIFO, "
+                                        f"socket, device or broken link; remove it. Nothing "
+                                        f"was written.")
     from ..cli import pipeline_stages
 
     # the variants' stages alone: under `dvc repro` the report stage's own outputs are
@@ -514,8 +527,16 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     groups = [g for g in ("ablation", "dataset_ablation") if g in pipeline_stages(root / dvc_yaml)]
     if not groups:
         return
-    proc = subprocess.run([dvc_executable(), "status", *(f"{dvc_yaml}:{g}" for g in groups),
-                           "--json"], capture_output=True, text=True, cwd=root)
+    try:  # bounded: DVC reading a FIFO among its inputs (a params file) waits for ever
+        proc = subprocess.run([dvc_executable(), "status", *(f"{dvc_yaml}:{g}" for g in groups),
+                               "--json"], capture_output=True, text=True, cwd=root,
+                              timeout=STATUS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise PipelineError(f"`dvc status {dvc_yaml}` gave no answer in {STATUS_TIMEOUT} s "
+                            f"(a FIFO or a hung mount among its params, code or results?): "
+                            f"whether the results in {results} are of their definitions as "
+                            f"they are now cannot be told; run it by hand to see where it "
+                            f"waits. Nothing was written.") from None
     try:
         status = json.loads(proc.stdout) if proc.returncode == 0 else None
     except ValueError:
