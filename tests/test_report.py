@@ -978,3 +978,21 @@ def test_a_table_git_holds_from_another_branch_is_the_reports_own(tmp_path):
     with pytest.raises(PipelineError, match=rf"tables: holds {table.name}, which the report"):
         make_report(tmp_path / "a", out, OVERRIDES)
     assert table.read_text() == "edited, not committed\n"
+
+
+def test_a_report_over_a_mebibyte_edited_is_refused(tmp_path, monkeypatch):
+    """The seal is the report's last line: a report larger than the head a foreign-file
+    check reads, edited, is still told from the report as written."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report import report as rep
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    out = tmp_path / "out"
+    out.mkdir()
+    big = rep._sealed(rep.TITLE + "\n\n" + "| row | figure |\n" * 120_000)
+    (out / "report.md").write_text(big.replace("| row | figure |", "| row | MY EDIT |", 1))
+    with pytest.raises(PipelineError, match=r"report\.md: holds a file that is not a report"):
+        make_report(tmp_path / "a", out, OVERRIDES)
+    (out / "report.md").write_text(big)  # as written: replaced
+    make_report(tmp_path / "a", out, OVERRIDES)
+    assert (out / "report.md").stat().st_size < len(big)

@@ -18,9 +18,9 @@ import pandas as pd
 
 from ..errors import PipelineError
 from ..ownership import listed, refuse_foreign_file, refuse_inside_published, run_lock
-from ..files import (ending_signals_unwind, listed_as_written, recover_swapped_folder,
-                     signals_held, staging_folder, swap_in_folder, write_listing,
-                     write_text_atomic)
+from ..files import (ending_signals_unwind, listed_as_written, read_small_file,
+                     recover_swapped_folder, signals_held, staging_folder, swap_in_folder,
+                     write_listing, write_text_atomic)
 from ..params import queue_sizes
 from .reference import ref, reference_markdown
 from .results import (Results, banner, load_curve, load_variants, make_results, marker,
@@ -65,8 +65,10 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                                 f"away, then rerun. Nothing was changed.")
     # report.md is replaced only when it is a report (its title on the first line) as the
     # report wrote it (its seal: edits of yours in it would be lost)
+    # (the whole file: the seal is its last line, past the head refuse_foreign_file reads)
     refuse_foreign_file(out / "report.md", "--out", "a report as the report wrote it "
-                        "(none edited since)", _as_written, ("report",))
+                        "(none edited since)", lambda _: _as_written(_whole(out / "report.md")),
+                        ("report",))
     refuse_foreign_file(out / SWAPPING, "--out", "the report's mark",
                         lambda text: text.startswith("the report stage is swapping"), ("report",))
     for name in FOLDERS:  # what of the user's is in a folder the report replaces: refused
@@ -145,6 +147,11 @@ def _sealed(text: str) -> str:
     return (f"{above}<!-- written by the report stage; sha256 "
             f"{hashlib.sha256(above.encode('utf-8')).hexdigest()} of the text above: edit a "
             f"copy, not this file -->\n")
+
+
+def _whole(path: Path) -> str:
+    """The text of report.md, whole (a regular file, at most 256 MiB)."""
+    return read_small_file(path, 256 << 20).decode("utf-8")
 
 
 def _as_written(text: str) -> bool:
