@@ -25,8 +25,8 @@ def load_variants(root: Path) -> pd.DataFrame:
     rows, folders = [], {}
     if (Path(root) / "variant.json").is_file() or (Path(root) / "metrics.json").is_file():
         raise PipelineError(f"{root}: one variant's results, where the folder of every "
-                            f"variant's is expected (reports/ablations, each variant in a "
-                            f"folder of its own); give that folder")
+                            f"variant's is expected (the one the ablation stages write into, "
+                            f"each variant in a folder of its own); give that folder")
     for path in sorted(Path(root).glob("*/metrics.json")):
         described = path.with_name("variant.json")
         if not described.is_file():
