@@ -349,8 +349,13 @@ def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
     if not (root / ".dvc").is_dir() or not (root / dvc_yaml).is_file() \
             or "report" not in pipeline_stages(root / dvc_yaml):
         return
-    proc = subprocess.run([dvc_executable(), "status", f"{dvc_yaml}:report", "--json"],
-                          capture_output=True, text=True, cwd=root)
+    try:  # bounded, as the variants' status: DVC reading a FIFO among the deps waits for ever
+        proc = subprocess.run([dvc_executable(), "status", f"{dvc_yaml}:report", "--json"],
+                              capture_output=True, text=True, cwd=root, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise PipelineError(f"`dvc status {dvc_yaml}:report` gave no answer in 600 s (a FIFO "
+                            f"or a hung mount among its deps?); run it by hand to see where "
+                            f"it waits. Nothing was written.") from None
     try:
         status = json.loads(proc.stdout) if proc.returncode == 0 else None
     except ValueError:

@@ -978,6 +978,22 @@ def test_a_table_git_holds_from_another_branch_is_the_reports_own(tmp_path):
     with pytest.raises(PipelineError, match=rf"tables: holds {table.name}, which the report"):
         make_report(tmp_path / "a", out, OVERRIDES)
     assert table.read_text() == "edited, not committed\n"
+    # an edit staged, not committed (only the index holds it), and a file of the user's
+    # committed under a report's kind of name (the list does not name it): refused
+    subprocess.run(git + ["add", "-A"], cwd=out, check=True, capture_output=True)
+    with pytest.raises(PipelineError, match=rf"tables: holds {table.name}, which the report"):
+        make_report(tmp_path / "a", out, OVERRIDES)
+    assert table.read_text() == "edited, not committed\n"
+    subprocess.run(git + ["commit", "-q", "-m", "mine"], cwd=out, check=True,
+                   capture_output=True)
+    mine = out / "tables" / "mine.csv"
+    mine.write_text("my,own,analysis\n")
+    subprocess.run(git + ["add", "-A"], cwd=out, check=True, capture_output=True)
+    subprocess.run(git + ["commit", "-q", "-m", "mine"], cwd=out, check=True,
+                   capture_output=True)
+    with pytest.raises(PipelineError, match=r"tables: holds mine\.csv, which the report"):
+        make_report(tmp_path / "a", out, OVERRIDES)
+    assert mine.read_text() == "my,own,analysis\n"
 
 
 def test_a_report_over_a_mebibyte_edited_is_refused(tmp_path, monkeypatch):

@@ -262,6 +262,12 @@ def test_a_fifo_among_the_results_is_one_line_not_a_hang(project):
     with pytest.raises(PipelineError, match=r"ablations/b/notes.json: expected a result file, "
                                             r"found a FIFO"):
         refuse_stale_results(Path("reports/ablations"))
+    (project / "reports/ablations/b/notes.json").unlink()
+    (project / "reports/ablations/b/metrics.json").unlink()  # the results file itself
+    os.mkfifo(project / "reports/ablations/b/metrics.json")
+    with pytest.raises(PipelineError, match=r"ablations/b/metrics.json: expected a result file, "
+                                            r"found a FIFO"):
+        refuse_stale_results(Path("reports/ablations"))
 
 
 @pytest.mark.parametrize("where, dvc_stage", [(".", None), ("reports", None),

@@ -212,31 +212,39 @@ def _not_the_reports(folder: Path) -> list[str]:
 
 
 def _as_committed(folder: Path, names: list[str]) -> set[str]:
-    """Of ``names`` in the report's ``folder`` (one with its list), the files of the
-    report's kind whose bytes git holds (the index: committed, or a merge's result): the
-    report's own from another branch, which its list (of this branch's run) does not name;
-    replacing them loses nothing git cannot give back. None where git is not there."""
+    """Of ``names`` in the report's ``folder``, the files its list names (the report's
+    own names) that changed since, and whose bytes are those of the last commit (HEAD):
+    the report's own from another branch, merged (this branch's list does not have their
+    hash); replacing them loses nothing git cannot give back. A file the list does not
+    name, or bytes only the index or the working copy hold, is not (a user's, an edit).
+    None where git is not there. Git runs with no hook or filter of the folder's config."""
     import subprocess
 
-    names = sorted(n for n in names if _REPORT_FILE.fullmatch(n) and not n.startswith(".")
+    try:
+        listed = json.loads((folder / WRITTEN).read_text(encoding="utf-8")).get("files")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return set()
+    names = sorted(n for n in names if isinstance(listed, dict) and n in listed
+                   and _REPORT_FILE.fullmatch(n) and not n.startswith(".")
                    and (folder / n).is_file() and not (folder / n).is_symlink())
     if not names:
         return set()
+    git = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]
     try:
-        staged = subprocess.run(["git", "ls-files", "-s", "--", *names], cwd=folder,
-                                capture_output=True, text=True, timeout=60)
-        made = subprocess.run(["git", "hash-object", "--", *names], cwd=folder,
+        committed = subprocess.run(git + ["ls-tree", "HEAD", "--", *names], cwd=folder,
+                                   capture_output=True, text=True, timeout=60)
+        made = subprocess.run(git + ["hash-object", "--no-filters", "--", *names], cwd=folder,
                               capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return set()
-    if staged.returncode or made.returncode:
+    if committed.returncode or made.returncode:
         return set()
     held = {}
-    for line in staged.stdout.splitlines():  # "<mode> <blob> <stage>\t<path>"
+    for line in committed.stdout.splitlines():  # "<mode> blob <object>\t<path>"
         info, _, path = line.partition("\t")
         parts = info.split()
-        if len(parts) == 3 and parts[2] == "0":
-            held[path] = parts[1]
+        if len(parts) == 3 and parts[1] == "blob":
+            held[path] = parts[2]
     return {n for n, blob in zip(names, made.stdout.split()) if held.get(n) == blob}
 
 

@@ -511,7 +511,8 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
         return
     # DVC hashes each result to compare: a FIFO among a variant's would hold `dvc status`
     # for ever (the variants' folders, those with results, links not followed)
-    variants = [f for f in Path(results).iterdir() if (f / "metrics.json").is_file()] \
+    variants = [f for f in Path(results).iterdir()
+                if os.path.lexists(f / "metrics.json") and not f.is_symlink()] \
         if Path(results).is_dir() else []
     for folder in variants:
         for at, _, files in os.walk(folder):
