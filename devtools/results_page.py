@@ -339,32 +339,16 @@ def _render(root: Path) -> str:
 def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
     """The page quotes the report's tables: a report stage DVC calls changed (a variant
     rerun since, the report not) would be quoted as the variants' figures. One line."""
-    import json
-    import subprocess
-
-    from cifar10_tutorial.cli import dvc_executable, pipeline_stages
+    from cifar10_tutorial.cli import pipeline_stages
     from cifar10_tutorial.ownership import repository_root
+    from cifar10_tutorial.report.results import dvc_status
 
     root = repository_root(Path("reports"))
     if not (root / ".dvc").is_dir() or not (root / dvc_yaml).is_file() \
             or "report" not in pipeline_stages(root / dvc_yaml):
         return
-    try:  # bounded, as the variants' status: DVC reading a FIFO among the deps waits for ever
-        proc = subprocess.run([dvc_executable(), "status", f"{dvc_yaml}:report", "--json"],
-                              capture_output=True, text=True, cwd=root, timeout=600)
-    except subprocess.TimeoutExpired:
-        raise PipelineError(f"`dvc status {dvc_yaml}:report` gave no answer in 600 s (a FIFO "
-                            f"or a hung mount among its deps?); run it by hand to see where "
-                            f"it waits. Nothing was written.") from None
-    try:
-        status = json.loads(proc.stdout) if proc.returncode == 0 else None
-    except ValueError:
-        status = None
-    if not isinstance(status, dict):
-        raise PipelineError(f"`dvc status {dvc_yaml}:report` failed (exit {proc.returncode}): "
-                            f"whether the report's tables are of the results as they are now "
-                            f"cannot be told; rerun once DVC's own error (`dvc status "
-                            f"{dvc_yaml}:report`) is fixed. Nothing was written.")
+    _, status = dvc_status(root, [f"{dvc_yaml}:report"], f"dvc status {dvc_yaml}:report",
+                           "whether the report's tables are of the results as they are now")
     changed = [str(c) for stage, changes in status.items() if stage.endswith(":report")
                for c in (changes if isinstance(changes, list) else [changes])]
     if changed:

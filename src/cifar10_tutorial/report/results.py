@@ -472,6 +472,46 @@ RECORDED = {"schedule": ("train", "schedule"), "batch_size": ("train", "batch_si
 STATUS_TIMEOUT = 600  # seconds `dvc status` of the variants may take (a few on any checkout)
 
 
+def dvc_status(root: Path, targets: list[str], shown: str, unknown: str):
+    """`dvc status TARGETS --json` in the repository ``root``: the process and its answer.
+    Bounded (:data:`STATUS_TIMEOUT`: DVC reading a FIFO among its inputs waits for ever);
+    no answer, or a failure, is one line naming ``shown`` (the command as the user would
+    type it), DVC's cause and the fix, and what cannot be told (``unknown``)."""
+    import subprocess
+
+    from ..cli import dvc_executable
+
+    try:
+        proc = subprocess.run([dvc_executable(), "status", *targets, "--json"],
+                              capture_output=True, text=True, cwd=root, timeout=STATUS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise PipelineError(f"`{shown}` gave no answer in {STATUS_TIMEOUT} s (a FIFO or a hung "
+                            f"mount among its params, code or results?): {unknown} cannot be "
+                            f"told; run it by hand to see where it waits. Nothing was "
+                            f"written.") from None
+    try:
+        status = json.loads(proc.stdout) if proc.returncode == 0 else None
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        # the cause first (an ERROR line, or "'reports/dvc.lock' is invalid."), then
+        # context (a YAML line number); warnings before it are not the cause
+        said = next((line for line in lines if line.startswith("ERROR")),
+                    next((line for line in lines if not line.startswith("WARNING")),
+                         "(nothing)"))[:200]
+        if said.endswith(":"):  # "... is busy, it is being blocked by:" and who, below
+            said = " ".join(lines[lines.index(said):][:2])[:300]
+        fix = ("DVC needs git here: `git init` (or `dvc config --local core.no_scm true` in "
+               "a copy without git), then rerun" if "not a git repository" in said
+               else "another DVC command is running here: rerun once it is done"
+               if "is busy" in said or "Unable to acquire lock" in said
+               else "fix what it names and rerun")
+        raise PipelineError(f"`{shown}` failed (exit {proc.returncode}: {said}): {unknown} "
+                            f"cannot be told; {fix}. Nothing was written.")
+    return proc, status
+
+
 def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"),
                          only: Optional[str] = None) -> None:
     """Results are reported (the report, a results page, a model card) as the variants'
@@ -485,18 +525,13 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     that fails is one line too, as nothing it would have said can be vouched for. The repository is the one ``results`` lies in, else the working folder's
     (``dvc_yaml``: relative to its root); where there is none (no .dvc/), nothing was
     recorded."""
-    import subprocess
-
-    from ..cli import dvc_executable
-    from ..ownership import repository_root
-
     import yaml
+
+    from ..ownership import _repository_at, repository_root
 
     # the repository the results lie in: where they resolve (a link to another checkout's
     # results is judged there), else along the path as given (a folder of the project
     # linked to another disk), else the working folder's
-    from ..ownership import _repository_at
-
     root = _repository_at(Path(results).resolve()) or repository_root(Path(results))
     if not (root / dvc_yaml).is_file():
         return
@@ -528,37 +563,9 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     groups = [g for g in ("ablation", "dataset_ablation") if g in pipeline_stages(root / dvc_yaml)]
     if not groups:
         return
-    try:  # bounded: DVC reading a FIFO among its inputs (a params file) waits for ever
-        proc = subprocess.run([dvc_executable(), "status", *(f"{dvc_yaml}:{g}" for g in groups),
-                               "--json"], capture_output=True, text=True, cwd=root,
-                              timeout=STATUS_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise PipelineError(f"`dvc status {dvc_yaml}` gave no answer in {STATUS_TIMEOUT} s "
-                            f"(a FIFO or a hung mount among its params, code or results?): "
-                            f"whether the results in {results} are of their definitions as "
-                            f"they are now cannot be told; run it by hand to see where it "
-                            f"waits. Nothing was written.") from None
-    try:
-        status = json.loads(proc.stdout) if proc.returncode == 0 else None
-    except ValueError:
-        status = None
-    if not isinstance(status, dict):
-        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-        # the cause first (an ERROR line, or "'reports/dvc.lock' is invalid."), then
-        # context (a YAML line number); warnings before it are not the cause
-        said = next((line for line in lines if line.startswith("ERROR")),
-                    next((line for line in lines if not line.startswith("WARNING")),
-                         "(nothing)"))[:200]
-        if said.endswith(":"):  # "... is busy, it is being blocked by:" and who, below
-            said = " ".join(lines[lines.index(said):][:2])[:300]
-        fix = ("DVC needs git here: `git init` (or `dvc config --local core.no_scm true` in "
-               "a copy without git), then rerun" if "not a git repository" in said
-               else "another DVC command is running here: rerun once it is done"
-               if "is busy" in said or "Unable to acquire lock" in said
-               else "fix what it names and rerun")
-        raise PipelineError(f"`dvc status {dvc_yaml}` failed (exit {proc.returncode}: {said}): "
-                            f"whether the results in {results} are of their definitions as "
-                            f"they are now cannot be told; {fix}. Nothing was written.")
+    proc, status = dvc_status(root, [f"{dvc_yaml}:{g}" for g in groups],
+                              f"dvc status {dvc_yaml}", f"whether the results in {results} "
+                              f"are of their definitions as they are now")
     frozen = [line for line in proc.stderr.splitlines() if "is frozen" in line]
     if frozen:  # DVC says nothing of a frozen stage's deps: never silently
         import sys
