@@ -32,8 +32,9 @@ def main() -> None:
         ensure_writable(args.out)  # a file in the way: now, not after the evaluation
     else:  # its events go beside the run's checkpoints (the train stage's run's, or one's
         # of yours): never into the code, another stage's results or published weights
+        # (the train stage's folder, not its outputs: never into its curves)
         refuse_foreign_place(args.model.parent / "tensorboard" / "eval", "--watch --model",
-                             "beside a run's model.pt", ("train",))
+                             "beside a run's model.pt", ("train",), own_outputs=False)
     ev = load_params(args.params, MAIN).eval
     data = load_prepared(args.data)
     if args.watch:

@@ -386,7 +386,7 @@ def test_eval_never_writes_over_another_stages_folder(synth_data, trained, tmp_p
             (out / "speed.json").write_text("{}\n")
             said = r"holds plots, speed.json, which the eval stage did not make"
         elif what == "published":
-            (out / "published.json").write_text("{}\n")
+            (out / "published.json").write_text('{"files": {}}\n')
             said = r"holds published.json, which the eval stage did not make"
         else:
             said = r"provenance.json: not an evaluation's record \(it names no model\)"

@@ -3,6 +3,7 @@ another DVC stage's output (run by hand, where DVC does not keep the stages apar
 at a path holding a control character (ownership.refuse_foreign_place). Each command is
 run as a user runs it, in a copy of the project with a lock naming a variant's outputs."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -203,7 +204,7 @@ def test_a_place_in_a_folder_of_published_weights_is_refused(project, path):
     """An evaluation, a results page or a table written into published weights' folder
     would stand beside the card as if published; publish itself replaces its own folder."""
     (project / "models/w").mkdir(parents=True)
-    (project / "models/w/published.json").write_text("{}")
+    (project / "models/w/published.json").write_text('{"files": {}}')
     before = _everything(project)
     with pytest.raises(PipelineError, match=r"inside .*models/w, a folder of published weights"
                                             r".*Nothing was changed\.$"):
@@ -218,7 +219,7 @@ def test_a_folder_of_published_weights_outside_the_checkout_is_guarded(project, 
     """Weights published outside the checkout (publish --out /elsewhere) hold only their own
     files too: an evaluation or a run written inside them is refused."""
     (tmp_path / "pub/w").mkdir(parents=True)
-    (tmp_path / "pub/w/published.json").write_text("{}")
+    (tmp_path / "pub/w/published.json").write_text('{"files": {}}')
     for path in (tmp_path / "pub/w/eval", tmp_path / "pub/w/run/live"):
         with pytest.raises(PipelineError, match=r"a folder of published weights"):
             refuse_foreign_place(path, "--out")
@@ -228,7 +229,7 @@ def test_eval_watch_writes_no_events_into_published_weights(project, tmp_path):
     """`eval --watch` writes its events beside the model's run (tensorboard/eval): for
     published weights that is their folder, refused before anything is read."""
     (project / "models/w").mkdir(parents=True)
-    (project / "models/w/published.json").write_text("{}")
+    (project / "models/w/published.json").write_text('{"files": {}}')
     line = _run(project, "stages/eval.py", "--watch", "--max-evals", "1", "--data",
                 str(tmp_path / "none"), "--model", "models/w/model.pt", "--out", "o")
     assert "--watch --model models/w/tensorboard/eval: inside" in line \
@@ -419,3 +420,111 @@ def test_a_loop_of_links_or_a_name_not_utf8_is_one_line(tmp_path, capsys):
             run_stage(main)
         err = capsys.readouterr().err.strip().splitlines()
         assert stop.value.code == 1 and len(err) == 1 and said in err[0], err
+
+
+def test_gits_folder_elsewhere_is_gits(project, tmp_path):
+    """A checkout whose .git is a file naming its git folder (`git clone
+    --separate-git-dir`, a worktree): that folder, and a worktree's common one, are git's."""
+    shutil.rmtree(project / ".git")
+    git_dir = tmp_path / "gd" / "worktrees" / "p"
+    git_dir.mkdir(parents=True)
+    (git_dir / "commondir").write_text("../..\n")
+    (project / ".git").write_text(f"gitdir: {git_dir}\n")
+    for place in (git_dir / "x", tmp_path / "gd" / "refs" / "heads"):
+        with pytest.raises(PipelineError, match=r"inside .*/gd.*, git's own folder.*"
+                                                r"Nothing was changed\.$"):
+            refuse_foreign_place(place, "--out")
+    assert not (tmp_path / "gd" / "refs").exists()
+    refuse_foreign_place(tmp_path / "elsewhere", "--out")  # beside it: free
+
+
+@pytest.mark.parametrize("config, line", [
+    ("config", "[cache]\n    dir = ../../dcache\n"),
+    ("config.local", "[cache]\n    dir = ../../dcache\n"),
+    ("config", "['remote \"store\"']\n    url = {tmp}/dcache\n"),
+    ("config", "['remote \"store\"']\n    url = file://{tmp}/dcache\n"),
+], ids=["cache", "local-cache", "remote", "remote-url"])
+def test_dvcs_cache_and_remotes_elsewhere_are_dvcs(project, tmp_path, config, line):
+    """DVC's cache set outside .dvc/ (`dvc cache dir`) and a remote on this machine are
+    DVC's folders: no command writes there."""
+    (project / ".dvc" / config).write_text(line.format(tmp=tmp_path))
+    (tmp_path / "dcache" / "files").mkdir(parents=True)
+    with pytest.raises(PipelineError, match=r"inside .*/dcache, (DVC's cache|a DVC remote)"):
+        refuse_foreign_place(tmp_path / "dcache" / "files" / "md5", "--out", "", ("report",))
+    assert sorted(p.name for p in (tmp_path / "dcache").iterdir()) == ["files"]
+
+
+@pytest.mark.parametrize("path, own, feeds, said", [
+    ("reports/tf_reference", ("report",), (), "is reports/tf_reference, which the DVC stage "
+                                              "'report' reads"),
+    ("reports/tf_reference/x.json", ("report",), (), "lies inside reports/tf_reference"),
+    ("reports/baseline/plots", ("report",), (), "lies inside reports/baseline, which the DVC "
+                                                "stage 'regression' reads"),
+    ("reports/baseline/ci.json", (), ("report",), "lies inside reports/baseline"),
+], ids=["report-into-tf-reference", "inside-it", "report-into-baselines",
+        "another-stages-inputs"])
+def test_what_a_stage_reads_kept_in_git_is_no_place(project, path, own, feeds, said):
+    """A folder a stage reads that no stage makes (kept in git) written into: DVC would find
+    the stage changed. Refused, but for a command writing that stage's inputs."""
+    with pytest.raises(PipelineError, match=re.escape(said) + r".*Nothing was changed\.$"):
+        refuse_foreign_place(Path(path), "--out", "", own, feeds=feeds)
+    refuse_foreign_place(Path("reports/baseline/new.json"), "regression.baseline",
+                         feeds=("regression",))
+
+
+def test_another_checkouts_stages_are_never_the_commands_own(project, tmp_path):
+    """From one checkout, the report stage's outputs of another are not its own: refused."""
+    other = copy_project(tmp_path / "w")
+    (other / ".dvc").mkdir()
+    with pytest.raises(PipelineError, match=r"is .*/w/reports/report.md, an output of the DVC "
+                                            r"stage 'report'"):
+        refuse_foreign_place(other / "reports" / "report.md", "--out", "", ("report",))
+    refuse_foreign_place(Path("reports/report.md"), "--out", "", ("report",))  # its own
+
+
+def test_eval_watch_writes_beside_the_train_stages_model_not_into_its_outputs(project):
+    """`eval --watch` belongs in the train stage's folder (beside data/train/model.pt), never
+    in the train stage's outputs (its curves, reports/train/plots)."""
+    with pytest.raises(PipelineError, match=r"lies inside reports/train/plots, an output of "
+                                            r"the DVC stage 'train'"):
+        refuse_foreign_place(Path("reports/train/plots/tensorboard/eval"), "--watch --model",
+                             "", ("train",), own_outputs=False)
+    refuse_foreign_place(Path("data/train/tensorboard/eval"), "--watch --model", "", ("train",),
+                         own_outputs=False)
+
+
+def test_a_file_named_published_json_that_publish_did_not_write_stops_nothing(tmp_path,
+                                                                              monkeypatch):
+    """A home or web folder above the checkout holding a published.json of its own is no
+    folder of published weights: the project's stages run."""
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home/published.json").write_text('{"site": "my blog", "posts": []}')
+    project = copy_project(tmp_path / "home" / "p")
+    (project / ".dvc").mkdir()
+    monkeypatch.chdir(project)
+    refuse_foreign_place(Path("reports/report.md"), "--out", "", ("report",))
+    (tmp_path / "home/published.json").write_text('{"files": {"model.pt": "0"}}')
+    with pytest.raises(PipelineError, match=r"a folder of published weights"):
+        refuse_foreign_place(Path("reports/report.md"), "--out", "", ("report",))
+
+
+def test_a_project_in_a_subfolder_of_a_dvc_repository_is_the_project(tmp_path, monkeypatch):
+    """A monorepo: git and DVC at its root, the project (dvc.yaml, no .dvc/ of its own) in
+    a subfolder. Run from the root with the project's paths, the project is guarded."""
+    from cifar10_tutorial.ownership import repository_root
+
+    mono = tmp_path / "mono"
+    (mono / ".dvc").mkdir(parents=True)
+    (mono / ".git").mkdir()
+    project = copy_project(mono / "proj")
+    (project / "reports/dvc.lock").write_text(LOCK)
+    monkeypatch.chdir(mono)
+    assert repository_root(Path("proj/reports/x")) == project.resolve()
+    for path, own, said in (("proj/src/evx", ("eval",), r"inside src/, the project's code"),
+                            ("proj/reports/ablations/baseline/eval", ("eval",),
+                             r"an output of the DVC stage 'ablation@baseline'")):
+        with pytest.raises(PipelineError, match=said):
+            refuse_foreign_place(Path(path), "--out", "", own)
+    monkeypatch.chdir(project)
+    assert repository_root() == project.resolve()
+    refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))

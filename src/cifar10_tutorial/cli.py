@@ -172,6 +172,8 @@ def run_stage(main: Callable[[], None]) -> None:
               f"a path without it (or remove the loop), then rerun", file=sys.stderr)
         sys.exit(1)
     except UnicodeEncodeError as exc:  # a path of bytes that are no UTF-8, written as text
+        if "surrogates" not in str(exc.reason):  # a bug of ours, not a name: its traceback
+            raise
         print(f"error: a path or name that is not UTF-8 text ({exc.reason}: "
               f"{exc.object[exc.start:exc.end]!r}), which a file of text cannot hold; give "
               f"one of UTF-8 characters, then rerun", file=sys.stderr)

@@ -45,16 +45,17 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
 
 
 def refuse_foreign_file(path: Path, option: str, what: str, ours,
-                        own_stages: tuple[str, ...] = ()) -> None:
+                        own_stages: tuple[str, ...] = (), feeds: tuple[str, ...] = ()) -> None:
     """Before a command writes the file ``path`` whole: a place that is not its own
-    (:func:`refuse_foreign_place`; ``own_stages``: the DVC stages it is), a link, a folder
+    (:func:`refuse_foreign_place`; ``own_stages``: the DVC stages it is; ``feeds``: those
+    whose inputs it writes), a link, a folder
     or other special file there, or a file it did not write (``ours(text)`` is false: the
     text is not the kind it writes, ``what``), is refused in one line naming it; nothing
     is replaced."""
     from .errors import PipelineError
 
     path = Path(path)
-    refuse_foreign_place(path, option, own_stages=own_stages)
+    refuse_foreign_place(path, option, own_stages=own_stages, feeds=feeds)
     if not path.is_symlink() and not path.exists():
         ensure_writable(path.parent)  # a folder that cannot be made: now, not after the work
         return
@@ -241,18 +242,26 @@ def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
     relative to the stage's ``wdir``. A pipeline not there gives none; one DVC would refuse
     (a key twice, a stage that is no mapping) is refused here in one line, as the stage
     commands read it; a lock not readable adds nothing (DVC says what is wrong with it)."""
+    return stage_paths(pipelines)[0]
+
+
+def stage_paths(pipelines=PIPELINES) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
+    """The outputs (:func:`stage_outputs`) and, likewise, the files and folders the stages
+    read (their ``deps``): each pipeline and lock read once."""
     import yaml
 
     from .cli import pipeline_stages
 
-    found = []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # a lock of 16 variants: fast
+    found = {"outs": [], "deps": []}
     for dvc_yaml in pipelines:
         if not dvc_yaml.is_file():
             continue
         stages = pipeline_stages(dvc_yaml)
         try:
             lock = dvc_yaml.with_suffix(".lock")
-            locked = (yaml.safe_load(lock.read_text()) or {}).get("stages") if lock.is_file() else {}
+            locked = ((yaml.load(lock.read_text(), Loader=loader) or {}).get("stages")
+                      if lock.is_file() else {})
             (locked or {}).items()
         except (OSError, UnicodeDecodeError, yaml.YAMLError, TypeError, AttributeError):
             locked = {}
@@ -260,16 +269,18 @@ def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
             body = spec.get("do", spec) if isinstance(spec, dict) else {}
             body = body if isinstance(body, dict) else {}
             base = dvc_yaml.parent / str(body.get("wdir", "."))
-            paths = [(stage, e if isinstance(e, str) else next(iter(e), ""))
-                     for kind in ("outs", "metrics", "plots")
-                     for e in (body.get(kind) or []) if isinstance(e, (str, dict))]
-            paths += [(name, e.get("path", "")) for name, rec in (locked or {}).items()
-                      if str(name).split("@")[0] == stage and isinstance(rec, dict)
-                      for e in (rec.get("outs") or []) if isinstance(e, dict)]
-            found += [(name, Path(os.path.normpath(base / str(path))))
-                      for name, path in dict.fromkeys(paths) if path]
+            for kinds, locked_as in ((("outs", "metrics", "plots"), "outs"), (("deps",), "deps")):
+                paths = [(stage, e if isinstance(e, str) else next(iter(e), ""))
+                         for kind in kinds
+                         for e in (body.get(kind) or []) if isinstance(e, (str, dict))]
+                paths += [(name, e.get("path", "")) for name, rec in (locked or {}).items()
+                          if str(name).split("@")[0] == stage and isinstance(rec, dict)
+                          for e in (rec.get(locked_as) or []) if isinstance(e, dict)]
+                found[locked_as] += [(name, Path(os.path.normpath(base / str(path))))
+                                     for name, path in dict.fromkeys(paths) if path]
     # the resolved paths (the locks') first: they name the variant's own stage
-    return sorted(found, key=lambda item: "${" in str(item[1]))
+    return tuple(sorted(found[k], key=lambda item: "${" in str(item[1]))
+                 for k in ("outs", "deps"))
 
 
 def _overlap(where: Path, output: Path) -> Optional[str]:
@@ -316,10 +327,25 @@ def _is_own(stage: str, output: Path, where: Path, own_stages: tuple[str, ...]) 
     return _named(stage, output, where) in own_stages
 
 
+def _is_manifest(path: Path) -> bool:
+    """Whether ``path`` is publish's manifest (a JSON object whose ``files`` maps names to
+    sha256s), not any file of that name (a website's, a home folder's)."""
+    import json
+
+    if not path.is_file():  # not a FIFO, whose read would wait
+        return False
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("files"), dict)
+
+
 def refuse_inside_published(path: Path, option: str, default: str = "",
                             publishing: bool = False) -> None:
-    """A folder of published weights (its manifest, published.json, at ``path`` or in any
-    folder above it, inside the repository or not) is no place for another command's
+    """A folder of published weights (its manifest, published.json as publish writes it,
+    at ``path`` or in any folder above it, inside the repository or not) is no place for another command's
     files: its card and manifest list what it holds (``publishing``: the folder itself is
     the one publish replaces). One line naming it."""
     from .errors import PipelineError
@@ -327,7 +353,7 @@ def refuse_inside_published(path: Path, option: str, default: str = "",
     where = Path(path).resolve()
     for folder in ([] if publishing else [where]) + list(where.parents):
         try:
-            published = (folder / PUBLISHED_MANIFEST).is_file()
+            published = _is_manifest(folder / PUBLISHED_MANIFEST)
         except OSError as e:  # a name too long, a folder that cannot be searched
             raise PipelineError(f"{option} {path}: {folder} cannot be looked into "
                                 f"({e.strerror}); give {option} another path. Nothing was "
@@ -344,15 +370,28 @@ def _repository_at(here: Path) -> Optional[Path]:
     checkout that lost its .dvc/ is still the project) (a queued
     experiment's workspace, .dvc/tmp/exps/..., holds both: it is a project of its own,
     found before the repository around it); a place inside a .dvc/ is in the repository
-    above it, whose DVC folder it is."""
+    above it, whose DVC folder it is. Failing that, a project in a subfolder of a DVC
+    repository (a monorepo: .dvc/ at its root, dvc.yaml in the project's folder): the
+    outermost folder with dvc.yaml below that root (reports/ holds a dvc.yaml too)."""
+    chain = []
     for p in (here, *here.parents):
         try:
             # .git/ too: a project whose .dvc/ was removed is still that project
             if (p / "dvc.yaml").is_file() and ((p / ".dvc").is_dir() or (p / ".git").exists()):
                 return p
+            if (p / ".dvc").is_dir() and chain:  # DVC's root, with no dvc.yaml of its own
+                return chain[-1]
+            if (p / "dvc.yaml").is_file():
+                chain.append(p)
         except OSError:  # a name too long to look at: not a repository's root
             continue
     return None
+
+
+def dvc_root(root: Path) -> Optional[Path]:
+    """The folder holding the .dvc/ of the DVC repository ``root`` (a project's root) is
+    in: ``root`` itself, or a folder above it (a monorepo); None where there is none."""
+    return next((p for p in (root, *root.parents) if (p / ".dvc").is_dir()), None)
 
 
 def repository_root(start: Optional[Path] = None) -> Path:
@@ -372,6 +411,73 @@ def repository_root(start: Optional[Path] = None) -> Path:
     return here
 
 
+def _config_paths(config: Path, base: Path) -> list[tuple[Path, str]]:
+    """The folders a DVC config file names: its cache (``[cache] dir``) and the remotes
+    that are folders of this machine (``url``), relative ones from ``base``."""
+    import re
+
+    try:
+        text = config.read_text(encoding="utf-8") if config.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        return []
+    found, section = [], ""
+    for line in text.splitlines():
+        head = re.fullmatch(r"\s*\[(.*)\]\s*", line)
+        if head:
+            section = head.group(1).strip("'\" ").split()[0] if head.group(1).strip("'\" ") else ""
+            continue
+        pair = re.fullmatch(r"\s*([\w.-]+)\s*=\s*(.*?)\s*", line)
+        if pair is None:
+            continue
+        key, value = pair.group(1), pair.group(2).strip("'\"")
+        if (section, key) == ("cache", "dir"):
+            found.append((base / os.path.expanduser(value), "DVC's cache"))
+        elif section == "remote" and key == "url" and local_folder(value):
+            found.append((base / os.path.expanduser(local_folder(value)), "a DVC remote"))
+    return found
+
+
+def tool_folders(root: Path) -> list[tuple[Path, str]]:
+    """git's and DVC's own folders of the repository ``root`` wherever they lie, resolved:
+    a git folder not named .git (``.git`` a file naming it: ``git clone
+    --separate-git-dir``, a worktree, a submodule; GIT_DIR), DVC's cache and the remotes
+    on this machine its config (the repository's, yours, the system's) names."""
+    found = []
+    dot_git = root / ".git"
+    try:
+        if dot_git.is_file():  # "gitdir: PATH", relative to the checkout
+            named = dot_git.read_text(encoding="utf-8", errors="replace")[:4096].strip()
+            if named.startswith("gitdir:"):
+                git_dir = root / named[len("gitdir:"):].strip()
+                found.append((git_dir, "git's own folder"))
+                common = git_dir / "commondir"  # a worktree's: the repository's own
+                if common.is_file():
+                    found.append((git_dir / common.read_text(encoding="utf-8",
+                                                             errors="replace").strip(),
+                                  "git's own folder"))
+    except OSError:
+        pass
+    if os.environ.get("GIT_DIR"):
+        found.append((Path(os.environ["GIT_DIR"]), "git's own folder"))
+    dvc = dvc_root(root)
+    if dvc is not None:
+        for config in ("config", "config.local"):
+            found += _config_paths(dvc / ".dvc" / config, dvc / ".dvc")
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    for config in (home / "dvc" / "config", Path("/etc/xdg/dvc/config")):
+        found += _config_paths(config, config.parent)
+    resolved = []
+    for folder, what in found:
+        try:
+            folder = Path(os.path.normpath(folder)).resolve()
+        except (OSError, RuntimeError):
+            continue
+        # a cache holding the whole project (cache.dir: ..) would refuse every place
+        if folder != root and folder not in root.parents:
+            resolved.append((folder, what))
+    return resolved
+
+
 # the project's own folders, under the repository root: no command writes its results there
 NOT_OURS = {".git": "git's own folder", ".dvc": "DVC's own folder",
             "src": "the project's code", "stages": "the project's code",
@@ -380,15 +486,23 @@ NOT_OURS = {".git": "git's own folder", ".dvc": "DVC's own folder",
 
 
 def refuse_foreign_place(path: Path, option: str, default: str = "",
-                         own_stages: tuple[str, ...] = (), publishing: bool = False) -> None:
+                         own_stages: tuple[str, ...] = (), publishing: bool = False,
+                         feeds: tuple[str, ...] = (), own_outputs: bool = True) -> None:
     """Before a command writes at ``path`` (given as ``option``): a path holding a control
     character (a newline would break every line that shows it), one inside .git/, .dvc/,
     src/ or stages/ of the repository root, or one that is, lies inside or holds an output
     of a DVC stage of the pipelines other than ``own_stages`` (DVC would find that output
     changed and replace it on the stage's next run; ``ablation@NAME`` for a foreach
     stage's) is refused in one line naming it; ``default`` says where such results go.
-    So is one in a folder of published weights (:func:`refuse_inside_published`). Under `dvc
-    repro` too: DVC_STAGE is a variable anyone may set, so it switches nothing off.
+    So is one in a folder of published weights (:func:`refuse_inside_published`), in git's
+    or DVC's folders wherever they lie (:func:`tool_folders`), or at or inside a file or
+    folder a stage reads that no stage makes (reports/tf_reference, kept in git: the stage
+    would find it changed), but for the stages in ``feeds``, whose inputs this command
+    writes. ``own_outputs`` false: ``own_stages``' folders are this command's to write in,
+    their outputs not (eval --watch writes beside the train stage's model, never into
+    its curves). ``own_stages`` and ``feeds`` hold in the repository this command runs
+    for only (the working folder's): another checkout's stages are never its own. Under
+    `dvc repro` too: DVC_STAGE is a variable anyone may set, so it switches nothing off.
 """
     from .errors import PipelineError
 
@@ -399,6 +513,9 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                             f"path{instead}. Nothing was changed.")
     where = Path(path).resolve()
     root = repository_root(Path(path))
+    running = _repository_at(Path.cwd().resolve())
+    if running is not None and running.resolve() != root:  # another checkout's place
+        own_stages, feeds = (), ()
     # below the repository root, its own parts only: a queued DVC experiment runs in a
     # workspace inside the repository's .dvc/ (.dvc/tmp/exps/...)
     parts = where.relative_to(root).parts if where.is_relative_to(root) else where.parts
@@ -407,17 +524,38 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                 where == root / name or root / name in where.parents):
             raise PipelineError(f"{option} {path}: inside {name}/, {what}; give {option} a "
                                 f"folder of its own{instead}. Nothing was changed.")
+    for folder, what in tool_folders(root):
+        if where == folder or folder in where.parents:
+            raise PipelineError(f"{option} {path}: inside {folder}, {what}; give {option} a "
+                                f"folder of its own{instead}. Nothing was changed.")
     refuse_inside_published(path, option, default, publishing)
     here = root == Path.cwd().resolve()  # the pipelines' paths as they name them
-    outputs = stage_outputs(PIPELINES if here else tuple(root / p for p in PIPELINES))
+    pipelines = PIPELINES if here else tuple(root / p for p in PIPELINES)
+    outputs, reads = stage_paths(pipelines)
     for stage, output in outputs:
         how = _overlap(where, output)
-        if how is not None and not _is_own(stage, output, where, own_stages):
+        if how is not None and (not own_outputs or not _is_own(stage, output, where, own_stages)):
             raise PipelineError(f"{option} {path}: {how} {output}, an output of the DVC stage "
                                 f"{_named(stage, output, where)!r}, which DVC would find "
                                 f"changed and replace on the stage's next run; give {option} "
                                 f"a path outside the pipelines' outputs{instead}. Nothing was "
                                 f"changed.")
+    # what a stage reads and no stage makes (kept in git): written into, the stage is stale
+    read = {}  # each path once (every variant reads the same code): the first stage's
+    for stage, dep in reads:
+        at = Path(os.path.normpath(root / dep))
+        if stage.split("@")[0] not in feeds and "${" not in str(dep) and at != root \
+                and at.is_relative_to(root) and at.relative_to(root).parts[0] not in NOT_OURS:
+            read.setdefault(at, (stage, dep))
+    for at, (stage, dep) in read.items():
+        how = _overlap(where, at.resolve())
+        # (a stage's output too, as data/prepared: what is said of outputs holds there)
+        if how in ("is", "lies inside") \
+                and not any(_overlap(at, output) is not None for _, output in outputs):
+            raise PipelineError(f"{option} {path}: {how} {dep}, which the DVC stage "
+                                f"{stage!r} reads (kept in git, made by no stage): DVC would "
+                                f"find it changed; give {option} a path of its own{instead}. "
+                                f"Nothing was changed.")
     # a folder holding one stage's outputs and no other's, at any depth (data/train,
     # reports/eval, a variant's results, reports/ablations itself) is that stage's: its
     # next run refuses a file it did not make there, after DVC removed its outputs. One
