@@ -340,11 +340,11 @@ def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
     """The page quotes the report's tables: a report stage DVC calls changed (a variant
     rerun since, the report not) would be quoted as the variants' figures. One line."""
     from cifar10_tutorial.cli import pipeline_stages
-    from cifar10_tutorial.ownership import repository_root
+    from cifar10_tutorial.ownership import dvc_root, repository_root
     from cifar10_tutorial.report.results import dvc_status
 
     root = repository_root(Path("reports"))
-    if not (root / ".dvc").is_dir() or not (root / dvc_yaml).is_file() \
+    if dvc_root(root) is None or not (root / dvc_yaml).is_file() \
             or "report" not in pipeline_stages(root / dvc_yaml):
         return
     _, status = dvc_status(root, [f"{dvc_yaml}:report"], f"dvc status {dvc_yaml}:report",
@@ -376,7 +376,9 @@ def main(argv=None) -> None:
                             f"Nothing was written.")
     from cifar10_tutorial.report.results import refuse_stale_results
 
-    refuse_stale_results(Path("reports/ablations"))  # figures of results DVC calls changed
+    unchecked = refuse_stale_results(Path("reports/ablations"))  # figures DVC calls changed
+    if unchecked:
+        print(f"note: {unchecked}", file=sys.stderr)
     _refuse_stale_report()  # ... and the report's tables it quotes, made from them
     ensure_writable(out.parent)  # a folder that cannot be made (/proc/x): one line
     write_text_atomic(out, render())

@@ -214,7 +214,7 @@ def test_tiny_ablation_set_and_report_through_dvc(exercise_run, tmp_path):
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     assert ("reports/ablations: the results of no_lrn are not of their definition as it is now "
-            "(`dvc status reports/dvc.yaml`: no_lrn: reports/params.yaml ablations.no_lrn "
+            "(`dvc status --with-deps reports/dvc.yaml`: no_lrn: reports/params.yaml ablations.no_lrn "
             "modified); rerun them first") in line, line
     assert (rep / "report.md").read_bytes() == before
     # ... and so does the report stage alone: its last report stays (DVC removes no output

@@ -22,6 +22,11 @@ from conftest import DVC, ROOT, SHARED, run_stage, set_params, tiny_project
 PUBLISHED = "tutorial_100k"  # the variant whose weights the project publishes
 
 
+def _run_in(cwd, *cmd):
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
 def _run(cwd, *args):
     return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
@@ -271,7 +276,7 @@ def test_the_model_an_eval_record_names_is_of_the_results_repository(finished, t
 
     p = tmp_path / "p"
     shutil.copytree(finished, p, symlinks=True)
-    (p / ".dvc").mkdir(exist_ok=True)
+    (p / ".git").mkdir(exist_ok=True)  # a checkout (its results: no DVC records them)
     q = tmp_path / "q"
     (q / "data/ablations/baseline").mkdir(parents=True)
     other = torch.load(p / "data/ablations/baseline/model.pt", weights_only=True)
@@ -280,8 +285,25 @@ def test_the_model_an_eval_record_names_is_of_the_results_repository(finished, t
     proc = _run(q, str(ROOT / "tools/publish.py"), "baseline", "--results",
                 str(p / "reports/ablations/baseline"), "--out", str(tmp_path / "pub"))
     assert proc.returncode == 0, proc.stderr
+    assert "were not checked" in proc.stderr and "no DVC repository records them" in proc.stderr
     assert hashlib.sha256((tmp_path / "pub/model.pt").read_bytes()).digest() == \
         hashlib.sha256((p / "data/ablations/baseline/model.pt").read_bytes()).digest()
+
+
+@pytest.mark.e2e
+def test_another_checkouts_stage_folder_is_checked_where_it_lies(finished, tmp_path):
+    """--results the ablation stage's folder of another checkout: that checkout's DVC can
+    judge it, and does (stale there: refused), rather than a note that it cannot."""
+    p = tmp_path / "p"
+    shutil.copytree(finished, p, symlinks=True)
+    _run_in(p, "git", "init", "-q")
+    _run_in(p, DVC, "init", "-q")
+    q = tmp_path / "q"
+    q.mkdir()
+    proc = _run(q, str(ROOT / "tools/publish.py"), "baseline", "--results",
+                str(p / "reports/ablations/baseline"), "--out", str(tmp_path / "pub"))
+    assert proc.returncode == 1 and "were never recorded by DVC" in proc.stderr, proc.stderr
+    assert not (tmp_path / "pub").exists()
 
 
 def _artifact():

@@ -1012,3 +1012,17 @@ def test_a_report_over_a_mebibyte_edited_is_refused(tmp_path, monkeypatch):
     (out / "report.md").write_text(big)  # as written: replaced
     make_report(tmp_path / "a", out, OVERRIDES)
     assert (out / "report.md").stat().st_size < len(big)
+
+
+def test_results_no_stage_vouches_for_are_said_to_be_unchecked_at_the_top(tmp_path):
+    """A copy of the results (no DVC stage's folder): the report says so above its figures,
+    naming why, so that no reader takes them for the pipeline's."""
+    root, out = tmp_path / "copy", tmp_path / "out"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    make_report(root, out, OVERRIDES, unchecked="the results in copy were not checked against "
+                "the variants' definitions as they are now: they are not the ablation "
+                "stages' folder (reports/ablations)")
+    text = (out / "report.md").read_text()
+    assert "> **Unchecked.** The results in copy were not checked" in text.split("## ")[0]
+    make_report(root, out, OVERRIDES)
+    assert "Unchecked" not in (out / "report.md").read_text()

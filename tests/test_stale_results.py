@@ -52,7 +52,7 @@ def test_results_dvc_calls_changed_are_refused(project):
     params = project / "reports/params.yaml"
     params.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
     with pytest.raises(PipelineError, match=r"^reports/ablations: the results of a are not of "
-                                            r"their definition as it is now \(`dvc status "
+                                            r"their definition as it is now \(`dvc status --with-deps "
                                             r"reports/dvc.yaml`: a: reports/params.yaml "
                                             r"ablations.a modified"):
         refuse_stale_results(results)
@@ -89,7 +89,7 @@ def test_from_a_subfolder_the_repository_above_is_asked(project, monkeypatch):
 
 def test_a_dvc_status_that_fails_stops_the_command(project):
     (project / "reports/dvc.lock").write_text("stages: [not, a, lock\n")
-    with pytest.raises(PipelineError, match=r"^`dvc status reports/dvc.yaml` failed \(exit "
+    with pytest.raises(PipelineError, match=r"^`dvc status --with-deps reports/dvc.yaml` failed \(exit "
                                             r"\d+: .*\): whether the results in "
                                             r"reports/ablations are of their definitions"):
         refuse_stale_results(Path("reports/ablations"))
@@ -253,7 +253,7 @@ def test_a_folder_that_is_no_dvc_repository_is_not_judged(project):
                                             r"is gone.*`git checkout -- \.dvc`, or `dvc init`"):
         refuse_stale_results(Path("reports/ablations"))
     (project / "reports/dvc.lock").unlink()
-    refuse_stale_results(Path("reports/ablations"))
+    assert "no DVC repository records them" in refuse_stale_results(Path("reports/ablations"))
 
 
 def test_a_fifo_among_the_results_is_one_line_not_a_hang(project):
@@ -325,5 +325,95 @@ def test_a_dvc_status_that_never_answers_is_one_line(project, monkeypatch):
     params = project / "reports/params.yaml"
     params.unlink()
     os.mkfifo(params)
-    with pytest.raises(PipelineError, match=r"`dvc status reports/dvc.yaml` gave no answer in 5 s"):
+    with pytest.raises(PipelineError, match=r"`dvc status --with-deps reports/dvc.yaml` gave no answer in 5 s"):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+def _dvc() -> str:
+    return DVC if Path(DVC).is_file() else "dvc"
+
+
+def test_a_stage_upstream_changed_makes_the_variants_stale(project):
+    """The data's URL changed, nothing rerun: `dvc repro` would download, prepare and rerun
+    every variant that reads the data. Their results are not the new definition's."""
+    (project / "params.yaml").write_text("data:\n  url: https://a.example/one.tar.gz\n")
+    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
+        "download": {"cmd": "mkdir -p data/raw && echo ${data.url} > data/raw/x",
+                     "params": ["data.url"], "outs": ["data/raw"]},
+        "preprocess": {"cmd": "mkdir -p data/prepared && cp data/raw/x data/prepared/x",
+                       "deps": ["data/raw"], "outs": ["data/prepared"]}}}))
+    pipeline = yaml.safe_load((project / "reports/dvc.yaml").read_text())
+    pipeline["stages"]["ablation"]["do"]["deps"] = ["../data/prepared"]
+    (project / "reports/dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    _run(project, _dvc(), "repro", "-q", "reports/dvc.yaml")
+    assert refuse_stale_results(Path("reports/ablations")) is None
+    for out in ("data/raw", "data/prepared"):  # a clone has not pulled the data: no change
+        shutil.rmtree(project / out)
+    assert refuse_stale_results(Path("reports/ablations")) is None
+    (project / "params.yaml").write_text("data:\n  url: https://b.example/two.tar.gz\n")
+    with pytest.raises(PipelineError, match=r"the results of a, b are not of their definition "
+                                            r".*a: upstream, download: params.yaml data.url "
+                                            r"modified"):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+def test_a_copy_of_the_results_is_said_to_be_unchecked(project, tmp_path):
+    """A copy of the variants' results (kept in the checkout, or outside any) is no folder
+    DVC records: checking it by its folders' names would vouch for figures of anything.
+    The command is told they are unchecked, with why."""
+    shutil.copytree(project / "reports/ablations", project / "old_abl")
+    shutil.copytree(project / "reports/ablations", tmp_path / "abx")
+    (project / "reports/params.yaml").write_text(
+        yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
+    for copy in (Path("old_abl"), tmp_path / "abx"):
+        said = refuse_stale_results(copy)
+        assert f"the results in {copy} were not checked" in said \
+            and "not the ablation stages' folder (reports/ablations)" in said, said
+    with pytest.raises(PipelineError, match=r"the results of a are not"):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+def test_results_in_a_folder_not_of_their_variants_name_are_refused(project):
+    """softmax's results moved to softmax_old (a backup kept before a rerun): reported as
+    softmax, they would be checked as no stage's. One line naming the folder."""
+    for name in ("a", "b"):
+        (project / f"reports/ablations/{name}/variant.json").write_text(f'{{"variant": "{name}"}}')
+    refuse_stale_results(Path("reports/ablations"))
+    (project / "reports/ablations/a").rename(project / "reports/ablations/a_old")
+    with pytest.raises(PipelineError, match=r"^reports/ablations/a_old: holds the results of "
+                                            r"'a' \(its variant.json\), in a folder of another "
+                                            r"name.*move it out of reports/ablations"):
+        refuse_stale_results(Path("reports/ablations"))
+
+
+def test_definitions_stated_from_another_params_file_must_be_the_checked_ones(project,
+                                                                              tmp_path):
+    """The report's --params another file: the definitions it states must be those DVC
+    checked the results against (reports/params.yaml), else one line."""
+    other = tmp_path / "other.yaml"
+    shutil.copy(project / "reports/params.yaml", other)
+    assert refuse_stale_results(Path("reports/ablations"), params=other) is None
+    other.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 9}, "b": {"seed": 2}}}))
+    with pytest.raises(PipelineError, match=rf"^{other}: defines a otherwise than "
+                                            rf".*reports/params.yaml, whose definitions DVC "
+                                            rf"checked"):
+        refuse_stale_results(Path("reports/ablations"), params=other)
+
+
+def test_a_project_in_a_subfolder_of_a_dvc_repository_is_judged_by_it(tmp_path, monkeypatch):
+    """A monorepo: git and DVC at its root, the project in a subfolder (no .dvc/ of its
+    own). DVC records its stages; nothing is "gone"."""
+    mono = tmp_path / "mono"
+    project = mono / "p"
+    (project / "reports").mkdir(parents=True)
+    (project / "dvc.yaml").write_text("stages: {}\n")
+    (project / "reports/dvc.yaml").write_text(yaml.safe_dump(PIPELINE))
+    (project / "reports/params.yaml").write_text(yaml.safe_dump({"ablations": {"a": {"seed": 1}}}))
+    _run(mono, "git", "init", "-q")
+    _run(mono, _dvc(), "init", "-q")
+    _run(project, _dvc(), "repro", "-q", "reports/dvc.yaml")
+    monkeypatch.chdir(project)
+    assert refuse_stale_results(Path("reports/ablations")) is None
+    (project / "reports/params.yaml").write_text(yaml.safe_dump({"ablations": {"a": {"seed": 3}}}))
+    with pytest.raises(PipelineError, match=r"the results of a are not of their definition"):
         refuse_stale_results(Path("reports/ablations"))

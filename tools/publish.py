@@ -48,8 +48,8 @@ from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import (listed_as_written, recover_swapped_folder, sha256_of,
                                     staging_folder, swap_in_folder, write_listing)
-from cifar10_tutorial.ownership import (PUBLISHED_MANIFEST, ensure_writable, listed,
-                                        refuse_foreign_place)
+from cifar10_tutorial.ownership import (PUBLISHED_MANIFEST, _repository_at, ensure_writable,
+                                        listed, refuse_foreign_place)
 from cifar10_tutorial.model_files import load_model_file
 from publish_records import RERUN, Records, read_json, read_records, recorded_model
 from cifar10_tutorial.report.results import device_text, refuse_stale_results
@@ -386,14 +386,23 @@ def main(argv: Optional[list[str]] = None) -> None:
         raise PipelineError(f"{args.name[:80]!r}: expected a variant name (a letter, then "
                             f"letters, digits, '_' or '-', at most 64)")
     results = args.results or variant_results(args.name)
-    # the stage's own folder (by any path: a link to it is it) is what DVC can vouch for;
-    # a copy (of the same name or not) is no folder DVC knows
+    # the stage's own folder (by any path: a link to it is it), here or in the checkout
+    # the results lie in, is what DVC can vouch for; a copy (of the same name or not) is
+    # no folder DVC knows
     try:
         own = variant_results(args.name).resolve()
     except PipelineError:  # no pipeline here to name it
         own = None
+    theirs = _repository_at(results.resolve())
+    if theirs is not None and results.resolve() != own:
+        try:
+            own = (theirs / variant_results(args.name, theirs / REPORT_DVC_YAML)).resolve()
+        except PipelineError:
+            pass
     if results.resolve() == own:
-        refuse_stale_results(own.parent, only=args.name)
+        unchecked = refuse_stale_results(own.parent, only=args.name)
+        if unchecked:
+            print(f"note: {unchecked}; the card states what its records say", file=sys.stderr)
     else:
         print(f"note: {results} is not the ablation stage's folder of {args.name} "
               f"({own if own is not None else 'no reports/dvc.yaml here names it'}), so "

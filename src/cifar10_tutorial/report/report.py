@@ -35,7 +35,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                 dataset_variants: Optional[list[str]] = None,
                 search: Optional[Path] = None, equivalence: Optional[Path] = None,
                 devices_timing: Optional[Path] = None, tf_reference: Optional[Path] = None,
-                trial_steps: Optional[int] = None) -> Path:
+                trial_steps: Optional[int] = None, unchecked: Optional[str] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
     results under ``ablations_root`` (data-set variants' results are there too);
     ``variants``: reports/params.yaml's ``ablations`` (name -> overrides), which sorts them into
@@ -43,7 +43,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     checked to train bit-identically (:mod:`.equivalence`); ``devices_timing``: exercise 5's
     timing of both set-ups on one idle machine (:mod:`.devices_timing`); ``tf_reference``:
     the folder of the reference implementation's runs (:mod:`.against_reference`);
-    ``trial_steps``: reports/params.yaml ``ablation.trial_steps``, named in the banner when set."""
+    ``trial_steps``: reports/params.yaml ``ablation.trial_steps``, named in the banner when set;
+    ``unchecked``: why the results could not be checked against their stages (a copy of
+    them), said at the top."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
     not_run = []
     if variants is not None:
@@ -95,7 +97,8 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
         try:
             for folder in staged.values():  # first: the mark of a folder the report builds
                 (folder / BUILDING).write_text("a folder the report stage is building\n")
-            r = make_results(df, variants or {}, ablations_root, out, not_run, trial_steps)
+            r = make_results(df, variants or {}, ablations_root, out, not_run, trial_steps,
+                             unchecked)
             r.tables, r.plots = staged["tables"], staged["plots"]
             md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
                   + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)

@@ -268,6 +268,7 @@ class Results:
     overrides: dict = None  # each variant's overrides of the baseline (reports/params.yaml)
     not_run: tuple = ()  # variants of reports/params.yaml `ablations:` without results
     trial_steps: Optional[int] = None  # reports/params.yaml ablation.trial_steps: a trial's cap
+    unchecked: Optional[str] = None  # why the results could not be checked against DVC
 
     @property
     def base(self):
@@ -313,7 +314,8 @@ class Results:
 
 
 def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: Path,
-                 not_run: list[str] = (), trial_steps: Optional[int] = None) -> Results:
+                 not_run: list[str] = (), trial_steps: Optional[int] = None,
+                 unchecked: Optional[str] = None) -> Results:
     """Sort the variants: the tutorial's (:data:`TUTORIAL_VARIANTS`, by name) by their
     budget and purpose, from their params overrides, and the rest (``yours``); ``not_run``:
     the variants of ``overrides`` that have no results; ``trial_steps``: the cap of a trial."""
@@ -332,11 +334,18 @@ def make_results(df: pd.DataFrame, overrides: dict[str, dict], root: Path, out: 
     return Results(df, tutorial.drop(index=[n for n in ours if n in own or n in checks]), timed,
                    root, out / "tables", out / "plots", df.loc[seeds],
                    df.loc[[n for n in df.index if n not in ours]], dict(overrides),
-                   tuple(not_run), trial_steps)
+                   tuple(not_run), trial_steps, unchecked)
 
 
 def banner(r: Results) -> list[str]:
-    """What capped the runs, when it makes the report a trial or too short to answer."""
+    """Results no DVC stage could vouch for (:func:`refuse_stale_results`' note), then what
+    capped the runs, when it makes the report a trial or too short to answer."""
+    unchecked = ([f"> **Unchecked.** {r.unchecked[0].upper()}{r.unchecked[1:]}: the figures "
+                  f"below are what those files say.", ""] if r.unchecked else [])
+    return unchecked + _capped(r)
+
+
+def _capped(r: Results) -> list[str]:
     short = (f"fewer than the {MIN_STEPS:,} steps below which this report draws no conclusions "
              f"(the moving averages and the loss have barely started). The tables show what "
              f"was measured; every answer is withheld. ")
@@ -513,59 +522,67 @@ def dvc_status(root: Path, targets: list[str], shown: str, unknown: str):
 
 
 def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"),
-                         only: Optional[str] = None) -> None:
+                         only: Optional[str] = None,
+                         params: Optional[Path] = None) -> Optional[str]:
     """Results are reported (the report, a results page, a model card) as the variants'
-    definitions as they are now. DVC says which are not (`dvc status`): a variant with
-    results in ``results`` (``only``: that one) whose params, deps or command changed, or
-    whose recorded outputs were changed, since DVC recorded it, stops the command in one
-    line; by hand, and under `dvc repro` too (`--single-item` runs the report without the
-    variants before it). A recorded result deleted counts (they are kept in git: a clone
-    has them). Results of a stage DVC never recorded (run by hand, a lock without it) are
-    refused too, naming how to record them: nothing says what they are of. A `dvc status`
-    that fails is one line too, as nothing it would have said can be vouched for. The repository is the one ``results`` lies in, else the working folder's
-    (``dvc_yaml``: relative to its root); where there is none (no .dvc/), nothing was
-    recorded."""
+    definitions as they are now. DVC says which are not (`dvc status --with-deps`): a
+    variant with results in ``results`` (``only``: that one) whose params, deps or command
+    changed, or whose recorded outputs were changed, since DVC recorded it, or upstream of
+    which a stage changed (the data's URL: `dvc repro` would download, prepare and rerun
+    it), stops the command in one line; by hand, and under `dvc repro` too
+    (`--single-item` runs the report without the variants before it). A recorded result
+    deleted counts (they are kept in git: a clone has them). Results of a stage DVC never
+    recorded (run by hand, a lock without it) are refused too, naming how to record them:
+    nothing says what they are of. A `dvc status` that fails is one line too, as nothing
+    it would have said can be vouched for. ``params``: the variants' definitions the
+    command states (the report's --params): each must be the one DVC checked against.
+
+    The repository is the one ``results`` lies in, else the working folder's (``dvc_yaml``:
+    relative to its root). Only the ablation stages' own folder there can be checked:
+    for any other (a copy, a backup) this returns a note saying so, which the command
+    shows where it states the results; so it does where no DVC repository records them."""
     import yaml
 
-    from ..ownership import _repository_at, repository_root
+    from ..ownership import _repository_at, dvc_root, repository_root, stage_paths
 
+    _refuse_unreadable_or_renamed(Path(results))
     # the repository the results lie in: where they resolve (a link to another checkout's
     # results is judged there), else along the path as given (a folder of the project
     # linked to another disk), else the working folder's
     root = _repository_at(Path(results).resolve()) or repository_root(Path(results))
+    unchecked = (f"the results in {results} were not checked against the variants' "
+                 f"definitions as they are now: ")
     if not (root / dvc_yaml).is_file():
-        return
+        return unchecked + "no DVC pipeline here records them"
     lock = (root / dvc_yaml).with_suffix(".lock")
-    if not (root / ".dvc").is_dir():  # nothing recorded, unless a lock says otherwise
+    if dvc_root(root) is None:  # nothing recorded, unless a lock says otherwise
         if lock.exists():
             raise PipelineError(f"{root}: {dvc_yaml.with_suffix('.lock')} records the variants, "
                                 f"but .dvc/ is gone, so DVC cannot say whether the results in "
                                 f"{results} are of their definitions as they are now; restore "
                                 f"it (`git checkout -- .dvc`, or `dvc init`), then rerun. "
                                 f"Nothing was written.")
-        return
-    # DVC hashes each result to compare: a FIFO among a variant's would hold `dvc status`
-    # for ever (the variants' folders, those with results, links not followed)
-    variants = [f for f in Path(results).iterdir()
-                if os.path.lexists(f / "metrics.json") and not f.is_symlink()] \
-        if Path(results).is_dir() else []
-    for folder in variants:
-        for at, _, files in os.walk(folder):
-            for path in (Path(at) / f for f in files):
-                if not (path.is_file() or path.is_dir()):
-                    raise PipelineError(f"{path}: expected a result file, found a FIFO, "
-                                        f"socket, device or broken link; remove it. Nothing "
-                                        f"was written.")
+        return unchecked + f"no DVC repository records them ({root} has no .dvc/)"
     from ..cli import pipeline_stages
 
     # the variants' stages alone: under `dvc repro` the report stage's own outputs are
     # locked for writing, and a status of the whole pipeline would wait on them
     groups = [g for g in ("ablation", "dataset_ablation") if g in pipeline_stages(root / dvc_yaml)]
     if not groups:
-        return
-    proc, status = dvc_status(root, [f"{dvc_yaml}:{g}" for g in groups],
-                              f"dvc status {dvc_yaml}", f"whether the results in {results} "
-                              f"are of their definitions as they are now")
+        return unchecked + f"{dvc_yaml} has no ablation stages"
+    pipelines = tuple(root / p for p in ("dvc.yaml", str(dvc_yaml)))
+    outputs, reads = stage_paths(pipelines)
+    # the folder the stages write each variant's results into (reports/ablations): a
+    # copy elsewhere, or a folder of another name in it, is no stage's to ask DVC of
+    theirs = {Path(os.path.normpath(Path(*o.parts[:next(i for i, part in enumerate(o.parts)
+                                                          if "${" in part)])))
+              for stage, o in outputs if stage.split("@")[0] in groups and "${" in str(o)}
+    if Path(results).resolve() not in {t.resolve() for t in theirs}:
+        shown = ", ".join(sorted(in_repository(t) for t in theirs)) or "none"
+        return unchecked + f"they are not the ablation stages' folder ({shown})"
+    proc, status = dvc_status(root, [f"{dvc_yaml}:{g}" for g in groups] + ["--with-deps"],
+                              f"dvc status --with-deps {dvc_yaml}", f"whether the results in "
+                              f"{results} are of their definitions as they are now")
     frozen = [line for line in proc.stderr.splitlines() if "is frozen" in line]
     if frozen:  # DVC says nothing of a frozen stage's deps: never silently
         import sys
@@ -586,16 +603,57 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
                             f"Nothing was written.") from None
     if only is not None and (Path(results) / only / "metrics.json").is_file():
         _refuse_undefined(root / dvc_yaml.parent / "params.yaml", only, results)
+    if params is not None:
+        _refuse_other_definitions(Path(params), root / dvc_yaml.parent / "params.yaml", results)
     # a dep DVC calls deleted: data a clone has not pulled (an output of a stage) says
     # nothing of the results; code or a file kept in git deleted is code changed
-    from ..ownership import stage_outputs
-
-    data = [Path(os.path.normpath(root / path)) for _, path in
-            stage_outputs(tuple(root / p for p in ("dvc.yaml", str(dvc_yaml))))]
+    data = [Path(os.path.normpath(root / path)) for _, path in outputs]
 
     def pulled(dep: str) -> bool:
         at = Path(os.path.normpath(root / dep))
         return any(at == d or d in at.parents for d in data if "${" not in str(d))
+
+    def changed(changes, folder: Optional[Path]) -> list[str]:
+        """What of a stage's status says its results are not of it as it is now."""
+        what = []
+        for change in changes if isinstance(changes, list) else []:
+            if change in ("changed command", "changed checksum"):  # the stage's definition
+                what.append(f"its stage's {change.split()[1]} changed")
+            if not isinstance(change, dict):
+                continue
+            # a params file's keys (a dict); a file modified, or deleted but for data not
+            # pulled ("new": never recorded); an output changed since
+            what += [f"{dep} {', '.join(f'{k} {v}' for k, v in how.items())}"
+                     if isinstance(how, dict) else f"{dep} {how}"
+                     for dep, how in (change.get("changed deps") or {}).items()
+                     if isinstance(how, dict) or how == "modified"
+                     or (how == "deleted" and not pulled(dep))]
+            if folder is None:  # a stage upstream: its outputs are data a clone may lack
+                continue
+            # a recorded result edited, or deleted (in git: not a clone's missing data)
+            what += [f"{out} {how}" for out, how in (change.get("changed outs") or {}).items()
+                     if how == "modified" or (how == "deleted" and
+                                             (root / out).resolve().is_relative_to(folder.resolve()))]
+        return what
+
+    # the stages upstream of the variants that changed (`dvc repro` would rerun them, and
+    # the variants after them): each variant reading what they make, directly or not
+    upstream = {name: what for stage, changes in status.items()
+                for name in [stage.rpartition(":")[2]]
+                if name.partition("@")[0] not in ("ablation", "dataset_ablation")
+                for what in [changed(changes, None)] if what}
+    made = {}
+    for stage, output in outputs:
+        made.setdefault(stage, []).append(Path(os.path.normpath(root / output)))
+    tainted = set(upstream)
+    while True:  # what reads a tainted stage's output is tainted (download -> preprocess ...)
+        more = {stage for stage, dep in reads if stage not in tainted and any(
+            Path(os.path.normpath(root / dep)) == o or o in Path(os.path.normpath(root / dep)).parents
+            for t in tainted for o in made.get(t, []))}
+        if not more:
+            break
+        tainted |= more
+    first_upstream = next(iter(upstream.items()), None)
 
     stale, unrecorded = {}, []
     for stage, changes in status.items():
@@ -608,25 +666,13 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
             continue
         if name not in recorded:  # DVC calls each dep of it "modified": nothing to judge by
             unrecorded.append(name)
+            unrecorded.sort()
             continue
-        for change in changes if isinstance(changes, list) else []:
-            if change in ("changed command", "changed checksum"):  # the stage's definition
-                stale.setdefault(variant, []).append(f"its stage's {change.split()[1]} changed")
-            if not isinstance(change, dict):
-                continue
-            # a params file's keys (a dict); a file modified, or deleted but for data not
-            # pulled ("new": never recorded); an output changed since
-            what = [f"{dep} {', '.join(f'{k} {v}' for k, v in how.items())}"
-                    if isinstance(how, dict) else f"{dep} {how}"
-                    for dep, how in (change.get("changed deps") or {}).items()
-                    if isinstance(how, dict) or how == "modified"
-                    or (how == "deleted" and not pulled(dep))]
-            # a recorded result edited, or deleted (in git: not a clone's missing data)
-            what += [f"{out} {how}" for out, how in (change.get("changed outs") or {}).items()
-                     if how == "modified" or (how == "deleted" and
-                                             (root / out).resolve().is_relative_to(folder.resolve()))]
-            if what:
-                stale.setdefault(variant, []).extend(what)
+        what = changed(changes, folder)
+        if (name in tainted or group in tainted) and first_upstream is not None:
+            what.append(f"upstream, {first_upstream[0]}: {first_upstream[1][0]}")
+        if what:
+            stale.setdefault(variant, []).extend(what)
     if unrecorded:
         raise PipelineError(
             f"{results}: the results of {', '.join(n.partition('@')[2] for n in unrecorded[:5])}"
@@ -640,10 +686,63 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
         first = names[0]
         raise PipelineError(
             f"{results}: the results of {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} "
-            f"are not of their definition as it is now (`dvc status {dvc_yaml}`: {first}: "
-            f"{'; '.join(stale[first][:3])}); rerun them first: `dvc repro {dvc_yaml}` (it "
-            f"writes the report too), or, where only code changed that trains the same, "
+            f"are not of their definition as it is now (`dvc status --with-deps {dvc_yaml}`: "
+            f"{first}: {'; '.join(stale[first][:3])}); rerun them first: `dvc repro {dvc_yaml}` "
+            f"(it writes the report too), or, where only code changed that trains the same, "
             f"`cifar10 check-code`. Nothing was written.")
+    return None
+
+
+def _refuse_unreadable_or_renamed(results: Path) -> None:
+    """Before DVC hashes them: a FIFO among a variant's results would hold `dvc status` for
+    ever (each variant's folder, those with results, links not followed); a variant's
+    results in a folder not of its name (a backup, softmax_old) would be reported as that
+    variant's, yet checked as no stage's. One line each."""
+    variants = [f for f in results.iterdir()
+                if os.path.lexists(f / "metrics.json") and not f.is_symlink()] \
+        if results.is_dir() else []
+    for folder in variants:
+        for at, _, files in os.walk(folder):
+            for path in (Path(at) / f for f in files):
+                if not (path.is_file() or path.is_dir()):
+                    raise PipelineError(f"{path}: expected a result file, found a FIFO, "
+                                        f"socket, device or broken link; remove it. Nothing "
+                                        f"was written.")
+        try:
+            named = json.loads((folder / "variant.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue  # missing or damaged: said where the results are read
+        if isinstance(named, dict) and "variant" in named and named["variant"] != folder.name:
+            raise PipelineError(
+                f"{folder}: holds the results of {str(named['variant'])[:80]!r} (its "
+                f"variant.json), in a folder of another name, which no stage of that variant "
+                f"writes; move it out of {results} (or name it back). Nothing was written.")
+
+
+def _refuse_other_definitions(given: Path, checked: Path, results: Path) -> None:
+    """The definitions a command states (``given``, the report's --params) must be those
+    DVC checked the results against (``checked``, the pipeline's params file): one line
+    naming the first variant with results that the two define otherwise."""
+    import yaml
+
+    if given.resolve() == checked.resolve():
+        return
+
+    def groups(path: Path) -> dict:
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return {}  # said where the params are loaded
+        data = data if isinstance(data, dict) else {}
+        return {n: d for k in ("ablations", "dataset_ablations")
+                for n, d in (data.get(k) if isinstance(data.get(k), dict) else {}).items()}
+
+    now, stated = groups(checked), groups(given)
+    for name in sorted(stated):
+        if (Path(results) / str(name) / "metrics.json").is_file() and stated[name] != now.get(name):
+            raise PipelineError(f"{given}: defines {name} otherwise than {checked}, whose "
+                                f"definitions DVC checked its results against; give that "
+                                f"file (or drop --params). Nothing was written.")
 
 
 def _refuse_undefined(params: Path, name: str, results: Path) -> None:
