@@ -352,10 +352,11 @@ def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
     changed = [str(c) for stage, changes in status.items() if stage.endswith(":report")
                for c in (changes if isinstance(changes, list) else [changes])]
     if changed:
-        raise PipelineError(f"reports/report.md and its tables are not of the results as they "
-                            f"are now (`dvc status {dvc_yaml}:report`: {changed[0][:160]}); "
-                            f"rerun the report first: `dvc repro {dvc_yaml}:report`. Nothing "
-                            f"was written.")
+        raise PipelineError(f"reports/report.md and its tables are not recorded by DVC as "
+                            f"made from the results as they are now (`dvc status "
+                            f"{dvc_yaml}:report`: {changed[0][:160]}; a report made by "
+                            f"`cifar10 report` is never recorded); make it through DVC first: "
+                            f"`dvc repro {dvc_yaml}:report`. Nothing was written.")
 
 
 def main(argv=None) -> None:

@@ -291,6 +291,31 @@ def test_the_model_an_eval_record_names_is_of_the_results_repository(finished, t
 
 
 @pytest.mark.e2e
+def test_the_model_at_the_records_path_in_another_worktree_is_the_one_evaluated(finished,
+                                                                              tmp_path):
+    """A worktree of the checkout that trained the variant lacks its model (models are not
+    in git): --model the file at the record's path in that checkout is the one evaluated
+    (its params the record's); one of other params there is refused."""
+    import torch
+
+    p, w = tmp_path / "p", tmp_path / "w"
+    for copy in (p, w):
+        shutil.copytree(finished, copy, symlinks=True)
+        (copy / ".git").mkdir(exist_ok=True)
+    (w / "data/ablations/baseline/model.pt").unlink()
+    model = p / "data/ablations/baseline/model.pt"
+    proc = _run(w, str(ROOT / "tools/publish.py"), "baseline", "--model", str(model),
+                "--out", str(tmp_path / "pub"))
+    assert proc.returncode == 0, proc.stderr
+    other = torch.load(model, weights_only=True)
+    other["params"]["train"]["initial_lr"] = 0.2
+    torch.save(other, model)
+    proc = _run(w, str(ROOT / "tools/publish.py"), "baseline", "--model", str(model),
+                "--out", str(tmp_path / "pub2"))
+    assert proc.returncode == 1 and "these results are of another run" in proc.stderr, proc.stderr
+
+
+@pytest.mark.e2e
 def test_another_checkouts_stage_folder_is_checked_where_it_lies(finished, tmp_path):
     """--results the ablation stage's folder of another checkout: that checkout's DVC can
     judge it, and does (stale there: refused), rather than a note that it cannot."""

@@ -311,9 +311,10 @@ def test_the_results_page_refuses_a_report_older_than_its_results(project):
         yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
     _run(project, dvc, "repro", "-q", "--single-item", "reports/dvc.yaml:ablation@a")
     refuse_stale_results(Path("reports/ablations"))  # the variants are as recorded ...
-    with pytest.raises(PipelineError, match=r"^reports/report.md and its tables are not of the "
-                                            r"results as they are now .*`dvc repro "
-                                            r"reports/dvc.yaml:report`"):
+    with pytest.raises(PipelineError, match=r"^reports/report.md and its tables are not "
+                                            r"recorded by DVC as made from the results as they "
+                                            r"are now .*a report made by `cifar10 report` is "
+                                            r"never recorded.*`dvc repro reports/dvc.yaml:report`"):
         _refuse_stale_report()  # ... the report is not
 
 

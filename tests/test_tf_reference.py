@@ -229,3 +229,17 @@ def test_the_opcheck_maps_the_tutorials_variables_onto_this_network():
     with torch.no_grad():
         out = torch.nn.functional.conv2d(x, model.conv1.weight, padding=2)[0, :, 10, 10]
     assert np.allclose(out.numpy(), ref, atol=1e-4)
+
+
+def test_a_reference_folder_given_is_named_as_given_and_a_non_folder_refused(tmp_path):
+    """--tf-reference a typo: the report says which folder had no runs (it does not exist),
+    not the default's name; a file or a loop of links there is one line."""
+    r = _results(tmp_path)
+    text = "\n".join(against_reference(r, tmp_path / "nxdir"))
+    assert "No runs of the reference implementation yet (`" in text \
+        and "nxdir/`, which does not exist)" in text and "reports/tf_reference" not in text
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "file").write_text("x")
+    for bad in ("loop", "file"):
+        with pytest.raises(PipelineError, match=rf"^--tf-reference .*{bad}: not a folder"):
+            against_reference(r, tmp_path / bad)

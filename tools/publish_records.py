@@ -10,6 +10,7 @@ step was published with another run's card. Hence: everything here, first.
 from __future__ import annotations
 
 import json
+import os
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,20 @@ def recorded_model(results: Path, ev: dict) -> Path:
     return (_repository_at(Path(results).resolve()) or repository_root(Path(results))) / named
 
 
+def _at_its_path(model: Path, ev: dict) -> bool:
+    """``model`` lies at the eval record's relative path in a checkout of its own: another
+    worktree or clone of the one that trained it (models are not kept in git, so the
+    results' checkout may lack it). The same run only if its params are the ones the
+    record names (checked after)."""
+    from cifar10_tutorial.ownership import _repository_at
+
+    named = str(ev.get("model") or "")
+    if not named or Path(named).is_absolute() or "params_hash" not in ev:
+        return False
+    root = _repository_at(model.resolve()) or _repository_at(Path(os.path.abspath(model)))
+    return root is not None and (root / named).resolve() == model.resolve()
+
+
 def _check_one_run(model: Path, results: Path, ckpt: dict, train: dict, ev: dict) -> None:
     """The model's step is the step both records name, the eval record names this model
     file, and both records name the same data."""
@@ -109,7 +124,7 @@ def _check_one_run(model: Path, results: Path, ckpt: dict, train: dict, ev: dict
             raise PipelineError(f"{results / name}: records step {rec.get('steps')}, but "
                                 f"{model} is at step {step}: they come from different runs; "
                                 f"publish the model of the run whose results these are")
-    if recorded_model(results, ev).resolve() != model.resolve():
+    if recorded_model(results, ev).resolve() != model.resolve() and not _at_its_path(model, ev):
         raise PipelineError(f"{results / 'eval/provenance.json'}: evaluated {ev.get('model')}, "
                             f"not {model}; give --model the file the eval record names")
     if train.get("data_hash") != ev.get("data_hash"):

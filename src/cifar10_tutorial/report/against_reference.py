@@ -8,6 +8,7 @@ and what the gap to the tutorial's 86% is made of, as far as the measurements go
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -57,11 +58,18 @@ def _band(r: Results) -> Optional[pd.DataFrame]:
 
 
 def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
+    if folder is not None and (os.path.lexists(folder) and not Path(folder).is_dir()):
+        raise PipelineError(f"--tf-reference {folder}: not a folder (a file, or a link that "
+                            f"leads to none), where the reference implementation's runs are "
+                            f"read from; give their folder. Nothing was written.")
     runs = load_reference_runs(folder)
     md = ["## Against the reference implementation", ""]
     if not runs:
-        return md + ["No runs of the reference implementation yet (`reports/tf_reference/`): "
-                     "docs/reference.md says how they are made.", ""]
+        where = ("none was given" if folder is None else
+                 f"`{in_repository(Path(folder))}/`" + ("" if Path(folder).is_dir()
+                                                        else ", which does not exist"))
+        return md + [f"No runs of the reference implementation yet ({where}): "
+                     f"docs/reference.md says how they are made.", ""]
     any_run = next(iter(runs.values()))
     md += [f"The tutorial's own TensorFlow code (tensorflow/models, `tutorials/image/cifar10`, "
            f"TensorFlow {any_run.get('tensorflow', '?')} through `tensorflow.compat.v1`, the "
