@@ -198,35 +198,39 @@ def _not_the_reports(folder: Path) -> list[str]:
         return []
     listing = folder / WRITTEN
     if listing.is_file() and not listing.is_symlink():
-        try:
-            files = json.loads(listing.read_text(encoding="utf-8")).get("files")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-            files = None
-        if not isinstance(files, dict):
+        files = _listed(folder)
+        if files is None:
             raise PipelineError(f"{listing}: expected the report's list of the files it wrote "
                                 f"there, found one that cannot be read; restore the folder "
                                 f"(`git checkout -- {folder}`), or move it away, then rerun. "
                                 f"Nothing was changed.")
         ours = _written(folder) | {WRITTEN}
-        ours |= _as_committed(folder, [p.name for p in folder.iterdir() if p.name not in ours])
+        ours |= _as_committed(folder, [p.name for p in folder.iterdir() if p.name not in ours],
+                              files)
     else:
         ours = set()
     return sorted(p.name for p in folder.iterdir() if p.name not in ours)
 
 
-def _as_committed(folder: Path, names: list[str]) -> set[str]:
-    """Of ``names`` in the report's ``folder``, the files its list names (the report's
-    own names) that changed since, and whose bytes are those of the last commit (HEAD):
+def _listed(folder: Path) -> Optional[dict]:
+    """The report's list of what it wrote in ``folder`` (name -> sha256); None where it
+    cannot be read."""
+    try:
+        files = json.loads((folder / WRITTEN).read_text(encoding="utf-8")).get("files")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    return files if isinstance(files, dict) else None
+
+
+def _as_committed(folder: Path, names: list[str], listed: Optional[dict]) -> set[str]:
+    """Of ``names`` in the report's ``folder``, the files its list (``listed``) names (the
+    report's own names) that changed since, and whose bytes are those of the last commit (HEAD):
     the report's own from another branch, merged (this branch's list does not have their
     hash); replacing them loses nothing git cannot give back. A file the list does not
     name, or bytes only the index or the working copy hold, is not (a user's, an edit).
     None where git is not there. Git runs with no hook or filter of the folder's config."""
     import subprocess
 
-    try:
-        listed = json.loads((folder / WRITTEN).read_text(encoding="utf-8")).get("files")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return set()
     names = sorted(n for n in names if isinstance(listed, dict) and n in listed
                    and _REPORT_FILE.fullmatch(n) and not n.startswith(".")
                    and (folder / n).is_file() and not (folder / n).is_symlink())
@@ -258,7 +262,8 @@ def _replaced_own(dest: Path) -> set[str]:
     :func:`_not_the_reports`; kept should it appear meanwhile)."""
     if (dest / WRITTEN).is_file() and not (dest / WRITTEN).is_symlink():
         own = _written(dest)
-        return own | _as_committed(dest, [p.name for p in dest.iterdir() if p.name not in own])
+        return own | _as_committed(dest, [p.name for p in dest.iterdir() if p.name not in own],
+                                   _listed(dest))
     return set()
 
 
