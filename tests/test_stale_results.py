@@ -356,6 +356,11 @@ def test_a_stage_upstream_changed_makes_the_variants_stale(project):
                                             r".*a: upstream, download: params.yaml data.url "
                                             r"modified"):
         refuse_stale_results(Path("reports/ablations"))
+    # a clone whose upstream stages never ran (no dvc.lock: the results came in git): DVC
+    # calls each of their deps modified, which says nothing of the results
+    (project / "dvc.lock").unlink()
+    (project / "params.yaml").write_text("data:\n  url: https://a.example/one.tar.gz\n")
+    assert refuse_stale_results(Path("reports/ablations")) is None
 
 
 def test_a_copy_of_the_results_is_said_to_be_unchecked(project, tmp_path):

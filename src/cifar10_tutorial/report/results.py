@@ -637,10 +637,13 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
         return what
 
     # the stages upstream of the variants that changed (`dvc repro` would rerun them, and
-    # the variants after them): each variant reading what they make, directly or not
+    # the variants after them): each variant reading what they make, directly or not. Only
+    # a stage its lock records: DVC calls every dep of one never run "modified" (a clone's
+    # download, whose data came with the variants' results or was never fetched)
     upstream = {name: what for stage, changes in status.items()
                 for name in [stage.rpartition(":")[2]]
                 if name.partition("@")[0] not in ("ablation", "dataset_ablation")
+                and _recorded(root, stage)
                 for what in [changed(changes, None)] if what}
     made = {}
     for stage, output in outputs:
@@ -691,6 +694,20 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
             f"(it writes the report too), or, where only code changed that trains the same, "
             f"`cifar10 check-code`. Nothing was written.")
     return None
+
+
+def _recorded(root: Path, stage: str) -> bool:
+    """Whether the lock of its pipeline records ``stage`` (as `dvc status` names it:
+    ``name`` of the root's dvc.yaml, ``path/dvc.yaml:name`` of another)."""
+    import yaml
+
+    pipeline, _, name = stage.rpartition(":")
+    lock = (root / (pipeline or "dvc.yaml")).with_suffix(".lock")
+    try:
+        locked = yaml.safe_load(lock.read_text(encoding="utf-8")) or {}
+        return name in (locked.get("stages") or {})
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError, TypeError):
+        return False  # no lock, or one DVC reads itself (its status said so)
 
 
 def _refuse_unreadable_or_renamed(results: Path) -> None:
