@@ -336,6 +336,28 @@ def _render(root: Path) -> str:
     ])
 
 
+def _refuse_special_files(root: Path, dvc_yaml: Path) -> None:
+    """DVC hashes every file the report stage reads to compare it (the variants' folder
+    whole, the reference runs): a FIFO there would hold `dvc status` until its time-out.
+    One line naming it instead (links not followed)."""
+    import os
+
+    from cifar10_tutorial.ownership import stage_paths
+
+    _, reads = stage_paths((root / dvc_yaml,))
+    for stage, dep in reads:
+        at = Path(os.path.normpath(root / dep))
+        if stage != "report" or not os.path.lexists(at) or not at.is_relative_to(root):
+            continue
+        places = [at] if not at.is_dir() else [Path(d) / f for d, _, files in os.walk(at)
+                                              for f in files]
+        for path in places:
+            if not (path.is_file() or path.is_dir()):
+                raise PipelineError(f"{path}: expected a file the report reads, found a FIFO, "
+                                    f"socket, device or broken link, which DVC would wait on "
+                                    f"or fail to hash; remove it. Nothing was written.")
+
+
 def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
     """The page quotes the report's tables: a report stage DVC calls changed (a variant
     rerun since, the report not) would be quoted as the variants' figures. One line."""
@@ -347,6 +369,7 @@ def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
     if dvc_root(root) is None or not (root / dvc_yaml).is_file() \
             or "report" not in pipeline_stages(root / dvc_yaml):
         return
+    _refuse_special_files(root, dvc_yaml)
     _, status = dvc_status(root, [f"{dvc_yaml}:report"], f"dvc status {dvc_yaml}:report",
                            "whether the report's tables are of the results as they are now")
     changed = [str(c) for stage, changes in status.items() if stage.endswith(":report")

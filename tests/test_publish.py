@@ -291,28 +291,37 @@ def test_the_model_an_eval_record_names_is_of_the_results_repository(finished, t
 
 
 @pytest.mark.e2e
-def test_the_model_at_the_records_path_in_another_worktree_is_the_one_evaluated(finished,
-                                                                              tmp_path):
+def test_a_worktree_without_the_model_is_sent_to_the_checkout_that_trained_it(finished,
+                                                                            tmp_path):
     """A worktree of the checkout that trained the variant lacks its model (models are not
-    in git): --model the file at the record's path in that checkout is the one evaluated
-    (its params the record's); one of other params there is refused."""
-    import torch
-
+    in git). Neither line sends the user in a circle: the model at the record's path in
+    another checkout cannot be told from another run's (no hash of it is recorded, and a
+    model of other data has the same params), so both name the checkout that trained it."""
     p, w = tmp_path / "p", tmp_path / "w"
     for copy in (p, w):
         shutil.copytree(finished, copy, symlinks=True)
         (copy / ".git").mkdir(exist_ok=True)
     (w / "data/ablations/baseline/model.pt").unlink()
-    model = p / "data/ablations/baseline/model.pt"
-    proc = _run(w, str(ROOT / "tools/publish.py"), "baseline", "--model", str(model),
-                "--out", str(tmp_path / "pub"))
+    proc = _run(w, str(ROOT / "tools/publish.py"), "baseline", "--out", str(tmp_path / "pub"))
+    assert proc.returncode == 1 and "publish from the checkout that trained it" in proc.stderr
+    proc = _run(w, str(ROOT / "tools/publish.py"), "baseline", "--model",
+                str(p / "data/ablations/baseline/model.pt"), "--out", str(tmp_path / "pub"))
+    assert proc.returncode == 1 and "not here: models are not kept in git" in proc.stderr \
+        and "publish from the checkout that trained it" in proc.stderr, proc.stderr
+    assert not (tmp_path / "pub").exists()
+
+
+@pytest.mark.e2e
+def test_a_card_of_results_no_stage_vouches_for_says_so_under_its_figures(finished, tmp_path):
+    """--results a copy (edited, say): the card states its figures, and says under them
+    that they were not checked and why, not only a note on the terminal."""
+    copy = tmp_path / "copy" / "baseline"
+    shutil.copytree(finished / "reports/ablations/baseline", copy)
+    proc = _run(finished, "tools/publish.py", "baseline", "--results", str(copy), "--out",
+                str(tmp_path / "pub"))
     assert proc.returncode == 0, proc.stderr
-    other = torch.load(model, weights_only=True)
-    other["params"]["train"]["initial_lr"] = 0.2
-    torch.save(other, model)
-    proc = _run(w, str(ROOT / "tools/publish.py"), "baseline", "--model", str(model),
-                "--out", str(tmp_path / "pub2"))
-    assert proc.returncode == 1 and "these results are of another run" in proc.stderr, proc.stderr
+    card = (tmp_path / "pub/README.md").read_text()
+    assert f"> **Unchecked.** {copy} is not the ablation stage's folder of baseline" in card
 
 
 @pytest.mark.e2e

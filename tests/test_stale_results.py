@@ -316,6 +316,13 @@ def test_the_results_page_refuses_a_report_older_than_its_results(project):
                                             r"are now .*a report made by `cifar10 report` is "
                                             r"never recorded.*`dvc repro reports/dvc.yaml:report`"):
         _refuse_stale_report()  # ... the report is not
+    # a FIFO anywhere the report stage reads (beside the variants' folders): one line, at
+    # once, not `dvc status` waiting on it
+    _run(project, dvc, "repro", "-q", "reports/dvc.yaml")
+    os.mkfifo(project / "reports/ablations/junk")
+    with pytest.raises(PipelineError, match=r"^.*reports/ablations/junk: expected a file the "
+                                            r"report reads, found a FIFO"):
+        _refuse_stale_report()
 
 
 def test_a_dvc_status_that_never_answers_is_one_line(project, monkeypatch):
@@ -348,6 +355,15 @@ def test_a_stage_upstream_changed_makes_the_variants_stale(project):
     (project / "reports/dvc.yaml").write_text(yaml.safe_dump(pipeline))
     _run(project, _dvc(), "repro", "-q", "reports/dvc.yaml")
     assert refuse_stale_results(Path("reports/ablations")) is None
+    # the data there (DVC lists only download: the variants' own deps are as recorded)
+    (project / "params.yaml").write_text("data:\n  url: https://b.example/two.tar.gz\n")
+    with pytest.raises(PipelineError, match=r"the results of a, b are not of their definition "
+                                            r".*a: upstream, download: params.yaml data.url "
+                                            r"modified"):
+        refuse_stale_results(Path("reports/ablations"))
+    with pytest.raises(PipelineError, match=r"the results of b are not .*upstream, download"):
+        refuse_stale_results(Path("reports/ablations"), only="b")
+    (project / "params.yaml").write_text("data:\n  url: https://a.example/one.tar.gz\n")
     for out in ("data/raw", "data/prepared"):  # a clone has not pulled the data: no change
         shutil.rmtree(project / out)
     assert refuse_stale_results(Path("reports/ablations")) is None
@@ -368,14 +384,21 @@ def test_a_copy_of_the_results_is_said_to_be_unchecked(project, tmp_path):
     DVC records: checking it by its folders' names would vouch for figures of anything.
     The command is told they are unchecked, with why."""
     shutil.copytree(project / "reports/ablations", project / "old_abl")
+    # a copy where another stage of the variants writes (a data-set variant's data folder)
+    pipeline = yaml.safe_load((project / "reports/dvc.yaml").read_text())
+    pipeline["stages"]["ablation"]["do"]["outs"].append({"data/${key}": {"cache": False}})
+    pipeline["stages"]["ablation"]["do"]["cmd"] += " && mkdir -p data/${key}"
+    (project / "reports/dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    _run(project, _dvc(), "repro", "-q", "reports/dvc.yaml")
+    shutil.copytree(project / "reports/ablations", project / "reports/data", dirs_exist_ok=True)
     shutil.copytree(project / "reports/ablations", tmp_path / "abx")
     (project / "reports/params.yaml").write_text(
         yaml.safe_dump({"ablations": {"a": {"seed": 5}, "b": {"seed": 2}}}))
-    for copy in (Path("old_abl"), tmp_path / "abx"):
+    for copy in (Path("old_abl"), tmp_path / "abx", Path("reports/data")):
         said = refuse_stale_results(copy)
         assert f"the results in {copy} were not checked" in said \
             and "not the ablation stages' folder (reports/ablations)" in said, said
-    with pytest.raises(PipelineError, match=r"the results of a are not"):
+    with pytest.raises(PipelineError, match=r"the results of a(, b)? are not"):
         refuse_stale_results(Path("reports/ablations"))
 
 
@@ -400,10 +423,23 @@ def test_definitions_stated_from_another_params_file_must_be_the_checked_ones(pr
     shutil.copy(project / "reports/params.yaml", other)
     assert refuse_stale_results(Path("reports/ablations"), params=other) is None
     other.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 9}, "b": {"seed": 2}}}))
-    with pytest.raises(PipelineError, match=rf"^{other}: defines a otherwise than "
+    with pytest.raises(PipelineError, match=rf"^{other}: defines variant a otherwise than "
                                             rf".*reports/params.yaml, whose definitions DVC "
                                             rf"checked"):
         refuse_stale_results(Path("reports/ablations"), params=other)
+    # a variant with results left out (its rows would vanish from the report)
+    other.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 1}}}))
+    with pytest.raises(PipelineError, match=r"defines variant b otherwise than"):
+        refuse_stale_results(Path("reports/ablations"), params=other)
+    # the budget of every variant (a trial cap) stated otherwise
+    other.write_text(yaml.safe_dump({"ablations": {"a": {"seed": 1}, "b": {"seed": 2}},
+                                     "ablation": {"trial_steps": 10}}))
+    with pytest.raises(PipelineError, match=r"defines `ablation:` otherwise than"):
+        refuse_stale_results(Path("reports/ablations"), params=other)
+    # a FIFO or a device as --params: no read without end (said where params are loaded)
+    os.mkfifo(tmp_path / "fifo")
+    for odd in (tmp_path / "fifo", Path("/dev/zero")):
+        assert refuse_stale_results(Path("reports/ablations"), params=odd) is None
 
 
 def test_a_project_in_a_subfolder_of_a_dvc_repository_is_judged_by_it(tmp_path, monkeypatch):

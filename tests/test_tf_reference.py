@@ -243,3 +243,21 @@ def test_a_reference_folder_given_is_named_as_given_and_a_non_folder_refused(tmp
     for bad in ("loop", "file"):
         with pytest.raises(PipelineError, match=rf"^--tf-reference .*{bad}: not a folder"):
             against_reference(r, tmp_path / bad)
+
+
+def test_a_fifo_among_the_runs_or_a_damaged_opcheck_is_one_line(tmp_path):
+    """A FIFO named like a run's record would hold the report for ever; an operation-level
+    check missing a field cannot be stated. One line each, naming the file."""
+    import os
+
+    r, tf = _results(tmp_path), tmp_path / "tf"
+    _record(tf, "tf_10k_a", [(10000, 0.786, 0.745)])
+    (tf / "opcheck.json").write_text('{"checks": []}')
+    with pytest.raises(PipelineError, match=r"opcheck.json: expected the operation-level "
+                                            r"check's record"):
+        against_reference(r, tf)
+    (tf / "opcheck.json").unlink()
+    os.mkfifo(tf / "zz.json")
+    with pytest.raises(PipelineError, match=r"zz.json: expected a reference run's record, "
+                                            r"found not a regular file"):
+        against_reference(r, tf)

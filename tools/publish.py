@@ -139,8 +139,10 @@ def _artifact(out: Path, dvc_yaml: Path = Path("dvc.yaml")) -> str:
     return f" Declared as the DVC artifact `{names[0]}` in `dvc.yaml`." if names else ""
 
 
-def model_card(r: Records, out: Path, curve: list[str]) -> str:
-    """The card, from records whose every field :func:`read_records` checked."""
+def model_card(r: Records, out: Path, curve: list[str], unchecked: Optional[str] = None) -> str:
+    """The card, from records whose every field :func:`read_records` checked; ``unchecked``:
+    why DVC could not say the results are of the variant's definition (a copy), said
+    under the figures."""
     name, results, ckpt = r.name, r.results, r.ckpt
     train, ev, metrics = r.train, r.eval, r.metrics
     p, e, t = ckpt["params"], metrics["eval"], metrics["train"]
@@ -159,6 +161,8 @@ def model_card(r: Records, out: Path, curve: list[str]) -> str:
         "| held-out precision @ 1 | averaged weights | raw weights |", "|---|---|---|",
         f"| {int(e['num_examples']):,} dev held-out images | **{_pct(e['precision_at_1'])}** | "
         f"{_pct(e['precision_at_1_raw'])} |", "",
+        *([f"> **Unchecked.** {unchecked[0].upper()}{unchecked[1:]}: the figures are what "
+           f"those files say.", ""] if unchecked else []),
         f"Measured on the dev split's held-out images (data hash `{ev['data_hash']}`): it "
         f"trained on {int(r.variant['num_train']):,} other images of the "
         f"official training set, and the official test set was never used here, so this is "
@@ -276,7 +280,8 @@ def _same_file(path: Path, digest) -> bool:
     return path.is_file() and not path.is_symlink() and sha256_of(path) == digest
 
 
-def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None:
+def _write_folder(folder: Path, r: Records, out: Path, curve: list[str],
+                  unchecked: Optional[str] = None) -> None:
     """The published files, into ``folder`` (the temporary one beside ``out``)."""
     import yaml
 
@@ -287,7 +292,7 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None
     texts = {"params.yaml": yaml.safe_dump(r.ckpt["params"], sort_keys=False),
              "provenance.json": json.dumps(r.train, indent=2) + "\n",
              "metrics.json": json.dumps(r.metrics, indent=2) + "\n",
-             CARD: model_card(r, out, curve)}
+             CARD: model_card(r, out, curve, unchecked)}
     for name, text in texts.items():
         (folder / name).write_text(text)
     write_listing(folder, MANIFEST, list(FILES), name=r.name, step=int(r.ckpt["step"]),
@@ -296,8 +301,10 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str]) -> None
 
 
 def publish(name: str, model: Path, results: Path, out: Path,
-            check_data: Optional[Path] = None, replace: bool = False) -> Path:
-    """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card."""
+            check_data: Optional[Path] = None, replace: bool = False,
+            unchecked: Optional[str] = None) -> Path:
+    """Publish variant ``name`` (its ``model`` and ``results``) in ``out``; returns the card
+    (``unchecked``: why its results could not be checked against DVC, said on it)."""
     model, results, out = Path(model), Path(results), Path(out)
     if any(ord(c) < 32 or ord(c) == 127 for c in str(out)):  # the card prints the path
         raise PipelineError(f"--out {str(out)!r}: holds a newline or another control "
@@ -334,7 +341,7 @@ def publish(name: str, model: Path, results: Path, out: Path,
     staged = staging_folder(out)
     try:
         (staged / BUILDING).write_text("a folder cifar10 publish is building\n")  # first
-        _write_folder(staged, r, out, curve)
+        _write_folder(staged, r, out, curve, unchecked)
         (staged / BUILDING).unlink()  # complete: its manifest says what is publish's now
         own, held = _held(out)  # again: what a user put there meanwhile is not replaced either
         if own and not replace:  # published meanwhile (another publish): a question again
@@ -401,13 +408,13 @@ def main(argv: Optional[list[str]] = None) -> None:
             pass
     if results.resolve() == own:
         unchecked = refuse_stale_results(own.parent, only=args.name)
-        if unchecked:
-            print(f"note: {unchecked}; the card states what its records say", file=sys.stderr)
     else:
-        print(f"note: {results} is not the ablation stage's folder of {args.name} "
-              f"({own if own is not None else 'no reports/dvc.yaml here names it'}), so "
-              f"whether it holds the results of {args.name}'s definition as it is now cannot "
-              f"be checked; the card states what its records say", file=sys.stderr)
+        unchecked = (f"{results} is not the ablation stage's folder of {args.name} "
+                     f"({own if own is not None else 'no reports/dvc.yaml here names it'}), so "
+                     f"whether it holds the results of {args.name}'s definition as it is now "
+                     f"cannot be checked")
+    if unchecked:  # said on the card too, under its figures
+        print(f"note: {unchecked}; the card states what its records say", file=sys.stderr)
     if args.model is not None:
         model = args.model
     else:
@@ -416,7 +423,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         if not str(model) or str(model) == ".":
             raise PipelineError(f"{record}: names no model file; {RERUN}, or give --model")
     out = args.out or Path("models") / args.name
-    card = publish(args.name, model, results, out, args.check_data, args.replace)
+    card = publish(args.name, model, results, out, args.check_data, args.replace, unchecked)
     print(f"published {model} in {out} ({card} states its precision)")
 
 

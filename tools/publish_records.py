@@ -10,7 +10,6 @@ step was published with another run's card. Hence: everything here, first.
 from __future__ import annotations
 
 import json
-import os
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,20 +100,6 @@ def recorded_model(results: Path, ev: dict) -> Path:
     return (_repository_at(Path(results).resolve()) or repository_root(Path(results))) / named
 
 
-def _at_its_path(model: Path, ev: dict) -> bool:
-    """``model`` lies at the eval record's relative path in a checkout of its own: another
-    worktree or clone of the one that trained it (models are not kept in git, so the
-    results' checkout may lack it). The same run only if its params are the ones the
-    record names (checked after)."""
-    from cifar10_tutorial.ownership import _repository_at
-
-    named = str(ev.get("model") or "")
-    if not named or Path(named).is_absolute() or "params_hash" not in ev:
-        return False
-    root = _repository_at(model.resolve()) or _repository_at(Path(os.path.abspath(model)))
-    return root is not None and (root / named).resolve() == model.resolve()
-
-
 def _check_one_run(model: Path, results: Path, ckpt: dict, train: dict, ev: dict) -> None:
     """The model's step is the step both records name, the eval record names this model
     file, and both records name the same data."""
@@ -124,9 +109,17 @@ def _check_one_run(model: Path, results: Path, ckpt: dict, train: dict, ev: dict
             raise PipelineError(f"{results / name}: records step {rec.get('steps')}, but "
                                 f"{model} is at step {step}: they come from different runs; "
                                 f"publish the model of the run whose results these are")
-    if recorded_model(results, ev).resolve() != model.resolve() and not _at_its_path(model, ev):
-        raise PipelineError(f"{results / 'eval/provenance.json'}: evaluated {ev.get('model')}, "
-                            f"not {model}; give --model the file the eval record names")
+    if recorded_model(results, ev).resolve() != model.resolve():
+        # no hash of the model is recorded, so a file of that path in another checkout
+        # (a worktree's, a clone's) cannot be told from another run's: publish from the
+        # checkout that holds both
+        there = recorded_model(results, ev)
+        where = ("" if there.exists() else f" ({there}, not here: models are not kept in "
+                 f"git, so a worktree or clone lacks them; publish from the checkout that "
+                 f"trained it, where its results are too)")
+        raise PipelineError(f"{results / 'eval/provenance.json'}: evaluated {ev.get('model')}"
+                            f"{where}, not {model}; give --model the file the eval record "
+                            f"names")
     if train.get("data_hash") != ev.get("data_hash"):
         raise PipelineError(f"{results}: trained on data {train.get('data_hash')} but "
                             f"evaluated on {ev.get('data_hash')}; {RERUN}")
@@ -197,8 +190,9 @@ def read_records(name: str, model: Path, results: Path) -> Records:
     model, results = Path(model), Path(results)
     if not model.exists():  # a variant's model: its own stage trains it, not the main one
         raise PipelineError(f"{model}: no trained model for {name}; run the variant first "
-                            f"(`dvc repro -s reports/dvc.yaml:ablation@{name}`), or give "
-                            f"--model the model file to publish")
+                            f"(`dvc repro -s reports/dvc.yaml:ablation@{name}`), or publish "
+                            f"from the checkout that trained it (models are not kept in git: "
+                            f"a worktree or a clone lacks them)")
     ckpt = load_model_file(model)
     digest, size = sha256_of(model), model.stat().st_size
     train = read_json(results / "train" / "provenance.json")

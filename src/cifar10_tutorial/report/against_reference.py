@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..curves import held_out_curve
 from ..errors import PipelineError
+from ..files import read_small_file
 from .reference import ref
 from .results import REPRODUCTION, Results, in_repository, markdown_table, pct, plot
 
@@ -29,11 +30,15 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
     for path in sorted(Path(folder).glob("*.json")) if folder and Path(folder).is_dir() else []:
         if path.name == OPCHECK:
             continue
-        try:
-            rec = json.loads(path.read_text())
+        try:  # a FIFO or a device among them: one line, never a read without end
+            rec = json.loads(read_small_file(path, 16 << 20))
             int(rec["steps_planned"])
             evals = [(int(e["step"]), float(e["precision_at_1"]), float(e["precision_at_1_raw"]))
                      for e in rec["evaluations"]]
+        except OSError as exc:
+            raise PipelineError(f"{path}: expected a reference run's record, found "
+                                f"{exc.strerror}; remove it or remake it with "
+                                f"devtools/tf_reference.py collect") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise PipelineError(f"{path}: expected a reference run's record (steps_planned, "
                                 f"evaluations with step, precision_at_1, precision_at_1_raw): "
@@ -87,7 +92,16 @@ def _opcheck(path: Path) -> list[str]:
     """The operation-level check: the same weights and images through both networks."""
     if not path.is_file():
         return []
-    c = json.loads(path.read_text())
+    try:
+        return _opcheck_text(json.loads(read_small_file(path, 16 << 20)), path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        raise PipelineError(f"{path}: expected the operation-level check's record (checks "
+                            f"with what, max_rel_diff, tolerance, ok; checkpoint_step, images, "
+                            f"same_predictions_held_out), found one that cannot be read "
+                            f"({str(exc)[:80]}); remake it with devtools/tf_opcheck.py") from None
+
+
+def _opcheck_text(c: dict, path: Path) -> list[str]:
     worst = max(c["checks"], key=lambda row: row["max_rel_diff"])
     failed = [row["what"] for row in c["checks"] if not row["ok"]]
     verdict = (f"each within {worst['max_rel_diff']:.1e} of TensorFlow's, relative to the "

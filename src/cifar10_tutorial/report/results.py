@@ -574,9 +574,11 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     outputs, reads = stage_paths(pipelines)
     # the folder the stages write each variant's results into (reports/ablations): a
     # copy elsewhere, or a folder of another name in it, is no stage's to ask DVC of
-    theirs = {Path(os.path.normpath(Path(*o.parts[:next(i for i, part in enumerate(o.parts)
-                                                          if "${" in part)])))
-              for stage, o in outputs if stage.split("@")[0] in groups and "${" in str(o)}
+    # (the folder of each variant's metrics.json: a data-set variant's data is no result)
+    theirs = {Path(os.path.normpath(Path(*o.parts[:at])))
+              for stage, o in outputs if stage.split("@")[0] in groups and "${" in str(o)
+              for at in [next(i for i, part in enumerate(o.parts) if "${" in part)]
+              if o.parts[at + 1:] == ("metrics.json",)}
     if Path(results).resolve() not in {t.resolve() for t in theirs}:
         shown = ", ".join(sorted(in_repository(t) for t in theirs)) or "none"
         return unchecked + f"they are not the ablation stages' folder ({shown})"
@@ -672,10 +674,18 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
             unrecorded.sort()
             continue
         what = changed(changes, folder)
-        if (name in tainted or group in tainted) and first_upstream is not None:
-            what.append(f"upstream, {first_upstream[0]}: {first_upstream[1][0]}")
         if what:
             stale.setdefault(variant, []).extend(what)
+    # a stage upstream changed: every recorded variant with results reading what it makes,
+    # whether or not DVC lists the variant itself (its own deps as they are on disk are
+    # unchanged until the stages before it rerun)
+    for folder in sorted(Path(results).iterdir()) if first_upstream is not None else []:
+        for group in groups:
+            name = f"{group}@{folder.name}"
+            if (only is None or folder.name == only) and (folder / "metrics.json").is_file() \
+                    and name in recorded and (name in tainted or group in tainted):
+                stale.setdefault(folder.name, []).append(
+                    f"upstream, {first_upstream[0]}: {first_upstream[1][0]}")
     if unrecorded:
         raise PipelineError(
             f"{results}: the results of {', '.join(n.partition('@')[2] for n in unrecorded[:5])}"
@@ -739,27 +749,42 @@ def _refuse_unreadable_or_renamed(results: Path) -> None:
 def _refuse_other_definitions(given: Path, checked: Path, results: Path) -> None:
     """The definitions a command states (``given``, the report's --params) must be those
     DVC checked the results against (``checked``, the pipeline's params file): one line
-    naming the first variant with results that the two define otherwise."""
+    naming the first variant with results, or else the section, the two define otherwise
+    (the `ablation:` budget and trial cap are every variant's). A file that cannot be read
+    is said where the params are loaded."""
     import yaml
+
+    from ..files import read_small_file
 
     if given.resolve() == checked.resolve():
         return
 
-    def groups(path: Path) -> dict:
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    def parsed(path: Path):
+        try:  # a FIFO or /dev/zero given as --params: never a read without end
+            data = yaml.safe_load(read_small_file(path, 1 << 20)) or {}
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            return {}  # said where the params are loaded
-        data = data if isinstance(data, dict) else {}
+            return None
+        return data if isinstance(data, dict) else None
+
+    now, stated = parsed(checked), parsed(given)
+    if now is None or stated is None or now == stated:
+        return
+
+    def variants(data: dict) -> dict:
         return {n: d for k in ("ablations", "dataset_ablations")
                 for n, d in (data.get(k) if isinstance(data.get(k), dict) else {}).items()}
 
-    now, stated = groups(checked), groups(given)
-    for name in sorted(stated):
-        if (Path(results) / str(name) / "metrics.json").is_file() and stated[name] != now.get(name):
-            raise PipelineError(f"{given}: defines {name} otherwise than {checked}, whose "
-                                f"definitions DVC checked its results against; give that "
-                                f"file (or drop --params). Nothing was written.")
+    defined, said = variants(now), variants(stated)
+    # a variant with results stated otherwise, or left out (its rows, its seeds, gone)
+    differ = [f"variant {name}" for name in sorted({*defined, *said}, key=str)
+              if (Path(results) / str(name) / "metrics.json").is_file()
+              and said.get(name) != defined.get(name)]
+    differ += [f"`{k}:`" for k in sorted({*now, *stated}, key=str)
+               if k not in ("ablations", "dataset_ablations") and now.get(k) != stated.get(k)]
+    if differ:
+        raise PipelineError(f"{given}: defines {differ[0]} otherwise than {checked}, whose "
+                            f"definitions DVC checked the results against; give that file "
+                            f"(or drop --params). Nothing was written.")
 
 
 def _refuse_undefined(params: Path, name: str, results: Path) -> None:
