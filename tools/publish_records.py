@@ -190,9 +190,10 @@ def read_records(name: str, model: Path, results: Path) -> Records:
     model, results = Path(model), Path(results)
     if not model.exists():  # a variant's model: its own stage trains it, not the main one
         raise PipelineError(f"{model}: no trained model for {name}; run the variant first "
-                            f"(`dvc repro -s reports/dvc.yaml:ablation@{name}`), or publish "
-                            f"from the checkout that trained it (models are not kept in git: "
-                            f"a worktree or a clone lacks them)")
+                            f"(`dvc repro -s reports/dvc.yaml:ablation@{name}`), or give "
+                            f"--model the model file to publish, or publish from the checkout "
+                            f"that trained it (models are not kept in git: a worktree or a "
+                            f"clone lacks them)")
     ckpt = load_model_file(model)
     digest, size = sha256_of(model), model.stat().st_size
     train = read_json(results / "train" / "provenance.json")
