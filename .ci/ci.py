@@ -310,7 +310,7 @@ def _inside_checkout(root: Path, baseline: Optional[str], config: Path) -> None:
     here = Path.cwd()
     try:  # the checkout's code, git's and DVC's folders, a stage's output: never a baseline's
         os.chdir(root)
-        refuse_foreign_place(path, "regression.baseline", feeds=("regression",))
+        refuse_foreign_place(path, "regression.baseline", feeds=(("regression", None),))
     except PipelineError as exc:
         raise PipelineError(f"{config}: {str(exc).replace('Nothing was changed.', 'Nothing was run.')}"
                             ) from None
@@ -445,7 +445,7 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
                                 f"its metrics in the baseline's format; give another path. "
                                 f"Nothing was run.")
         ensure_writable(metrics_out.parent)  # a folder that cannot be made: now, not after
-        refuse_foreign_place(metrics_out, "--metrics-out", feeds=("regression",))  # git's, the code's, a stage's
+        refuse_foreign_place(metrics_out, "--metrics-out", feeds=(("regression", None),))  # git's, the code's, a stage's
     if baseline_file is not None:
         from cifar10_tutorial.regression import not_a_baseline
 

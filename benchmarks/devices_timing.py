@@ -116,7 +116,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     from cifar10_tutorial.ownership import json_with, refuse_foreign_file
 
     refuse_foreign_file(args.out, "--out", "a devices timing record (JSON)",
-                        json_with("setups", "speed_2x64_vs_1x128"), feeds=("report",))
+                        json_with("setups", "speed_2x64_vs_1x128"), feeds=(("report", "--devices-timing"),))
     out = measure(args.params, args.data, args.steps, args.repeats)
     write_text_atomic(args.out, json.dumps(out, indent=2) + "\n")
     print(f"2 x 64 runs at {out['speed_2x64_vs_1x128']:.2f}x the speed of 1 x 128 on "

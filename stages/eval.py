@@ -10,7 +10,8 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.evaluation.evaluate import evaluate, watch
-from cifar10_tutorial.ownership import ensure_writable, folders_apart, refuse_foreign_place
+from cifar10_tutorial.ownership import (ensure_writable, folders_apart, refuse_foreign_place,
+                                        stages_at)
 from cifar10_tutorial.params import MAIN, load_params
 from cifar10_tutorial.data.prepared import load_prepared
 
@@ -27,14 +28,18 @@ def main() -> None:
     if not args.watch:  # results inside the prepared data would change that DVC output
         folders_apart([("--data", args.data), ("--out", args.out)],
                       "the prepared data; the evaluation's results")
-        # nor another stage's (a variant's evaluation), git's or the code's folders
-        refuse_foreign_place(args.out, "--out", "as dvc.yaml gives it", ("eval",))
+        # nor another stage's (a variant's evaluation), git's or the code's folders; the
+        # eval stage's own folder only for the model it evaluates: another model's figures
+        # there would be read as the pipeline's (dvc metrics show, the regression gate)
+        own = ("eval",) if "eval" in stages_at(args.model, "deps") else ()
+        refuse_foreign_place(args.out, "--out", "as dvc.yaml gives it", own)
         ensure_writable(args.out)  # a file in the way: now, not after the evaluation
-    else:  # its events go beside the run's checkpoints (the train stage's run's, or one's
-        # of yours): never into the code, another stage's results or published weights
-        # (the train stage's folder, not its outputs: never into its curves)
+    else:  # its events go beside the run's checkpoints (a stage's run's: the train
+        # stage's model, a variant's run folder; or one's of yours): never into the code,
+        # another stage's results or published weights, nor into a run's outputs (curves)
+        run = stages_at(args.model, "outs") + stages_at(args.model.parent, "works")
         refuse_foreign_place(args.model.parent / "tensorboard" / "eval", "--watch --model",
-                             "beside a run's model.pt", ("train",), own_outputs=False)
+                             "beside a run's model.pt", run, own_outputs=False)
     ev = load_params(args.params, MAIN).eval
     data = load_prepared(args.data)
     if args.watch:

@@ -159,7 +159,7 @@ def test_the_console_script_is_installed_and_runs_a_stage_help():
     proc = subprocess.run(["cifar10", "eval", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "e.g. `cifar10 eval --model other/model.pt`" in proc.stdout and "--model" in proc.stdout
+    assert "e.g. `cifar10 eval --model other/model.pt --out other/eval`" in proc.stdout and "--model" in proc.stdout
 
 
 def _trial_project(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cifar10_tutorial import ownership
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.ownership import refuse_foreign_place
 from conftest import ROOT, copy_project
@@ -112,6 +113,12 @@ def test_a_command_run_from_outside_the_repository_guards_its_project(project, t
     with pytest.raises(PipelineError, match=said + r".*Nothing was changed\.$"):
         refuse_foreign_place(project / path, "--out", "", own)
     assert _everything(project) == before
+    # the project's own stage where its code is the code that runs (a stage script run by
+    # path: its checkout's src/), another checkout's where not
+    with pytest.raises(PipelineError, match=r"an output of the DVC stage 'eval'"):
+        refuse_foreign_place(project / "reports/eval", "--out", "", ("eval",))
+    monkeypatch.setattr(ownership, "__file__",
+                        str(project / "src/cifar10_tutorial/ownership.py"))
     refuse_foreign_place(project / "reports/eval", "--out", "", ("eval",))  # its own
 
 
@@ -128,6 +135,8 @@ def test_a_project_folder_that_is_a_link_elsewhere_is_guarded_from_outside(proje
     monkeypatch.chdir(elsewhere)
     with pytest.raises(PipelineError, match=r"the folder of the DVC stage 'train''s outputs"):
         refuse_foreign_place(project / "data/train/evx", "--out", "", ("eval",))
+    monkeypatch.setattr(ownership, "__file__",  # its code: the project's own stage
+                        str(project / "src/cifar10_tutorial/ownership.py"))
     refuse_foreign_place(project / "data/train/checkpoints", "--out", "", ("train",))
 
 
@@ -204,7 +213,7 @@ def test_a_place_in_a_folder_of_published_weights_is_refused(project, path):
     """An evaluation, a results page or a table written into published weights' folder
     would stand beside the card as if published; publish itself replaces its own folder."""
     (project / "models/w").mkdir(parents=True)
-    (project / "models/w/published.json").write_text('{"files": {}}')
+    (project / "models/w/published.json").write_text('{"files": {"model.pt": "0"}}')
     before = _everything(project)
     with pytest.raises(PipelineError, match=r"inside .*models/w, a folder of published weights"
                                             r".*Nothing was changed\.$"):
@@ -219,7 +228,7 @@ def test_a_folder_of_published_weights_outside_the_checkout_is_guarded(project, 
     """Weights published outside the checkout (publish --out /elsewhere) hold only their own
     files too: an evaluation or a run written inside them is refused."""
     (tmp_path / "pub/w").mkdir(parents=True)
-    (tmp_path / "pub/w/published.json").write_text('{"files": {}}')
+    (tmp_path / "pub/w/published.json").write_text('{"files": {"model.pt": "0"}}')
     for path in (tmp_path / "pub/w/eval", tmp_path / "pub/w/run/live"):
         with pytest.raises(PipelineError, match=r"a folder of published weights"):
             refuse_foreign_place(path, "--out")
@@ -229,7 +238,7 @@ def test_eval_watch_writes_no_events_into_published_weights(project, tmp_path):
     """`eval --watch` writes its events beside the model's run (tensorboard/eval): for
     published weights that is their folder, refused before anything is read."""
     (project / "models/w").mkdir(parents=True)
-    (project / "models/w/published.json").write_text('{"files": {}}')
+    (project / "models/w/published.json").write_text('{"files": {"model.pt": "0"}}')
     line = _run(project, "stages/eval.py", "--watch", "--max-evals", "1", "--data",
                 str(tmp_path / "none"), "--model", "models/w/model.pt", "--out", "o")
     assert "--watch --model models/w/tensorboard/eval: inside" in line \
@@ -304,7 +313,7 @@ def test_the_commands_refuse_a_place_that_is_not_theirs(project, tmp_path):
         (["stages/eval.py", "--data", data, "--model", "m.pt", "--out",
           "reports/ablations/baseline/eval"], "an output of the DVC stage 'ablation@baseline'"),
         (["stages/train.py", "--data", data, "--out", "data/ablations/softmax", "--live",
-          "reports/ablations/softmax/train"], "an output of the DVC stage 'ablation@softmax'"),
+          "reports/ablations/softmax/train"], "the DVC stage 'ablation@softmax'"),
         (["stages/train.py", "--data", data, "--out", "o", "--live", "l", "--mirror", ".git"],
          "--mirror .git/train: inside .git/"),
         (["stages/train.py", "--data", data, "--out", "o", "--live", "l", "--mirror", "src"],
@@ -460,16 +469,21 @@ def test_dvcs_cache_and_remotes_elsewhere_are_dvcs(project, tmp_path, config, li
     ("reports/tf_reference/x.json", ("report",), (), "lies inside reports/tf_reference"),
     ("reports/baseline/plots", ("report",), (), "lies inside reports/baseline, which the DVC "
                                                 "stage 'regression' reads"),
-    ("reports/baseline/ci.json", (), ("report",), "lies inside reports/baseline"),
+    ("reports/baseline/ci.json", (), (("report", "--tf-reference"),),
+     "lies inside reports/baseline"),
+    ("reports/tf_reference/timing.json", (), (("report", "--devices-timing"),),
+     "lies inside reports/tf_reference"),
 ], ids=["report-into-tf-reference", "inside-it", "report-into-baselines",
-        "another-stages-inputs"])
+        "another-stages-inputs", "another-input-of-the-stage-fed"])
 def test_what_a_stage_reads_kept_in_git_is_no_place(project, path, own, feeds, said):
     """A folder a stage reads that no stage makes (kept in git) written into: DVC would find
     the stage changed. Refused, but for a command writing that stage's inputs."""
     with pytest.raises(PipelineError, match=re.escape(said) + r".*Nothing was changed\.$"):
         refuse_foreign_place(Path(path), "--out", "", own, feeds=feeds)
     refuse_foreign_place(Path("reports/baseline/new.json"), "regression.baseline",
-                         feeds=("regression",))
+                         feeds=(("regression", None),))
+    refuse_foreign_place(Path("reports/devices_timing.json"), "--out",
+                         feeds=(("report", "--devices-timing"),))
 
 
 def test_another_checkouts_stages_are_never_the_commands_own(project, tmp_path):
@@ -528,3 +542,153 @@ def test_a_project_in_a_subfolder_of_a_dvc_repository_is_the_project(tmp_path, m
     monkeypatch.chdir(project)
     assert repository_root() == project.resolve()
     refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))
+
+
+@pytest.mark.parametrize("path, own", [
+    ("data/trials/softmax", ("train",)),  # a trial's model, its checkpoints gone
+    ("data/ablations/softmax", ("report",)),
+    ("data/ablations/softmax/card", ()),  # publish --out
+    ("data/ablations", ("report",)),  # holds every variant's run
+    ("data/.downloads", ("preprocess",)),
+], ids=["train-into-a-trial", "report-into-a-run", "publish-into-a-run", "above-the-runs",
+        "partial-downloads"])
+def test_a_folder_a_stage_command_writes_outside_dvc_is_that_stages(project, path, own):
+    """A variant's run folder (its command's --work, --trial-work: model and checkpoints,
+    no DVC output, the model's only copy) is the variant's: another command's files there
+    block its next run, or replace its model, even with its checkpoints/ gone."""
+    (project / "data/trials/softmax").mkdir(parents=True)
+    (project / "data/trials/softmax/model.pt").write_bytes(b"a variant's model")
+    before = _everything(project)
+    with pytest.raises(PipelineError, match=r"the folder the DVC stage '(ablation|dataset_"
+                                            r"ablation|download)(@softmax)?' writes outside "
+                                            r"DVC.*Nothing was changed\.$"):
+        refuse_foreign_place(Path(path), "--out", "", own)
+    assert _everything(project) == before
+
+
+def test_a_variants_run_folders_are_its_own(project):
+    """The variant's own stage (either group's, for the shared trial folder) writes in its
+    run folders; the partial downloads are the download's and every data-set variant's."""
+    refuse_foreign_place(Path("data/ablations/softmax"), "--work", "", ("ablation@softmax",))
+    refuse_foreign_place(Path("data/trials/softmax"), "--trial-work", "", ("ablation@softmax",))
+    refuse_foreign_place(Path("data/trials/svhn"), "--trial-work", "",
+                         ("dataset_ablation@svhn",))
+    refuse_foreign_place(Path("data/.downloads"), "--partial", "", ("download",))
+    refuse_foreign_place(Path("data/.downloads"), "--partial", "", ("dataset_ablation@svhn",))
+    with pytest.raises(PipelineError, match=r"is data/ablations/baseline, the folder the DVC "
+                                            r"stage 'ablation@baseline'"):
+        refuse_foreign_place(Path("data/ablations/baseline"), "--work", "",
+                             ("ablation@softmax",))
+
+
+@pytest.mark.parametrize("config, line", [
+    ("config.local", "['remote \"r\"']\n    url = {tmp}/dcache  # my backup\n"),
+    ("config", "[cache]\n    dir = {tmp}/dcache # a comment\n"),
+    ("config", "[core]\n    site_cache_dir = {tmp}/dcache\n"),
+], ids=["remote-with-a-comment", "cache-with-a-comment", "site-cache"])
+def test_dvcs_folders_are_read_as_dvc_reads_its_config(project, tmp_path, config, line):
+    """DVC's config read as DVC reads it (an inline comment is no part of a value), its
+    site cache (indexes of every repository) included."""
+    (project / ".dvc" / config).write_text(line.format(tmp=tmp_path))
+    (tmp_path / "dcache").mkdir()
+    with pytest.raises(PipelineError, match=r"inside .*/dcache, (DVC's cache|a DVC remote|"
+                                            r"DVC's site cache)"):
+        refuse_foreign_place(tmp_path / "dcache" / "x", "--out", "", ("report",))
+    assert list((tmp_path / "dcache").iterdir()) == []
+
+
+def test_the_system_config_is_where_dvc_finds_it(project, tmp_path, monkeypatch):
+    """DVC's system config lies in the first folder of XDG_CONFIG_DIRS: its remote is
+    DVC's too."""
+    (tmp_path / "sys/dvc").mkdir(parents=True)
+    (tmp_path / "sys/dvc/config").write_text(f"['remote \"s\"']\n    url = {tmp_path}/sysr\n")
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "sys"))
+    with pytest.raises(PipelineError, match=r"inside .*/sysr, a DVC remote"):
+        refuse_foreign_place(tmp_path / "sysr" / "x", "--out", "", ("report",))
+
+
+@pytest.mark.parametrize("kind", ["bare", "separate-git-dir"])
+def test_another_repositorys_git_folder_is_known_by_what_it_holds(project, tmp_path, kind):
+    """A git folder not named .git and not this checkout's (a bare repository, another
+    clone's --separate-git-dir): its HEAD, objects/ and refs/ say what it is."""
+    git = tmp_path / ("other.git" if kind == "bare" else "elsewhere/gitdir")
+    for folder in ("objects", "refs/heads", "hooks"):
+        (git / folder).mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    for path in (git / "hooks", git / "refs/heads", git / "refs/heads/x/report.md"):
+        with pytest.raises(PipelineError, match=r"inside .*, a git repository's own folder"):
+            refuse_foreign_place(path, "--out", "", ("report",))
+    assert sorted(p.name for p in (git / "refs/heads").iterdir()) == []
+
+
+def test_a_command_run_from_outside_any_repository_owns_only_its_codes_project(
+        project, tmp_path, monkeypatch):
+    """Run from no repository, a stage script's own stages are those of the checkout its
+    code is in: another checkout's report outputs are refused."""
+    other = copy_project(tmp_path / "w")
+    (other / ".dvc").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(ownership, "__file__", str(project / "src/cifar10_tutorial/x.py"))
+    with pytest.raises(PipelineError, match=r"an output of the DVC stage 'report'"):
+        refuse_foreign_place(other / "reports/report.md", "--out", "", ("report",))
+    refuse_foreign_place(project / "reports/report.md", "--out", "", ("report",))
+
+
+def test_a_monorepo_with_another_pipeline_between_finds_the_project(tmp_path, monkeypatch):
+    """DVC at the monorepo's root, another project's dvc.yaml in a folder between it and
+    this project: the project (the folder with both pipelines) is the one guarded."""
+    from cifar10_tutorial.ownership import repository_root
+
+    mono = tmp_path / "mono"
+    (mono / ".dvc").mkdir(parents=True)
+    (mono / ".git").mkdir()
+    (mono / "group").mkdir()
+    (mono / "group/dvc.yaml").write_text("stages:\n  hello:\n    cmd: echo hi > h.txt\n"
+                                         "    outs:\n      - h.txt\n")
+    project = copy_project(mono / "group/proj")
+    (project / "reports/dvc.lock").write_text(LOCK)
+    monkeypatch.chdir(project)
+    assert repository_root() == project.resolve()
+    for path, said in (("src/evil", r"inside src/, the project's code"),
+                       ("data/prepared", r"an output of the DVC stage 'preprocess'"),
+                       ("reports/tf_reference", r"which the DVC stage 'report' reads")):
+        with pytest.raises(PipelineError, match=said):
+            refuse_foreign_place(Path(path), "--out", "", ("report",))
+
+
+def test_a_published_json_of_other_files_above_the_checkout_stops_nothing(tmp_path,
+                                                                         monkeypatch):
+    """Only a manifest naming publish's own files (model.pt among them) marks published
+    weights: a website's published.json with a files map above the checkout is none."""
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home/published.json").write_text('{"files": {"index.html": "abc"}}')
+    project = copy_project(tmp_path / "home" / "p")
+    (project / ".dvc").mkdir()
+    monkeypatch.chdir(project)
+    refuse_foreign_place(Path("reports/report.md"), "--out", "", ("report",))
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--watch", "--max-evals", "1", "--model", "reports/train/model.pt"],
+     "lies inside reports/train, the folder of the DVC stage 'train''s outputs"),
+    (["--model", "other/model.pt"], "an output of the DVC stage 'eval'"),
+], ids=["watch-into-the-train-stages-curves", "another-models-figures-as-the-stages"])
+def test_eval_writes_into_a_stages_folder_only_for_that_stages_model(project, tmp_path,
+                                                                    args, said):
+    """`eval --watch` writes beside a stage's own model (data/train/model.pt, a variant's
+    run folder), never into the train stage's --live folder; `eval --model other` writes
+    the eval stage's outputs only for the model the stage evaluates."""
+    line = _run(project, "stages/eval.py", "--data", str(tmp_path / "none"), *args)
+    assert said in line and "Nothing was changed" in line, line
+    refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))  # the stage's own
+    assert not (project / "reports/train").exists() and not (project / "reports/eval").exists()
+
+
+@pytest.mark.parametrize("out", ["/", "~"])
+def test_the_file_systems_root_or_the_home_folder_is_no_place(project, out):
+    """`--out /` or `--out ~` would put a command's files (and its lock, in the folder
+    above) among the system's or the user's own."""
+    with pytest.raises(PipelineError, match=r"(the file system.s root|your home folder) itself"):
+        refuse_foreign_place(Path(out).expanduser(), "--out", "", ("report",))

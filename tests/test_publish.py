@@ -738,7 +738,7 @@ def test_an_out_inside_a_published_folder_is_refused(tmp_path, monkeypatch):
     in a folder under it (models/tutorial_100k/sub) is refused before anything is written."""
     published = tmp_path / "models/tutorial_100k"
     published.mkdir(parents=True)
-    (published / "published.json").write_text('{"files": {}}')
+    (published / "published.json").write_text('{"files": {"model.pt": "0"}}')
     monkeypatch.chdir(tmp_path)
     with pytest.raises(PipelineError, match=r"^--out models/tutorial_100k/sub: inside .*"
                                             r"models/tutorial_100k, a folder of published weights"):

@@ -814,7 +814,7 @@ def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkey
     exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     published = tmp_path / "models" / "baseline"
     published.mkdir(parents=True)
-    (published / "published.json").write_text('{"files": {}}')
+    (published / "published.json").write_text('{"files": {"model.pt": "0"}}')
     (published / "README.md").write_text("# card\n")
     before = _snapshot(published)
     out = published if where == "the-folder" else published / "sub"

@@ -356,22 +356,20 @@ def test_a_stage_upstream_changed_makes_the_variants_stale(project):
     _run(project, _dvc(), "repro", "-q", "reports/dvc.yaml")
     assert refuse_stale_results(Path("reports/ablations")) is None
     # the data there (DVC lists only download: the variants' own deps are as recorded)
-    (project / "params.yaml").write_text("data:\n  url: https://b.example/two.tar.gz\n")
-    with pytest.raises(PipelineError, match=r"the results of a, b are not of their definition "
-                                            r".*a: upstream, download: params.yaml data.url "
-                                            r"modified"):
-        refuse_stale_results(Path("reports/ablations"))
-    with pytest.raises(PipelineError, match=r"the results of b are not .*upstream, download"):
-        refuse_stale_results(Path("reports/ablations"), only="b")
-    (project / "params.yaml").write_text("data:\n  url: https://a.example/one.tar.gz\n")
-    for out in ("data/raw", "data/prepared"):  # a clone has not pulled the data: no change
-        shutil.rmtree(project / out)
-    assert refuse_stale_results(Path("reports/ablations")) is None
-    (project / "params.yaml").write_text("data:\n  url: https://b.example/two.tar.gz\n")
-    with pytest.raises(PipelineError, match=r"the results of a, b are not of their definition "
-                                            r".*a: upstream, download: params.yaml data.url "
-                                            r"modified"):
-        refuse_stale_results(Path("reports/ablations"))
+    for pulled in (True, False):  # with the data there, then as a clone that has not
+        # pulled it (no change of its own, then the same change upstream)
+        if not pulled:
+            (project / "params.yaml").write_text("data:\n  url: https://a.example/one.tar.gz\n")
+            for out in ("data/raw", "data/prepared"):
+                shutil.rmtree(project / out)
+            assert refuse_stale_results(Path("reports/ablations")) is None
+        (project / "params.yaml").write_text("data:\n  url: https://b.example/two.tar.gz\n")
+        with pytest.raises(PipelineError, match=r"the results of a, b are not of their "
+                                                r"definition .*a: upstream, download: "
+                                                r"params.yaml data.url modified"):
+            refuse_stale_results(Path("reports/ablations"))
+        with pytest.raises(PipelineError, match=r"the results of b are not .*upstream, download"):
+            refuse_stale_results(Path("reports/ablations"), only="b")
     # a clone whose upstream stages never ran (no dvc.lock: the results came in git): DVC
     # calls each of their deps modified, which says nothing of the results
     (project / "dvc.lock").unlink()
@@ -459,3 +457,21 @@ def test_a_project_in_a_subfolder_of_a_dvc_repository_is_judged_by_it(tmp_path, 
     (project / "reports/params.yaml").write_text(yaml.safe_dump({"ablations": {"a": {"seed": 3}}}))
     with pytest.raises(PipelineError, match=r"the results of a are not of their definition"):
         refuse_stale_results(Path("reports/ablations"))
+
+
+def test_a_clone_asking_another_data_set_than_the_variants_record_is_stale(project):
+    """A clone records no download or preprocess (the main pipeline's lock is the user's,
+    not in git): the data set params.yaml asks for is compared with the one each variant
+    records (variant.json), so results of CIFAR-10 are not stated as the new set's."""
+    for name in ("a", "b"):
+        (project / f"reports/ablations/{name}/variant.json").write_text(
+            f'{{"variant": "{name}", "dataset": "cifar10"}}')
+    (project / "params.yaml").write_text("data:\n  dataset: cifar10\n")
+    assert refuse_stale_results(Path("reports/ablations")) is None
+    (project / "params.yaml").write_text("data:\n  dataset: svhn\n")
+    with pytest.raises(PipelineError, match=r"the results of a, b are not of their definition "
+                                            r".*a: upstream, params.yaml data.dataset is svhn, "
+                                            r"the results are of cifar10"):
+        refuse_stale_results(Path("reports/ablations"))
+    (project / "params.yaml").write_text("train: {}\n")  # no data set named: none compared
+    assert refuse_stale_results(Path("reports/ablations")) is None

@@ -48,15 +48,15 @@ from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import (listed_as_written, recover_swapped_folder, sha256_of,
                                     staging_folder, swap_in_folder, write_listing)
-from cifar10_tutorial.ownership import (PUBLISHED_MANIFEST, _repository_at, ensure_writable,
-                                        listed, refuse_foreign_place)
+from cifar10_tutorial.ownership import (PUBLISHED_FILES, PUBLISHED_MANIFEST, ensure_writable,
+                                        listed, refuse_foreign_place, repository_at)
 from cifar10_tutorial.model_files import load_model_file
 from publish_records import RERUN, Records, read_json, read_records, recorded_model
 from cifar10_tutorial.report.results import device_text, refuse_stale_results
 
 CARD = "README.md"
 MANIFEST = PUBLISHED_MANIFEST
-FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", CARD)
+FILES = PUBLISHED_FILES  # model.pt, params.yaml, provenance.json, metrics.json, the card
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # a variant's name, as reports/params.yaml's
 BUILDING = ".publish-building"  # the mark of a folder publish is building, its first file
 REPORT_DVC_YAML = Path("reports/dvc.yaml")
@@ -400,7 +400,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         own = variant_results(args.name).resolve()
     except PipelineError:  # no pipeline here to name it
         own = None
-    theirs = _repository_at(results.resolve())
+    theirs = repository_at(results.resolve())
     if theirs is not None and results.resolve() != own:
         try:
             own = (theirs / variant_results(args.name, theirs / REPORT_DVC_YAML)).resolve()

@@ -92,12 +92,12 @@ def recorded_model(results: Path, ev: dict) -> Path:
     """The model file the eval record names: a relative path is relative to the root of
     the repository the results lie in (the eval stage ran there), not to the folder this
     runs in (another checkout's file of that path is another model)."""
-    from cifar10_tutorial.ownership import _repository_at, repository_root
+    from cifar10_tutorial.ownership import repository_at, repository_root
 
     named = Path(str(ev.get("model") or ""))
     if named.is_absolute() or not str(ev.get("model") or ""):
         return named
-    return (_repository_at(Path(results).resolve()) or repository_root(Path(results))) / named
+    return (repository_at(Path(results).resolve()) or repository_root(Path(results))) / named
 
 
 def _check_one_run(model: Path, results: Path, ckpt: dict, train: dict, ev: dict) -> None:

@@ -2,7 +2,7 @@
 
     cifar10 repro --stop-at 3h50m      # dvc repro; exit 75 when a stage paused (run it again)
     cifar10 train                      # the train stage as dvc.yaml runs it (paths from there)
-    cifar10 eval --model other/model.pt   # another model, on the prepared data
+    cifar10 eval --model other/model.pt --out other/eval   # another model: its own --out
     cifar10 predict cat.jpg truck.png --top 3
     cifar10 report                     # the exercise report (reports/dvc.yaml's command)
     cifar10 benchmark
@@ -33,8 +33,8 @@ from .errors import PipelineError
 # measure, check or publish the project: not the pipeline), or a module of the package)
 COMMANDS = {
     "train": ("train the network (the train stage)", "cifar10 train --stop-at 2h", "stage"),
-    "eval": ("evaluate a model (the eval stage)", "cifar10 eval --model other/model.pt",
-             "stage"),
+    "eval": ("evaluate a model (the eval stage)",
+             "cifar10 eval --model other/model.pt --out other/eval", "stage"),
     "report": ("write the exercise report (reports/dvc.yaml's report stage)", "cifar10 report",
                "stage"),
     "repro": ("dvc repro; a stage paused at --stop-at exits 75: run it again to continue",

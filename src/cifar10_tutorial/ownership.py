@@ -45,10 +45,11 @@ def refuse_foreign(folder: Path, ours: set[str], stage: str, option: str = "--ou
 
 
 def refuse_foreign_file(path: Path, option: str, what: str, ours,
-                        own_stages: tuple[str, ...] = (), feeds: tuple[str, ...] = ()) -> None:
+                        own_stages: tuple[str, ...] = (),
+                        feeds: tuple[tuple[str, Optional[str]], ...] = ()) -> None:
     """Before a command writes the file ``path`` whole: a place that is not its own
-    (:func:`refuse_foreign_place`; ``own_stages``: the DVC stages it is; ``feeds``: those
-    whose inputs it writes), a link, a folder
+    (:func:`refuse_foreign_place`; ``own_stages``: the DVC stages it is; ``feeds``: the
+    stage inputs it writes), a link, a folder
     or other special file there, or a file it did not write (``ours(text)`` is false: the
     text is not the kind it writes, ``what``), is refused in one line naming it; nothing
     is replaced."""
@@ -162,6 +163,8 @@ def ensure_writable(*folders: Path) -> None:
 
 
 PUBLISHED_MANIFEST = "published.json"  # in a folder of published weights (tools/publish.py)
+# what publish writes beside it, the manifest's ``files`` naming some of them
+PUBLISHED_FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", "README.md")
 RUN_LOCK_SUFFIX = ".run-lock"
 _held: dict = {}  # resolved folder -> its open lock file, held until the process ends
 
@@ -248,12 +251,42 @@ def stage_outputs(pipelines=PIPELINES) -> list[tuple[str, Path]]:
 def stage_paths(pipelines=PIPELINES) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]]]:
     """The outputs (:func:`stage_outputs`) and, likewise, the files and folders the stages
     read (their ``deps``): each pipeline and lock read once."""
+    return stage_places(pipelines)[:2]
+
+
+def _command_paths(cmd) -> list[tuple[str, str]]:
+    """(option, path) of each ``--option PATH`` of a stage's command (a value holding a
+    ``/``, not a URL); a ``{...}`` in it (a foreach stage's variant, filled in by the
+    stage) stands for any one name, as ``${key}`` does in its outputs."""
+    import re
+    import shlex
+
+    try:
+        tokens = shlex.split(" ".join(cmd) if isinstance(cmd, list) else str(cmd or ""))
+    except ValueError:  # an unbalanced quote: DVC's shell would refuse it too
+        return []
+    pairs = []
+    for i, token in enumerate(tokens):
+        option, _, value = token.partition("=")
+        if not value and i + 1 < len(tokens):
+            value = tokens[i + 1]
+        if option.startswith("--") and "/" in value and "://" not in value \
+                and not value.startswith("-"):
+            pairs.append((option, re.sub(r"\$?\{[^{}]*\}", "${key}", value)))
+    return pairs
+
+
+def stage_places(pipelines=PIPELINES) -> tuple[list[tuple[str, Path]], list[tuple[str, Path]],
+                                               list[tuple[str, str, Path]]]:
+    """:func:`stage_paths`'s outputs and inputs, and (stage, option, path) of each path the
+    stages' commands name (``--work data/ablations/{variant}``: a folder a variant's run
+    writes outside DVC, its model and checkpoints; ``--data data/prepared``: an input)."""
     import yaml
 
     from .cli import pipeline_stages
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # a lock of 16 variants: fast
-    found = {"outs": [], "deps": []}
+    found = {"outs": [], "deps": [], "named": []}
     for dvc_yaml in pipelines:
         if not dvc_yaml.is_file():
             continue
@@ -278,9 +311,59 @@ def stage_paths(pipelines=PIPELINES) -> tuple[list[tuple[str, Path]], list[tuple
                           for e in (rec.get(locked_as) or []) if isinstance(e, dict)]
                 found[locked_as] += [(name, Path(os.path.normpath(base / str(path))))
                                      for name, path in dict.fromkeys(paths) if path]
+            found["named"] += [(stage, option, Path(os.path.normpath(base / path)))
+                               for option, path in _command_paths(body.get("cmd"))]
     # the resolved paths (the locks') first: they name the variant's own stage
-    return tuple(sorted(found[k], key=lambda item: "${" in str(item[1]))
-                 for k in ("outs", "deps"))
+    outs, deps = (sorted(found[k], key=lambda item: "${" in str(item[1]))
+                  for k in ("outs", "deps"))
+    return outs, deps, found["named"]
+
+
+def _works(outs, deps, named) -> dict[Path, list[tuple[str, str]]]:
+    """The folders the stages' commands name that are no output or input and hold none (a
+    variant's run folder, partial downloads: written outside DVC), each once, with the
+    (stage, option) naming it (data/.downloads: several stages')."""
+    places = {p for _, p in outs + deps}
+    works = {}
+    for stage, option, path in named:
+        holds = any(len(out.parts) > len(path.parts) and all(
+            a == b or "${" in a or "${" in b for a, b in zip(path.parts, out.parts))
+            for _, out in outs)  # ${...}: any one name
+        if path not in places and not holds:
+            works.setdefault(path, []).append((stage, option))
+    return works
+
+
+def _running_for(root: Path) -> Path:
+    """The repository a command run now works for, resolved: the working folder's; else
+    (run from outside any) the place's own ``root`` where that is the working folder (a
+    project with no git or DVC yet), else the one whose code runs (a stage script run by
+    its path), else the working folder (an installed package). A queued experiment's
+    workspace (.dvc/tmp/exps/...) works for the project around it."""
+    here = Path.cwd().resolve()
+    running = (repository_at(here) or (root if root == here else None)
+               or repository_at(Path(__file__).resolve().parent) or here).resolve()
+    if running.is_relative_to(root) and ".dvc" in running.relative_to(root).parts:
+        return root
+    return running
+
+
+def stages_at(path: Path, kind: str) -> tuple[str, ...]:
+    """The stages of the working folder's pipelines with ``path`` among their ``kind``:
+    "outs", "deps", or "works" (a folder their command names that is neither: a variant's
+    run folder), ``ablation@NAME`` for a foreach stage's; in the repository this command
+    works for only (another checkout's stages are none of its own)."""
+    where = Path(path).resolve()
+    root = repository_root(Path(path))
+    if _running_for(root) != root:
+        return ()
+    outs, deps, named = stage_places(tuple(root / p for p in PIPELINES))
+    if kind == "works":
+        found = [(stage, p) for p, of in _works(outs, deps, named).items() for stage, _ in of]
+    else:
+        found = outs if kind == "outs" else deps
+    return tuple(dict.fromkeys(_named(stage, p, where) for stage, p in found
+                               if _overlap(where, Path(os.path.normpath(root / p))) == "is"))
 
 
 def _overlap(where: Path, output: Path) -> Optional[str]:
@@ -328,8 +411,9 @@ def _is_own(stage: str, output: Path, where: Path, own_stages: tuple[str, ...]) 
 
 
 def _is_manifest(path: Path) -> bool:
-    """Whether ``path`` is publish's manifest (a JSON object whose ``files`` maps names to
-    sha256s), not any file of that name (a website's, a home folder's)."""
+    """Whether ``path`` is publish's manifest (a JSON object whose ``files`` maps the names
+    publish writes, model.pt among them, to sha256s), not any file of that name (a
+    website's, a home folder's)."""
     import json
 
     if not path.is_file():  # not a FIFO, whose read would wait
@@ -339,7 +423,9 @@ def _is_manifest(path: Path) -> bool:
             data = json.loads(f.read(1 << 20))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and isinstance(data.get("files"), dict)
+    files = data.get("files") if isinstance(data, dict) else None
+    return (isinstance(files, dict) and "model.pt" in files
+            and set(files) <= set(PUBLISHED_FILES))
 
 
 def refuse_inside_published(path: Path, option: str, default: str = "",
@@ -365,14 +451,15 @@ def refuse_inside_published(path: Path, option: str, default: str = "",
                                 f"{option} another place{instead}. Nothing was changed.")
 
 
-def _repository_at(here: Path) -> Optional[Path]:
+def repository_at(here: Path) -> Optional[Path]:
     """The nearest folder at or above ``here`` with dvc.yaml and .dvc/ (or .git: a
     checkout that lost its .dvc/ is still the project) (a queued
     experiment's workspace, .dvc/tmp/exps/..., holds both: it is a project of its own,
     found before the repository around it); a place inside a .dvc/ is in the repository
     above it, whose DVC folder it is. Failing that, a project in a subfolder of a DVC
     repository (a monorepo: .dvc/ at its root, dvc.yaml in the project's folder): the
-    outermost folder with dvc.yaml below that root (reports/ holds a dvc.yaml too)."""
+    nearest folder below that root holding both pipelines (reports/ holds a dvc.yaml too,
+    a folder between may hold another project's), else the outermost with a dvc.yaml."""
     chain = []
     for p in (here, *here.parents):
         try:
@@ -380,7 +467,9 @@ def _repository_at(here: Path) -> Optional[Path]:
             if (p / "dvc.yaml").is_file() and ((p / ".dvc").is_dir() or (p / ".git").exists()):
                 return p
             if (p / ".dvc").is_dir() and chain:  # DVC's root, with no dvc.yaml of its own
-                return chain[-1]
+                # the folder holding both pipelines (another project's dvc.yaml may lie
+                # between), else the outermost
+                return next((c for c in chain if (c / PIPELINES[1]).is_file()), chain[-1])
             if (p / "dvc.yaml").is_file():
                 chain.append(p)
         except OSError:  # a name too long to look at: not a repository's root
@@ -405,43 +494,42 @@ def repository_root(start: Optional[Path] = None) -> Path:
     # data/train -> /big/train), then as resolved, then the working folder
     given = [Path(os.path.abspath(start)), Path(start).resolve()] if start is not None else []
     for at in given + [here]:
-        found = _repository_at(at)
+        found = repository_at(at)
         if found is not None:  # resolved: the places it is compared with are
             return found.resolve()
     return here
 
 
-def _config_paths(config: Path, base: Path) -> list[tuple[Path, str]]:
-    """The folders a DVC config file names: its cache (``[cache] dir``) and the remotes
-    that are folders of this machine (``url``), relative ones from ``base``."""
-    import re
+def _dvc_config_folders(dvc: Optional[Path]) -> list[tuple[Path, str]]:
+    """The folders DVC's config names, read by DVC itself at every level it reads (the
+    repository's config and config.local, the user's, the system's wherever
+    XDG_CONFIG_DIRS puts it): its cache, the remotes that are folders of this machine,
+    and its site cache (indexes and hashes of every repository, /var/tmp/dvc by default)."""
+    from dvc.config import Config
+    from dvc.dirs import site_cache_dir
 
-    try:
-        text = config.read_text(encoding="utf-8") if config.is_file() else ""
-    except (OSError, UnicodeDecodeError):
+    try:  # relative paths come resolved from the file that names them
+        config = Config(dvc_dir=str(dvc / ".dvc") if dvc is not None else None,
+                        validate=False)
+        core, cache, remotes = config["core"], config["cache"], config["remote"]
+        found = [(Path(site_cache_dir(core.get("site_cache_dir"))), "DVC's site cache")]
+        if cache.get("dir"):
+            found.append((Path(os.path.expanduser(str(cache["dir"]))), "DVC's cache"))
+        for remote in remotes.values():
+            folder = local_folder(str(remote.get("url") or "")) if isinstance(remote, dict) \
+                else None
+            if folder:
+                found.append((Path(os.path.expanduser(folder)), "a DVC remote"))
+        return found
+    except Exception:  # a config DVC cannot read: every dvc command says what is wrong
         return []
-    found, section = [], ""
-    for line in text.splitlines():
-        head = re.fullmatch(r"\s*\[(.*)\]\s*", line)
-        if head:
-            section = head.group(1).strip("'\" ").split()[0] if head.group(1).strip("'\" ") else ""
-            continue
-        pair = re.fullmatch(r"\s*([\w.-]+)\s*=\s*(.*?)\s*", line)
-        if pair is None:
-            continue
-        key, value = pair.group(1), pair.group(2).strip("'\"")
-        if (section, key) == ("cache", "dir"):
-            found.append((base / os.path.expanduser(value), "DVC's cache"))
-        elif section == "remote" and key == "url" and local_folder(value):
-            found.append((base / os.path.expanduser(local_folder(value)), "a DVC remote"))
-    return found
 
 
 def tool_folders(root: Path) -> list[tuple[Path, str]]:
     """git's and DVC's own folders of the repository ``root`` wherever they lie, resolved:
     a git folder not named .git (``.git`` a file naming it: ``git clone
-    --separate-git-dir``, a worktree, a submodule; GIT_DIR), DVC's cache and the remotes
-    on this machine its config (the repository's, yours, the system's) names."""
+    --separate-git-dir``, a worktree, a submodule; GIT_DIR), DVC's cache, site cache and
+    the remotes on this machine its config (the repository's, yours, the system's) names."""
     found = []
     dot_git = root / ".git"
     try:
@@ -459,13 +547,7 @@ def tool_folders(root: Path) -> list[tuple[Path, str]]:
         pass
     if os.environ.get("GIT_DIR"):
         found.append((Path(os.environ["GIT_DIR"]), "git's own folder"))
-    dvc = dvc_root(root)
-    if dvc is not None:
-        for config in ("config", "config.local"):
-            found += _config_paths(dvc / ".dvc" / config, dvc / ".dvc")
-    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    for config in (home / "dvc" / "config", Path("/etc/xdg/dvc/config")):
-        found += _config_paths(config, config.parent)
+    found += _dvc_config_folders(dvc_root(root))
     resolved = []
     for folder, what in found:
         try:
@@ -487,7 +569,8 @@ NOT_OURS = {".git": "git's own folder", ".dvc": "DVC's own folder",
 
 def refuse_foreign_place(path: Path, option: str, default: str = "",
                          own_stages: tuple[str, ...] = (), publishing: bool = False,
-                         feeds: tuple[str, ...] = (), own_outputs: bool = True) -> None:
+                         feeds: tuple[tuple[str, Optional[str]], ...] = (),
+                         own_outputs: bool = True) -> None:
     """Before a command writes at ``path`` (given as ``option``): a path holding a control
     character (a newline would break every line that shows it), one inside .git/, .dvc/,
     src/ or stages/ of the repository root, or one that is, lies inside or holds an output
@@ -497,11 +580,15 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
     So is one in a folder of published weights (:func:`refuse_inside_published`), in git's
     or DVC's folders wherever they lie (:func:`tool_folders`), or at or inside a file or
     folder a stage reads that no stage makes (reports/tf_reference, kept in git: the stage
-    would find it changed), but for the stages in ``feeds``, whose inputs this command
-    writes. ``own_outputs`` false: ``own_stages``' folders are this command's to write in,
-    their outputs not (eval --watch writes beside the train stage's model, never into
-    its curves). ``own_stages`` and ``feeds`` hold in the repository this command runs
-    for only (the working folder's): another checkout's stages are never its own. Under
+    would find it changed), but for the inputs this command writes, ``feeds``: (stage, the
+    option of its command naming the input), or (stage, None) for those it reads through
+    its params (the regression stage's baselines). A folder a stage's command names that is
+    neither an output nor an input (a variant's run folder, data/ablations/NAME) is that
+    stage's own as its outputs are. ``own_outputs`` false: ``own_stages``' folders are
+    this command's to write in, their outputs not (eval --watch writes beside a run's
+    model, never into its curves). ``own_stages`` and ``feeds`` hold in the repository
+    this command runs for only (the working folder's, else the running code's): another
+    checkout's stages are never its own. Under
     `dvc repro` too: DVC_STAGE is a variable anyone may set, so it switches nothing off.
 """
     from .errors import PipelineError
@@ -512,9 +599,14 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                             f"character, which no line that names it can show; give another "
                             f"path{instead}. Nothing was changed.")
     where = Path(path).resolve()
+    if where == Path(where.anchor) or where == Path.home().resolve():
+        # its files and its lock (beside it, in the folder above) among the system's or
+        # the user's own: never a place of a command's results
+        whose = "the file system's root" if where.parent == where else "your home folder"
+        raise PipelineError(f"{option} {path}: {whose} itself; give {option} a folder of its own{instead}. "
+                            f"Nothing was changed.")
     root = repository_root(Path(path))
-    running = _repository_at(Path.cwd().resolve())
-    if running is not None and running.resolve() != root:  # another checkout's place
+    if _running_for(root) != root:  # another checkout's place
         own_stages, feeds = (), ()
     # below the repository root, its own parts only: a queued DVC experiment runs in a
     # workspace inside the repository's .dvc/ (.dvc/tmp/exps/...)
@@ -524,6 +616,17 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                 where == root / name or root / name in where.parents):
             raise PipelineError(f"{option} {path}: inside {name}/, {what}; give {option} a "
                                 f"folder of its own{instead}. Nothing was changed.")
+    for folder in (where, *where.parents):  # any repository's git folder, by what it holds
+        try:
+            git = all(f(folder / name) for f, name in ((Path.is_file, "HEAD"),
+                                                       (Path.is_dir, "objects"),
+                                                       (Path.is_dir, "refs")))
+        except OSError:  # a name too long to look at
+            git = False
+        if git:
+            raise PipelineError(f"{option} {path}: inside {folder}, a git repository's own "
+                                f"folder; give {option} a folder of its own{instead}. Nothing "
+                                f"was changed.")
     for folder, what in tool_folders(root):
         if where == folder or folder in where.parents:
             raise PipelineError(f"{option} {path}: inside {folder}, {what}; give {option} a "
@@ -531,7 +634,7 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
     refuse_inside_published(path, option, default, publishing)
     here = root == Path.cwd().resolve()  # the pipelines' paths as they name them
     pipelines = PIPELINES if here else tuple(root / p for p in PIPELINES)
-    outputs, reads = stage_paths(pipelines)
+    outputs, reads, named = stage_places(pipelines)
     for stage, output in outputs:
         how = _overlap(where, output)
         if how is not None and (not own_outputs or not _is_own(stage, output, where, own_stages)):
@@ -540,11 +643,38 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                                 f"changed and replace on the stage's next run; give {option} "
                                 f"a path outside the pipelines' outputs{instead}. Nothing was "
                                 f"changed.")
-    # what a stage reads and no stage makes (kept in git): written into, the stage is stale
+    # a folder a stage's command writes outside DVC (a variant's run: model, checkpoints),
+    # the variant's own run only: its next run refuses what it did not make there, and a
+    # model there is the only copy
+    for work, stages in _works(outputs, reads, named).items():
+        how = _overlap(where, work)
+        if how is not None and not any(
+                _is_own(stage, work, where, own_stages)
+                or ("${" not in str(work)  # one folder for a group: each variant's
+                    and any(s.split("@")[0] == stage for s in own_stages))
+                for stage, _ in stages):
+            stage, given = stages[0]
+            name = _variant_at(work, where)  # the variant's own folder, as the user sees it
+            shown = str(work).replace("${key}", name) if name is not None else work
+            raise PipelineError(f"{option} {path}: {how} {shown}, the folder the DVC stage "
+                                f"{_named(stage, work, where)!r} writes outside DVC (its "
+                                f"{given}: a run's model and checkpoints, downloads), which "
+                                f"its next run refuses to share with files it did not make; "
+                                f"give {option} a path outside the pipelines' "
+                                f"folders{instead}. Nothing was changed.")
+    # what a stage reads and no stage makes (kept in git): written into, the stage is stale;
+    # but the one input this command writes (``feeds``: the stage, and the option of its
+    # command that names that input, or None: those it reads through its params)
+    fed = set()
+    for stage, option_of in feeds:
+        given = {p for s, o, p in named if s == stage and o == option_of}
+        fed |= ({(stage, p) for p in given} if option_of is not None else
+                {(s, d) for s, d in reads if s.split("@")[0] == stage
+                 and d not in {p for s2, _, p in named if s2 == stage}})
     read = {}  # each path once (every variant reads the same code): the first stage's
     for stage, dep in reads:
         at = Path(os.path.normpath(root / dep))
-        if stage.split("@")[0] not in feeds and "${" not in str(dep) and at != root \
+        if (stage.split("@")[0], dep) not in fed and "${" not in str(dep) and at != root \
                 and at.is_relative_to(root) and at.relative_to(root).parts[0] not in NOT_OURS:
             read.setdefault(at, (stage, dep))
     for at, (stage, dep) in read.items():

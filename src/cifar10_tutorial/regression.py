@@ -235,7 +235,7 @@ def update_baseline(baseline_path: str, tolerances: dict,
     from .ownership import refuse_foreign_place  # git's, the code's, a stage's output
 
     refuse_foreign_place(Path(baseline_path), "regression.baseline",
-                         "reports/baseline/NAME.json", feeds=("regression",))
+                         "reports/baseline/NAME.json", feeds=(("regression", None),))
     now = collect_metrics(files)
     missing = [m for m in tolerances if m not in now]
     if missing:

@@ -543,13 +543,13 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     shows where it states the results; so it does where no DVC repository records them."""
     import yaml
 
-    from ..ownership import _repository_at, dvc_root, repository_root, stage_paths
+    from ..ownership import repository_at, dvc_root, repository_root, stage_paths
 
     _refuse_unreadable_or_renamed(Path(results))
     # the repository the results lie in: where they resolve (a link to another checkout's
     # results is judged there), else along the path as given (a folder of the project
     # linked to another disk), else the working folder's
-    root = _repository_at(Path(results).resolve()) or repository_root(Path(results))
+    root = repository_at(Path(results).resolve()) or repository_root(Path(results))
     unchecked = (f"the results in {results} were not checked against the variants' "
                  f"definitions as they are now: ")
     if not (root / dvc_yaml).is_file():
@@ -686,6 +686,19 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
                     and name in recorded and (name in tainted or group in tainted):
                 stale.setdefault(folder.name, []).append(
                     f"upstream, {first_upstream[0]}: {first_upstream[1][0]}")
+    # the data set the main pipeline prepares now (params.yaml data.dataset) against the
+    # one each of the ablation group's variants records (variant.json): a clone's download
+    # and preprocess are never recorded (their lock is the user's), so DVC cannot say so
+    asked = _dataset_asked(root)
+    for folder in sorted(Path(results).iterdir()) if asked is not None else []:
+        name = f"ablation@{folder.name}"
+        if (only is None or folder.name == only) and name in recorded \
+                and (folder / "variant.json").is_file() and (folder / "metrics.json").is_file():
+            made_of = _record(folder / "variant.json", ()).get("dataset")
+            if isinstance(made_of, str) and made_of != asked:
+                stale.setdefault(folder.name, []).append(
+                    f"upstream, params.yaml data.dataset is {asked}, the results are of "
+                    f"{made_of}")
     if unrecorded:
         raise PipelineError(
             f"{results}: the results of {', '.join(n.partition('@')[2] for n in unrecorded[:5])}"
@@ -704,6 +717,20 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
             f"(it writes the report too), or, where only code changed that trains the same, "
             f"`cifar10 check-code`. Nothing was written.")
     return None
+
+
+def _dataset_asked(root: Path) -> Optional[str]:
+    """The data set the main pipeline's params (params.yaml at ``root``) name, or None
+    where they cannot be read (their stages say why)."""
+    import yaml
+
+    from ..files import read_small_file
+
+    try:
+        data = (yaml.safe_load(read_small_file(root / "params.yaml", 1 << 20)) or {})["data"]
+        return data["dataset"] if isinstance(data["dataset"], str) else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return None
 
 
 def _recorded(root: Path, stage: str) -> bool:
