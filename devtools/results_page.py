@@ -343,19 +343,12 @@ def _refuse_special_files(root: Path, dvc_yaml: Path) -> None:
     import os
 
     from cifar10_tutorial.ownership import stage_paths
+    from cifar10_tutorial.report.results import refuse_special_files
 
     _, reads = stage_paths((root / dvc_yaml,))
-    for stage, dep in reads:
-        at = Path(os.path.normpath(root / dep))
-        if stage != "report" or not os.path.lexists(at) or not at.is_relative_to(root):
-            continue
-        places = [at] if not at.is_dir() else [Path(d) / f for d, _, files in os.walk(at)
-                                              for f in files]
-        for path in places:
-            if not (path.is_file() or path.is_dir()):
-                raise PipelineError(f"{path}: expected a file the report reads, found a FIFO, "
-                                    f"socket, device or broken link, which DVC would wait on "
-                                    f"or fail to hash; remove it. Nothing was written.")
+    refuse_special_files([at for stage, dep in reads if stage == "report"
+                          for at in [Path(os.path.normpath(root / dep))]
+                          if at.is_relative_to(root)], "a file the report reads")
 
 
 def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_parser
 from cifar10_tutorial.params import EXERCISES, load_params
 from cifar10_tutorial.report.report import make_report
-from cifar10_tutorial.report.results import refuse_stale_definitions, refuse_stale_results
+from cifar10_tutorial.report.results import (refuse_not_a_file, refuse_stale_definitions,
+                                             refuse_stale_results)
 
 
 def main() -> None:
@@ -25,11 +26,18 @@ def main() -> None:
                     help="the reference implementation's runs on the same data (one JSON each)")
     ap.add_argument("--out", type=Path, required=True, help="the report's folder")
     args = ap.parse_args()
+    # a record named is read: one missing or not a file (a FIFO) would silently turn the
+    # report's conclusions ("not checked to train alike", exercise 5 not comparable)
+    for option, path in (("--search", args.search), ("--equivalence", args.equivalence),
+                         ("--devices-timing", args.devices_timing)):
+        refuse_not_a_file(path, option)
+    # the variants as defined, checked first (a name no stage takes, one name in both
+    # groups): said as the stages say it, not as a path or a status DVC cannot give
+    params = load_params(args.params, EXERCISES)
     # DVC says which results are stale; of a copy of them, nothing: said in the report
     unchecked = refuse_stale_results(args.ablations, params=args.params)
     if unchecked:
         print(f"note: {unchecked}", file=sys.stderr)
-    params = load_params(args.params, EXERCISES)
     refuse_stale_definitions(args.ablations, {**params.ablations, **params.dataset_ablations})
     path = make_report(args.ablations, args.out, dict(params.ablations),
                        dict(params.dataset_ablations), args.search, args.equivalence,

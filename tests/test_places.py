@@ -692,3 +692,30 @@ def test_the_file_systems_root_or_the_home_folder_is_no_place(project, out):
     above) among the system's or the user's own."""
     with pytest.raises(PipelineError, match=r"(the file system.s root|your home folder) itself"):
         refuse_foreign_place(Path(out).expanduser(), "--out", "", ("report",))
+
+
+def test_a_tree_of_the_exercise_pipeline_alone_is_its_own_project(tmp_path, monkeypatch):
+    """The code and reports/dvc.yaml alone (a check's scratch tree: no dvc.yaml at its
+    root), with the .dvc/ DVCLive makes there at a run's first step: the tree is the
+    project, and a variant's stage writes its own results in it, before and after."""
+    from cifar10_tutorial.ownership import repository_root
+
+    tree = tmp_path / "ours"
+    for part in ("src", "stages", "reports/dvc.yaml", "reports/params.yaml"):
+        src = ROOT / part
+        (tree / part).parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copyfile(src, tree / part)
+    monkeypatch.chdir(tree)
+    monkeypatch.setattr(ownership, "__file__", str(tree / "src/cifar10_tutorial/ownership.py"))
+    for made in (False, True):
+        if made:
+            (tree / ".dvc/tmp/exps/run").mkdir(parents=True)
+        assert repository_root(Path("reports/ablations/baseline")) == tree.resolve()
+        refuse_foreign_place(Path("reports/ablations/baseline"), "--out", "",
+                             ("ablation@baseline",))
+        with pytest.raises(PipelineError, match=r"the DVC stage 'ablation@baseline'"):
+            refuse_foreign_place(Path("reports/ablations/baseline"), "--out", "",
+                                 ("ablation@softmax",))

@@ -1026,3 +1026,71 @@ def test_results_no_stage_vouches_for_are_said_to_be_unchecked_at_the_top(tmp_pa
     assert "> **Unchecked.** The results in copy were not checked" in text.split("## ")[0]
     make_report(root, out, OVERRIDES)
     assert "Unchecked" not in (out / "report.md").read_text()
+
+
+def _report_stage(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DVC_STAGE"}
+    return subprocess.run([sys.executable, "stages/report.py", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("what", ["missing", "fifo", "folder"])
+@pytest.mark.parametrize("option", ["--equivalence", "--devices-timing", "--search"])
+def test_a_record_named_that_is_no_file_is_one_line_not_absent(tmp_path, option, what):
+    """--equivalence, --devices-timing or --search naming nothing, a FIFO or a folder: one
+    line naming it, never read as absent (the report would then say the variants were
+    not checked to train alike, or exercise 5 not comparable)."""
+    from conftest import copy_project
+
+    project = copy_project(tmp_path / "p")
+    given = tmp_path / "given"
+    if what == "fifo":
+        os.mkfifo(given)
+    elif what == "folder":
+        given.mkdir()
+    proc = _report_stage(project, "--ablations", "reports/ablations", "--search",
+                         "reports/fast_schedule_search.md", "--equivalence",
+                         "reports/code_equivalence.json", option, str(given), "--out",
+                         str(tmp_path / "out"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"error: {option} {given}: ") and "Nothing was written" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_variant_in_both_groups_is_one_line_naming_it(tmp_path):
+    """A name in both ablations: and dataset_ablations: would be two stages writing one
+    results folder (DVC refuses the pipeline, its line cut): the report says which."""
+    import yaml
+    from conftest import copy_project
+
+    project = copy_project(tmp_path / "p")
+    params = yaml.safe_load((project / "reports/params.yaml").read_text())
+    params["dataset_ablations"] = {**(params.get("dataset_ablations") or {}),
+                                   "softmax": {"data": {"dataset": "svhn"}}}
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(params))
+    proc = _report_stage(project, "--ablations", "reports/ablations", "--search",
+                         "reports/fast_schedule_search.md", "--equivalence",
+                         "reports/code_equivalence.json", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1 and proc.stderr == (
+        "error: reports/params.yaml: ablations and dataset_ablations share the names "
+        "['softmax']\n"), proc.stderr
+
+
+def test_a_special_file_or_a_name_no_utf8_among_the_results_is_named(tmp_path):
+    """Before DVC hashes a variant's results: a FIFO, or a name that is no UTF-8 text (DVC's
+    own error names no file), is one line naming it."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report.results import refuse_special_files
+
+    (tmp_path / "v/eval").mkdir(parents=True)
+    (tmp_path / "v/eval/metrics.json").write_text("{}")
+    refuse_special_files([tmp_path / "v"], "a result file")
+    bad = os.fsencode(tmp_path / "v/eval") + b"/x\xff"
+    open(bad, "wb").close()
+    with pytest.raises(PipelineError, match=r"v/eval/x\\udcff: a name that is no UTF-8 text"):
+        refuse_special_files([tmp_path / "v"], "a result file")
+    os.unlink(bad)
+    os.mkfifo(tmp_path / "v/eval/pipe")
+    with pytest.raises(PipelineError, match=r"v/eval/pipe: expected a result file, found a FIFO"):
+        refuse_special_files([tmp_path / "v"], "a result file")

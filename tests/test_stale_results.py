@@ -141,8 +141,12 @@ def test_results_with_no_lock_are_not_vouched_for(project, lock):
     path.unlink()
     if lock is not None:
         path.write_text(lock)
-    with pytest.raises(PipelineError, match=r"the results of a, b were never recorded by DVC"):
+    said = (r"reports/dvc.lock is missing.*restore it \(`git checkout -- reports/dvc.lock`\)"
+            if lock is None else r"the results of a, b were never recorded by DVC")
+    with pytest.raises(PipelineError, match=said) as raised:
         refuse_stale_results(Path("reports/ablations"))
+    # with no lock, recording the results as they are (`dvc commit -f`) is no advice
+    assert (lock is None) == ("dvc commit" not in str(raised.value))
 
 
 def test_a_recorded_result_deleted_is_refused(project):

@@ -458,18 +458,23 @@ def repository_at(here: Path) -> Optional[Path]:
     found before the repository around it); a place inside a .dvc/ is in the repository
     above it, whose DVC folder it is. Failing that, a project in a subfolder of a DVC
     repository (a monorepo: .dvc/ at its root, dvc.yaml in the project's folder): the
-    nearest folder below that root holding both pipelines (reports/ holds a dvc.yaml too,
-    a folder between may hold another project's), else the outermost with a dvc.yaml."""
+    nearest folder at or below that root holding reports/dvc.yaml (reports/ holds a
+    dvc.yaml too, a folder between may hold another project's), else the outermost with
+    a dvc.yaml."""
     chain = []
     for p in (here, *here.parents):
         try:
             # .git/ too: a project whose .dvc/ was removed is still that project
             if (p / "dvc.yaml").is_file() and ((p / ".dvc").is_dir() or (p / ".git").exists()):
                 return p
-            if (p / ".dvc").is_dir() and chain:  # DVC's root, with no dvc.yaml of its own
-                # the folder holding both pipelines (another project's dvc.yaml may lie
-                # between), else the outermost
-                return next((c for c in chain if (c / PIPELINES[1]).is_file()), chain[-1])
+            if (p / ".dvc").is_dir():  # DVC's root, with no dvc.yaml of its own
+                # the folder holding the exercise pipeline (another project's dvc.yaml may
+                # lie between; DVC's root itself, where only that pipeline is copied, as a
+                # check's scratch tree), else the outermost with a dvc.yaml
+                found = next((c for c in (*chain, p) if (c / PIPELINES[1]).is_file()),
+                             chain[-1] if chain else None)
+                if found is not None:
+                    return found
             if (p / "dvc.yaml").is_file():
                 chain.append(p)
         except OSError:  # a name too long to look at: not a repository's root

@@ -31,8 +31,10 @@ def load_variants(root: Path) -> pd.DataFrame:
         described = path.with_name("variant.json")
         if not described.is_file():
             raise PipelineError(f"{described}: missing beside {path.name} (results of an older "
-                                f"version of the code); rerun the variant "
-                                f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`).")
+                                f"version of the code, or a copy); if {path.parent.name} is "
+                                f"a variant of reports/params.yaml, rerun it (`dvc repro -f "
+                                f"reports/dvc.yaml:ablation@{path.parent.name}`), else (a "
+                                f"backup) move {path.parent} out of {root}.")
         m = _record(path, ("train", "eval"))
         _numbers_only(path, m)
         check_one_evaluation(path.parent, m)
@@ -699,6 +701,12 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
                 stale.setdefault(folder.name, []).append(
                     f"upstream, params.yaml data.dataset is {asked}, the results are of "
                     f"{made_of}")
+    if unrecorded and not lock.exists():  # restored from git, it says what they are of
+        raise PipelineError(
+            f"{results}: {dvc_yaml.with_suffix('.lock')} is missing, so what the results "
+            f"are of cannot be told; restore it (`git checkout -- "
+            f"{dvc_yaml.with_suffix('.lock')}`), or rerun the variants (`dvc repro "
+            f"{dvc_yaml}`). Nothing was written.")
     if unrecorded:
         raise PipelineError(
             f"{results}: the results of {', '.join(n.partition('@')[2] for n in unrecorded[:5])}"
@@ -747,6 +755,46 @@ def _recorded(root: Path, stage: str) -> bool:
         return False  # no lock, or one DVC reads itself (its status said so)
 
 
+def refuse_not_a_file(path: Optional[Path], option: str) -> None:
+    """A record a command is given (``option`` ``path``) that is not there, or is no
+    regular file (a folder, a FIFO that would hold the read for ever): one line naming it,
+    never read as absent."""
+    if path is None or path.is_file():
+        return
+    what = ("not found" if not os.path.lexists(path) else
+            "a folder" if path.is_dir() else
+            "a link to nothing" if path.is_symlink() and not path.exists() else
+            "not a regular file (a FIFO, socket or device)")
+    raise PipelineError(f"{option} {path}: {what}, where this reads a record; give the file "
+                        f"(as reports/dvc.yaml names it), or restore it (`git checkout -- "
+                        f"{path}`). Nothing was written.")
+
+
+def refuse_special_files(places, expected: str) -> None:
+    """Before DVC hashes them: a FIFO, socket, device or broken link among ``places``
+    (files, and folders walked, links not followed) would hold `dvc status` for ever or
+    fail its hash, and a name that is no UTF-8 text fails DVC naming no file. One line
+    naming the first."""
+    for place in map(Path, places):
+        if not os.path.lexists(place):
+            continue
+        paths = [place] if place.is_symlink() or not place.is_dir() else \
+            [place, *(Path(at) / name for at, dirs, files in os.walk(place)
+                      for name in dirs + files)]
+        for path in paths:
+            try:
+                str(path).encode("utf-8")
+            except UnicodeEncodeError:
+                shown = str(path).encode("utf-8", "backslashreplace").decode("utf-8")
+                raise PipelineError(f"{shown}: a name that is no UTF-8 text, which DVC cannot "
+                                    f"hash (its error names no file); rename or remove it. "
+                                    f"Nothing was written.") from None
+            if not (path.is_file() or path.is_dir()):
+                raise PipelineError(f"{path}: expected {expected}, found a FIFO, socket, "
+                                    f"device or broken link, which DVC would wait on or fail "
+                                    f"to hash; remove it. Nothing was written.")
+
+
 def _refuse_unreadable_or_renamed(results: Path) -> None:
     """Before DVC hashes them: a FIFO among a variant's results would hold `dvc status` for
     ever (each variant's folder, those with results, links not followed); a variant's
@@ -756,12 +804,7 @@ def _refuse_unreadable_or_renamed(results: Path) -> None:
                 if os.path.lexists(f / "metrics.json") and not f.is_symlink()] \
         if results.is_dir() else []
     for folder in variants:
-        for at, _, files in os.walk(folder):
-            for path in (Path(at) / f for f in files):
-                if not (path.is_file() or path.is_dir()):
-                    raise PipelineError(f"{path}: expected a result file, found a FIFO, "
-                                        f"socket, device or broken link; remove it. Nothing "
-                                        f"was written.")
+        refuse_special_files([folder], "a result file")
         try:
             named = json.loads((folder / "variant.json").read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError):
