@@ -31,13 +31,11 @@ def main() -> None:
     for option, path in (("--search", args.search), ("--equivalence", args.equivalence),
                          ("--devices-timing", args.devices_timing)):
         refuse_not_a_file(path, option)
-    # the variants as defined, checked first (a name no stage takes, one name in both
-    # groups): said as the stages say it, not as a path or a status DVC cannot give
-    params = load_params(args.params, EXERCISES)
     # DVC says which results are stale; of a copy of them, nothing: said in the report
     unchecked = refuse_stale_results(args.ablations, params=args.params)
     if unchecked:
         print(f"note: {unchecked}", file=sys.stderr)
+    params = load_params(args.params, EXERCISES)
     refuse_stale_definitions(args.ablations, {**params.ablations, **params.dataset_ablations})
     path = make_report(args.ablations, args.out, dict(params.ablations),
                        dict(params.dataset_ablations), args.search, args.equivalence,

@@ -56,7 +56,7 @@ def _everything(folder: Path) -> list[str]:
     ("data/prepared/dev.tar.gz", (), r"lies inside data/prepared, an output of the DVC stage "
                                      r"'preprocess'"),
     ("reports/ablations/newone/eval", ("train",),
-     r"is reports/ablations/\$\{key\}/eval, an output of the DVC stage 'ablation@newone'"),
+     r"is reports/ablations/newone/eval, an output of the DVC stage 'ablation@newone'"),
     ("x\ny.json", (), r"holds a newline or another control character"),
     # beside a stage's outputs in a folder holding only that stage's: its next run refuses
     # a file it did not make there, after DVC removed its outputs
@@ -313,7 +313,7 @@ def test_the_commands_refuse_a_place_that_is_not_theirs(project, tmp_path):
         (["stages/eval.py", "--data", data, "--model", "m.pt", "--out",
           "reports/ablations/baseline/eval"], "an output of the DVC stage 'ablation@baseline'"),
         (["stages/train.py", "--data", data, "--out", "data/ablations/softmax", "--live",
-          "reports/ablations/softmax/train"], "the DVC stage 'ablation@softmax'"),
+          "reports/ablations/softmax/train"], "a folder the DVC stage 'ablation' writes outside DVC for a variant named softmax"),
         (["stages/train.py", "--data", data, "--out", "o", "--live", "l", "--mirror", ".git"],
          "--mirror .git/train: inside .git/"),
         (["stages/train.py", "--data", data, "--out", "o", "--live", "l", "--mirror", "src"],
@@ -559,9 +559,10 @@ def test_a_folder_a_stage_command_writes_outside_dvc_is_that_stages(project, pat
     (project / "data/trials/softmax").mkdir(parents=True)
     (project / "data/trials/softmax/model.pt").write_bytes(b"a variant's model")
     before = _everything(project)
-    with pytest.raises(PipelineError, match=r"the folder the DVC stage '(ablation|dataset_"
-                                            r"ablation|download)(@softmax)?' writes outside "
-                                            r"DVC.*Nothing was changed\.$"):
+    with pytest.raises(PipelineError, match=r"a folder the DVC stage '(ablation|dataset_"
+                                            r"ablation|download)' writes outside DVC( for a "
+                                            r"variant named softmax)? \(its command's --"
+                                            r".*Nothing was changed\.$"):
         refuse_foreign_place(Path(path), "--out", "", own)
     assert _everything(project) == before
 
@@ -575,8 +576,9 @@ def test_a_variants_run_folders_are_its_own(project):
                          ("dataset_ablation@svhn",))
     refuse_foreign_place(Path("data/.downloads"), "--partial", "", ("download",))
     refuse_foreign_place(Path("data/.downloads"), "--partial", "", ("dataset_ablation@svhn",))
-    with pytest.raises(PipelineError, match=r"is data/ablations/baseline, the folder the DVC "
-                                            r"stage 'ablation@baseline'"):
+    with pytest.raises(PipelineError, match=r"is data/ablations/baseline, a folder the DVC "
+                                            r"stage 'ablation' writes outside DVC for a variant "
+                                            r"named baseline"):
         refuse_foreign_place(Path("data/ablations/baseline"), "--work", "",
                              ("ablation@softmax",))
 
@@ -719,3 +721,83 @@ def test_a_tree_of_the_exercise_pipeline_alone_is_its_own_project(tmp_path, monk
         with pytest.raises(PipelineError, match=r"the DVC stage 'ablation@baseline'"):
             refuse_foreign_place(Path("reports/ablations/baseline"), "--out", "",
                                  ("ablation@softmax",))
+
+
+def test_a_stage_commands_folders_count_inside_the_repository_only(project):
+    """A user's stage naming `--tmpdir /tmp` (outside the repository) makes no place of
+    the project its own; its `--logs logs/mine` inside is its own folder."""
+    pipeline = yaml.safe_load((project / "dvc.yaml").read_text())
+    pipeline["stages"]["mine"] = {"cmd": "python mine.py --tmpdir /tmp --logs=logs/mine "
+                                         f"--scratch {project.parent}"}
+    (project / "dvc.yaml").write_text(yaml.safe_dump(pipeline))
+    refuse_foreign_place(Path("data/train"), "--out", "", ("train",))
+    refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))
+    with pytest.raises(PipelineError, match=r"lies inside logs/mine, a folder the DVC stage "
+                                            r"'mine' writes outside DVC \(its command's --logs\)"):
+        refuse_foreign_place(Path("logs/mine/x"), "--out", "", ("report",))
+    with pytest.raises(PipelineError, match=r"holds data/ablations/NAME, a folder the DVC "
+                                            r"stage 'ablation' writes outside DVC \(its "
+                                            r"command's --work, for each variant\)"):
+        refuse_foreign_place(Path("data/ablations"), "--out", "", ("report",))
+
+
+def test_a_monorepos_pipeline_between_guards_its_outputs_in_the_project(tmp_path,
+                                                                      monkeypatch):
+    """Another pipeline between DVC's root and the project naming an output inside the
+    project (DVC reads every dvc.yaml of the repository): refused there."""
+    mono = tmp_path / "mono"
+    (mono / ".dvc").mkdir(parents=True)
+    (mono / ".git").mkdir()
+    (mono / "group").mkdir()
+    (mono / "group/dvc.yaml").write_text(yaml.safe_dump({"stages": {"outer": {
+        "cmd": "echo hi > proj/data/outer_out", "outs": ["proj/data/outer_out"]}}}))
+    project = copy_project(mono / "group/proj")
+    monkeypatch.chdir(project)
+    with pytest.raises(PipelineError, match=r"an output of the DVC stage 'outer'"):
+        refuse_foreign_place(Path("data/outer_out"), "--out", "", ("eval",))
+
+
+def test_an_experiments_workspace_writes_the_projects_run_folders_not_its_outputs(project,
+                                                                               monkeypatch):
+    """From a queued experiment's workspace (.dvc/tmp/exps/...), the project's run folders
+    (queued checkpoints) are its stage's; the project's outputs are not (its own are in
+    the workspace)."""
+    workspace = project / ".dvc/tmp/exps/run/w1"
+    (workspace / ".dvc").mkdir(parents=True)
+    shutil.copyfile(project / "dvc.yaml", workspace / "dvc.yaml")
+    monkeypatch.chdir(workspace)
+    refuse_foreign_place(project / "data/ablations/softmax/queued/x", "--work", "",
+                         ("ablation@softmax",))
+    with pytest.raises(PipelineError, match=r"an output of the DVC stage 'eval'"):
+        refuse_foreign_place(project / "reports/eval", "--out", "", ("eval",))
+
+
+def test_a_folder_with_a_head_file_that_names_no_commit_is_no_git_folder(project, tmp_path):
+    """HEAD, objects/ and refs/ in a user's folder, the HEAD naming no branch or commit:
+    git itself takes it for no repository, nor does the guard."""
+    mine = tmp_path / "notes"
+    for folder in ("objects", "refs"):
+        (mine / folder).mkdir(parents=True)
+    (mine / "HEAD").write_text("x\n")
+    refuse_foreign_place(mine / "out", "--out", "", ("report",))
+    (mine / "HEAD").write_text("0123456789abcdef0123456789abcdef01234567\n")
+    with pytest.raises(PipelineError, match=r"a git repository's own folder"):
+        refuse_foreign_place(mine / "out", "--out", "", ("report",))
+
+
+def test_a_repository_config_dvc_cannot_read_keeps_the_users_and_the_site_cache(
+        project, tmp_path, monkeypatch):
+    """A broken .dvc/config (every dvc command there says so) drops none of the other
+    levels, nor DVC's site cache."""
+    from dvc.dirs import site_cache_dir
+
+    (project / ".dvc/config").write_text("[core\nbroken = \n")
+    home = tmp_path / "xdg"
+    (home / "dvc").mkdir(parents=True)
+    (home / "dvc/config").write_text(f"['remote \"u\"']\n    url = {tmp_path}/userr\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    with pytest.raises(PipelineError, match=r"inside .*/userr, a DVC remote"):
+        refuse_foreign_place(tmp_path / "userr" / "x", "--out", "", ("report",))
+    with pytest.raises(PipelineError, match=r"DVC's site cache"):
+        refuse_foreign_place(Path(site_cache_dir(None)) / "repo" / "x", "--out", "",
+                             ("report",))

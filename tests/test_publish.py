@@ -807,7 +807,7 @@ def test_an_out_among_a_foreach_output_of_a_variant_not_run_yet_is_refused(tmp_p
         "      cmd: x ${key}\n      outs:\n      - reports/ablations/${key}/eval\n")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(PipelineError, match=r"^--out reports/ablations/zz/eval: is "
-                                            r"reports/ablations/\$\{key\}/eval, an output of the "
+                                            r"reports/ablations/zz/eval, an output of the "
                                             r"DVC stage 'ablation@zz'"):
         publish("zz", tmp_path / "none.pt", tmp_path / "none", Path("reports/ablations/zz/eval"))
     with pytest.raises(PipelineError, match=r"^--out reports/ablations/zz/eval/pub: lies inside "

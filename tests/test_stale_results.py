@@ -287,6 +287,8 @@ def test_the_report_stage_refuses_stale_results(project, where, dvc_stage):
     if dvc_stage:
         env["DVC_STAGE"] = dvc_stage
     up = "" if where == "." else "../"
+    for record in ("x.md", "x.json"):  # the records it reads are there: the results are not
+        (project / where / record).write_text("# notes\n" if record.endswith(".md") else "[]")
     proc = subprocess.run([sys.executable, str(root / "stages/report.py"), "--params",
                            f"{up}reports/params.yaml", "--ablations", f"{up}reports/ablations",
                            "--search", "x.md", "--equivalence", "x.json", "--out", f"{up}reports"],
@@ -477,5 +479,6 @@ def test_a_clone_asking_another_data_set_than_the_variants_record_is_stale(proje
                                             r".*a: upstream, params.yaml data.dataset is svhn, "
                                             r"the results are of cifar10"):
         refuse_stale_results(Path("reports/ablations"))
-    (project / "params.yaml").write_text("train: {}\n")  # no data set named: none compared
-    assert refuse_stale_results(Path("reports/ablations")) is None
+    for text in ("train: {}\n", "data:\n  dataset: CIFAR10\n"):  # none, or none the
+        (project / "params.yaml").write_text(text)  # stages take: they say why
+        assert refuse_stale_results(Path("reports/ablations")) is None

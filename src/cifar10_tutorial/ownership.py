@@ -319,13 +319,17 @@ def stage_places(pipelines=PIPELINES) -> tuple[list[tuple[str, Path]], list[tupl
     return outs, deps, found["named"]
 
 
-def _works(outs, deps, named) -> dict[Path, list[tuple[str, str]]]:
-    """The folders the stages' commands name that are no output or input and hold none (a
-    variant's run folder, partial downloads: written outside DVC), each once, with the
-    (stage, option) naming it (data/.downloads: several stages')."""
+def _works(outs, deps, named, root: Path) -> dict[Path, list[tuple[str, str]]]:
+    """The folders inside the repository ``root`` the stages' commands name that are no
+    output or input and hold none (a variant's run folder, partial downloads: written
+    outside DVC), each once, with the (stage, option) naming it (data/.downloads: several
+    stages'). One outside the repository (``--tmpdir /tmp``) is no stage's."""
     places = {p for _, p in outs + deps}
     works = {}
     for stage, option, path in named:
+        at = Path(os.path.normpath(root / path))
+        if at == root or not at.is_relative_to(root):
+            continue
         holds = any(len(out.parts) > len(path.parts) and all(
             a == b or "${" in a or "${" in b for a, b in zip(path.parts, out.parts))
             for _, out in outs)  # ${...}: any one name
@@ -334,18 +338,47 @@ def _works(outs, deps, named) -> dict[Path, list[tuple[str, str]]]:
     return works
 
 
+def _shown(path: Path, name: Optional[str] = None) -> str:
+    """``path`` as a user reads it: a foreach stage's ``${key}`` is the variant's ``name``,
+    or NAME where none is met."""
+    return str(path).replace("${key}", name if name is not None else "NAME")
+
+
+def _is_git_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a git repository's own folder (a bare repository, another
+    clone's --separate-git-dir), as git itself tells one: objects/, refs/ and a HEAD
+    naming a branch or a commit."""
+    import re
+
+    try:
+        if not ((folder / "objects").is_dir() and (folder / "refs").is_dir()
+                and (folder / "HEAD").is_file()):
+            return False
+        with open(folder / "HEAD", "rb") as f:
+            head = f.read(512).decode("utf-8", "replace").strip()
+    except OSError:  # a name too long to look at, a HEAD that cannot be read
+        return False
+    return head.startswith("ref: refs/") or re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?",
+                                                         head) is not None
+
+
 def _running_for(root: Path) -> Path:
     """The repository a command run now works for, resolved: the working folder's; else
     (run from outside any) the place's own ``root`` where that is the working folder (a
     project with no git or DVC yet), else the one whose code runs (a stage script run by
     its path), else the working folder (an installed package). A queued experiment's
-    workspace (.dvc/tmp/exps/...) works for the project around it."""
+    workspace (.dvc/tmp/exps/...) works for the project around it
+    (:func:`_in_a_workspace`), for its run folders only."""
     here = Path.cwd().resolve()
     running = (repository_at(here) or (root if root == here else None)
                or repository_at(Path(__file__).resolve().parent) or here).resolve()
-    if running.is_relative_to(root) and ".dvc" in running.relative_to(root).parts:
-        return root
-    return running
+    return root if _in_a_workspace(running, root) else running
+
+
+def _in_a_workspace(running: Path, root: Path) -> bool:
+    """Whether ``running`` is a queued experiment's workspace inside ``root``'s .dvc/."""
+    return running != root and running.is_relative_to(root) \
+        and ".dvc" in running.relative_to(root).parts
 
 
 def stages_at(path: Path, kind: str) -> tuple[str, ...]:
@@ -359,7 +392,8 @@ def stages_at(path: Path, kind: str) -> tuple[str, ...]:
         return ()
     outs, deps, named = stage_places(tuple(root / p for p in PIPELINES))
     if kind == "works":
-        found = [(stage, p) for p, of in _works(outs, deps, named).items() for stage, _ in of]
+        found = [(stage, p) for p, of in _works(outs, deps, named, root).items()
+                 for stage, _ in of]
     else:
         found = outs if kind == "outs" else deps
     return tuple(dict.fromkeys(_named(stage, p, where) for stage, p in found
@@ -513,11 +547,20 @@ def _dvc_config_folders(dvc: Optional[Path]) -> list[tuple[Path, str]]:
     from dvc.config import Config
     from dvc.dirs import site_cache_dir
 
-    try:  # relative paths come resolved from the file that names them
-        config = Config(dvc_dir=str(dvc / ".dvc") if dvc is not None else None,
-                        validate=False)
+    found = [(Path(site_cache_dir(None)), "DVC's site cache")]  # its default, whatever
+    # a repository config DVC cannot read (every dvc command there says what is wrong):
+    # the user's and the system's still count
+    for dvc_dir in ([str(dvc / ".dvc")] if dvc is not None else []) + [None]:
+        try:  # relative paths come resolved from the file that names them
+            config = Config(dvc_dir=dvc_dir, validate=False)
+            break
+        except Exception:
+            continue
+    else:
+        return found
+    try:
         core, cache, remotes = config["core"], config["cache"], config["remote"]
-        found = [(Path(site_cache_dir(core.get("site_cache_dir"))), "DVC's site cache")]
+        found.append((Path(site_cache_dir(core.get("site_cache_dir"))), "DVC's site cache"))
         if cache.get("dir"):
             found.append((Path(os.path.expanduser(str(cache["dir"]))), "DVC's cache"))
         for remote in remotes.values():
@@ -526,8 +569,8 @@ def _dvc_config_folders(dvc: Optional[Path]) -> list[tuple[Path, str]]:
             if folder:
                 found.append((Path(os.path.expanduser(folder)), "a DVC remote"))
         return found
-    except Exception:  # a config DVC cannot read: every dvc command says what is wrong
-        return []
+    except (TypeError, ValueError, AttributeError, KeyError, OSError):  # values of odd kinds
+        return found
 
 
 def tool_folders(root: Path) -> list[tuple[Path, str]]:
@@ -613,6 +656,11 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
     root = repository_root(Path(path))
     if _running_for(root) != root:  # another checkout's place
         own_stages, feeds = (), ()
+    here_running = repository_at(Path.cwd().resolve())
+    if here_running is not None and _in_a_workspace(here_running.resolve(), root):
+        # an experiment's workspace writes the project's run folders (its queued
+        # checkpoints), never the project's outputs: its own are in the workspace
+        own_outputs = False
     # below the repository root, its own parts only: a queued DVC experiment runs in a
     # workspace inside the repository's .dvc/ (.dvc/tmp/exps/...)
     parts = where.relative_to(root).parts if where.is_relative_to(root) else where.parts
@@ -622,13 +670,7 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
             raise PipelineError(f"{option} {path}: inside {name}/, {what}; give {option} a "
                                 f"folder of its own{instead}. Nothing was changed.")
     for folder in (where, *where.parents):  # any repository's git folder, by what it holds
-        try:
-            git = all(f(folder / name) for f, name in ((Path.is_file, "HEAD"),
-                                                       (Path.is_dir, "objects"),
-                                                       (Path.is_dir, "refs")))
-        except OSError:  # a name too long to look at
-            git = False
-        if git:
+        if _is_git_folder(folder):
             raise PipelineError(f"{option} {path}: inside {folder}, a git repository's own "
                                 f"folder; give {option} a folder of its own{instead}. Nothing "
                                 f"was changed.")
@@ -639,11 +681,17 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
     refuse_inside_published(path, option, default, publishing)
     here = root == Path.cwd().resolve()  # the pipelines' paths as they name them
     pipelines = PIPELINES if here else tuple(root / p for p in PIPELINES)
+    # a monorepo's pipelines between DVC's root and the project: theirs may name a place
+    # inside it (DVC reads every dvc.yaml of the repository)
+    top = dvc_root(root)
+    pipelines += tuple(p / "dvc.yaml" for p in root.parents
+                       if top is not None and p.is_relative_to(top) and (p / "dvc.yaml").is_file())
     outputs, reads, named = stage_places(pipelines)
     for stage, output in outputs:
         how = _overlap(where, output)
         if how is not None and (not own_outputs or not _is_own(stage, output, where, own_stages)):
-            raise PipelineError(f"{option} {path}: {how} {output}, an output of the DVC stage "
+            shown = _shown(output, _variant_at(output, where))
+            raise PipelineError(f"{option} {path}: {how} {shown}, an output of the DVC stage "
                                 f"{_named(stage, output, where)!r}, which DVC would find "
                                 f"changed and replace on the stage's next run; give {option} "
                                 f"a path outside the pipelines' outputs{instead}. Nothing was "
@@ -651,7 +699,7 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
     # a folder a stage's command writes outside DVC (a variant's run: model, checkpoints),
     # the variant's own run only: its next run refuses what it did not make there, and a
     # model there is the only copy
-    for work, stages in _works(outputs, reads, named).items():
+    for work, stages in _works(outputs, reads, named, root).items():
         how = _overlap(where, work)
         if how is not None and not any(
                 _is_own(stage, work, where, own_stages)
@@ -660,10 +708,13 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                 for stage, _ in stages):
             stage, given = stages[0]
             name = _variant_at(work, where)  # the variant's own folder, as the user sees it
-            shown = str(work).replace("${key}", name) if name is not None else work
-            raise PipelineError(f"{option} {path}: {how} {shown}, the folder the DVC stage "
-                                f"{_named(stage, work, where)!r} writes outside DVC (its "
-                                f"{given}: a run's model and checkpoints, downloads), which "
+            if name is not None:
+                whose = (f"a folder the DVC stage {stage!r} writes outside DVC for a variant "
+                         f"named {name} (its command's {given})")
+            else:
+                whose = (f"a folder the DVC stage {stage!r} writes outside DVC (its "
+                         f"command's {given}{', for each variant' if '${' in str(work) else ''})")
+            raise PipelineError(f"{option} {path}: {how} {_shown(work, name)}, {whose}, which "
                                 f"its next run refuses to share with files it did not make; "
                                 f"give {option} a path outside the pipelines' "
                                 f"folders{instead}. Nothing was changed.")

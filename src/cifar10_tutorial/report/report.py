@@ -159,13 +159,13 @@ def _whole(path: Path) -> str:
 
 def _as_written(text: str) -> bool:
     """Whether ``text`` is a report as the report wrote it: its title first, and its seal
-    the digest of what is above it (a report from before the seal: its title alone)."""
+    the digest of what is above it. One without a seal (its seal line deleted, notes added)
+    is the user's: replaced, the notes would be lost."""
     if text.split("\n", 1)[0] != TITLE:
         return False
     seal = SEAL.search(text)
-    if seal is None:
-        return "<!-- written by the report stage" not in text
-    return seal.group(1) == hashlib.sha256(text[:seal.start()].encode("utf-8")).hexdigest()
+    return seal is not None and \
+        seal.group(1) == hashlib.sha256(text[:seal.start()].encode("utf-8")).hexdigest()
 
 
 def _list_written(folder: Path) -> None:

@@ -697,7 +697,7 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
         if (only is None or folder.name == only) and name in recorded \
                 and (folder / "variant.json").is_file() and (folder / "metrics.json").is_file():
             made_of = _record(folder / "variant.json", ()).get("dataset")
-            if isinstance(made_of, str) and made_of != asked:
+            if isinstance(made_of, str) and made_of.lower() != asked.lower():  # as named
                 stale.setdefault(folder.name, []).append(
                     f"upstream, params.yaml data.dataset is {asked}, the results are of "
                     f"{made_of}")
@@ -729,7 +729,7 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
 
 def _dataset_asked(root: Path) -> Optional[str]:
     """The data set the main pipeline's params (params.yaml at ``root``) name, or None
-    where they cannot be read (their stages say why)."""
+    where they cannot be read (the stages say why)."""
     import yaml
 
     from ..files import read_small_file
