@@ -33,8 +33,8 @@ def main() -> None:
         # there would be read as the pipeline's (dvc metrics show, the regression gate)
         own = ("eval",) if "eval" in stages_at(args.model, "deps") else ()
         refuse_foreign_place(args.out, "--out", "as dvc.yaml gives it" if own else
-                             f"a folder of its own for {args.model}, not the eval stage's "
-                             f"model", own)
+                             f"{args.model} is not the eval stage's model: its figures go "
+                             f"elsewhere", own)
         ensure_writable(args.out)  # a file in the way: now, not after the evaluation
     else:  # its events go beside the run's checkpoints (a stage's run's: the train
         # stage's model, a variant's run folder; or one's of yours): never into the code,

@@ -815,3 +815,18 @@ def test_an_out_among_a_foreach_output_of_a_variant_not_run_yet_is_refused(tmp_p
         publish("zz", tmp_path / "none.pt", tmp_path / "none",
                 Path("reports/ablations/zz/eval/pub"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]
+
+
+def test_curves_past_the_models_step_are_another_runs(tmp_path):
+    """A results folder whose DVCLive curves run past the model's step (left from a longer
+    run) would put another run's precision on the card: one line, before anything."""
+    from cifar10_tutorial.errors import PipelineError
+    from publish import _curve
+
+    held = tmp_path / "r/train/plots/metrics/held_out"
+    held.mkdir(parents=True)
+    (held / "precision_at_1.tsv").write_text("step\tprecision_at_1\n5000\t0.75\n10000\t0.78\n")
+    assert any("10,000" in line for line in _curve(tmp_path / "r", 10_000))
+    with pytest.raises(PipelineError, match=r"held_out: curves to step 10,000, past the "
+                                            r"model's step 2: another run's"):
+        _curve(tmp_path / "r", 2)

@@ -163,6 +163,12 @@ def test_a_recorded_result_deleted_is_refused(project):
     with pytest.raises(PipelineError, match=r"the results of b are not .*: b: "
                                             r"reports/ablations/b/eval.json deleted"):
         refuse_stale_results(Path("reports/ablations"))
+    # its metrics.json deleted, the rest there: no variant "not run", its results damaged
+    _run(project, DVC if Path(DVC).is_file() else "dvc", "repro", "-q", "reports/dvc.yaml")
+    (project / "reports/ablations/b/metrics.json").unlink()
+    with pytest.raises(PipelineError, match=r"the results of b are not .*: b: "
+                                            r"reports/ablations/b/metrics.json deleted"):
+        refuse_stale_results(Path("reports/ablations"))
 
 
 def test_a_code_dep_deleted_is_a_change_data_not_pulled_is_not(project):

@@ -98,13 +98,19 @@ def _segments(train: dict) -> list[str]:
     return rows
 
 
-def _curve(results: Path) -> list[str]:
+def _curve(results: Path, step: int) -> list[str]:
     """The held-out precision at each evaluation while training, from the DVCLive TSVs
-    (read before anything is written: a damaged one is one line, not a half-made card)."""
+    (read before anything is written: a damaged one is one line, not a half-made card);
+    a point past the model's ``step`` is another run's (curves left from a longer one),
+    never stated as this model's."""
     try:
         c = held_out_curve(results / "train")
         if c is None:
             return []
+        if len(c) and int(c["step"].max()) > step:
+            raise PipelineError(f"{results / 'train' / 'plots' / 'metrics' / 'held_out'}: "
+                                f"curves to step {int(c['step'].max()):,}, past the model's "
+                                f"step {step:,}: another run's; {RERUN}")
         if "precision_at_1_raw" not in c:
             c["precision_at_1_raw"] = math.nan
         rows = ["| step | averaged | raw |", "|---|---|---|"]
@@ -322,7 +328,7 @@ def publish(name: str, model: Path, results: Path, out: Path,
         print(f"note: {line}", file=sys.stderr)
     own, held = _held(out)
     r = read_records(name, model, results)
-    curve = _curve(results)
+    curve = _curve(results, int(r.ckpt["step"]))
     if own and not replace:
         raise PipelineError(
             f"{out}: already holds published weights ({held}); give --replace to replace them "
