@@ -544,8 +544,11 @@ def _dvc_config_folders(dvc: Optional[Path]) -> list[tuple[Path, str]]:
     repository's config and config.local, the user's, the system's wherever
     XDG_CONFIG_DIRS puts it): its cache, the remotes that are folders of this machine,
     and its site cache (indexes and hashes of every repository, /var/tmp/dvc by default)."""
-    from dvc.config import Config
-    from dvc.dirs import site_cache_dir
+    try:
+        from dvc.config import Config
+        from dvc.dirs import site_cache_dir
+    except ImportError:  # no DVC installed (a GPU machine given the stages alone): none
+        return []
 
     found = [(Path(site_cache_dir(None)), "DVC's site cache")]  # its default, whatever
     # a repository config DVC cannot read (every dvc command there says what is wrong):
