@@ -805,23 +805,26 @@ def _tiny_ci_config(clone: Path, name: str, train_per_batch: int, max_steps: int
 
 def _ci_run_training(tmp_path: Path):
     """`.ci/ci.py long` started in a clone (100,000 steps: it trains until stopped), once its
-    train stage runs: (clone, the runner's process, its log, its one scratch folder)."""
-    import tempfile
+    train stage runs: (clone, the runner's process, its log, its one scratch folder, the
+    environment it ran with). Its temporary folder is the test's own: a CI run that another
+    test starts meanwhile sweeps the dead runs' scratch folders of the system's one."""
     import time
 
     clone = _clone_with_working_ci(tmp_path / "c")
     _tiny_ci_config(clone, "long", 40, 100_000)
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     log = tmp_path / "long.out"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, ".ci/ci.py", "long", "--no-baseline", "test"],
-                                cwd=clone, stdout=out, stderr=subprocess.STDOUT)
+                                cwd=clone, stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.time() + 300
     while "Running stage 'train'" not in log.read_text() and time.time() < deadline:
         time.sleep(0.5)
     assert "Running stage 'train'" in log.read_text(), log.read_text()
-    scratch = list(Path(tempfile.gettempdir()).glob(f"cifar10-ci-{proc.pid}-*"))
+    scratch = list((tmp_path / "tmp").glob(f"cifar10-ci-{proc.pid}-*"))
     assert len(scratch) == 1
-    return clone, proc, log, scratch
+    return clone, proc, log, scratch, env
 
 
 @pytest.mark.e2e
@@ -829,7 +832,7 @@ def test_a_killed_guard_takes_the_pipeline_with_it_before_the_scratch_goes(tmp_p
     """kill -9 of the guard process itself (not of `cifar10 ci`): DVC and the stage under it
     run on in its process group; the runner stops them, says so in one line, and only then
     removes the scratch, so that no stage writes on into a removed folder."""
-    clone, proc, log, scratch = _ci_run_training(tmp_path)
+    clone, proc, log, scratch, env = _ci_run_training(tmp_path)
     guards = children_of(proc.pid)
     assert len(guards) == 1, guards
     os.kill(guards[0], signal.SIGKILL)
@@ -848,7 +851,7 @@ def test_a_killed_ci_run_leaves_no_process_and_its_scratch_goes_next_time(tmp_pa
     run removes the scratch folder it left."""
     import time
 
-    clone, proc, log, scratch = _ci_run_training(tmp_path)
+    clone, proc, log, scratch, env = _ci_run_training(tmp_path)
     time.sleep(3)
     proc.kill()
     proc.wait()
@@ -861,8 +864,8 @@ def test_a_killed_ci_run_leaves_no_process_and_its_scratch_goes_next_time(tmp_pa
     _tiny_ci_config(clone, "short", 20, 2)
     # (and a configuration whose baseline is null gates nothing: never a pass, even without
     # --no-baseline)
-    done = subprocess.run([sys.executable, ".ci/ci.py", "short"],
-                          cwd=clone, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, ".ci/ci.py", "short"], cwd=clone, env=env,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert not scratch[0].exists()
     assert ("CI configuration short: NO BASELINE (regression.baseline is null in "
