@@ -1096,3 +1096,37 @@ def test_a_special_file_or_a_name_no_utf8_among_the_results_is_named(tmp_path):
     os.mkfifo(tmp_path / "v/eval/pipe")
     with pytest.raises(PipelineError, match=r"v/eval/pipe: expected a result file, found a FIFO"):
         refuse_special_files([tmp_path / "v"], "a result file")
+
+
+@pytest.mark.parametrize("text", ["", "{bad", "[1, 2]", "{}", '{"setups": {}}'])
+def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
+    """The devices timing record empty, not JSON, of another shape or without both set-ups:
+    one line naming the file and how to remake it, never a traceback."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report.multi_device import read_timing
+
+    from conftest import ROOT
+
+    assert read_timing(ROOT / "reports/devices_timing.json")["setups"]
+    path = tmp_path / "timing.json"
+    path.write_text(text)
+    with pytest.raises(PipelineError, match=r"timing.json: expected a devices timing record"):
+        read_timing(path)
+
+
+@pytest.mark.parametrize("out", ["reports/plots", "reports/tables", "reports/plots/x"])
+def test_a_report_inside_the_report_stages_own_folders_is_refused(tmp_path, monkeypatch, out):
+    """--out reports/plots (the report stage's own output): the guard lets the stage write
+    its outputs, but a report there is none of them; refused before anything is written."""
+    from cifar10_tutorial.errors import PipelineError
+
+    from conftest import copy_project
+
+    project = copy_project(tmp_path / "p")
+    (project / ".dvc").mkdir()
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    monkeypatch.chdir(project)
+    before = sorted(p.name for p in (project / "reports").rglob("*"))
+    with pytest.raises(PipelineError, match=r"the report stage's own (plots|tables)/"):
+        make_report(tmp_path / "a", Path(out), OVERRIDES)
+    assert sorted(p.name for p in (project / "reports").rglob("*")) == before

@@ -169,6 +169,10 @@ def test_a_recorded_result_deleted_is_refused(project):
     with pytest.raises(PipelineError, match=r"the results of b are not .*: b: "
                                             r"reports/ablations/b/metrics.json deleted"):
         refuse_stale_results(Path("reports/ablations"))
+    shutil.rmtree(project / "reports/ablations/b")  # all of them: still no "not run"
+    with pytest.raises(PipelineError, match=r"the results of b are not .*: b: "
+                                            r"reports/ablations/b/.* deleted"):
+        refuse_stale_results(Path("reports/ablations"))
 
 
 def test_a_code_dep_deleted_is_a_change_data_not_pulled_is_not(project):

@@ -9,10 +9,44 @@ from typing import Optional
 
 import pandas as pd
 
+from ..errors import PipelineError
 from ..files import write_text_atomic
 
 from .reference import ref
 from .results import Results, device_text, markdown_table, pct, plot, speed_ratio
+
+
+TIMING_KEYS = ("machine", "cores", "repeats", "steps", "speed_2x64_vs_1x128", "setups")
+SETUP_KEYS = ("examples_per_sec_median", "world_size", "sec_per_batch_median")
+
+
+def read_timing(path: Path) -> dict:
+    """The devices timing record (benchmarks/devices_timing.py's JSON), checked: both
+    set-ups with their medians; anything else is one line naming the file."""
+    from ..files import read_small_file
+
+    try:
+        timed = json.loads(read_small_file(path, 1 << 20).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        found = f"{type(exc).__name__}: {str(exc)[:80]}"
+        timed = None
+    else:
+        found = f"a JSON {type(timed).__name__}"
+    setups = timed.get("setups") if isinstance(timed, dict) else None
+    if not (isinstance(timed, dict) and all(k in timed for k in TIMING_KEYS)
+            and isinstance(setups, dict) and {"1 x 128", "2 x 64"} <= set(setups)
+            and all(isinstance(st, dict) and all(isinstance(st.get(k), (int, float))
+                                                 and not isinstance(st.get(k), bool)
+                                                 for k in SETUP_KEYS)
+                    for st in setups.values())):
+        if isinstance(timed, dict):
+            missing = [k for k in TIMING_KEYS if k not in timed]
+            found = (f"no {missing[0]}" if missing else
+                     "setups without both set-ups' medians")
+        raise PipelineError(f"{path}: expected a devices timing record ({', '.join(TIMING_KEYS)}; "
+                            f"both set-ups' medians), found {found}; remake it (`python "
+                            f"benchmarks/devices_timing.py`) or restore it from git")
+    return {**timed, "path": str(path)}
 
 
 def exercise5_devices(r: Results, timing: Optional[Path] = None) -> list[str]:
@@ -31,9 +65,7 @@ def exercise5_devices(r: Results, timing: Optional[Path] = None) -> list[str]:
                       "sec/batch": [f"{v.global_batch_size / v.examples_per_sec / v.world_size:.3f}"
                                     for v in runs],
                       "precision @ 1": [pct(v.precision_at_1) for v in runs]})
-    timed = None
-    if timing is not None and timing.is_file():
-        timed = {**json.loads(timing.read_text()), "path": str(timing)}
+    timed = read_timing(timing) if timing is not None and timing.is_file() else None
     for name, st in (timed or {}).get("setups", {}).items():
         eps = st["examples_per_sec_median"]
         t.loc[len(t)] = [f"{name}, timed alone ({timed['machine']}, {timed['cores']} cores)",

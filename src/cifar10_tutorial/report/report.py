@@ -60,6 +60,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
         df = df.loc[[v for v in variants if v in df.index]]
     out = Path(out)
     refuse_inside_published(out, "--out")  # its card and manifest list what it holds
+    _refuse_inside_own_outputs(out)
     for name in FOLDERS:  # the report's own folders: never a link it would write through
         if (out / name).is_symlink() or ((out / name).exists() and not (out / name).is_dir()):
             raise PipelineError(f"{out / name}: a {'link' if (out / name).is_symlink() else 'file'}"
@@ -155,6 +156,26 @@ def _sealed(text: str) -> str:
 def _whole(path: Path) -> str:
     """The text of report.md, whole (a regular file, at most 256 MiB)."""
     return read_small_file(path, 256 << 20).decode("utf-8")
+
+
+def _refuse_inside_own_outputs(out: Path) -> None:
+    """--out inside one of the report stage's own outputs (reports/plots, reports/tables):
+    the guard lets the stage write its outputs, but a report there is no output of it, and
+    DVC would find that output changed. One line naming it."""
+    import os
+
+    from ..ownership import PIPELINES, repository_root, stage_paths
+
+    root = repository_root(out)
+    where = out.resolve()
+    for stage, output in stage_paths(tuple(root / p for p in PIPELINES))[0]:
+        at = Path(os.path.normpath(root / output)).resolve()
+        if stage == "report" and at in (where, *where.parents) \
+                and (root / output).name in FOLDERS:
+            raise PipelineError(f"--out {out}: inside {at}, the report stage's own "
+                                f"{at.name}/ (an output of it), where a report is none of "
+                                f"its files; give --out the folder that holds it, or one of "
+                                f"your own. Nothing was changed.")
 
 
 def _as_written(text: str) -> bool:

@@ -667,12 +667,11 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
         name = stage.rpartition(":")[2]
         group, at, variant = name.partition("@")
         folder = Path(results) / variant
-        # a variant with results; or a recorded one whose folder lost some (its metrics.json
-        # deleted: "not run" it is not)
+        # a variant with results; or a recorded one whose results were deleted, some or all
+        # (kept in git: "not run" it is not)
         if group not in ("ablation", "dataset_ablation") or not at \
                 or (only is not None and variant != only) \
-                or not ((folder / "metrics.json").is_file()
-                        or (name in recorded and folder.is_dir())):
+                or not ((folder / "metrics.json").is_file() or name in recorded):
             continue
         if name not in recorded:  # DVC calls each dep of it "modified": nothing to judge by
             unrecorded.append(name)
