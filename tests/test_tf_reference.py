@@ -3,6 +3,7 @@ and the report's section on them (cifar10_tutorial.report.against_reference)."""
 import hashlib
 import importlib.util
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -103,7 +104,8 @@ def _results(tmp_path, seeds=(0.784, 0.787, 0.791)):
 
 def _record(folder, name, evals, planned=10000):
     folder.mkdir(exist_ok=True)
-    rec = {"tensorflow": "2.21.0", "data": {"evaluated_images": 10112}, "steps_planned": planned,
+    rec = {"run": name, "tensorflow": "2.21.0", "data": {"evaluated_images": 10112},
+           "steps_planned": planned,
            "evaluations": [{"step": s, "precision_at_1": p, "precision_at_1_raw": r}
                            for s, p, r in evals]}
     (folder / f"{name}.json").write_text(json.dumps(rec))
@@ -111,6 +113,7 @@ def _record(folder, name, evals, planned=10000):
 
 def test_the_section_weighs_the_short_runs_against_the_seed_band(tmp_path):
     r, tf = _results(tmp_path), tmp_path / "tf"
+    tf.mkdir()
     assert "No runs of the reference implementation yet" in "\n".join(against_reference(r, tf))
     _record(tf, "tf_10k_a", [(10000, 0.786, 0.745)])
     text = "\n".join(against_reference(r, tf))
@@ -185,6 +188,30 @@ def test_the_gap_at_100k_is_weighed_against_the_seed_spread(tmp_path):
     assert "noise" not in far
 
 
+@pytest.mark.parametrize("how", ["copy", "rename", "copy-renamed-inside"])
+def test_a_copied_or_renamed_record_is_not_another_run(tmp_path, how):
+    """A byte copy of a run's record under another name (or a record moved to another
+    name) would count the same run twice in the reference's average: one line naming
+    it."""
+    from conftest import ROOT
+
+    tf = tmp_path / "tf"
+    shutil.copytree(ROOT / "reports/tf_reference", tf)
+    assert set(load_reference_runs(tf)) == {"tf_10k_a", "tf_10k_b", "tf_reference_100k"}
+    rec = json.loads((tf / "tf_10k_a.json").read_text())
+    if how == "rename":
+        (tf / "tf_10k_a.json").rename(tf / "tf_10k_c.json")
+    else:
+        if how == "copy-renamed-inside":
+            rec["run"] = "tf_10k_c"
+        (tf / "tf_10k_c.json").write_text(json.dumps(rec))
+    said = ("the same record as tf_10k_a.json" if how == "copy-renamed-inside"
+            else "the record of run 'tf_10k_a'")
+    with pytest.raises(PipelineError, match=rf"tf_10k_c.json: expected the record of run "
+                                            rf"tf_10k_c, found {said}"):
+        load_reference_runs(tf)
+
+
 def test_a_damaged_record_is_one_line(tmp_path):
     (tmp_path / "bad.json").write_text('{"evaluations": [{"step": "x"}]}')
     with pytest.raises(PipelineError, match=r"bad.json: expected a reference run's record"):
@@ -232,12 +259,17 @@ def test_the_opcheck_maps_the_tutorials_variables_onto_this_network():
 
 
 def test_a_reference_folder_given_is_named_as_given_and_a_non_folder_refused(tmp_path):
-    """--tf-reference a typo: the report says which folder had no runs (it does not exist),
-    not the default's name; a file or a loop of links there is one line."""
+    """--tf-reference a typo: one line naming it (never a report without the section); an
+    empty folder given: the report says which folder had no runs, not the default's name;
+    a file or a loop of links there is one line."""
     r = _results(tmp_path)
+    with pytest.raises(PipelineError, match=r"^--tf-reference .*nxdir: not found, where the "
+                                            r"reference implementation's runs are read from"):
+        against_reference(r, tmp_path / "nxdir")
+    (tmp_path / "nxdir").mkdir()
     text = "\n".join(against_reference(r, tmp_path / "nxdir"))
     assert "No runs of the reference implementation yet (`" in text \
-        and "nxdir/`, which does not exist)" in text and "reports/tf_reference" not in text
+        and "nxdir/`)" in text and "reports/tf_reference" not in text
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     (tmp_path / "file").write_text("x")
     for bad in ("loop", "file"):

@@ -47,6 +47,18 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
         if not evals and int(rec.get("steps_planned", 0)) <= int(rec.get("reached_step", 0)):
             raise PipelineError(f"{path}: a finished run without evaluations; remake it with "
                                 f"devtools/tf_reference.py collect")
+        # a run counts once: a record copied or renamed (its own name inside it, what
+        # devtools/tf_reference.py collect writes) would weigh as another run of the reference
+        named = rec.get("run", path.stem)
+        twin = next((other for other, seen in runs.items()
+                     if {k: v for k, v in seen.items() if k not in ("run", "evals")}
+                     == {k: v for k, v in rec.items() if k != "run"}), None)
+        if named != path.stem or twin is not None:
+            raise PipelineError(f"{path}: expected the record of run {path.stem}, found "
+                                + (f"the record of run {named!r}" if named != path.stem else
+                                   f"the same record as {twin}.json")
+                                + " (a copy or a rename counts one run twice); remove it, or "
+                                  "remake it with devtools/tf_reference.py collect")
         runs[path.stem] = {**rec, "evals": evals}
     return runs
 
@@ -63,16 +75,21 @@ def _band(r: Results) -> Optional[pd.DataFrame]:
 
 
 def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
-    if folder is not None and (os.path.lexists(folder) and not Path(folder).is_dir()):
+    # a folder named is read, or refused: a mistyped one would drop the section silently,
+    # as a missing --equivalence or --devices-timing is refused
+    if folder is not None and not os.path.lexists(folder):
+        raise PipelineError(f"--tf-reference {folder}: not found, where the reference "
+                            f"implementation's runs are read from; give their folder (the "
+                            f"project's: reports/tf_reference), or leave the option out. "
+                            f"Nothing was written.")
+    if folder is not None and not Path(folder).is_dir():
         raise PipelineError(f"--tf-reference {folder}: not a folder (a file, or a link that "
                             f"leads to none), where the reference implementation's runs are "
                             f"read from; give their folder. Nothing was written.")
     runs = load_reference_runs(folder)
     md = ["## Against the reference implementation", ""]
     if not runs:
-        where = ("none was given" if folder is None else
-                 f"`{in_repository(Path(folder))}/`" + ("" if Path(folder).is_dir()
-                                                        else ", which does not exist"))
+        where = "none was given" if folder is None else f"`{in_repository(Path(folder))}/`"
         return md + [f"No runs of the reference implementation yet ({where}): "
                      f"docs/reference.md says how they are made.", ""]
     any_run = next(iter(runs.values()))
