@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 
-from cifar10_tutorial.cli import stage_command
+from cifar10_tutorial.cli import given_path, stage_command
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import write_text_atomic
 from speed.roofline_table import machine, pipeline_names, roofline_markdown, stage_gaps
@@ -351,6 +351,17 @@ def _refuse_special_files(root: Path, dvc_yaml: Path) -> None:
                           if at.is_relative_to(root)], "a file the report reads")
 
 
+def _said(change) -> str:
+    """One change of DVC's status in words: "reports/params.yaml ablations modified", not
+    the dict it is given as."""
+    if not isinstance(change, dict):
+        return str(change)
+    return "; ".join(f"{path} {', '.join(f'{k} {v}' for k, v in how.items())}"
+                     if isinstance(how, dict) else f"{path} {how}"
+                     for kind in change.values() if isinstance(kind, dict)
+                     for path, how in kind.items()) or str(change)
+
+
 def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
     """The page quotes the report's tables: a report stage DVC calls changed (a variant
     rerun since, the report not) would be quoted as the variants' figures. One line."""
@@ -365,7 +376,7 @@ def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
     _refuse_special_files(root, dvc_yaml)
     _, status = dvc_status(root, [f"{dvc_yaml}:report"], f"dvc status {dvc_yaml}:report",
                            "whether the report's tables are of the results as they are now")
-    changed = [str(c) for stage, changes in status.items() if stage.endswith(":report")
+    changed = [_said(c) for stage, changes in status.items() if stage.endswith(":report")
                for c in (changes if isinstance(changes, list) else [changes])]
     if changed:
         raise PipelineError(f"reports/report.md and its tables are not recorded by DVC as "
@@ -377,7 +388,7 @@ def _refuse_stale_report(dvc_yaml: Path = Path("reports/dvc.yaml")) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="cifar10 results-page", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=PAGE)
+    ap.add_argument("--out", type=given_path, default=PAGE)
     args = ap.parse_args(argv)
     out = args.out
     from cifar10_tutorial.ownership import ensure_writable, refuse_foreign_file
@@ -391,8 +402,11 @@ def main(argv=None) -> None:
                             f"longer matches), and the edits would be lost; move them elsewhere "
                             f"and restore the page (`git checkout -- {out}`), then rerun. "
                             f"Nothing was written.")
+    from cifar10_tutorial.params import EXERCISES, load_params
     from cifar10_tutorial.report.results import refuse_stale_results
 
+    if Path("reports/params.yaml").is_file():  # a variant's name or a section it refuses:
+        load_params(Path("reports/params.yaml"), EXERCISES)  # named, as the report names it
     unchecked = refuse_stale_results(Path("reports/ablations"))  # figures DVC calls changed
     if unchecked:
         print(f"note: {unchecked}", file=sys.stderr)

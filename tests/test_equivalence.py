@@ -51,7 +51,14 @@ def test_a_damaged_record_is_one_clear_line(tmp_path):
     assert load_record(tmp_path / "none.json") == []
     bad = tmp_path / "r.json"
     bad.write_text("{")
-    with pytest.raises(PipelineError, match=r"r.json: not valid JSON .*git checkout"):
+    # outside a git checkout, no `git checkout` advice (it cannot work there); inside one,
+    # the restore
+    with pytest.raises(PipelineError, match=r"r.json: not valid JSON .*give the record "
+                                            r"\(as reports/dvc.yaml names it\)$"):
+        load_record(bad)
+    (tmp_path / ".git").mkdir()
+    with pytest.raises(PipelineError, match=r"r.json: not valid JSON .*, or restore it "
+                                            r"\(`git checkout -- .*r.json`\)$"):
         load_record(bad)
     bad.write_text(json.dumps([{"commits": ["a"], "identical": "yes"}]))
     with pytest.raises(PipelineError, match=r"expected a list of checks, each with two commits"):

@@ -589,3 +589,27 @@ def test_every_downloaded_folder_persists_across_reruns():
                     raws[f"{pipeline}:{name}"] = (spec or {}).get("persist")
     assert set(raws) == {"dvc.yaml:download", "reports/dvc.yaml:dataset_ablation"}, raws
     assert all(raws.values()), raws
+
+
+def test_the_results_page_names_a_variant_it_cannot_read_as_the_report_does(tmp_path,
+                                                                             monkeypatch):
+    """A variant's name the stages refuse (a shell command in it): the results page names
+    it, as the report does, rather than advise a `dvc repro` that fails on it."""
+    import yaml
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import main
+
+    folder = _committed_reports(tmp_path)
+    (folder / "reports").unlink()
+    (folder / "reports").mkdir()
+    for entry in (ROOT / "reports").iterdir():
+        if entry.name != "params.yaml":
+            (folder / "reports" / entry.name).symlink_to(entry)
+    params = yaml.safe_load((ROOT / "reports/params.yaml").read_text())
+    params["ablations"]["x$(touch y)"] = {}
+    (folder / "reports/params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(folder)
+    with pytest.raises(PipelineError, match=r"^reports/params.yaml: ablations: variant name "
+                                            r"'x\$\(touch y\)' must be a string starting"):
+        main(["--out", str(tmp_path / "page.md")])
+    assert not (tmp_path / "page.md").exists()

@@ -698,10 +698,11 @@ def test_a_second_report_replaces_exactly_what_the_first_wrote(tmp_path):
     assert table.read_text() == "edited\n"
 
 
-@pytest.mark.parametrize("what", ["users-file", "folder"])
+@pytest.mark.parametrize("what", ["users-file", "folder", "link"])
 def test_a_report_md_that_is_no_report_is_refused_before_anything_changes(tmp_path, what):
-    """--out of a folder whose report.md is a user's file (or a folder): refused before the
-    tables and plots are swapped in; nothing under --out changes."""
+    """--out of a folder whose report.md is a user's file, a folder, or a link (to another
+    report, as the report wrote it): refused before the tables and plots are swapped in;
+    nothing under --out changes, nor what the link leads to."""
     from cifar10_tutorial.errors import PipelineError
 
     root, out = tmp_path / "a", tmp_path / "out"
@@ -709,13 +710,22 @@ def test_a_report_md_that_is_no_report_is_refused_before_anything_changes(tmp_pa
     out.mkdir()
     if what == "users-file":
         (out / "report.md").write_text("# My notes\n")
-    else:
+    elif what == "folder":
         (out / "report.md").mkdir()
+    else:
+        other = make_report(root, tmp_path / "other", OVERRIDES)
+        (out / "report.md").symlink_to(other)
+        theirs = other.read_text()
     before = _snapshot(out)
-    with pytest.raises(PipelineError, match=r"report.md: (holds a file that is not a report|a "
-                                            r"folder, where this writes a report)"):
+    said = {"users-file": r"--out .*report.md: holds a file that is not a report",
+            "folder": r"out/report.md: not a file, where the report writes its own report.md; "
+                      r"move it away, then rerun. Nothing was changed.$",
+            "link": r"out/report.md: a link, where the report writes its own report.md; "
+                    r"move it away, then rerun. Nothing was changed.$"}[what]
+    with pytest.raises(PipelineError, match=said):
         make_report(root, out, OVERRIDES)
     assert _snapshot(out) == before
+    assert what != "link" or other.read_text() == theirs
 
 
 def test_an_empty_variant_list_is_named_as_such(tmp_path):
@@ -832,6 +842,13 @@ def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkey
     ("eval-differs", r"softmax/eval/metrics.json: precision_at_1 not what .*softmax/metrics.json "
                      r"gives; the two are written by one run of the variant"),
     ("train-differs", r"softmax/train/metrics.json: step not what"),
+    # a copy's figures edited alike in every record: its own last held-out evaluation (the
+    # same weights, the same images) says otherwise; then its curve, edited all but that
+    ("edited-alike", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where "
+                     r"train.held_out.precision_at_1 is 0.7000: the same weights"),
+    ("edited-but-the-curve", r"softmax/metrics.json: eval.precision_at_1_raw is 0.8800, where "
+                             r"its held-out curve at step 10,000 \(precision_at_1_raw\) is "
+                             r"0.6800"),
 ])
 def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_path, edit, said):
     """A variant's metrics.json and its eval/ and train/ metrics are one run's: a folder a
@@ -853,8 +870,18 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
         (folder / "metrics.json").write_text(json.dumps(m))
     elif edit == "eval-differs":
         (folder / "eval/metrics.json").write_text(json.dumps({**m["eval"], "precision_at_1": 0.125}))
-    else:
+    elif edit == "train-differs":
         (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"] + 1}))
+    else:
+        m["eval"].update(precision_at_1=0.9, precision_at_1_raw=0.88)
+        if edit == "edited-but-the-curve":
+            m["train"]["held_out"] = {"precision_at_1": 0.9, "precision_at_1_raw": 0.88}
+            curves = folder / "train/plots/metrics/held_out"  # its averaged curve edited too
+            _tsv(curves / "precision_at_1.tsv", "precision_at_1", [(5000, 0.6), (10000, 0.9)])
+            _tsv(curves / "precision_at_1_raw.tsv", "precision_at_1_raw",
+                 [(5000, 0.58), (10000, 0.68)])
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
     before = _snapshot(tmp_path / "out")
     with pytest.raises(PipelineError, match=said):
         make_report(root, tmp_path / "out", OVERRIDES)
@@ -1036,12 +1063,13 @@ def _report_stage(project: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("what", ["missing", "fifo", "folder"])
+@pytest.mark.parametrize("what", ["missing", "fifo", "folder", "empty"])
 @pytest.mark.parametrize("option", ["--equivalence", "--devices-timing", "--search"])
 def test_a_record_named_that_is_no_file_is_one_line_not_absent(tmp_path, option, what):
-    """--equivalence, --devices-timing or --search naming nothing, a FIFO or a folder: one
-    line naming it, never read as absent (the report would then say the variants were
-    not checked to train alike, or exercise 5 not comparable)."""
+    """--equivalence, --devices-timing or --search naming nothing, a FIFO, a folder or an
+    empty file: one line naming it, never read as absent (the report would then say the
+    variants were not checked to train alike, or exercise 5 not comparable) nor linked
+    (the search's notes)."""
     from conftest import copy_project
 
     project = copy_project(tmp_path / "p")
@@ -1050,6 +1078,8 @@ def test_a_record_named_that_is_no_file_is_one_line_not_absent(tmp_path, option,
         os.mkfifo(given)
     elif what == "folder":
         given.mkdir()
+    elif what == "empty":
+        given.write_text("")
     proc = _report_stage(project, "--ablations", "reports/ablations", "--search",
                          "reports/fast_schedule_search.md", "--equivalence",
                          "reports/code_equivalence.json", option, str(given), "--out",

@@ -329,7 +329,8 @@ def test_the_results_page_refuses_a_report_older_than_its_results(project):
     refuse_stale_results(Path("reports/ablations"))  # the variants are as recorded ...
     with pytest.raises(PipelineError, match=r"^reports/report.md and its tables are not "
                                             r"recorded by DVC as made from the results as they "
-                                            r"are now .*a report made by `cifar10 report` is "
+                                            r"are now \(`dvc status reports/dvc.yaml:report`: "
+                                            r"\S*ablations modified; a report made by `cifar10 report` is "
                                             r"never recorded.*`dvc repro reports/dvc.yaml:report`"):
         _refuse_stale_report()  # ... the report is not
     # a FIFO anywhere the report stage reads (beside the variants' folders): one line, at
@@ -492,3 +493,22 @@ def test_a_clone_asking_another_data_set_than_the_variants_record_is_stale(proje
     for text in ("train: {}\n", "data:\n  dataset: CIFAR10\n"):  # none, or none the
         (project / "params.yaml").write_text(text)  # stages take: they say why
         assert refuse_stale_results(Path("reports/ablations")) is None
+
+
+@pytest.mark.parametrize("file, text, said", [
+    ("params.yaml", "ablations:\n  foo: {}\n",
+     r"^params.yaml: ablations: lives in reports/params.yaml, not in params.yaml; move it "
+     r"there. Nothing was written.$"),
+    ("reports/params.yaml", "data:\n  dataset: svhn\n",
+     r"^reports/params.yaml: data: lives in params.yaml, not in reports/params.yaml \(the "
+     r"variants train on .*\); remove it here. Nothing was written.$"),
+])
+def test_a_section_in_the_other_params_file_is_refused(project, file, text, said):
+    """A variant under ablations: in params.yaml, or data: in reports/params.yaml, is read
+    by no stage (the stages refuse it): the report, the results page and a model card
+    refuse it too, rather than state the results as if it were read."""
+    refuse_stale_results(Path("reports/ablations"))
+    with open(project / file, "a") as f:
+        f.write(text)
+    with pytest.raises(PipelineError, match=said):
+        refuse_stale_results(Path("reports/ablations"))

@@ -581,3 +581,12 @@ def ending_signals_unwind():
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def restore_from_git(path: Path) -> str:
+    """", or restore it (`git checkout -- PATH`)" for a path inside a git checkout: advice
+    that outside one (a copy in /tmp, /dev/null) names a command that cannot work."""
+    real = Path(os.path.abspath(path))
+    if any((folder / ".git").exists() for folder in real.parents):
+        return f", or restore it (`git checkout -- {path}`)"
+    return ""

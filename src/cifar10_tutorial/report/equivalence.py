@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import PipelineError
+from ..files import restore_from_git
 
 
 def load_record(path: Path) -> list[dict]:
@@ -16,12 +17,13 @@ def load_record(path: Path) -> list[dict]:
     try:
         rec = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise PipelineError(f"{path}: not valid JSON ({exc}); restore it from git "
-                            f"(`git checkout {path}`)") from None
+        raise PipelineError(f"{path}: not valid JSON ({exc}); give the record "
+                            f"(as reports/dvc.yaml names it){restore_from_git(path)}") from None
     if not isinstance(rec, list) or not all(isinstance(r, dict) and len(r.get("commits", [])) == 2
                                             and isinstance(r.get("identical"), bool) for r in rec):
         raise PipelineError(f"{path}: expected a list of checks, each with two commits and "
-                            f"identical: true | false; restore it from git (`git checkout {path}`)")
+                            f"identical: true | false; give the record (as reports/dvc.yaml "
+                            f"names it){restore_from_git(path)}")
     return rec
 
 

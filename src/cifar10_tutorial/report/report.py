@@ -69,6 +69,12 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     # report.md is replaced only when it is a report (its title on the first line) as the
     # report wrote it (its seal: edits of yours in it would be lost)
     # (the whole file: the seal is its last line, past the head refuse_foreign_file reads)
+    for name in ("report.md", SWAPPING):  # never a link written through, nor a folder
+        at = out / name
+        if at.is_symlink() or (at.exists() and not at.is_file()):
+            raise PipelineError(f"{at}: {'a link' if at.is_symlink() else 'not a file'}, "
+                                f"where the report writes its own {name}; move it away, then "
+                                f"rerun. Nothing was changed.")
     refuse_foreign_file(out / "report.md", "--out", "a report as the report wrote it "
                         "(none edited since)", lambda _: _as_written(_whole(out / "report.md")),
                         ("report",))

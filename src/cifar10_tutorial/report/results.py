@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from ..errors import PipelineError
-from ..files import save_figure_atomic
+from ..files import restore_from_git, save_figure_atomic
 from ..curves import read_curve
 
 
@@ -97,6 +97,43 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
                                 f" gives; the two are written by one run of the variant, so "
                                 f"the folder holds parts of two runs (one stopped, or an "
                                 f"evaluation of another model); {rerun}.")
+    _refuse_other_final_evaluation(folder, metrics, rerun)
+
+
+# the evaluation and the run's held-out evaluation of its last step score the same weights
+# on the same images: they may part by a tie between two logits, never by more
+SAME_EVALUATION = 1e-3
+
+
+def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> None:
+    """The run's own held-out evaluation of its last step (train.held_out, and its curve's
+    point at that step) against the evaluation's figures: the same model on the same
+    images. A copy whose figures were edited (the curves left as they were) states figures
+    its own curves contradict; one line naming the two."""
+    from ..curves import held_out_curve
+
+    step = metrics["train"].get("step")
+    said = {k: metrics["eval"].get(k) for k in ("precision_at_1", "precision_at_1_raw")}
+    found = []
+    held = metrics["train"].get("held_out")
+    if isinstance(held, dict):
+        found += [(f"train.held_out.{k}", held.get(k), k) for k in said]
+    try:
+        curve = held_out_curve(folder / "train")
+    except (OSError, ValueError, KeyError):  # a damaged curve: the model card names it
+        curve = None
+    if curve is not None and isinstance(step, (int, float)):
+        at = curve[curve["step"] == step]
+        found += [(f"its held-out curve at step {int(step):,} ({k})", at[k].iloc[-1], k)
+                  for k in said if k in at and len(at)]
+    for what, value, key in found:
+        ours = said[key]
+        if isinstance(value, (int, float)) and isinstance(ours, (int, float)) \
+                and math.isfinite(value) and abs(value - ours) > SAME_EVALUATION:
+            raise PipelineError(f"{folder / 'metrics.json'}: eval.{key} is {ours:.4f}, where "
+                                f"{what} is {value:.4f}: the same weights on the same "
+                                f"images, so the figures are not this run's (edited, or two "
+                                f"runs' records mixed); {rerun}.")
 
 
 def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
@@ -572,6 +609,7 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     groups = [g for g in ("ablation", "dataset_ablation") if g in pipeline_stages(root / dvc_yaml)]
     if not groups:
         return unchecked + f"{dvc_yaml} has no ablation stages"
+    _refuse_misplaced_sections(root, dvc_yaml)
     pipelines = tuple(root / p for p in ("dvc.yaml", str(dvc_yaml)))
     outputs, reads = stage_paths(pipelines)
     # the folder the stages write each variant's results into (reports/ablations): a
@@ -729,6 +767,32 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
     return None
 
 
+def _refuse_misplaced_sections(root: Path, dvc_yaml: Path) -> None:
+    """A section of one params file found in the other (``ablations:`` in params.yaml,
+    ``data:`` in reports/params.yaml): the stages refuse it, and so does every command that
+    states the variants' results, rather than report them as if the user's variant (or
+    data set) were read. A file that cannot be read is the stages' to name."""
+    import yaml
+
+    from ..files import read_small_file
+    from ..params import EXERCISES, MAIN, ParamsError, check_sections
+
+    for path, kind in ((root / "params.yaml", MAIN),
+                       (root / dvc_yaml.parent / "params.yaml", EXERCISES)):
+        try:
+            raw = yaml.safe_load(read_small_file(path, 1 << 20))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        other = EXERCISES if kind is MAIN else MAIN
+        for key in raw if isinstance(raw, dict) else ():
+            if key in other.sections and key not in kind.sections:
+                try:  # the stages' own line; the sections the file must have, as present
+                    check_sections({**dict.fromkeys(kind.required), key: raw[key]}, kind)
+                except ParamsError as exc:
+                    raise PipelineError(f"{in_repository(path)}: {exc}. Nothing was "
+                                        f"written.") from None
+
+
 def _dataset_asked(root: Path) -> Optional[str]:
     """The data set the main pipeline's params (params.yaml at ``root``) name, or None
     where they cannot be read (the stages say why)."""
@@ -761,15 +825,16 @@ def refuse_not_a_file(path: Optional[Path], option: str) -> None:
     """A record a command is given (``option`` ``path``) that is not there, or is no
     regular file (a folder, a FIFO that would hold the read for ever): one line naming it,
     never read as absent."""
-    if path is None or path.is_file():
+    if path is None or (path.is_file() and path.stat().st_size):
         return
-    what = ("not found" if not os.path.lexists(path) else
+    what = ("an empty file" if path.is_file() else
+            "not found" if not os.path.lexists(path) else
             "a folder" if path.is_dir() else
             "a link to nothing" if path.is_symlink() and not path.exists() else
             "not a regular file (a FIFO, socket or device)")
     raise PipelineError(f"{option} {path}: {what}, where this reads a record; give the file "
-                        f"(as reports/dvc.yaml names it), or restore it (`git checkout -- "
-                        f"{path}`). Nothing was written.")
+                        f"(as reports/dvc.yaml names it){restore_from_git(path)}. Nothing was "
+                        f"written.")
 
 
 def refuse_special_files(places, expected: str) -> None:
