@@ -6,7 +6,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 import sys
 from pathlib import Path
 
-from cifar10_tutorial.cli import EXERCISE_PARAMS, run_stage, stage_parser
+from cifar10_tutorial.cli import EXERCISE_PARAMS, given_path, run_stage, stage_parser
 from cifar10_tutorial.params import EXERCISES, load_params
 from cifar10_tutorial.report.report import make_report
 from cifar10_tutorial.report.results import (refuse_not_a_file, refuse_stale_definitions,
@@ -15,16 +15,16 @@ from cifar10_tutorial.report.results import (refuse_not_a_file, refuse_stale_def
 
 def main() -> None:
     ap = stage_parser(__doc__, EXERCISE_PARAMS)
-    ap.add_argument("--ablations", type=Path, required=True, help="every variant's results")
-    ap.add_argument("--search", type=Path, required=True, help="the fast schedule's search notes")
-    ap.add_argument("--equivalence", type=Path, required=True,
+    ap.add_argument("--ablations", type=given_path, required=True, help="every variant's results")
+    ap.add_argument("--search", type=given_path, required=True, help="the fast schedule's search notes")
+    ap.add_argument("--equivalence", type=given_path, required=True,
                     help="the record of commits checked to train bit-identically")
-    ap.add_argument("--devices-timing", type=Path, default=None,
+    ap.add_argument("--devices-timing", type=given_path, default=None,
                     help="exercise 5's timing of both set-ups on one idle machine "
                          "(python benchmarks/devices_timing.py)")
-    ap.add_argument("--tf-reference", type=Path, default=None,
+    ap.add_argument("--tf-reference", type=given_path, default=None,
                     help="the reference implementation's runs on the same data (one JSON each)")
-    ap.add_argument("--out", type=Path, required=True, help="the report's folder")
+    ap.add_argument("--out", type=given_path, required=True, help="the report's folder")
     args = ap.parse_args()
     # a record named is read: one missing or not a file (a FIFO) would silently turn the
     # report's conclusions ("not checked to train alike", exercise 5 not comparable)

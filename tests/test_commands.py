@@ -356,3 +356,24 @@ def test_no_dvc_beside_python_or_on_path_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "dvc").write_text("#!/bin/sh\n")
     (tmp_path / "dvc").chmod(0o755)
     assert cli.dvc_executable() == str(tmp_path / "dvc")
+
+
+@pytest.mark.parametrize("command", [
+    ["stages/train.py", "--out", ""],
+    ["stages/report.py", "--ablations", "reports/ablations", "--search", "x.md",
+     "--equivalence", "x.json", "--out", ""],
+    ["tools/publish.py", "baseline", "--out", ""],
+    ["tools/dev_split.py", "x.zip", "--out", ""],
+    ["devtools/results_page.py", "--out", ""],
+], ids=["train", "report", "publish", "dev-split", "results-page"])
+def test_an_empty_path_option_is_refused_not_read_as_the_working_folder(tmp_path, command):
+    """`--out ''` (a quoted variable never set) would be the working folder, Path(''):
+    argparse's one line naming the option, before anything runs or is written."""
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = subprocess.run([sys.executable, str(ROOT / command[0]), *command[1:]], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "argument --out: an empty path (`''`), which would be read as the working folder; "
+        "give the path"), proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

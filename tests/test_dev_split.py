@@ -325,3 +325,15 @@ def test_a_killed_writes_temporary_file_is_named_and_kept(tmp_path, capsys):
                            f"that was killed; delete it once nothing writes o.tgz")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         ".o.tgz.c_qz_ma7.tmp", ".o.tgz.mine.txt", "o.tgz"]
+
+
+@pytest.mark.parametrize("train, test", [(0, 10), (3, 10), (12, 10), (10, 0)])
+def test_sizes_it_cannot_make_say_what_it_needs(tmp_path, train, test):
+    """--train 0 is a multiple of 5 too: the line says a training set needs 5 images at
+    least, a multiple of 5 (the five record files), and a held-out image."""
+    with pytest.raises(PipelineError, match=rf"^--train {train} --test {test}: expected at "
+                                            rf"least 5 training images, a multiple of 5 \(the "
+                                            rf"five record files hold as many each\), and at "
+                                            rf"least 1 held-out one"):
+        build_dev_split(tmp_path / "none", tmp_path / "out.tar.gz", train, test)
+    assert not (tmp_path / "out.tar.gz").exists()

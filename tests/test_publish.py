@@ -194,6 +194,15 @@ def test_published_weights_are_replaced_only_on_request_and_only_by_their_varian
     assert replaced.returncode == 0, replaced.stderr
     assert _snapshot(out)["model.pt"] == before["model.pt"]
     assert sorted(p.name for p in out.parent.iterdir()) == ["tutorial_100k"]  # no leftovers
+    assert (f"note: {out}: the weights published there before (tutorial_100k, step 14, "
+            f"{100 * precision:.2f}% held-out) are replaced by tutorial_100k at step 14") \
+        in replaced.stderr, replaced.stderr
+    # another variant's weights over them (--replace): said, never silently
+    other = _run(project, "tools/publish.py", "baseline", "--out", str(out), "--replace")
+    assert other.returncode == 0, other.stderr
+    assert (f"note: {out}: the weights published there before (tutorial_100k, step 14, "
+            f"{100 * precision:.2f}% held-out, another variant's) are replaced by baseline at "
+            f"step 12") in other.stderr, other.stderr
     # a file of the user's in the published folder: refused, named, kept
     (out / "thesis-notes.md").write_text("mine")
     kept = _snapshot(out)
@@ -608,6 +617,29 @@ def test_a_publish_killed_mid_swap_is_noticed_by_the_next(finished, tmp_path):
     assert sorted(p.name for p in out.parent.iterdir()) == ["tutorial_100k"]
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_a_publish_stopped_from_outside_leaves_no_staging_folder(finished, tmp_path,
+                                                                signal_name):
+    """A stop from outside (`kill`, a closed terminal) while publish builds its folder:
+    its clean-up runs (exit status 128 + the signal), and no half-built folder with the
+    model's bytes is left beside --out for the next publish to find."""
+    import signal
+
+    out = tmp_path / "models" / "baseline"
+    stopped = (f"import os, signal, sys; sys.path.insert(0, 'tools'); import publish\n"
+               f"built = publish._write_folder\n"
+               f"def stop_after(*a, **k):\n"
+               f"    built(*a, **k); os.kill(os.getpid(), signal.{signal_name})\n"
+               f"publish._write_folder = stop_after\n"
+               f"sys.argv = ['cifar10 publish', 'baseline', '--out', {str(out)!r}]\n"
+               f"from cifar10_tutorial.cli import run_stage; run_stage(publish.main)\n")
+    proc = _run(finished, "-c", stopped)
+    assert proc.returncode == 128 + getattr(signal, signal_name), proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert not out.exists() and list(out.parent.iterdir()) == [], list(out.parent.iterdir())
+
+
 def test_the_default_results_folder_is_the_one_the_ablation_stage_writes(monkeypatch):
     from publish import variant_results
 
@@ -831,3 +863,24 @@ def test_curves_past_the_models_step_are_another_runs(tmp_path):
     with pytest.raises(PipelineError, match=r"held_out: curves to step 10,000, past the "
                                             r"model's step 2: another run's"):
         _curve(tmp_path / "r", 2)
+
+
+@pytest.mark.parametrize("what", ["fifo", "file", "missing"])
+def test_a_results_option_that_is_no_folder_is_named_as_given(tmp_path, what):
+    """--results naming a FIFO, a file or nothing: one line naming the option as given,
+    never a path inside it nor an errno's words."""
+    import os
+
+    from publish import main
+
+    given = tmp_path / "r"
+    if what == "fifo":
+        os.mkfifo(given)
+    elif what == "file":
+        given.write_text("{}")
+    said = {"fifo": r"not a folder \(a FIFO, socket or device\)", "file": "a file",
+            "missing": "not found"}[what]
+    with pytest.raises(PipelineError, match=rf"^--results {re.escape(str(given))}: {said}, "
+                                            rf"where publish reads the variant's results folder"):
+        main(["baseline", "--results", str(given), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()

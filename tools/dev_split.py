@@ -42,6 +42,7 @@ from typing import Iterator
 
 import numpy as np
 
+from cifar10_tutorial.cli import given_path
 from cifar10_tutorial.data.synthetic import CLASSES, tar_gz_bytes
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.ownership import refuse_foreign_place
@@ -203,9 +204,10 @@ def build_dev_split(source: Path, out: Path, train: int = 40000, test: int = 100
     """Write the dev split's archive to ``out``; its md5. ``per_class``: the images each
     class folder must hold (5,000 in the repository; fewer in tests)."""
     if train % 5 or train < 5 or test < 1 or train + test > len(CLASSES) * per_class:
-        raise PipelineError(f"--train {train} --test {test}: expected a multiple of 5 training "
-                            f"images and at least 1 held-out one, {len(CLASSES) * per_class:,} "
-                            f"in all at most")
+        raise PipelineError(f"--train {train} --test {test}: expected at least 5 training "
+                            f"images, a multiple of 5 (the five record files hold as many "
+                            f"each), and at least 1 held-out one, "
+                            f"{len(CLASSES) * per_class:,} in all at most")
     check_out(Path(out))  # before the decoding, which takes a while
     records = load_records(source, per_class)
     records = records[np.random.default_rng(SHUFFLE_SEED).permutation(len(records))]
@@ -234,9 +236,9 @@ def build_dev_split(source: Path, out: Path, train: int = 40000, test: int = 100
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="cifar10 dev-split", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("source", type=Path, help=f"a copy of {SOURCE}: its folder, its train/ "
+    ap.add_argument("source", type=given_path, help=f"a copy of {SOURCE}: its folder, its train/ "
                     f"folder, or a zip of either")
-    ap.add_argument("--out", type=Path, default=Path("data/dev/cifar10-dev.tar.gz"),
+    ap.add_argument("--out", type=given_path, default=Path("data/dev/cifar10-dev.tar.gz"),
                     help="the archive to write (default: data/dev/cifar10-dev.tar.gz)")
     ap.add_argument("--train", type=int, default=40000, help="training images (default 40000)")
     ap.add_argument("--test", type=int, default=10000, help="held-out images (default 10000)")

@@ -43,11 +43,12 @@ import shlex
 import shutil
 from typing import Optional
 
-from cifar10_tutorial.cli import pipeline_stages, run_stage
+from cifar10_tutorial.cli import given_path, pipeline_stages, run_stage
 from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.files import (listed_as_written, recover_swapped_folder, sha256_of,
-                                    staging_folder, swap_in_folder, write_listing)
+from cifar10_tutorial.files import (ending_signals_unwind, listed_as_written,
+                                    recover_swapped_folder, sha256_of, staging_folder,
+                                    swap_in_folder, write_listing)
 from cifar10_tutorial.ownership import (PUBLISHED_FILES, PUBLISHED_MANIFEST, ensure_writable,
                                         listed, refuse_foreign_place, repository_at)
 from cifar10_tutorial.model_files import load_model_file
@@ -344,7 +345,15 @@ def publish(name: str, model: Path, results: Path, out: Path,
         raise PipelineError(f"{out.parent}: cannot be made ({exc.strerror or exc}), and "
                             f"publish writes {out} in it; give --out another path. Nothing "
                             f"was changed.") from None
-    staged = staging_folder(out)
+    with ending_signals_unwind():  # a stop from outside (kill, Ctrl-C) runs the clean-up
+        _stage_and_swap(staging_folder(out), r, out, curve, unchecked, replace)
+    return out / CARD
+
+
+def _stage_and_swap(staged: Path, r: Records, out: Path, curve: list[str],
+                    unchecked: Optional[str], replace: bool) -> None:
+    """Build the folder in ``staged``, then swap it in at ``out``; a staged folder not
+    swapped in is removed whatever ends this."""
     try:
         (staged / BUILDING).write_text("a folder cifar10 publish is building\n")  # first
         _write_folder(staged, r, out, curve, unchecked)
@@ -354,13 +363,17 @@ def publish(name: str, model: Path, results: Path, out: Path,
             raise PipelineError(f"{out}: weights were published there meanwhile ({held}); "
                                 f"give --replace to replace them. Nothing was changed.")
         kept = swap_in_folder(staged, out, own)
+        if own:  # never silently: the weights there before may be the ones others use
+            other = "" if held.split(",")[0] == r.name else ", another variant's"
+            print(f"note: {out}: the weights published there before ({held}{other}) are "
+                  f"replaced by {r.name} at step {int(r.ckpt['step']):,} "
+                  f"({_pct(r.metrics['eval']['precision_at_1'])} held-out)", file=sys.stderr)
         if kept is not None:  # never silently: the old folder held what publish did not write
             print(f"note: the folder {out} held before is kept as {kept}: it holds more than "
                   f"the files publish wrote; look through it, then delete it", file=sys.stderr)
     finally:
         if staged.is_dir():  # not swapped in: only what _write_folder put there
             recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written)
-    return out / CARD
 
 
 def variant_results(name: str, dvc_yaml: Path = REPORT_DVC_YAML) -> Path:
@@ -382,22 +395,30 @@ def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="cifar10 publish", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name", help="the variant (reports/params.yaml `ablations:`), e.g. tutorial_100k")
-    ap.add_argument("--results", type=Path, default=None,
+    ap.add_argument("--results", type=given_path, default=None,
                     help="its results folder (default: the ablation stage's --out in "
                          "reports/dvc.yaml)")
-    ap.add_argument("--model", type=Path, default=None,
+    ap.add_argument("--model", type=given_path, default=None,
                     help="its model.pt (default: the file its eval record names)")
-    ap.add_argument("--out", type=Path, default=None,
+    ap.add_argument("--out", type=given_path, default=None,
                     help="the folder to publish into (default: models/NAME)")
     ap.add_argument("--replace", action="store_true",
                     help="replace the weights published there before (only the files "
                          "publish wrote)")
-    ap.add_argument("--check-data", type=Path, default=None,
+    ap.add_argument("--check-data", type=given_path, default=None,
                     help="prepared data to evaluate the model on again before publishing")
     args = ap.parse_args(argv)
     if not NAME.fullmatch(args.name):  # it names a folder and the card: never a path
         raise PipelineError(f"{args.name[:80]!r}: expected a variant name (a letter, then "
                             f"letters, digits, '_' or '-', at most 64)")
+    if args.results is not None and not args.results.is_dir():  # never a path inside it
+        what = ("not found" if not os.path.lexists(args.results) else
+                "a link to nothing" if args.results.is_symlink() and not args.results.exists()
+                else "a file" if args.results.is_file()
+                else "not a folder (a FIFO, socket or device)")
+        raise PipelineError(f"--results {args.results}: {what}, where publish reads the "
+                            f"variant's results folder (by default the ablation stage's "
+                            f"folder of {args.name}); give that folder. Nothing was changed.")
     results = args.results or variant_results(args.name)
     # the stage's own folder (by any path: a link to it is it), here or in the checkout
     # the results lie in, is what DVC can vouch for; a copy (of the same name or not) is

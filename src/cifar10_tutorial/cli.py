@@ -60,11 +60,20 @@ def add_nodes(ap: argparse.ArgumentParser) -> None:
                          "(default: $CIFAR10_RDZV_ID, or cifar10)")
 
 
+def given_path(text: str) -> Path:
+    """A path option's value (argparse ``type``): an empty one is refused, as ``Path("")``
+    would silently be the working folder (a quoted variable that was never set)."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (`''`), which would be read as the "
+                                         "working folder; give the path")
+    return Path(text)
+
+
 def add_paths(ap: argparse.ArgumentParser, **paths: str) -> None:
     """Path options ``--NAME`` (underscores as dashes), each with its help text; those not
     given are taken from the stage's command in dvc.yaml (:func:`parse_stage_args`)."""
     for name, help_text in paths.items():
-        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=Path, default=None,
+        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, type=given_path, default=None,
                         help=f"{help_text} (default: as in dvc.yaml)")
     ap.set_defaults(_path_options=list(paths))
 
