@@ -25,6 +25,9 @@ def main() -> None:
     args = parse_stage_args(ap, __file__)
     if args.max_evals is not None and args.max_evals < 1:  # fewer would evaluate nothing and exit 0
         ap.error(f"--max-evals: expected a whole number >= 1, found {args.max_evals}")
+    if args.max_evals is not None and not args.watch:  # one evaluation: it would bound nothing
+        ap.error("--max-evals: bounds the evaluations of --watch; give --watch too, or leave "
+                 "--max-evals out (without --watch the model is evaluated once)")
     if not args.watch:  # results inside the prepared data would change that DVC output
         folders_apart([("--data", args.data), ("--out", args.out)],
                       "the prepared data; the evaluation's results")

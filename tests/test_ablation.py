@@ -34,15 +34,18 @@ def test_variants_override_the_baseline_and_share_the_budget():
 @pytest.mark.parametrize("ablations, expected", [
     ({"x": {"model": {"ouput": "softmax"}}}, r"ablations.x: unknown key model.ouput"),
     ({"x": {"model": {"head": "conv"}}}, r"ablations.x: model.head: expected one of 'fc' \| 'local', found 'conv'"),
-    ({"x y": {}}, r"^ablations: variant name 'x y' must be a string starting with a letter, "
-                  r"then letters, digits, '_' or '-', at most 64 characters$"),
-    ({"--help": {}}, r"^ablations: variant name '--help' must be a string starting with a letter"),
-    ({123: {}}, r"^ablations: variant name 123 must be a string starting with a letter.* \(YAML "
+    ({"x y": {}}, r"^ablations: variant name 'x y' must be a string starting with an ASCII "
+                  r"letter \(a-z, A-Z\), then ASCII letters, digits, '_' or '-', at most 64 "
+                  r"characters$"),
+    ({"é_var": {}}, r"^ablations: variant name 'é_var' must be a string starting with an ASCII "
+                    r"letter"),
+    ({"--help": {}}, r"^ablations: variant name '--help' must be a string starting with an ASCII letter"),
+    ({123: {}}, r"^ablations: variant name 123 must be a string starting with an ASCII letter.* \(YAML "
                 r"reads this key as a number: rename it\)$"),
     ({True: {}}, r"^ablations: variant name True must be a string .* \(YAML reads this key as "
                  r"true or false: quote it\)$"),
     ({"a" * 300: {}}, r"^ablations: variant name 'aaaaaaaaaaaaaaaaaaaa'\.\.\. has 300 "
-                      r"characters; a name is a string starting with a letter.* at most 64"),
+                      r"characters; a name is a string starting with an ASCII letter.* at most 64"),
     ({"x": {"ablation": {"max_steps": 3}}}, r"^ablations.x: a variant cannot override ablation: "
                                             r"\(what every variant shares"),
     ({"dat1": {"data": {"dataset": "svhn"}}}, r"^ablations.dat1: a variant cannot override data: "

@@ -458,3 +458,21 @@ def test_an_eval_out_that_is_a_link_stays_a_link(synth_data, trained, tmp_path):
     assert link.is_symlink() and link.resolve() == target.resolve()
     assert "provenance.json" in _files(target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
+
+
+def test_max_evals_without_watch_is_refused_not_ignored(tmp_path):
+    """--max-evals bounds --watch's evaluations: given alone it would silently bound
+    nothing; argparse's one line, before anything is read or written."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/eval.py"), "--max-evals", "2",
+                           "--data", "d", "--model", "m.pt", "--out", "o"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "--max-evals: bounds the evaluations of --watch; give --watch too, or leave "
+        "--max-evals out (without --watch the model is evaluated once)"), proc.stderr
+    assert list(tmp_path.iterdir()) == []

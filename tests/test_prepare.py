@@ -225,6 +225,14 @@ def test_not_an_archive_and_missing_archive(tmp_path):
 def test_load_prepared_errors(archive, tmp_path):
     with pytest.raises(PrepareError, match=r"meta.json: not found; run the preprocess stage"):
         load_prepared(tmp_path / "nothing")
+    # a FIFO or a file given as the data: named, never a path inside it
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("x")
+    for name, what in (("fifo", r"not a folder \(a FIFO, socket or device\)"),
+                       ("file", "a file")):
+        with pytest.raises(PrepareError, match=rf"{name}: {what}, where the prepared data's "
+                                               rf"folder is expected \(meta.json and"):
+            load_prepared(tmp_path / name)
     out = tmp_path / "prepared"
     prepare(archive["path"], out, CIFAR10)
     np.save(out / "test_labels.npy", np.zeros(3, np.int64))

@@ -101,8 +101,9 @@ def test_the_stage_run_by_the_shell_refuses_a_hostile_name_and_runs_nothing(tmp_
                           text=True, timeout=300)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        f"error: ablations: variant name {name[:20]!r}... must be a string starting with a "
-        f"letter, then letters, digits, '_' or '-', at most 64 characters"]
+        f"error: ablations: variant name {name[:20]!r}... must be a string starting with an "
+        f"ASCII letter (a-z, A-Z), then ASCII letters, digits, '_' or '-', at most 64 "
+        f"characters"]
     assert not (tmp_path / "p").exists() and not (project / "data").exists()
 
 

@@ -547,7 +547,7 @@ def _dvc_config_folders(dvc: Optional[Path]) -> list[tuple[Path, str]]:
     try:
         from dvc.config import Config
         from dvc.dirs import site_cache_dir
-    except ImportError:  # no DVC installed (a GPU machine given the stages alone): none
+    except ImportError:  # no DVC installed (a machine given the stage scripts alone): none
         return []
 
     found = [(Path(site_cache_dir(None)), "DVC's site cache")]  # its default, whatever

@@ -281,8 +281,8 @@ NOT_IN_A_VARIANT = {
 def check_variant_name(name: Any, group: str = "ablations") -> str:
     """``name`` if it is a valid variant name (:data:`VARIANT_NAME`, at most
     :data:`VARIANT_NAME_LIMIT` characters), else one line saying what a name is."""
-    rule = (f"a string starting with a letter, then letters, digits, '_' or '-', at most "
-            f"{VARIANT_NAME_LIMIT} characters")
+    rule = (f"a string starting with an ASCII letter (a-z, A-Z), then ASCII letters, digits, "
+            f"'_' or '-', at most {VARIANT_NAME_LIMIT} characters")
     if not isinstance(name, str):
         kind = ("true or false" if isinstance(name, bool) else "null" if name is None
                 else "a number")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,12 @@ def load_prepared(out_dir: Path | str) -> Prepared:
     meta.json's fields, each array's type, shape and length, the labels' range."""
     out_dir = Path(out_dir)
     meta_path = out_dir / META_NAME
+    if os.path.lexists(out_dir) and not out_dir.is_dir():  # never a path inside a file
+        what = ("a link to nothing" if not out_dir.exists() else "a file" if out_dir.is_file()
+                else "not a folder (a FIFO, socket or device)")
+        raise PrepareError(f"{out_dir}: {what}, where the prepared data's folder is expected "
+                           f"({META_NAME} and the tensors the preprocess stage writes); give "
+                           f"that folder.")
     if not meta_path.is_file():
         raise PrepareError(f"{meta_path}: not found; run the preprocess stage first "
                            f"(`dvc repro preprocess`).")
