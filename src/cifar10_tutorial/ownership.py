@@ -325,15 +325,24 @@ def _works(outs, deps, named, root: Path) -> dict[Path, list[tuple[str, str]]]:
     outside DVC), each once, with the (stage, option) naming it (data/.downloads: several
     stages'). One outside the repository (``--tmpdir /tmp``) is no stage's."""
     places = {p for _, p in outs + deps}
-    works = {}
+    # the outputs by their first folder (one of ${...}: any): a pipeline of thousands of
+    # stages compares each named path with the outputs that can lie below it only
+    by_first: dict[str, list[Path]] = {}
+    for _, out in outs:
+        first = out.parts[0] if out.parts else ""
+        by_first.setdefault("${" if "${" in first else first, []).append(out)
+    works, held = {}, {}
     for stage, option, path in named:
         at = Path(os.path.normpath(root / path))
         if at == root or not at.is_relative_to(root):
             continue
-        holds = any(len(out.parts) > len(path.parts) and all(
-            a == b or "${" in a or "${" in b for a, b in zip(path.parts, out.parts))
-            for _, out in outs)  # ${...}: any one name
-        if path not in places and not holds:
+        if path not in held:
+            near = (list(by_first.values()) if "${" in path.parts[0] else
+                    [by_first.get(path.parts[0], []), by_first.get("${", [])])
+            held[path] = any(len(out.parts) > len(path.parts) and all(
+                a == b or "${" in a or "${" in b for a, b in zip(path.parts, out.parts))
+                for group in near for out in group)  # ${...}: any one name
+        if path not in places and not held[path]:
             works.setdefault(path, []).append((stage, option))
     return works
 
