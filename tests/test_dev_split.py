@@ -337,3 +337,13 @@ def test_sizes_it_cannot_make_say_what_it_needs(tmp_path, train, test):
                                             rf"least 1 held-out one"):
         build_dev_split(tmp_path / "none", tmp_path / "out.tar.gz", train, test)
     assert not (tmp_path / "out.tar.gz").exists()
+
+
+def test_a_source_that_fails_leaves_no_folders_of_out(tmp_path):
+    """--out in folders that do not exist yet, and a source that is no archive: one line,
+    and the folders are not made (they are made when the archive is written)."""
+    (tmp_path / "fake.zip").write_text("not a zip")
+    out = tmp_path / "new" / "sub" / "dev.tar.gz"
+    with pytest.raises(PipelineError):
+        build_dev_split(tmp_path / "fake.zip", out, train=20, test=5, per_class=3)
+    assert not (tmp_path / "new").exists()

@@ -35,7 +35,6 @@ import hashlib
 import io
 import os
 import re
-import tempfile
 import zipfile
 import zlib
 from typing import Iterator
@@ -45,7 +44,7 @@ import numpy as np
 from cifar10_tutorial.cli import given_path
 from cifar10_tutorial.data.synthetic import CLASSES, tar_gz_bytes
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.ownership import refuse_foreign_place
+from cifar10_tutorial.ownership import ensure_writable, refuse_foreign_place
 from cifar10_tutorial.files import WRITE_HINTS, write_new_file
 
 DEV_MD5 = "cbbdb9d17d56e942e56211e6031ea0f1"  # 40,000 train / 10,000 held out
@@ -189,14 +188,14 @@ def check_out(out: Path) -> None:
         raise PipelineError(f"--out {out}: {what}; expected a new file name (the archive never "
                             f"replaces a file): remove it, or give --out another path. Nothing "
                             f"was written.")
+    # its folder is made when the archive is written: a source that fails first leaves
+    # no empty folders behind; the nearest folder that exists is probed now
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out.parent):
-            pass
-    except OSError as exc:
+        ensure_writable(out.parent)
+    except PipelineError as exc:
         raise PipelineError(f"--out {out}: its folder {out.parent} cannot be made or written "
-                            f"({exc.strerror or exc}); expected a writable place: give --out "
-                            f"another path") from None
+                            f"({exc}); expected a writable place: give --out another "
+                            f"path") from None
 
 
 def build_dev_split(source: Path, out: Path, train: int = 40000, test: int = 10000,
