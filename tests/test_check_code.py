@@ -747,6 +747,11 @@ def test_a_missing_lock_or_a_data_set_variant_is_named_for_what_it_is(project):
         "error: reports/dvc.lock: missing, so there is nothing to record in; restore it "
         "(`git checkout -- reports/dvc.lock`), or compare only (--no-record)"), proc.stderr
     lock.write_bytes(text)
+    # an --against that names no commit: said as such, not git's "Needed a single revision"
+    proc = check(project, "--no-record", "--against", "deadbeef")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
+        "error: --against deadbeef: names no commit of this repository; give a commit or a "
+        "branch (by default the commit that last recorded reports/dvc.lock)"), proc.stderr
     exercises = project / "reports/params.yaml"
     raw = yaml.safe_load(exercises.read_text())
     raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn"}}}

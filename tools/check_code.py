@@ -916,7 +916,13 @@ def main(argv=None) -> None:
         raise PipelineError(f"{LOCK}: missing, so there is nothing to record in; restore it "
                             f"(`git checkout -- {LOCK}`), or compare only (--no-record)")
     against = args.against or lock_commit(root)
-    short = _git("rev-parse", "--short", against, cwd=root)
+    try:
+        short = _git("rev-parse", "--short", "--verify", "--end-of-options",
+                     f"{against}^{{commit}}", cwd=root)
+    except PipelineError:
+        raise PipelineError(f"--against {against}: names no commit of this repository; give "
+                            f"a commit or a branch (by default the commit that last recorded "
+                            f"{LOCK})") from None
     if args.no_record:
         stages = []
         names = args.variant or _variants(root / EXERCISES)
