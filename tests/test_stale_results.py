@@ -512,3 +512,16 @@ def test_a_section_in_the_other_params_file_is_refused(project, file, text, said
         f.write(text)
     with pytest.raises(PipelineError, match=said):
         refuse_stale_results(Path("reports/ablations"))
+
+
+def test_a_name_in_both_groups_is_named_before_dvc_is_asked(project):
+    """One name under ablations: and dataset_ablations: would be two stages writing one
+    folder; DVC's own line (an output "specified in" two stages) is cut and names no
+    variant: the name is said first."""
+    params = yaml.safe_load((project / "reports/params.yaml").read_text())
+    params["dataset_ablations"] = {"b": {"seed": 3}}
+    (project / "reports/params.yaml").write_text(yaml.safe_dump(params))
+    with pytest.raises(PipelineError, match=r"^reports/params.yaml: ablations and "
+                                            r"dataset_ablations share the names \['b'\]; rename "
+                                            r"one of each. Nothing was written.$"):
+        refuse_stale_results(Path("reports/ablations"))

@@ -769,9 +769,10 @@ def refuse_stale_results(results: Path, dvc_yaml: Path = Path("reports/dvc.yaml"
 
 def _refuse_misplaced_sections(root: Path, dvc_yaml: Path) -> None:
     """A section of one params file found in the other (``ablations:`` in params.yaml,
-    ``data:`` in reports/params.yaml): the stages refuse it, and so does every command that
-    states the variants' results, rather than report them as if the user's variant (or
-    data set) were read. A file that cannot be read is the stages' to name."""
+    ``data:`` in reports/params.yaml), or a variant's name in both groups: the stages
+    refuse it, and so does every command that states the variants' results, rather than
+    report them as if the user's variant (or data set) were read, or quote DVC's line
+    about two stages' outputs. A file that cannot be read is the stages' to name."""
     import yaml
 
     from ..files import read_small_file
@@ -791,6 +792,14 @@ def _refuse_misplaced_sections(root: Path, dvc_yaml: Path) -> None:
                 except ParamsError as exc:
                     raise PipelineError(f"{in_repository(path)}: {exc}. Nothing was "
                                         f"written.") from None
+        groups = [raw.get(g) if isinstance(raw, dict) else None
+                  for g in ("ablations", "dataset_ablations")]
+        both = (sorted(map(str, set(groups[0]) & set(groups[1])))
+                if kind is EXERCISES and all(isinstance(g, dict) for g in groups) else [])
+        if both:  # two stages writing one results folder: DVC's own line names no name
+            raise PipelineError(f"{in_repository(path)}: ablations and dataset_ablations "
+                                f"share the names {both}; rename one of each. Nothing was "
+                                f"written.")
 
 
 def _dataset_asked(root: Path) -> Optional[str]:
