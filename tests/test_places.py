@@ -496,6 +496,27 @@ def test_another_checkouts_stages_are_never_the_commands_own(project, tmp_path):
     refuse_foreign_place(Path("reports/report.md"), "--out", "", ("report",))  # its own
 
 
+@pytest.mark.parametrize("through, own", [
+    ("reports", ("report",)),  # cifar10 report --out link: the other's report
+    ("reports/ablations/baseline", ()),  # publish or eval --out inside the other's variant
+], ids=["report", "variant"])
+def test_a_link_into_another_checkout_is_judged_where_it_leads(project, tmp_path, through,
+                                                                own):
+    """A link inside this checkout to a folder of another: the path as typed lies in this
+    checkout, the place it leads to in the other, whose stages' outputs are not this
+    command's own; refused as the same place by its real path is."""
+    other = copy_project(tmp_path / "w")
+    (other / ".dvc").mkdir()
+    (other / through).mkdir(parents=True, exist_ok=True)
+    (project / "link").symlink_to(other / through)
+    for path in (Path("link"), Path("link/eval"), other / through):
+        with pytest.raises(PipelineError, match=r"/w/reports/.*an output of the DVC stage"):
+            refuse_foreign_place(path, "--out", "", own)
+    (project / "mine").mkdir()
+    (project / "link2").symlink_to(project / "mine")  # a link within this checkout
+    refuse_foreign_place(Path("link2/out"), "--out", "", own)
+
+
 def test_eval_watch_writes_beside_the_train_stages_model_not_into_its_outputs(project):
     """`eval --watch` belongs in the train stage's folder (beside data/train/model.pt), never
     in the train stage's outputs (its curves, reports/train/plots)."""

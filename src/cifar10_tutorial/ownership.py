@@ -666,6 +666,12 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
         raise PipelineError(f"{option} {path}: {whose} itself; give {option} a folder of its own{instead}. "
                             f"Nothing was changed.")
     root = repository_root(Path(path))
+    lies_in = repository_at(where)
+    if lies_in is not None and lies_in.resolve() != root.resolve():
+        # a link in one checkout into another: judged also where it leads, by that
+        # checkout's pipelines (whose stages are never this command's own)
+        refuse_foreign_place(where, option, default, own_stages, publishing, feeds,
+                             own_outputs)
     if _running_for(root) != root:  # another checkout's place
         own_stages, feeds = (), ()
     here_running = repository_at(Path.cwd().resolve())
