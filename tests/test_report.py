@@ -747,8 +747,8 @@ def test_an_out_that_cannot_be_made_or_a_folder_at_the_mark_is_one_line(tmp_path
     with pytest.raises(PipelineError, match=r"afile: a file, where the run needs a folder"):
         make_report(root, tmp_path / "afile" / "out", OVERRIDES)
     (out / ".report-swapping").mkdir(parents=True)
-    with pytest.raises(PipelineError, match=r"\.report-swapping: a folder, where this writes "
-                                            r"the report's mark"):
+    with pytest.raises(PipelineError, match=r"\.report-swapping: not a file, where the report "
+                                            r"writes its own \.report-swapping"):
         make_report(root, out, OVERRIDES)
     assert sorted(p.name for p in out.iterdir()) == [".report-swapping"]
 
@@ -849,6 +849,11 @@ def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkey
     ("edited-but-the-curve", r"softmax/metrics.json: eval.precision_at_1_raw is 0.8800, where "
                              r"its held-out curve at step 10,000 \(precision_at_1_raw\) is "
                              r"0.6800"),
+    # ... or with the run's last held-out figures deleted, or its step moved off its curve
+    ("held-out-deleted", r"softmax/metrics.json: train.held_out_eval_seconds without "
+                         r"train.held_out"),
+    ("step-moved", r"softmax/metrics.json: train.step is 10001, where .*softmax/train/"
+                   r"provenance.json records 10000 steps"),
 ])
 def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_path, edit, said):
     """A variant's metrics.json and its eval/ and train/ metrics are one run's: a folder a
@@ -872,6 +877,15 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
         (folder / "eval/metrics.json").write_text(json.dumps({**m["eval"], "precision_at_1": 0.125}))
     elif edit == "train-differs":
         (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"] + 1}))
+    elif edit in ("held-out-deleted", "step-moved"):
+        m["eval"].update(precision_at_1=0.9, precision_at_1_raw=0.88)
+        if edit == "held-out-deleted":
+            del m["train"]["held_out"]
+        else:
+            m["train"]["step"] += 1
+            (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"]}))
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
     else:
         m["eval"].update(precision_at_1=0.9, precision_at_1_raw=0.88)
         if edit == "edited-but-the-curve":
@@ -1128,7 +1142,8 @@ def test_a_special_file_or_a_name_no_utf8_among_the_results_is_named(tmp_path):
         refuse_special_files([tmp_path / "v"], "a result file")
 
 
-@pytest.mark.parametrize("text", ["", "{bad", "[1, 2]", "{}", '{"setups": {}}'])
+@pytest.mark.parametrize("text", ["", "{bad", "[1, 2]", "{}", '{"setups": {}}',
+                                  "cores=null", "speed=fast", "machine=7", "repeats=true"])
 def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
     """The devices timing record empty, not JSON, of another shape or without both set-ups:
     one line naming the file and how to remake it, never a traceback."""
@@ -1139,6 +1154,12 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
 
     assert read_timing(ROOT / "reports/devices_timing.json")["setups"]
     path = tmp_path / "timing.json"
+    if "=" in text:  # the committed record with one value of another kind
+        key, value = text.split("=")
+        key = {"speed": "speed_2x64_vs_1x128"}.get(key, key)
+        record = json.loads((ROOT / "reports/devices_timing.json").read_text())
+        record[key] = json.loads(value) if value != "fast" else value
+        text = json.dumps(record)
     path.write_text(text)
     with pytest.raises(PipelineError, match=r"timing.json: expected a devices timing record"):
         read_timing(path)
@@ -1160,3 +1181,18 @@ def test_a_report_inside_the_report_stages_own_folders_is_refused(tmp_path, monk
     with pytest.raises(PipelineError, match=r"the report stage's own (plots|tables)/"):
         make_report(tmp_path / "a", Path(out), OVERRIDES)
     assert sorted(p.name for p in (project / "reports").rglob("*")) == before
+
+
+@pytest.mark.parametrize("bad", ["tf-reference", "devices-timing"])
+def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
+    """A mistyped --tf-reference or a damaged --devices-timing is refused before --out,
+    its folders above or its run lock are made: "Nothing was written" holds."""
+    from cifar10_tutorial.errors import PipelineError
+
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    (tmp_path / "timing.json").write_text("{}")
+    given = ({"tf_reference": tmp_path / "nxdir"} if bad == "tf-reference"
+             else {"devices_timing": tmp_path / "timing.json"})
+    with pytest.raises(PipelineError, match=r"nxdir: not found|timing.json: expected a devices"):
+        make_report(tmp_path / "a", tmp_path / "new" / "out", OVERRIDES, **given)
+    assert not (tmp_path / "new").exists()

@@ -74,9 +74,11 @@ def _band(r: Results) -> Optional[pd.DataFrame]:
     return seeds
 
 
-def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
-    # a folder named is read, or refused: a mistyped one would drop the section silently,
-    # as a missing --equivalence or --devices-timing is refused
+def read_reference(folder: Optional[Path]) -> dict[str, dict]:
+    """The reference's runs in ``folder`` (:func:`load_reference_runs`), the folder checked
+    first: one named is read, or refused (a mistyped one would drop the section silently,
+    as a missing --equivalence or --devices-timing is refused). The report calls it before
+    it writes anything, and again where it writes the section."""
     if folder is not None and not os.path.lexists(folder):
         raise PipelineError(f"--tf-reference {folder}: not found, where the reference "
                             f"implementation's runs are read from; give their folder (the "
@@ -86,7 +88,11 @@ def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
         raise PipelineError(f"--tf-reference {folder}: not a folder (a file, or a link that "
                             f"leads to none), where the reference implementation's runs are "
                             f"read from; give their folder. Nothing was written.")
-    runs = load_reference_runs(folder)
+    return load_reference_runs(folder)
+
+
+def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
+    runs = read_reference(folder)
     md = ["## Against the reference implementation", ""]
     if not runs:
         where = "none was given" if folder is None else f"`{in_repository(Path(folder))}/`"

@@ -18,6 +18,9 @@ from .results import Results, device_text, markdown_table, pct, plot, speed_rati
 
 TIMING_KEYS = ("machine", "cores", "repeats", "steps", "speed_2x64_vs_1x128", "setups")
 SETUP_KEYS = ("examples_per_sec_median", "world_size", "sec_per_batch_median")
+# what the report prints of each key: its kind (a count, a number, words)
+KINDS = {"machine": (str,), "cores": (int,), "repeats": (int,), "steps": (int,),
+         "speed_2x64_vs_1x128": (int, float)}
 
 
 def read_timing(path: Path) -> dict:
@@ -33,6 +36,13 @@ def read_timing(path: Path) -> dict:
     else:
         found = f"a JSON {type(timed).__name__}"
     setups = timed.get("setups") if isinstance(timed, dict) else None
+    wrong = [k for k, kind in KINDS.items() if isinstance(timed, dict) and k in timed
+             and (not isinstance(timed[k], kind) or isinstance(timed[k], bool))]
+    if wrong:
+        raise PipelineError(f"{path}: expected a devices timing record, found {wrong[0]} "
+                            f"{timed[wrong[0]]!r}, where it holds "
+                            f"{'words' if KINDS[wrong[0]] == (str,) else 'a number'}; remake it "
+                            f"(`python benchmarks/devices_timing.py`) or restore it from git")
     if not (isinstance(timed, dict) and all(k in timed for k in TIMING_KEYS)
             and isinstance(setups, dict) and {"1 x 128", "2 x 64"} <= set(setups)
             and all(isinstance(st, dict) and all(isinstance(st.get(k), (int, float))

@@ -25,8 +25,8 @@ from ..params import queue_sizes
 from .reference import ref, reference_markdown
 from .results import (Results, banner, load_curve, load_variants, make_results, marker,
                           markdown_table, pct, plot, provenance_section, speed_ratio)
-from .against_reference import against_reference
-from .multi_device import exercise5_devices
+from .against_reference import against_reference, read_reference
+from .multi_device import exercise5_devices, read_timing
 from .schedules import reproduction, time_to_accuracy
 from .yours import your_variants
 
@@ -59,6 +59,10 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                                 f"`ablations:`; run `dvc repro reports/dvc.yaml:report`.")
         df = df.loc[[v for v in variants if v in df.index]]
     out = Path(out)
+    # the records it reads, before anything is made at --out: a refusal leaves nothing
+    read_reference(tf_reference)
+    if devices_timing is not None and Path(devices_timing).is_file():
+        read_timing(Path(devices_timing))
     refuse_inside_published(out, "--out")  # its card and manifest list what it holds
     _refuse_inside_own_outputs(out)
     for name in FOLDERS:  # the report's own folders: never a link it would write through

@@ -66,8 +66,14 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
     """A variant's results folder holds one run's figures: each precision of its
     metrics.json a fraction from 0 to 1, and its eval/ and train/ metrics (written by the
     same run) the same figures as metrics.json's. A folder a killed or stray run half
-    rewrote, or a hand edit, is one line naming the variant to rerun."""
-    name = folder.name
+    rewrote, or a hand edit, is one line naming the variant to rerun (the one its
+    variant.json names: a copy's folder may be named otherwise)."""
+    try:
+        named = json.loads((folder / "variant.json").read_text()).get("variant")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        named = None
+    name = (named if isinstance(named, str)
+            and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,63}", named) else folder.name)
     rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@{name}`; "
              f"dataset_ablation@{name} for a data-set variant)")
     for key, value in metrics["eval"].items():
@@ -108,14 +114,28 @@ SAME_EVALUATION = 1e-3
 def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> None:
     """The run's own held-out evaluation of its last step (train.held_out, and its curve's
     point at that step) against the evaluation's figures: the same model on the same
-    images. A copy whose figures were edited (the curves left as they were) states figures
-    its own curves contradict; one line naming the two."""
+    images; and its step against the one its provenance records. A copy whose figures
+    were edited (the curves left as they were) states figures its own records contradict;
+    one line naming the two."""
     from ..curves import held_out_curve
 
     step = metrics["train"].get("step")
+    try:  # the run's own record of its length (a damaged one: the model card names it)
+        steps = json.loads((folder / "train" / "provenance.json").read_text()).get("steps")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        steps = None
+    if isinstance(steps, int) and steps != step:
+        raise PipelineError(f"{folder / 'metrics.json'}: train.step is {step}, where "
+                            f"{folder / 'train' / 'provenance.json'} records {steps} steps: "
+                            f"the figures are not this run's; {rerun}.")
+    held = metrics["train"].get("held_out")
+    if "held_out_eval_seconds" in metrics["train"] and not isinstance(held, dict):
+        # a run with held-out evaluations records the last one's figures beside their time
+        raise PipelineError(f"{folder / 'metrics.json'}: train.held_out_eval_seconds without "
+                            f"train.held_out, the figures of the run's last held-out "
+                            f"evaluation, which every such run records; {rerun}.")
     said = {k: metrics["eval"].get(k) for k in ("precision_at_1", "precision_at_1_raw")}
     found = []
-    held = metrics["train"].get("held_out")
     if isinstance(held, dict):
         found += [(f"train.held_out.{k}", held.get(k), k) for k in said]
     try:
