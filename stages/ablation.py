@@ -14,9 +14,9 @@ passes as the stage's own name (ablation@NAME), never on the command line: no sh
 reads a variant's name. By hand, give NAME and the paths.
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
-from pathlib import Path
 
-from cifar10_tutorial.cli import EXERCISE_PARAMS, add_continuation, run_stage, stage_parser
+from cifar10_tutorial.cli import (EXERCISE_PARAMS, add_continuation, given_path, run_stage,
+                                  stage_parser)
 from cifar10_tutorial.data.prepared import load_prepared
 from cifar10_tutorial.exercises.ablation import run_variant_stage
 
@@ -25,11 +25,11 @@ def main() -> None:
     ap = stage_parser(__doc__, EXERCISE_PARAMS)
     ap.add_argument("name", nargs="?", help="the variant, a key of `ablations:` (default: "
                     "NAME of the DVC stage ablation@NAME running this)")
-    ap.add_argument("--data", type=Path, required=True, help="the prepared data")
-    ap.add_argument("--work", type=Path, required=True, help="model, checkpoints (and data)")
-    ap.add_argument("--trial-work", type=Path, help="a trial's model and checkpoints "
+    ap.add_argument("--data", type=given_path, required=True, help="the prepared data")
+    ap.add_argument("--work", type=given_path, required=True, help="model, checkpoints (and data)")
+    ap.add_argument("--trial-work", type=given_path, help="a trial's model and checkpoints "
                     "(ablation.trial_steps set), apart from a full run's in --work")
-    ap.add_argument("--out", type=Path, required=True, help="the variant's results")
+    ap.add_argument("--out", type=given_path, required=True, help="the variant's results")
     add_continuation(ap)
     args = ap.parse_args()
     run_variant_stage(args, __file__, lambda params: load_prepared(args.data), "ablations")

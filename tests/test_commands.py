@@ -365,7 +365,10 @@ def test_no_dvc_beside_python_or_on_path_is_one_line(tmp_path, monkeypatch):
     ["tools/publish.py", "baseline", "--out", ""],
     ["tools/dev_split.py", "x.zip", "--out", ""],
     ["devtools/results_page.py", "--out", ""],
-], ids=["train", "report", "publish", "dev-split", "results-page"])
+    ["stages/ablation.py", "baseline", "--data", "d", "--work", "w", "--out", ""],
+    ["stages/dataset_ablation.py", "svhn", "--work", "w", "--partial", "p", "--out", ""],
+], ids=["train", "report", "publish", "dev-split", "results-page", "ablation",
+        "dataset-ablation"])
 def test_an_empty_path_option_is_refused_not_read_as_the_working_folder(tmp_path, command):
     """`--out ''` (a quoted variable never set) would be the working folder, Path(''):
     argparse's one line naming the option, before anything runs or is written."""

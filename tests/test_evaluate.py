@@ -54,7 +54,9 @@ def test_batch_size_does_not_change_the_result(synth_data, trained, tmp_path):
 
 def test_missing_model_is_a_clear_error(synth_data, tmp_path):
     from cifar10_tutorial.errors import PipelineError
-    with pytest.raises(PipelineError, match="no trained model; run the train stage first"):
+    with pytest.raises(PipelineError, match=r"not found, where a trained model is expected; "
+                                            r"give the path of one \(a mistyped path\?\), or "
+                                            r"train it first"):
         evaluate(synth_data, tmp_path / "nope.pt", tmp_path / "eval", device_name="cpu")
 
 

@@ -223,8 +223,12 @@ def test_not_an_archive_and_missing_archive(tmp_path):
 
 
 def test_load_prepared_errors(archive, tmp_path):
-    with pytest.raises(PrepareError, match=r"meta.json: not found; run the preprocess stage"):
+    with pytest.raises(PrepareError, match=r"nothing: not found, where the prepared data's "
+                                           r"folder is expected; give its path \(a mistyped"):
         load_prepared(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PrepareError, match=r"meta.json: not found; run the preprocess stage"):
+        load_prepared(tmp_path / "empty")
     # a FIFO or a file given as the data: named, never a path inside it
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "file").write_text("x")

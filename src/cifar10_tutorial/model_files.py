@@ -58,7 +58,9 @@ def load_model_file(path: Path, device="cpu") -> dict:
         raise PipelineError(f"{path}: not a regular file (a folder, FIFO or device), expected "
                             f"a model.pt; give the model file itself.")
     if not path.is_file():
-        raise PipelineError(f"{path}: no trained model; run the train stage first (`dvc repro train`).")
+        raise PipelineError(f"{path}: not found, where a trained model is expected; give "
+                            f"the path of one (a mistyped path?), or train it first (`dvc "
+                            f"repro train`).")
     try:
         obj = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # torch raises several types; its text may advise unsafe loading

@@ -117,6 +117,10 @@ def load_prepared(out_dir: Path | str) -> Prepared:
         raise PrepareError(f"{out_dir}: {what}, where the prepared data's folder is expected "
                            f"({META_NAME} and the tensors the preprocess stage writes); give "
                            f"that folder.")
+    if not os.path.lexists(out_dir):
+        raise PrepareError(f"{out_dir}: not found, where the prepared data's folder is "
+                           f"expected; give its path (a mistyped path?), or prepare it first "
+                           f"(`dvc repro preprocess`).")
     if not meta_path.is_file():
         raise PrepareError(f"{meta_path}: not found; run the preprocess stage first "
                            f"(`dvc repro preprocess`).")
