@@ -102,23 +102,33 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
         publish("tutorial_100k", other, results, tmp_path / "a")
     assert not (tmp_path / "a").exists()
     # results edited after the run: metrics.json alone (its eval/ says otherwise), a
-    # precision above 1, and both records alike (the model gives another precision than
-    # they state: only the evaluation run again tells)
+    # precision above 1, both records alike (the run's own last held-out evaluation says
+    # otherwise), and every record alike, the held-out curves deleted (the model gives
+    # another precision than they state: only the evaluation run again tells)
     edited = tmp_path / "edited"
     shutil.copytree(results, edited)
     m = json.loads((edited / "metrics.json").read_text())
+    t = json.loads((edited / "train/metrics.json").read_text())
     model = project / "data/ablations/tutorial_100k/model.pt"
-    for value, both, said, check in (
-            (m["eval"]["precision_at_1"] + 0.01, False, r"eval/metrics.json: precision_at_1 not "
-                                                        r"what .* gives", None),
-            (1.7, True, r"eval.precision_at_1 is 1.7, expected a fraction", None),
-            (m["eval"]["precision_at_1"] + 0.01, True, r"gives precision_at_1 = .* but its "
-                                                       r"metrics state", project / "data/prepared")):
-        (edited / "metrics.json").write_text(json.dumps({**m, "eval": {**m["eval"],
-                                                                       "precision_at_1": value}}))
-        if both:
+    for value, how, said, check in (
+            (m["eval"]["precision_at_1"] + 0.01, "metrics", r"eval/metrics.json: precision_at_1 "
+                                                            r"not what .* gives", None),
+            (1.7, "both", r"eval.precision_at_1 is 1.7, expected a fraction", None),
+            (m["eval"]["precision_at_1"] + 0.01, "both", r"where train.held_out.precision_at_1 "
+                                                         r"is .*: the same weights", None),
+            (m["eval"]["precision_at_1"] + 0.01, "all", r"gives precision_at_1 = .* but its "
+                                                        r"metrics state", project / "data/prepared")):
+        held = {**m["train"]["held_out"], "precision_at_1": value} if how == "all" else \
+            m["train"]["held_out"]
+        (edited / "metrics.json").write_text(json.dumps(
+            {"train": {**m["train"], "held_out": held},
+             "eval": {**m["eval"], "precision_at_1": value}}))
+        if how in ("both", "all"):
             (edited / "eval/metrics.json").write_text(json.dumps({**m["eval"],
                                                                   "precision_at_1": value}))
+        if how == "all":
+            (edited / "train/metrics.json").write_text(json.dumps({**t, "held_out": held}))
+            shutil.rmtree(edited / "train/plots/metrics/held_out")
         with pytest.raises(PipelineError, match=said):
             publish("tutorial_100k", model, edited, tmp_path / "b", check_data=check)
         assert not (tmp_path / "b").exists()
