@@ -637,7 +637,10 @@ def test_a_publish_stopped_from_outside_leaves_no_staging_folder(finished, tmp_p
     import signal
 
     out = tmp_path / "models" / "baseline"
+    # the signal's default action, as in a terminal (a runner under nohup ignores SIGHUP,
+    # and publish rightly keeps a handler its caller set)
     stopped = (f"import os, signal, sys; sys.path.insert(0, 'tools'); import publish\n"
+               f"signal.signal(signal.{signal_name}, signal.SIG_DFL)\n"
                f"built = publish._write_folder\n"
                f"def stop_after(*a, **k):\n"
                f"    built(*a, **k); os.kill(os.getpid(), signal.{signal_name})\n"
