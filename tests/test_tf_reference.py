@@ -218,6 +218,41 @@ def test_a_damaged_record_is_one_line(tmp_path):
         load_reference_runs(tmp_path)
 
 
+@pytest.mark.parametrize("edit, said", [
+    ({"precision_at_1": 1.5}, "an evaluation's precision_at_1 is 1.5, expected a fraction"),
+    ({"precision_at_1": float("nan")}, "an evaluation's precision_at_1 is NaN, expected a"),
+    ({"precision_at_1_raw": "0.78"}, 'an evaluation\'s precision_at_1_raw is "0.78", expected a fraction'),
+    ({"precision_at_1": True}, "an evaluation's precision_at_1 is true, expected a fraction"),
+    ({"step": "10000"}, "an evaluation's step is \"10000\", expected a whole number"),
+    ({"step": 12000}, r"an evaluation at step 12000, past the step the run reached \(10000\)"),
+    ({"reached_step": 9000}, r"an evaluation at step 10000, past the step the run reached"),
+    ({"reached_step": 10001}, "reached_step is 10001, past steps_planned 10000"),
+    ({"steps_planned": 10000.5}, "steps_planned is 10000.5, expected a whole number"),
+    ({"twice": True}, "two evaluations of one step"),
+])
+def test_a_record_with_figures_no_run_gives_is_one_line(tmp_path, edit, said):
+    """A precision outside 0 to 1, not finite or written as text, or an evaluation of a
+    step the run never reached: a figure the section would state as the reference's; one
+    line naming the record and the figure, never a table of it."""
+    from conftest import ROOT
+
+    tf = tmp_path / "tf"
+    shutil.copytree(ROOT / "reports/tf_reference", tf)
+    rec = json.loads((tf / "tf_10k_a.json").read_text())
+    last = rec["evaluations"][-1]
+    for key, value in edit.items():
+        if key == "twice":
+            rec["evaluations"].append(dict(last))
+        elif key in ("reached_step", "steps_planned"):
+            rec[key] = value
+        else:
+            last[key] = value
+    (tf / "tf_10k_a.json").write_text(json.dumps(rec))
+    with pytest.raises(PipelineError, match=rf"tf_10k_a.json: expected a reference run's "
+                                            rf"record .*: {said}"):
+        load_reference_runs(tf)
+
+
 def test_the_opcheck_maps_the_tutorials_variables_onto_this_network():
     """devtools/tf_opcheck.py's layout change: the tutorial's network (NHWC, HWIO kernels,
     local3 reading pool2 flattened as H, W, C) computed in numpy from TF-layout weights

@@ -8,6 +8,7 @@ and what the gap to the tutorial's 86% is made of, as far as the measurements go
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Optional
@@ -32,9 +33,7 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
             continue
         try:  # a FIFO or a device among them: one line, never a read without end
             rec = json.loads(read_small_file(path, 16 << 20))
-            int(rec["steps_planned"])
-            evals = [(int(e["step"]), float(e["precision_at_1"]), float(e["precision_at_1_raw"]))
-                     for e in rec["evaluations"]]
+            evals = _evaluations(rec)
         except OSError as exc:
             raise PipelineError(f"{path}: expected a reference run's record, found "
                                 f"{exc.strerror}; remove it or remake it with "
@@ -61,6 +60,39 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
                                   "remake it with devtools/tf_reference.py collect")
         runs[path.stem] = {**rec, "evals": evals}
     return runs
+
+
+def _evaluations(rec) -> list[tuple]:
+    """(step, precision, raw precision) of each of a record's evaluations, in the kinds
+    devtools/tf_reference.py collect writes them: steps whole numbers up to the step the run
+    reached, each evaluated once, precisions fractions from 0 to 1; else a ValueError
+    saying what is found instead."""
+    def count(value, key: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{key} is {json.dumps(value)[:40]}, expected a whole number")
+        return value
+
+    def fraction(value, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or not 0 <= value <= 1:
+            raise ValueError(f"{key} is {json.dumps(value)[:40]}, expected a fraction from 0 "
+                             f"to 1")
+        return float(value)
+
+    planned = count(rec["steps_planned"], "steps_planned")
+    reached = count(rec.get("reached_step", planned), "reached_step")
+    if reached > planned:
+        raise ValueError(f"reached_step is {reached}, past steps_planned {planned}")
+    evals = [(count(e["step"], "an evaluation's step"),
+              fraction(e["precision_at_1"], "an evaluation's precision_at_1"),
+              fraction(e["precision_at_1_raw"], "an evaluation's precision_at_1_raw"))
+             for e in rec["evaluations"]]
+    steps = [step for step, _, _ in evals]
+    late = [step for step in steps if step > reached]
+    if late or len(set(steps)) != len(steps):
+        raise ValueError(f"an evaluation at step {late[0]}, past the step the run reached "
+                         f"({reached})" if late else "two evaluations of one step")
+    return evals
 
 
 def _at(run: dict, step: int) -> Optional[tuple]:
