@@ -1165,6 +1165,58 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
         read_timing(path)
 
 
+@pytest.mark.parametrize("edit, said", [
+    ("ratio", "speed_2x64_vs_1x128 2.5, where the set-ups' medians give 1.00"),
+    ("median", "set-up '2 x 64' with examples_per_sec_median 5000.0, where its runs' median "
+               "is 10"),
+    ("infinite", "set-up '1 x 128' with examples_per_sec_median inf, where above 0 is expected"),
+    ("spread", "set-up '1 x 128' with examples_per_sec_spread 1.0, where its runs spread over"),
+    ("no-spread", "set-up '1 x 128' with examples_per_sec_spread None"),
+    ("no-runs", "set-up '2 x 64' without its runs' examples_per_sec"),
+    ("fewer-runs", "set-up '2 x 64' with 2 runs, where repeats is 3"),
+    ("no-device", "set-up '2 x 64' without its world_size"),
+    ("zero-cores", "cores 0, where at least 1 is expected"),
+    ("per-batch", "set-up '1 x 128' with sec_per_batch_median 9.0, where its runs' median"),
+])
+def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, said):
+    """The timing record's medians, spreads and ratio are its runs' (what
+    benchmarks/devices_timing.py computes from them): one edited, not finite or left out
+    would be stated as measured, or reach the plot as a traceback; one line naming the
+    file and the figure."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report.multi_device import read_timing
+
+    from conftest import ROOT
+
+    record = json.loads((ROOT / "reports/devices_timing.json").read_text())
+    one, two = record["setups"]["1 x 128"], record["setups"]["2 x 64"]
+    if edit == "ratio":
+        record["speed_2x64_vs_1x128"] = 2.5
+    elif edit == "median":
+        two["examples_per_sec_median"] = 5000.0
+    elif edit == "infinite":
+        one["examples_per_sec_median"] = float("inf")
+    elif edit == "spread":
+        one["examples_per_sec_spread"] = 1.0
+    elif edit == "no-spread":
+        del one["examples_per_sec_spread"]
+    elif edit == "no-runs":
+        two["runs"] = []
+    elif edit == "fewer-runs":
+        two["runs"] = two["runs"][:2]
+    elif edit == "no-device":
+        del two["device"]
+    elif edit == "zero-cores":
+        record["cores"] = 0
+    else:
+        one["sec_per_batch_median"] = 9.0
+    path = tmp_path / "timing.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(PipelineError, match=rf"timing.json: expected a devices timing record, "
+                                            rf"found {re.escape(said)}"):
+        read_timing(path)
+
+
 @pytest.mark.parametrize("out", ["reports/plots", "reports/tables", "reports/plots/x"])
 def test_a_report_inside_the_report_stages_own_folders_is_refused(tmp_path, monkeypatch, out):
     """--out reports/plots (the report stage's own output): the guard lets the stage write

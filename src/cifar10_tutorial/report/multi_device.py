@@ -56,7 +56,61 @@ def read_timing(path: Path) -> dict:
         raise PipelineError(f"{path}: expected a devices timing record ({', '.join(TIMING_KEYS)}; "
                             f"both set-ups' medians), found {found}; remake it (`python "
                             f"benchmarks/devices_timing.py`) or restore it from git")
+    wrong = _inconsistent(timed)
+    if wrong:
+        raise PipelineError(f"{path}: expected a devices timing record, found {wrong}; remake "
+                            f"it (`python benchmarks/devices_timing.py`) or restore it from git")
     return {**timed, "path": str(path)}
+
+
+def _inconsistent(timed: dict) -> Optional[str]:
+    """What in a timing record of the right shape the report cannot state as measured: a
+    count or a speed that no run gives (0, negative, not finite), or a median, spread or
+    ratio that its own runs do not give (an edit of one figure); None when it holds."""
+    import math
+    import statistics
+
+    def speed(value) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and value > 0)
+
+    def same(a: float, b: float) -> bool:
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+    for key in ("cores", "repeats", "steps"):
+        if timed[key] < 1:
+            return f"{key} {timed[key]!r}, where at least 1 is expected"
+    if not speed(timed["speed_2x64_vs_1x128"]):
+        return f"speed_2x64_vs_1x128 {timed['speed_2x64_vs_1x128']!r}, where a speed ratio above 0 is expected"
+    for name in ("1 x 128", "2 x 64"):
+        st = timed["setups"][name]
+        runs = st.get("runs")
+        eps = [run.get("examples_per_sec") for run in runs if isinstance(run, dict)] \
+            if isinstance(runs, list) else []
+        if not (eps and len(eps) == len(runs) and all(map(speed, eps))):
+            return f"set-up {name!r} without its runs' examples_per_sec (above 0, one a run)"
+        if len(eps) != timed["repeats"]:
+            return f"set-up {name!r} with {len(eps)} runs, where repeats is {timed['repeats']}"
+        if not (isinstance(st.get("world_size"), int) and not isinstance(st["world_size"], bool)
+                and st["world_size"] >= 1 and isinstance(st.get("device"), str)):
+            return f"set-up {name!r} without its world_size (a count) and device (words)"
+        per_batch = [run.get("sec_per_batch") for run in runs]
+        for key, values in (("examples_per_sec_median", eps), ("sec_per_batch_median", per_batch)):
+            if not speed(st[key]):
+                return f"set-up {name!r} with {key} {st[key]!r}, where above 0 is expected"
+            if all(map(speed, values)) and not same(st[key], statistics.median(values)):
+                return (f"set-up {name!r} with {key} {st[key]!r}, where its runs' median is "
+                        f"{statistics.median(values)!r}")
+        spread = st.get("examples_per_sec_spread")
+        if not (isinstance(spread, (int, float)) and not isinstance(spread, bool)
+                and same(spread, max(eps) - min(eps))):
+            return (f"set-up {name!r} with examples_per_sec_spread {spread!r}, where its runs "
+                    f"spread over {max(eps) - min(eps)!r}")
+    one, two = (timed["setups"][n]["examples_per_sec_median"] for n in ("1 x 128", "2 x 64"))
+    if not same(timed["speed_2x64_vs_1x128"], two / one):
+        return (f"speed_2x64_vs_1x128 {timed['speed_2x64_vs_1x128']!r}, where the set-ups' "
+                f"medians give {two / one!r}")
+    return None
 
 
 def exercise5_devices(r: Results, timing: Optional[Path] = None) -> list[str]:
