@@ -103,8 +103,9 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
     assert not (tmp_path / "a").exists()
     # results edited after the run: metrics.json alone (its eval/ says otherwise), a
     # precision above 1, both records alike (the run's own last held-out evaluation says
-    # otherwise), and every record alike, the held-out curves deleted (the model gives
-    # another precision than they state: only the evaluation run again tells)
+    # otherwise), every record alike, the held-out curves deleted (its predictions say
+    # otherwise), and its predictions deleted too (the model gives another precision than
+    # they state: only the evaluation run again tells)
     edited = tmp_path / "edited"
     shutil.copytree(results, edited)
     m = json.loads((edited / "metrics.json").read_text())
@@ -116,6 +117,9 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
             (1.7, "both", r"eval.precision_at_1 is 1.7, expected a fraction", None),
             (m["eval"]["precision_at_1"] + 0.01, "both", r"where train.held_out.precision_at_1 "
                                                          r"is .*: the same weights", None),
+            (m["eval"]["precision_at_1"] + 0.01, "all", r"where its .*eval/predictions.csv "
+                                                        r"gives .*: one evaluation writes both",
+             None),
             (m["eval"]["precision_at_1"] + 0.01, "all", r"gives precision_at_1 = .* but its "
                                                         r"metrics state", project / "data/prepared")):
         held = {**m["train"]["held_out"], "precision_at_1": value} if how == "all" else \
@@ -128,7 +132,10 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
                                                                   "precision_at_1": value}))
         if how == "all":
             (edited / "train/metrics.json").write_text(json.dumps({**t, "held_out": held}))
-            shutil.rmtree(edited / "train/plots/metrics/held_out")
+            shutil.rmtree(edited / "train/plots/metrics/held_out", ignore_errors=True)
+            if check is not None:
+                for name in ("predictions.csv", "per_class.csv"):
+                    (edited / "eval" / name).unlink()
         with pytest.raises(PipelineError, match=said):
             publish("tutorial_100k", model, edited, tmp_path / "b", check_data=check)
         assert not (tmp_path / "b").exists()

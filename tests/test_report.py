@@ -902,6 +902,63 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
     assert _snapshot(tmp_path / "out") == before
 
 
+@pytest.mark.parametrize("edit, said", [
+    ("edited", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where its .*softmax/eval/"
+               r"predictions.csv gives 0.7000: one evaluation writes both"),
+    ("edited-no-predictions", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where its "
+                              r".*softmax/eval/per_class.csv gives 0.7000"),
+    ("raw-edited", r"softmax/metrics.json: eval.precision_at_1_raw is 0.8800, where its "
+                   r".*softmax/eval/per_class.csv gives 0.6800"),
+    ("fewer-images", r"softmax/eval/predictions.csv: 9,000 test images, where .*softmax/"
+                     r"metrics.json gives eval.num_examples 10,000"),
+    ("other-header", r"softmax/eval/per_class.csv: expected the evaluation's rows under the "
+                     r"header class,count,precision_at_1,precision_at_1_raw, found the header "
+                     r"class,n,p,p_raw"),
+    ("precision-text", r"softmax/eval/per_class.csv: expected whole counts and precisions from "
+                       r"0 to 1, found could not convert string to float: 'high'"),
+])
+def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path, edit, said):
+    """A variant's eval/predictions.csv (one row an image) and eval/per_class.csv are
+    written with its precision, by one evaluation: a copy whose figures were edited
+    everywhere else (metrics.json, eval/metrics.json, the run's last held-out figures)
+    states a precision its own predictions contradict; one line naming both."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    folder = root / "softmax"
+    m = json.loads((folder / "metrics.json").read_text())
+    (folder / "eval").mkdir()
+    (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
+    rows = ["cat,cat"] * 3500 + ["cat,dog"] * 1500 + ["dog,dog"] * 3500 + ["dog,cat"] * 1500
+    (folder / "eval/predictions.csv").write_text("\n".join(["actual,predicted"] + rows) + "\n")
+    (folder / "eval/per_class.csv").write_text(
+        "class,count,precision_at_1,precision_at_1_raw\ncat,5000,0.7000,0.6800\n"
+        "dog,5000,0.7000,0.6800\nbird,0,nan,nan\n")
+    make_report(root, tmp_path / "out", OVERRIDES)  # one evaluation's files: reported
+    if edit in ("edited", "edited-no-predictions", "raw-edited"):
+        if edit == "raw-edited":
+            m["eval"]["precision_at_1_raw"] = m["train"]["held_out"]["precision_at_1_raw"] = 0.88
+        else:
+            m["eval"]["precision_at_1"] = m["train"]["held_out"]["precision_at_1"] = 0.9
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
+        if edit == "edited-no-predictions":
+            (folder / "eval/predictions.csv").unlink()
+    elif edit == "fewer-images":
+        text = (folder / "eval/predictions.csv").read_text().splitlines()
+        (folder / "eval/predictions.csv").write_text("\n".join(text[:9001]) + "\n")
+    elif edit == "other-header":
+        (folder / "eval/per_class.csv").write_text("class,n,p,p_raw\ncat,10000,0.7,0.68\n")
+    else:
+        (folder / "eval/per_class.csv").write_text(
+            "class,count,precision_at_1,precision_at_1_raw\ncat,10000,high,0.68\n")
+    before = _snapshot(tmp_path / "out")
+    with pytest.raises(PipelineError, match=said):
+        make_report(root, tmp_path / "out", OVERRIDES)
+    assert _snapshot(tmp_path / "out") == before
+
+
 def test_the_report_names_its_records_from_the_repository_root(tmp_path, monkeypatch):
     """Run from reports/ (paths relative to there), the report names its records as from
     the repository root, so the report reads the same wherever it was made; a record
