@@ -529,8 +529,8 @@ def test_a_damaged_provenance_record_is_one_line_naming_it(tmp_path, text):
     path.write_text(text)
     with pytest.raises(PipelineError, match=r"^" + re.escape(str(path)) + r": (cannot be read "
                        r"as JSON \(JSONDecodeError: .+\); expected the record the variant's "
-                       r"stage writes: rerun it|expected a record, found a list; rerun the "
-                       r"variant) \(`dvc repro -f reports/dvc\.yaml:ablation@no_lrn`\)$"):
+                       r"stage writes: rerun it|expected a record with device, data_hash, found "
+                       r"a list; rerun the variant) \(`dvc repro -f reports/dvc\.yaml:ablation@no_lrn`\)$"):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
 
 
@@ -957,6 +957,35 @@ def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path
     with pytest.raises(PipelineError, match=said):
         make_report(root, tmp_path / "out", OVERRIDES)
     assert _snapshot(tmp_path / "out") == before
+
+
+@pytest.mark.parametrize("edit, said", [
+    ({"commit": 5}, "commit is 5, not of the kind"),
+    ({"data_hash": None}, "data_hash is null, not of the kind"),
+    ({"device": ["a CPU"]}, 'device is \\["a CPU"\\], not of the kind'),
+    ({"world_size": "2"}, 'world_size is "2", not of the kind'),
+    ({"cpu_load": [1.0]}, r"cpu_load is \[1.0\], not of the kind"),
+    ({"segments": 5}, "segments is 5, not of the kind"),
+    ({"segments": [{"from_step": 0}]}, r"segments\[0\] is .*, not of the kind"),
+    ({"segments": [{"from_step": 0, "to_step": "end"}]}, r'segments\[0\].to_step is "end"'),
+    ({"dirty": "no"}, 'dirty is "no", not of the kind'),
+])
+def test_a_provenance_record_of_other_kinds_is_one_line(tmp_path, edit, said):
+    """A training run's provenance.json whose commit, data hash, machine or segments are of
+    another kind than the run writes: one line naming the file and the key, never a
+    traceback from the report's table; a run outside git is said so in full."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    path = root / "softmax/train/provenance.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "commit": None}))
+    text = make_report(root, tmp_path / "out", OVERRIDES).read_text()
+    assert "| softmax | outside git | dddddddddddd |" in text
+    path.write_text(json.dumps({**record, **edit}))
+    with pytest.raises(PipelineError, match=rf"softmax/train/provenance.json: {said}"):
+        make_report(root, tmp_path / "out", OVERRIDES)
 
 
 def test_the_report_names_its_records_from_the_repository_root(tmp_path, monkeypatch):

@@ -306,11 +306,46 @@ def _typed(path: Path, record: dict) -> None:
                             f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`)")
 
 
+# what the report reads of a training run's provenance.json, by kind (None: not recorded)
+_PROVENANCE_KINDS = {"commit": (str, type(None)), "dirty": (bool,), "device": (str,),
+                     "data_hash": (str,), "steps": (int,), "world_size": (int,),
+                     "cpu_load": (list, type(None)), "segments": (list, type(None))}
+_SEGMENT_KINDS = {"from_step": (int,), "to_step": (int,), "wall_time_s": (int, float, type(None)),
+                  "device": (str, type(None)), "commit": (str, type(None)),
+                  "ended_utc": (str, type(None))}
+
+
 def load_provenance(root: Path, name: str) -> Optional[dict]:
     """A variant's provenance.json (written by its training run), or None (older results)."""
     path = Path(root) / name / "train" / "provenance.json"
-    # a damaged one (cut short, another shape) is one line naming it, as the other records
-    return _device_read(_record(path, (), name)) if path.is_file() else None
+    if not path.is_file():
+        return None
+    # a damaged one (cut short, another shape, a value of another kind) is one line naming
+    # it, as the other records
+    record = _record(path, ("device", "data_hash"), name)
+    segments = record.get("segments") if isinstance(record.get("segments"), list) else []
+    wrong = [(key, record.get(key)) for key, kinds in _PROVENANCE_KINDS.items()
+             if key in record and not _of_kind(record[key], kinds)]
+    wrong += [(f"segments[{i}]", seg) for i, seg in enumerate(segments)
+              if not isinstance(seg, dict) or not {"from_step", "to_step"} <= set(seg)]
+    wrong += [(f"segments[{i}].{key}", seg[key]) for i, seg in enumerate(segments)
+              if isinstance(seg, dict) for key, kinds in _SEGMENT_KINDS.items()
+              if key in seg and not _of_kind(seg[key], kinds)]
+    load = record.get("cpu_load")
+    if isinstance(load, list) and not (len(load) == 3 and all(
+            _of_kind(v, (int, float)) for v in load)):
+        wrong.append(("cpu_load", load))
+    if wrong:
+        key, value = wrong[0]
+        raise PipelineError(f"{path}: {key} is {json.dumps(value)[:40]}, not of the kind the "
+                            f"training run writes; rerun the variant (`dvc repro -f "
+                            f"reports/dvc.yaml:ablation@{name}`)")
+    return _device_read(record)
+
+
+def _of_kind(value, kinds: tuple) -> bool:
+    """``value`` of one of ``kinds``, a bool counting only where bool is named."""
+    return isinstance(value, kinds) and (not isinstance(value, bool) or bool in kinds)
 
 
 def device_text(device: str, processes: int = 1) -> str:
@@ -521,7 +556,8 @@ def provenance_section(r: Results, equivalence: Optional[Path] = None) -> list[s
             rows.append([name, "not recorded", "", steps, ""])
             continue
         found[name] = p
-        commit = (p.get("commit") or "outside git")[:10] + (" + changes" if p.get("dirty") else "")
+        commit = ((p["commit"][:10] if p.get("commit") else "outside git")
+                  + (" + changes" if p.get("dirty") else ""))
         rows.append([name, commit, p["data_hash"][:12], steps, p["device"]])
     t = pd.DataFrame(rows, columns=["variant", "commit", "data", "steps", "device"])
     md = ["## How these results were made", "", markdown_table(t), ""]
