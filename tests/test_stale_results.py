@@ -3,6 +3,7 @@ DVC recorded (`dvc status`): a variant whose params changed, or whose results we
 since its stage ran stops the command; a `dvc status` that fails stops it too. A real DVC
 project with a foreach stage of the report pipeline's shape."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,12 +97,20 @@ def test_a_dvc_status_that_fails_stops_the_command(project):
 
 
 def test_a_failing_status_is_named_by_dvc_s_error_line(project):
-    """DVC prints its ERROR line, then context (a YAML line number): the line names the
-    error, not the context."""
+    """DVC prints its error line, then what and where (a YAML line number, the key it
+    rejects), then the file's lines: the line names the error first, then what and where,
+    not the file's lines."""
     (project / "reports/dvc.lock").write_text("stages:\n  a: [1,\n")
     with pytest.raises(PipelineError) as caught:
         refuse_stale_results(Path("reports/ablations"))
-    assert "(exit 1: './reports/dvc.lock' is invalid.)" in str(caught.value), caught.value
+    assert re.search(r"\(exit 1: './reports/dvc.lock' is invalid. While \w+ .*, in line \d+, "
+                     r"column \d+\)", str(caught.value)), caught.value
+    assert "│" not in str(caught.value)
+    (project / "reports/dvc.lock").write_text("schema: '2.0'\nbogus: 1\nstages: {}\n")
+    with pytest.raises(PipelineError) as caught:
+        refuse_stale_results(Path("reports/ablations"))
+    assert ("(exit 1: './reports/dvc.lock' validation failed. extra keys not allowed, in "
+            "bogus)") in str(caught.value), caught.value
 
 
 def test_results_a_stage_never_recorded_made_are_refused_naming_the_fix(project):

@@ -688,9 +688,14 @@ def dvc_status(root: Path, targets: list[str], shown: str, unknown: str):
         # context (a YAML line number); warnings before it are not the cause
         said = next((line for line in lines if line.startswith("ERROR")),
                     next((line for line in lines if not line.startswith("WARNING")),
-                         "(nothing)"))[:200]
-        if said.endswith(":"):  # "... is busy, it is being blocked by:" and who, below
-            said = " ".join(lines[lines.index(said):][:2])[:300]
+                         "(nothing)"))
+        # "... is busy, it is being blocked by:" and who; "... validation failed." and
+        # which key; "... is invalid." and where: the line below says what, the quoted
+        # file lines ("4 │ cmd: ...") do not
+        below = [line for line in lines[lines.index(said) + 1:]
+                 if "│" not in line and not line.startswith(("Having any troubles", "WARNING"))
+                 ][:1] if said in lines else []
+        said = " ".join([said[:200], *below])[:300]
         fix = ("DVC needs git here: `git init` (or `dvc config --local core.no_scm true` in "
                "a copy without git), then rerun" if "not a git repository" in said
                else "another DVC command is running here: rerun once it is done"
