@@ -144,8 +144,17 @@ def test_queued_variants_keep_their_models_and_checkpoints(tmp_path):
 
 
 def test_report_needs_results(tmp_path):
+    """An empty results folder: the ablation stages have not run. A folder that is not
+    there (a typo) or a file: running them would not help; the folder is named."""
+    (tmp_path / "empty").mkdir()
     with pytest.raises(PipelineError, match=r"no ablation results.*dvc repro reports/dvc.yaml:report"):
-        make_report(tmp_path / "none", tmp_path / "out")
+        make_report(tmp_path / "empty", tmp_path / "out")
+    (tmp_path / "file").write_text("")
+    for given, said in (("none", "not found"), ("file", "not a folder")):
+        with pytest.raises(PipelineError, match=rf"{given}: {said}, where every variant's "
+                                                rf"results are expected .*give that folder"):
+            make_report(tmp_path / given, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.e2e

@@ -23,6 +23,11 @@ def load_variants(root: Path) -> pd.DataFrame:
     train run's figures, ``loss_avg`` as ``final_loss_avg`` and ``step`` as ``steps``,
     and the evaluation's)."""
     rows, folders = [], {}
+    if not Path(root).is_dir():  # a mistyped folder: running the stages would not help
+        raise PipelineError(f"{root}: {'not a folder' if os.path.lexists(root) else 'not found'}"
+                            f", where every variant's results are expected (the folder the "
+                            f"ablation stages write into, as reports/dvc.yaml names it); give "
+                            f"that folder. Nothing was written.")
     if (Path(root) / "variant.json").is_file() or (Path(root) / "metrics.json").is_file():
         raise PipelineError(f"{root}: one variant's results, where the folder of every "
                             f"variant's is expected (the one the ablation stages write into, "
