@@ -257,7 +257,8 @@ def _part(what: str, make):
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as exc:
         raise PipelineError(f"{what}: not what the results page reads ({type(exc).__name__}: "
                             f"{str(exc)[:100]}); restore it (`git checkout -- {what}`) or "
-                            f"rerun what writes it, then rerun this") from None
+                            f"rerun what writes it, then rerun this. Nothing was written.") \
+            from None
 
 
 SEAL = re.compile(r" \(sha256 ([0-9a-f]{16}) of this page\)")

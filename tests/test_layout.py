@@ -285,7 +285,8 @@ def test_a_damaged_report_file_is_one_line_from_the_results_page(tmp_path, path,
         text = json.dumps(data)
     target.write_text(text)
     with pytest.raises(PipelineError, match=rf"^{re.escape(path)}: not what the results page "
-                                            rf"reads \(\w+: .*\); restore it"):
+                                            rf"reads \(\w+: .*\); restore it .*then rerun "
+                                            rf"this. Nothing was written.$"):
         render(tmp_path)
 
 
