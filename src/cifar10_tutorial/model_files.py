@@ -13,6 +13,10 @@ from .model import CifarNet, build_model
 
 
 REMAKE = "remake it with `dvc repro train`"
+# a file that is no model of this project at all (a mistyped path, another tool's file):
+# remaking the train stage's model would not help with that
+NOT_OURS = ("give a model file that the train stage or publish wrote, or, where this was "
+            "one, remake it with `dvc repro train`")
 MODEL_KEYS = ("model", "ema", "params", "num_classes", "classes", "step")
 STATE_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool,
                 torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64}
@@ -65,16 +69,18 @@ def load_model_file(path: Path, device="cpu") -> dict:
         obj = torch.load(path, map_location=device, weights_only=True)
     except Exception as exc:  # torch raises several types; its text may advise unsafe loading
         raise PipelineError(f"{path}: cannot be read as a model file ({type(exc).__name__}): it "
-                            f"is damaged, truncated or not a file of this project; {REMAKE}.") from None
+                            f"is damaged, truncated or not a file of this project; {NOT_OURS}.") \
+            from None
     expected = ("a model file of the train stage: a mapping with " + ", ".join(MODEL_KEYS))
     if not isinstance(obj, dict):
-        raise PipelineError(f"{path}: expected {expected}; found a {type(obj).__name__}. {REMAKE[0].upper() + REMAKE[1:]}.")
+        raise PipelineError(f"{path}: expected {expected}; found a {type(obj).__name__}. "
+                            f"{NOT_OURS[0].upper() + NOT_OURS[1:]}.")
     missing = [k for k in MODEL_KEYS if k not in obj]
     if missing:
         found = ("a bare state dict of weights" if all(isinstance(v, torch.Tensor) for v in obj.values())
                  else f"a mapping with {', '.join(map(str, list(obj)[:6]))}")
         raise PipelineError(f"{path}: expected {expected}; found {found} (missing "
-                            f"{', '.join(missing)}). {REMAKE[0].upper() + REMAKE[1:]}.")
+                            f"{', '.join(missing)}). {NOT_OURS[0].upper() + NOT_OURS[1:]}.")
     model = obj["params"].get("model") if isinstance(obj["params"], dict) else None
     if not isinstance(model, dict) or not {"head", "output", "lrn"} <= set(model):
         raise PipelineError(f"{path}: its params lack the model section (head, output, lrn); "
