@@ -367,8 +367,10 @@ def test_no_dvc_beside_python_or_on_path_is_one_line(tmp_path, monkeypatch):
     ["devtools/results_page.py", "--out", ""],
     ["stages/ablation.py", "baseline", "--data", "d", "--work", "w", "--out", ""],
     ["stages/dataset_ablation.py", "svhn", "--work", "w", "--partial", "p", "--out", ""],
+    ["stages/eval.py", "--params", ""],
+    ["stages/report.py", "--params", ""],
 ], ids=["train", "report", "publish", "dev-split", "results-page", "ablation",
-        "dataset-ablation"])
+        "dataset-ablation", "eval-params", "report-params"])
 def test_an_empty_path_option_is_refused_not_read_as_the_working_folder(tmp_path, command):
     """`--out ''` (a quoted variable never set) would be the working folder, Path(''):
     argparse's one line naming the option, before anything runs or is written."""
@@ -376,7 +378,9 @@ def test_an_empty_path_option_is_refused_not_read_as_the_working_folder(tmp_path
     proc = subprocess.run([sys.executable, str(ROOT / command[0]), *command[1:]], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
+    option = next(arg for arg in command if arg.startswith("--") and
+                  command[command.index(arg) + 1] == "")
     assert proc.stderr.strip().splitlines()[-1].endswith(
-        "argument --out: an empty path (`''`), which would be read as the working folder; "
-        "give the path"), proc.stderr
+        f"argument {option}: an empty path (`''`), which would be read as the working "
+        f"folder; give the path"), proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -2,6 +2,7 @@ import dataclasses
 import os
 import re
 import typing
+from pathlib import Path
 
 import pytest
 import yaml
@@ -84,9 +85,15 @@ def test_null_md5_is_allowed():
     assert params_from_dict({"data": {"md5": None}}).data.md5 is None
 
 
-def test_missing_file_and_bad_yaml(tmp_path):
+def test_missing_file_and_bad_yaml(tmp_path, monkeypatch):
     with pytest.raises(ParamsError, match="no such file"):
         load_params(tmp_path / "nope.yaml")
+    # a mistyped path is said as such, with the folder it was read from
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParamsError, match=rf"^reprts/params.yaml: no such file, where a params "
+                                          rf"file is expected \(read from "
+                                          rf"{re.escape(str(tmp_path))}\); check the path"):
+        load_params(Path("reprts/params.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("data: [unclosed\n")
     with pytest.raises(ParamsError, match="not valid YAML"):

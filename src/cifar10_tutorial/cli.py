@@ -28,7 +28,7 @@ EXERCISE_PARAMS = "reports/params.yaml"
 def stage_parser(description: str, params: str = "params.yaml") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=description,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--params", default=params,
+    ap.add_argument("--params", default=params, type=given_path,
                     help=f"the params file to read (default: {params})")
     return ap
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import types
 import typing
@@ -407,7 +408,10 @@ def read_params_yaml(path, empty: str = "it would run every default") -> Any:
     try:
         text = read_small_file(path, PARAMS_LIMIT).decode("utf-8")
     except FileNotFoundError:
-        raise ParamsError(f"{path}: no such file (run the stages from the repository root)") from None
+        # a mistyped path as often as the wrong folder: the folder it was read from says which
+        raise ParamsError(f"{path}: no such file, where a params file is expected (read from "
+                          f"{os.getcwd()}); check the path, and run the stages from the "
+                          f"repository root") from None
     except IsADirectoryError:
         raise ParamsError(f"{path}: a folder; give --params a YAML file") from None
     except UnicodeDecodeError as exc:
