@@ -48,29 +48,42 @@ def _everything(folder: Path) -> list[str]:
     ("stages", (), r"inside stages/, the project's code"),
     ("reports/ablations/baseline/eval", ("eval",),
      r"is reports/ablations/baseline/eval, an output of the DVC stage 'ablation@baseline'"),
+    # (not there yet in this project: the stage's outputs would be there)
     ("reports/ablations/softmax/train", ("train",),
-     r"holds reports/ablations/softmax/train/provenance.json, an output of the DVC stage "
+     r"would hold reports/ablations/softmax/train/provenance.json, an output of the DVC stage "
      r"'ablation@softmax'"),
     ("reports/ablations/baseline", ("ablation@softmax",),
-     r"holds reports/ablations/baseline/eval, an output of the DVC stage 'ablation@baseline'"),
+     r"would hold reports/ablations/baseline/eval, an output of the DVC stage "
+     r"'ablation@baseline'"),
     ("data/prepared/dev.tar.gz", (), r"lies inside data/prepared, an output of the DVC stage "
                                      r"'preprocess'"),
     ("reports/ablations/newone/eval", ("train",),
-     r"is reports/ablations/newone/eval, an output of the DVC stage 'ablation@newone'"),
+     r"is reports/ablations/newone/eval, an output of the DVC stage 'ablation' \(for a "
+     r"variant named newone\)"),
     ("x\ny.json", (), r"holds a newline or another control character"),
     # beside a stage's outputs in a folder holding only that stage's: its next run refuses
     # a file it did not make there, after DVC removed its outputs
     ("data/train/evalx", ("eval",),
-     r"lies inside data/train, the folder of the DVC stage 'train''s outputs"),
+     r"lies inside data/train, the folder of the outputs of the DVC stage 'train'"),
     ("reports/eval/report.md", ("report",),
-     r"lies inside reports/eval, the folder of the DVC stage 'eval''s outputs"),
-    ("data/train/b.json", (), r"lies inside data/train, the folder of the DVC stage 'train'"),
+     r"lies inside reports/eval, the folder of the outputs of the DVC stage 'eval'"),
+    ("data/train/b.json", (), r"lies inside data/train, the folder of the outputs of the DVC "
+                              r"stage 'train'"),
     ("reports/ablations/baseline/page.md", (), r"lies inside reports/ablations/baseline, the "
-                                               r"folder of the DVC stage 'ablation@baseline'"),
+                                               r"folder of the outputs of the DVC stage "
+                                               r"'ablation@baseline'"),
+    # a variant defined nowhere yet: no stage of that name to name, and nothing there yet
+    ("reports/ablations/newvar", ("eval",),
+     r"would hold reports/ablations/newvar/\S+, an output of the DVC stage 'ablation' \(for a "
+     r"variant named newvar\)"),
+    ("reports/ablations/newvar/report.md", ("report",),
+     r"lies inside reports/ablations/newvar, the folder of the outputs of the DVC stage "
+     r"'ablation' \(for a variant named newvar\)"),
 ], ids=["git", "dvc", "src", "stages", "eval-into-variant", "live-into-variant",
         "variant-into-variant", "into-prepared", "variant-not-run", "newline",
         "eval-beside-train", "report-beside-eval", "baseline-beside-train",
-        "page-beside-a-variants-results"])
+        "page-beside-a-variants-results", "into-an-undefined-variant",
+        "report-into-an-undefined-variant"])
 def test_a_place_that_is_not_the_commands_is_refused(project, path, own, said):
     before = _everything(project)
     with pytest.raises(PipelineError, match=said + r".*Nothing was changed\.$"):
@@ -98,8 +111,8 @@ def test_a_command_run_from_a_subfolder_guards_the_same_project(project, monkeyp
     ("src/evalx", ("eval",), r"inside src/, the project's code"),
     ("reports/ablations/baseline/eval", ("eval",),
      r"is .*/reports/ablations/baseline/eval, an output of the DVC stage 'ablation@baseline'"),
-    ("data/train/raw", ("download",), r"lies inside .*/data/train, the folder of the DVC "
-                                      r"stage 'train''s outputs"),
+    ("data/train/raw", ("download",), r"lies inside .*/data/train, the folder of the "
+                                      r"outputs of the DVC stage 'train'"),
 ], ids=["the-code", "a-variants-output", "a-stages-folder"])
 def test_a_command_run_from_outside_the_repository_guards_its_project(project, tmp_path,
                                                                        monkeypatch, path,
@@ -133,7 +146,7 @@ def test_a_project_folder_that_is_a_link_elsewhere_is_guarded_from_outside(proje
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    with pytest.raises(PipelineError, match=r"the folder of the DVC stage 'train''s outputs"):
+    with pytest.raises(PipelineError, match=r"the folder of the outputs of the DVC stage 'train'"):
         refuse_foreign_place(project / "data/train/evx", "--out", "", ("eval",))
     monkeypatch.setattr(ownership, "__file__",  # its code: the project's own stage
                         str(project / "src/cifar10_tutorial/ownership.py"))
@@ -196,15 +209,21 @@ def test_the_variants_folder_is_theirs_alone(project):
     variant's own place in it is still its own."""
     for path in ("reports/ablations/report.md", "reports/ablations/.report-swapping"):
         with pytest.raises(PipelineError, match=r"lies inside reports/ablations, the folder of "
-                                                r"the DVC stage 'ablation''s outputs"):
+                                                r"the outputs of the DVC stage 'ablation'"):
             refuse_foreign_place(Path(path), "--out", "", ("report",))
-    with pytest.raises(PipelineError, match=r"--out reports/ablations: holds reports/ablations/"):
+    with pytest.raises(PipelineError, match=r"--out reports/ablations: would hold "
+                                            r"reports/ablations/"):
         refuse_foreign_place(Path("reports/ablations"), "--out", "", ("report",))
     refuse_foreign_place(Path("reports/ablations/fresh"), "--out", "", ("ablation@fresh",))
     refuse_foreign_place(Path("reports/ablations/fresh/eval"), "--out", "",
                          ("dataset_ablation@fresh",))
-    with pytest.raises(PipelineError, match=r"'ablation@fresh'"):
+    with pytest.raises(PipelineError, match=r"the DVC stage 'ablation' \(for a variant named "
+                                            r"fresh\)"):
         refuse_foreign_place(Path("reports/ablations/fresh/x"), "--out", "", ("ablation@other",))
+    # with the variants' results there, the folder holds them
+    (project / "reports/ablations/baseline/eval").mkdir(parents=True)
+    with pytest.raises(PipelineError, match=r"--out reports/ablations: holds reports/ablations/"):
+        refuse_foreign_place(Path("reports/ablations"), "--out", "", ("report",))
 
 
 @pytest.mark.parametrize("path", ["models/w", "models/w/eval", "models/w/eval/metrics.json"],
@@ -252,7 +271,7 @@ def test_eval_watch_writes_no_events_into_the_code_or_a_variants_results(project
     the train stage's run it is its own."""
     for model, said in (("src/m.pt", "--watch --model src/tensorboard/eval: inside src/"),
                         ("reports/ablations/baseline/m.pt",
-                         "the folder of the DVC stage 'ablation@baseline''s outputs")):
+                         "the folder of the outputs of the DVC stage 'ablation@baseline'")):
         line = _run(project, "stages/eval.py", "--watch", "--max-evals", "1", "--data",
                     str(tmp_path / "none"), "--model", model, "--out", "o")
         assert said in line and "Nothing was changed" in line, line
@@ -391,8 +410,8 @@ def test_a_folder_above_several_stages_outputs_is_shared_with_one_pipeline(proje
     refuse_foreign_place(Path("reports/train"), "--live", "", ("train",))
     refuse_foreign_place(Path("reports/eval"), "--out", "", ("eval",))
     refuse_foreign_place(Path("reports/notes.md"), "--out")
-    with pytest.raises(PipelineError, match=r"lies inside reports/train, the folder of the DVC "
-                                            r"stage 'train''s outputs"):
+    with pytest.raises(PipelineError, match=r"lies inside reports/train, the folder of the "
+                                            r"outputs of the DVC stage 'train'"):
         refuse_foreign_place(Path("reports/train/x.md"), "--out", "", ("eval",))
 
 
@@ -695,7 +714,7 @@ def test_a_published_json_of_other_files_above_the_checkout_stops_nothing(tmp_pa
 
 @pytest.mark.parametrize("args, said", [
     (["--watch", "--max-evals", "1", "--model", "reports/train/model.pt"],
-     "lies inside reports/train, the folder of the DVC stage 'train''s outputs"),
+     "lies inside reports/train, the folder of the outputs of the DVC stage 'train'"),
     (["--model", "other/model.pt"], "an output of the DVC stage 'eval'"),
 ], ids=["watch-into-the-train-stages-curves", "another-models-figures-as-the-stages"])
 def test_eval_writes_into_a_stages_folder_only_for_that_stages_model(project, tmp_path,
@@ -739,7 +758,9 @@ def test_a_tree_of_the_exercise_pipeline_alone_is_its_own_project(tmp_path, monk
         assert repository_root(Path("reports/ablations/baseline")) == tree.resolve()
         refuse_foreign_place(Path("reports/ablations/baseline"), "--out", "",
                              ("ablation@baseline",))
-        with pytest.raises(PipelineError, match=r"the DVC stage 'ablation@baseline'"):
+        # no lock here: the stage is named by its template, with the variant
+        with pytest.raises(PipelineError, match=r"the DVC stage 'ablation' \(for a variant "
+                                                r"named baseline\)"):
             refuse_foreign_place(Path("reports/ablations/baseline"), "--out", "",
                                  ("ablation@softmax",))
 

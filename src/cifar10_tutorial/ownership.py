@@ -444,6 +444,14 @@ def _named(stage: str, output: Path, where: Path) -> str:
     return f"{stage}@{name}" if name is not None else stage
 
 
+def _said(stage: str, output: Path, where: Path) -> str:
+    """The stage of ``output`` at ``where`` as a message says it: a foreach stage's with the
+    variant named in words, true whether or not the params define that variant yet."""
+    name = _variant_at(output, where)
+    return (f"{stage!r} (for a variant named {name})" if name is not None
+            else repr(_named(stage, output, where)))
+
+
 def _is_own(stage: str, output: Path, where: Path, own_stages: tuple[str, ...]) -> bool:
     """Whether ``output`` (of ``stage``), met at ``where``, is one of ``own_stages``'s: a
     name is one variant's, of one group, so the variant's own in any group's template."""
@@ -709,8 +717,10 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
         how = _overlap(where, output)
         if how is not None and (not own_outputs or not _is_own(stage, output, where, own_stages)):
             shown = _shown(output, _variant_at(output, where))
+            if how == "holds" and not os.path.lexists(path):
+                how = "would hold"
             raise PipelineError(f"{option} {path}: {how} {shown}, an output of the DVC stage "
-                                f"{_named(stage, output, where)!r}, which DVC would find "
+                                f"{_said(stage, output, where)}, which DVC would find "
                                 f"changed and replace on the stage's next run; give {option} "
                                 f"a path outside the pipelines' outputs{instead}. Nothing was "
                                 f"changed.")
@@ -794,10 +804,10 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
         above = any(next((i for i, part in enumerate(output.parts) if "${" in part), -1)
                     >= len(folder.parts) for _, output in stages)
         group = stages[0][0].split("@")[0]
-        shown = (group if above else _named(group, folder, where) if "${" in str(folder)
-                 else stages[0][0])
-        raise PipelineError(f"{option} {path}: {how} {folder}, the folder of the DVC stage "
-                            f"{shown!r}'s outputs, which its next "
+        shown = (repr(group) if above else _said(group, folder, where) if "${" in str(folder)
+                 else repr(stages[0][0]))
+        raise PipelineError(f"{option} {path}: {how} {_shown(folder, _variant_at(folder, where))}"
+                            f", the folder of the outputs of the DVC stage {shown}, which its next "
                             f"run refuses to share with files it did not make; give {option} "
                             f"a path outside the pipelines' folders{instead}. Nothing was "
                             f"changed.")
