@@ -188,7 +188,9 @@ def test_the_gap_at_100k_is_weighed_against_the_seed_spread(tmp_path):
     assert "noise" not in far
 
 
-@pytest.mark.parametrize("how", ["copy", "rename", "copy-renamed-inside"])
+@pytest.mark.parametrize("how", ["copy", "rename", "copy-renamed-inside",
+                                 "copy-renamed-inside-one-date-changed",
+                                 "copy-renamed-inside-its-figure-changed"])
 def test_a_copied_or_renamed_record_is_not_another_run(tmp_path, how):
     """A byte copy of a run's record under another name (or a record moved to another
     name) would count the same run twice in the reference's average: one line naming
@@ -202,14 +204,44 @@ def test_a_copied_or_renamed_record_is_not_another_run(tmp_path, how):
     if how == "rename":
         (tf / "tf_10k_a.json").rename(tf / "tf_10k_c.json")
     else:
-        if how == "copy-renamed-inside":
+        if how.startswith("copy-renamed-inside"):
             rec["run"] = "tf_10k_c"
+        if how.endswith("one-date-changed"):  # its segments still the run's own
+            rec["evaluations"][-1]["date"] = "2026-12-03"
+        if how.endswith("its-figure-changed"):  # the run's start changed too: its loss curve
+            rec["evaluations"][-1]["precision_at_1"] = 0.95
+            rec["segments"][0]["start"] = "2026-12-01T00:00:00Z"
         (tf / "tf_10k_c.json").write_text(json.dumps(rec))
-    said = ("the same record as tf_10k_a.json" if how == "copy-renamed-inside"
+    said = ("a record of the same run as tf_10k_a.json" if how.startswith("copy-renamed")
             else "the record of run 'tf_10k_a'")
     with pytest.raises(PipelineError, match=rf"tf_10k_c.json: expected the record of run "
                                             rf"tf_10k_c, found {said}"):
         load_reference_runs(tf)
+
+
+def test_a_record_of_other_data_is_refused(tmp_path):
+    """The section compares the reference with this project on the same images: a record
+    of another archive than the other runs', or of another number of images than the
+    baseline ran on, is one line naming it."""
+    from conftest import ROOT
+
+    tf = tmp_path / "tf"
+    shutil.copytree(ROOT / "reports/tf_reference", tf)
+    rec = json.loads((tf / "tf_reference_100k.json").read_text())
+    good = json.dumps(rec)
+    rec["data"]["archive_md5"] = "0" * 32
+    (tf / "tf_reference_100k.json").write_text(json.dumps(rec))
+    with pytest.raises(PipelineError, match=r"tf_reference_100k.json: data.archive_md5 is "
+                                            r"'0{32}', where tf_10k_a.json gives 'cbbdb9d17d"):
+        load_reference_runs(tf)
+    (tf / "tf_reference_100k.json").write_text(good)
+    df = pd.DataFrame({"precision_at_1": [0.784], "precision_at_1_raw": [0.747],
+                       "steps": [10000], "num_train": [5000], "num_examples": [10000]},
+                      index=["baseline"])
+    r = Results(df, df, df.iloc[:0], tmp_path, tmp_path / "tables", tmp_path / "plots", df)
+    with pytest.raises(PipelineError, match=r"tf_10k_a.json: data.train_images is 40000, where "
+                                            r"the baseline ran on 5,000"):
+        against_reference(r, tf)
 
 
 def test_a_damaged_record_is_one_line(tmp_path):
@@ -219,6 +251,10 @@ def test_a_damaged_record_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("edit, said", [
+    ({"data": None}, "data is null, expected the data set's record"),
+    ({"data": "x"}, 'data is "x", expected the data set\'s record'),
+    ({"tensorflow": {"x": 1}}, 'tensorflow is {"x": 1}, expected its version'),
+    ({"segments": "x"}, "segments is not a list of records"),
     ({"precision_at_1": 1.5}, "an evaluation's precision_at_1 is 1.5, expected a fraction"),
     ({"precision_at_1": float("nan")}, "an evaluation's precision_at_1 is NaN, expected a"),
     ({"precision_at_1_raw": "0.78"}, 'an evaluation\'s precision_at_1_raw is "0.78", expected a fraction'),
@@ -243,7 +279,7 @@ def test_a_record_with_figures_no_run_gives_is_one_line(tmp_path, edit, said):
     for key, value in edit.items():
         if key == "twice":
             rec["evaluations"].append(dict(last))
-        elif key in ("reached_step", "steps_planned"):
+        elif key in ("reached_step", "steps_planned", "data", "tensorflow", "segments"):
             rec[key] = value
         else:
             last[key] = value

@@ -38,7 +38,7 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
             raise PipelineError(f"{path}: expected a reference run's record, found "
                                 f"{exc.strerror}; remove it or remake it with "
                                 f"devtools/tf_reference.py collect") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise PipelineError(f"{path}: expected a reference run's record (steps_planned, "
                                 f"evaluations with step, precision_at_1, precision_at_1_raw): "
                                 f"{exc}; remake it "
@@ -49,17 +49,37 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
         # a run counts once: a record copied or renamed (its own name inside it, what
         # devtools/tf_reference.py collect writes) would weigh as another run of the reference
         named = rec.get("run", path.stem)
-        twin = next((other for other, seen in runs.items()
-                     if {k: v for k, v in seen.items() if k not in ("run", "evals")}
-                     == {k: v for k, v in rec.items() if k != "run"}), None)
+        twin = next((other for other, seen in runs.items() if _same_run(seen, rec)), None)
         if named != path.stem or twin is not None:
             raise PipelineError(f"{path}: expected the record of run {path.stem}, found "
                                 + (f"the record of run {named!r}" if named != path.stem else
-                                   f"the same record as {twin}.json")
+                                   f"a record of the same run as {twin}.json (the same "
+                                   f"start of training or loss curve)")
                                 + " (a copy or a rename counts one run twice); remove it, or "
                                   "remake it with devtools/tf_reference.py collect")
+        md5 = rec["data"].get("archive_md5")
+        other = next((name for name, seen in runs.items() if md5 is not None
+                      and seen["data"].get("archive_md5") not in (None, md5)), None)
+        if other is not None:
+            raise PipelineError(f"{path}: data.archive_md5 is {md5!r}, where {other}.json gives "
+                                f"{runs[other]['data']['archive_md5']!r}: the reference's runs "
+                                f"compare only on one data set; remake the one of other data "
+                                f"with devtools/tf_reference.py collect, or remove it")
         runs[path.stem] = {**rec, "evals": evals}
     return runs
+
+
+def _same_run(seen: dict, rec: dict) -> bool:
+    """Whether two records are one run's: the same record but for its name, or a segment
+    started on one host at the same second, or the same loss curve (a copy with one date or
+    one figure changed is still the run whose training it records)."""
+    if {k: v for k, v in seen.items() if k not in ("run", "evals")} \
+            == {k: v for k, v in rec.items() if k != "run"}:
+        return True
+    starts = [{(s["start"], str(s.get("host"))) for s in r.get("segments") or []
+               if isinstance(s.get("start"), str)} for r in (seen, rec)]
+    losses = [r.get("loss_every_1000") for r in (seen, rec)]
+    return bool(starts[0] & starts[1]) or (bool(losses[0]) and losses[0] == losses[1])
 
 
 def _evaluations(rec) -> list[tuple]:
@@ -79,6 +99,19 @@ def _evaluations(rec) -> list[tuple]:
                              f"to 1")
         return float(value)
 
+    if not isinstance(rec, dict):
+        raise ValueError(f"a JSON {type(rec).__name__}")
+    if not isinstance(rec.get("data"), dict) or not isinstance(
+            rec["data"].get("evaluated_images", 0), int):
+        raise ValueError(f"data is {json.dumps(rec.get('data'))[:40]}, expected the data set's "
+                         f"record (archive_md5, train_images, held_out_images, "
+                         f"evaluated_images)")
+    if not isinstance(rec.get("tensorflow", ""), str):
+        raise ValueError(f"tensorflow is {json.dumps(rec['tensorflow'])[:40]}, expected its "
+                         f"version")
+    if not isinstance(rec.get("segments") or [], list) or not all(
+            isinstance(seg, dict) for seg in rec.get("segments") or []):
+        raise ValueError("segments is not a list of records")
     planned = count(rec["steps_planned"], "steps_planned")
     reached = count(rec.get("reached_step", planned), "reached_step")
     if reached > planned:
@@ -130,6 +163,7 @@ def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
         where = "none was given" if folder is None else f"`{in_repository(Path(folder))}/`"
         return md + [f"No runs of the reference implementation yet ({where}): "
                      f"docs/reference.md says how they are made.", ""]
+    _refuse_other_data(r, runs, Path(folder))
     any_run = next(iter(runs.values()))
     md += [f"The tutorial's own TensorFlow code (tensorflow/models, `tutorials/image/cifar10`, "
            f"TensorFlow {any_run.get('tensorflow', '?')} through `tensorflow.compat.v1`, the "
@@ -143,13 +177,33 @@ def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
     return md + _opcheck(Path(folder) / OPCHECK)
 
 
+def _refuse_other_data(r: Results, runs: dict, folder: Path) -> None:
+    """The section compares the reference with this project's runs on the same images: a
+    record of a run on another number of training or held-out images than the baseline's
+    is one line naming it, never a comparison."""
+    base = r.base
+    if base is None:
+        return
+    ours = {"train_images": base.get("num_train"), "held_out_images": base.get("num_examples")}
+    for name, run in runs.items():
+        for key, value in ours.items():
+            theirs = run["data"].get(key)
+            if theirs is not None and value is not None and not pd.isna(value) \
+                    and theirs != int(value):
+                raise PipelineError(f"{folder / (name + '.json')}: data.{key} is {theirs!r}, "
+                                    f"where the baseline ran on {int(value):,}: the reference "
+                                    f"is compared on the same images only; remake it on this "
+                                    f"data (devtools/tf_reference.py collect), or remove it")
+
+
 def _opcheck(path: Path) -> list[str]:
     """The operation-level check: the same weights and images through both networks."""
     if not path.is_file():
         return []
     try:
         return _opcheck_text(json.loads(read_small_file(path, 16 << 20)), path)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError,
+            RecursionError) as exc:
         raise PipelineError(f"{path}: expected the operation-level check's record (checks "
                             f"with what, max_rel_diff, tolerance, ok; checkpoint_step, images, "
                             f"same_predictions_held_out), found one that cannot be read "
