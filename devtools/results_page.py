@@ -17,6 +17,7 @@ import argparse
 import csv
 import hashlib
 import json
+import os
 import re
 
 from cifar10_tutorial.cli import given_path, stage_command
@@ -40,8 +41,30 @@ def _csv_table(path: Path, machines: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+def _refuse_other_medians(r: dict, path: Path) -> None:
+    """The benchmark's medians and ratios, computed again from its windows by the
+    benchmark's own code: a figure edited alone (its windows left as they were) would be
+    stated as measured; one line naming it."""
+    import copy
+    import math
+
+    from speed.benchmark import _medians_and_ratios
+
+    again = {k: v for k, v in copy.deepcopy(r).items()
+             if k not in ("median_examples_per_sec", "ratios")}
+    _medians_and_ratios(again)
+    for part in ("median_examples_per_sec", "ratios"):
+        for key, value in again[part].items():
+            said = r[part].get(key)
+            if not (isinstance(said, (int, float)) and math.isclose(said, value, rel_tol=1e-9)):
+                raise PipelineError(f"{path}: {part}.{key} is {said!r}, where its windows give "
+                                    f"{value!r}; restore it (`git checkout -- {path}`) or "
+                                    f"rerun the benchmark, then rerun this. Nothing was written.")
+
+
 def _throughput(path: Path, root: Path) -> str:
     r = json.loads((root / path).read_text())
+    _refuse_other_medians(r, path)
     med, ra = r["median_examples_per_sec"], r["ratios"]
     names = pipeline_names(r)
     tf = f", TensorFlow {r['tensorflow_version']}" if r.get("tensorflow_version") else ""
@@ -254,7 +277,8 @@ def _part(what: str, make):
     JSON, another shape, a value of another type) is one line naming ``what``."""
     try:
         return make()
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as exc:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError,
+            RecursionError) as exc:
         raise PipelineError(f"{what}: not what the results page reads ({type(exc).__name__}: "
                             f"{str(exc)[:100]}); restore it (`git checkout -- {what}`) or "
                             f"rerun what writes it, then rerun this. Nothing was written.") \
@@ -392,8 +416,17 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=given_path, default=PAGE)
     args = ap.parse_args(argv)
     out = args.out
-    from cifar10_tutorial.ownership import ensure_writable, refuse_foreign_file
+    from cifar10_tutorial.ownership import ensure_writable, refuse_foreign_file, repository_at
 
+    # the page is made from the reports of the checkout it runs in: another checkout's page
+    # (its own figures, committed there) is not this one's to replace
+    theirs = repository_at(Path(os.path.abspath(out)).parent)
+    ours = repository_at(Path.cwd())
+    if theirs is not None and (ours is None or theirs.resolve() != ours.resolve()):
+        raise PipelineError(f"--out {out}: inside {theirs}, another checkout than the one "
+                            f"whose reports this reads ({ours or Path.cwd()}); run it there "
+                            f"to make that checkout's page, or give a path outside it. "
+                            f"Nothing was written.")
     # replaced only where it is a page this made (its generated-by line at the top) ...
     refuse_foreign_file(out, "--out", "a results page", lambda text: GENERATED in text[:1000])
     # ... and as this made it: notes added since would be lost

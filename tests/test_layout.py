@@ -290,6 +290,29 @@ def test_a_damaged_report_file_is_one_line_from_the_results_page(tmp_path, path,
         render(tmp_path)
 
 
+@pytest.mark.parametrize("part, key", [("median_examples_per_sec", "project"),
+                                       ("ratios", "project_vs_typical")])
+def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, key):
+    """The benchmark's medians and ratios are its windows' (the benchmark's own code
+    computes them again): one edited alone is one line naming it, never stated."""
+    import subprocess
+
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import render
+
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True)
+    if archive.returncode:
+        pytest.skip(f"not a git checkout with a commit: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    path = tmp_path / "reports/benchmark.json"
+    record = json.loads(path.read_text())
+    record[part][key] = 9999.0
+    path.write_text(json.dumps(record))
+    with pytest.raises(PipelineError, match=rf"^reports/benchmark.json: {part}.{key} is 9999.0, "
+                                            rf"where its windows give "):
+        render(tmp_path)
+
+
 def test_the_results_page_without_schedule_results(tmp_path):
     """A partial report (the schedule variants not run yet) has no time-to-accuracy table:
     the page says so instead of failing; with the table it quotes it and its plot."""
@@ -509,6 +532,27 @@ def _committed_reports(tmp_path: Path) -> Path:
         if entry.name not in (".dvc", ".venv"):
             (folder / entry.name).symlink_to(entry)
     return folder
+
+
+def test_the_results_page_of_another_checkout_is_not_replaced(tmp_path, monkeypatch):
+    """Another checkout's docs/results.md (a page this command wrote there, from that
+    checkout's reports): not replaced by this checkout's figures; one line naming it."""
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import main
+
+    monkeypatch.chdir(_committed_reports(tmp_path))
+    other = tmp_path / "other"
+    (other / ".dvc").mkdir(parents=True)
+    (other / "dvc.yaml").write_text("stages: {}\n")
+    (other / "docs").mkdir()
+    page = other / "docs/results.md"
+    page.write_text((ROOT / "docs/results.md").read_text().replace("78.", "77."))
+    before = page.read_text()
+    with pytest.raises(PipelineError, match=rf"^--out {re.escape(str(page))}: inside "
+                                            rf"{re.escape(str(other))}, another checkout than "
+                                            rf"the one whose reports this reads"):
+        main(["--out", str(page)])
+    assert page.read_text() == before
 
 
 @pytest.mark.parametrize("what", ["folder", "users-file", "readme"])
