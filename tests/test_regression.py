@@ -132,6 +132,39 @@ def test_update_writes_the_gated_metrics(tmp_path):
     assert gate(str(out), TOL, write_run(tmp_path, precision=0.7))
 
 
+@pytest.mark.parametrize("edit", ["figures", "files-deleted"])
+def test_figures_the_evaluations_own_files_contradict_pass_no_gate(tmp_path, edit):
+    """The gate and --update read the eval stage's metrics.json: a figure edited there by
+    hand (its predictions.csv and per_class.csv left as the evaluation wrote them, or
+    deleted) is one line naming both, never a pass or a baseline."""
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    files = {"train": tmp_path / "train.json", "eval": ev / "metrics.json"}
+    files["train"].write_text(json.dumps({"loss_avg": 1.0}))
+    files["eval"].write_text(json.dumps({"precision_at_1": 0.7, "precision_at_1_raw": 0.68,
+                                         "num_examples": 1000}))
+    rows = ["cat,cat"] * 350 + ["cat,dog"] * 150 + ["dog,dog"] * 350 + ["dog,cat"] * 150
+    (ev / "predictions.csv").write_text("\n".join(["actual,predicted"] + rows) + "\n")
+    (ev / "per_class.csv").write_text("class,count,precision_at_1,precision_at_1_raw\n"
+                                      "cat,500,0.7000,0.6800\ndog,500,0.7000,0.6800\n")
+    (ev / "provenance.json").write_text("{}")  # the eval stage's record of a whole set
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({"eval.precision_at_1": 0.7, "train.loss_avg": 1.0}))
+    assert "| ok |" in gate(str(baseline), TOL, files)
+    files["eval"].write_text(json.dumps({"precision_at_1": 0.95, "precision_at_1_raw": 0.68,
+                                         "num_examples": 1000}))
+    said = r"eval/metrics.json: eval.precision_at_1 is 0.9500, where its .*predictions.csv gives"
+    if edit == "files-deleted":
+        (ev / "predictions.csv").unlink()
+        (ev / "per_class.csv").unlink()
+        said = r"eval/predictions.csv: missing beside .*eval/metrics.json"
+    with pytest.raises(PipelineError, match=said):
+        gate(str(baseline), TOL, files)
+    with pytest.raises(PipelineError, match=said):
+        update_baseline(str(tmp_path / "new.json"), TOL, files)
+    assert not (tmp_path / "new.json").exists()
+
+
 def test_tolerances_are_validated():
     with pytest.raises(ParamsError, match="regression.tolerances.precision: expected a metric "
                                           "named train.<key> or eval.<key>"):

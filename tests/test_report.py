@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -315,7 +316,8 @@ def test_exercise5_takes_its_speed_from_the_timing_of_both_setups_alone(tmp_path
     timing = tmp_path / "devices_timing.json"
 
     def setup(eps, spread, world):  # as devices_timing writes it
-        runs = [{"examples_per_sec": e, "sec_per_batch": 128 / e / world, "world_size": world}
+        runs = [{"examples_per_sec": e, "sec_per_batch": 128 / e / world, "world_size": world,
+                 "global_batch_size": 128, "device": f"AMD EPYC, {2 // world} threads"}
                 for e in (eps - spread / 2, eps, eps + spread / 2)]
         return {"examples_per_sec_median": eps, "examples_per_sec_spread": spread,
                 "sec_per_batch_median": 128 / eps / world, "world_size": world,
@@ -905,8 +907,8 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
 @pytest.mark.parametrize("edit, said", [
     ("edited", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where its .*softmax/eval/"
                r"predictions.csv gives 0.7000: one evaluation writes both"),
-    ("edited-no-predictions", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where its "
-                              r".*softmax/eval/per_class.csv gives 0.7000"),
+    ("edited-predictions-too", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where "
+                               r"its .*softmax/eval/per_class.csv gives 0.7000"),
     ("raw-edited", r"softmax/metrics.json: eval.precision_at_1_raw is 0.8800, where its "
                    r".*softmax/eval/per_class.csv gives 0.6800"),
     ("fewer-images", r"softmax/eval/predictions.csv: 9,000 test images, where .*softmax/"
@@ -916,6 +918,14 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
                      r"class,n,p,p_raw"),
     ("precision-text", r"softmax/eval/per_class.csv: expected whole counts and precisions from "
                        r"0 to 1, found could not convert string to float: 'high'"),
+    # the figures edited, the files that contradict them deleted, or a folder in their place
+    ("edited-csvs-deleted", r"softmax/eval/predictions.csv: missing beside .*softmax/eval/"
+                            r"metrics.json, which the evaluation writes with it as one set"),
+    ("edited-csvs-folders", r"softmax/eval/predictions.csv: expected the evaluation's "
+                            r"actual,predicted rows, found a folder"),
+    ("byte-order-mark", r"softmax/eval/per_class.csv: expected the evaluation's rows under the "
+                        r"header class,count,precision_at_1,precision_at_1_raw, found a "
+                        r"byte-order mark before the header"),
 ])
 def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path, edit, said):
     """A variant's eval/predictions.csv (one row an image) and eval/per_class.csv are
@@ -936,18 +946,29 @@ def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path
         "class,count,precision_at_1,precision_at_1_raw\ncat,5000,0.7000,0.6800\n"
         "dog,5000,0.7000,0.6800\nbird,0,nan,nan\n")
     make_report(root, tmp_path / "out", OVERRIDES)  # one evaluation's files: reported
-    if edit in ("edited", "edited-no-predictions", "raw-edited"):
+    if edit in ("edited", "edited-predictions-too", "raw-edited", "edited-csvs-deleted",
+                "edited-csvs-folders"):
         if edit == "raw-edited":
             m["eval"]["precision_at_1_raw"] = m["train"]["held_out"]["precision_at_1_raw"] = 0.88
         else:
             m["eval"]["precision_at_1"] = m["train"]["held_out"]["precision_at_1"] = 0.9
         (folder / "metrics.json").write_text(json.dumps(m))
         (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
-        if edit == "edited-no-predictions":
-            (folder / "eval/predictions.csv").unlink()
+        if edit == "edited-predictions-too":
+            rows = ["cat,cat"] * 4500 + ["cat,dog"] * 500 + ["dog,dog"] * 4500 + ["dog,cat"] * 500
+            (folder / "eval/predictions.csv").write_text(
+                "\n".join(["actual,predicted"] + rows) + "\n")
+        if edit.startswith("edited-csvs"):
+            for name in ("predictions.csv", "per_class.csv"):
+                (folder / "eval" / name).unlink()
+                if edit == "edited-csvs-folders":
+                    (folder / "eval" / name).mkdir()
     elif edit == "fewer-images":
         text = (folder / "eval/predictions.csv").read_text().splitlines()
         (folder / "eval/predictions.csv").write_text("\n".join(text[:9001]) + "\n")
+    elif edit == "byte-order-mark":
+        text = (folder / "eval/per_class.csv").read_text()
+        (folder / "eval/per_class.csv").write_text("\ufeff" + text)
     elif edit == "other-header":
         (folder / "eval/per_class.csv").write_text("class,n,p,p_raw\ncat,10000,0.7,0.68\n")
     else:
@@ -985,6 +1006,22 @@ def test_a_provenance_record_of_other_kinds_is_one_line(tmp_path, edit, said):
     assert "| softmax | outside git | dddddddddddd |" in text
     path.write_text(json.dumps({**record, **edit}))
     with pytest.raises(PipelineError, match=rf"softmax/train/provenance.json: {said}"):
+        make_report(root, tmp_path / "out", OVERRIDES)
+
+
+@pytest.mark.parametrize("record", ["metrics.json", "eval/metrics.json",
+                                    "train/provenance.json", "variant.json"])
+def test_a_record_nested_past_any_parser_is_one_line(tmp_path, record):
+    """A record nested 100,000 deep (a JSON parser's recursion limit): one line naming it,
+    as any record that cannot be read, never a traceback."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    path = root / "softmax" / record
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(PipelineError, match=rf"^{re.escape(str(path))}: "):
         make_report(root, tmp_path / "out", OVERRIDES)
 
 
@@ -1258,11 +1295,20 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
     ("infinite", "set-up '1 x 128' with examples_per_sec_median inf, where above 0 is expected"),
     ("spread", "set-up '1 x 128' with examples_per_sec_spread 1.0, where its runs spread over"),
     ("no-spread", "set-up '1 x 128' with examples_per_sec_spread None"),
-    ("no-runs", "set-up '2 x 64' without its runs' examples_per_sec"),
+    ("no-runs", "set-up '2 x 64' without its runs (a list of records, one a run)"),
     ("fewer-runs", "set-up '2 x 64' with 2 runs, where repeats is 3"),
-    ("no-device", "set-up '2 x 64' without its world_size"),
+    ("no-device", "set-up '2 x 64''s run 1 with device 'AMD EPYC, 1 thread', where the set-up "
+                  "records None"),
     ("zero-cores", "cores 0, where at least 1 is expected"),
     ("per-batch", "set-up '1 x 128' with sec_per_batch_median 9.0, where its runs' median"),
+    # every run's speed scaled, the medians, spread and ratio recomputed to match: each
+    # run's seconds a batch still give its true speed
+    ("scaled", "set-up '2 x 64''s run 1 with sec_per_batch 0.066"),
+    ("no-per-batch", "set-up '2 x 64''s run 1 without its examples_per_sec and sec_per_batch"),
+    ("per-batch-bool", "set-up '1 x 128''s run 1 without its examples_per_sec and sec_per_batch"),
+    ("eight-processes", "set-up '2 x 64''s run 1 with world_size 8, where the set-up is 2"),
+    ("other-machine", "set-up '1 x 128' with device 'AMD EPYC, 2 threads', where the "
+                      "record's machine is 'NVIDIA H100'"),
 ])
 def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, said):
     """The timing record's medians, spreads and ratio are its runs' (what
@@ -1294,6 +1340,25 @@ def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, sa
         del two["device"]
     elif edit == "zero-cores":
         record["cores"] = 0
+    elif edit == "scaled":
+        for run in two["runs"]:
+            run["examples_per_sec"] *= 1.5
+        speeds = [run["examples_per_sec"] for run in two["runs"]]
+        two.update(examples_per_sec_median=statistics.median(speeds),
+                   examples_per_sec_spread=max(speeds) - min(speeds))
+        record["speed_2x64_vs_1x128"] = (two["examples_per_sec_median"]
+                                         / one["examples_per_sec_median"])
+    elif edit == "no-per-batch":
+        for run in two["runs"]:
+            del run["sec_per_batch"]
+    elif edit == "per-batch-bool":
+        one["runs"][0]["sec_per_batch"] = True
+    elif edit == "eight-processes":
+        two["world_size"] = 8
+        for run in two["runs"]:
+            run["world_size"] = 8
+    elif edit == "other-machine":
+        record.update(machine="NVIDIA H100", cores=4096)
     else:
         one["sec_per_batch_median"] = 9.0
     path = tmp_path / "timing.json"

@@ -60,7 +60,7 @@ def read_json(path: Path) -> dict:
     except FileNotFoundError:
         raise PipelineError(f"{path}: not found; publish a variant that has finished, with "
                             f"{USE}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise PipelineError(f"{path}: not valid JSON ({exc}); {RERUN}") from None
     except OSError as exc:  # a folder or file in the way, a FIFO, a loop of links
         raise PipelineError(f"{path}: expected a record (a JSON file), found "

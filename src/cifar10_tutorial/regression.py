@@ -21,6 +21,7 @@ from typing import Optional
 
 from .files import read_small_file, write_text_atomic
 from .errors import PipelineError
+from .eval_files import refuse_other_predictions
 from .param_types import Tolerance, parse_tolerance
 
 class RegressionError(PipelineError):
@@ -39,7 +40,7 @@ def read_json_object(path: Path, fix: str) -> dict:
         raise PipelineError(f"{path}: a folder, expected a JSON file; {fix}") from None
     except FileNotFoundError:
         raise PipelineError(f"{path}: no such file; {fix}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise PipelineError(f"{path}: not valid JSON ({str(exc)[:100]}); {fix}") from None
     except OSError as exc:  # a FIFO, a device (/dev/zero), a loop of links, a huge file
         raise PipelineError(f"{path}: {exc.strerror}, expected a JSON file of metrics; "
@@ -57,6 +58,9 @@ def collect_metrics(files: dict[str, Path]) -> dict[str, float]:
         if not path.is_file():
             continue
         data = read_json_object(path, "rerun the stage that writes it")
+        if group == "eval":  # its figures as its own predictions give them (a hand edit not)
+            refuse_other_predictions(path.parent, data, path, "rerun the eval stage (`dvc "
+                                     "repro eval`)", (path.parent / "provenance.json").is_file())
         for key, value in data.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[f"{group}.{key}"] = float(value)

@@ -16,7 +16,7 @@ def load_record(path: Path) -> list[dict]:
         return []
     try:
         rec = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise PipelineError(f"{path}: not valid JSON ({exc}); give the record "
                             f"(as reports/dvc.yaml names it){restore_from_git(path)}") from None
     if not isinstance(rec, list) or not all(isinstance(r, dict) and len(r.get("commits", [])) == 2

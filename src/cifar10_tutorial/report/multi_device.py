@@ -13,7 +13,7 @@ from ..errors import PipelineError
 from ..files import write_text_atomic
 
 from .reference import ref
-from .results import Results, device_text, markdown_table, pct, plot, speed_ratio
+from .results import Results, device_text, machine_of, markdown_table, pct, plot, speed_ratio
 
 
 TIMING_KEYS = ("machine", "cores", "repeats", "steps", "speed_2x64_vs_1x128", "setups")
@@ -30,7 +30,7 @@ def read_timing(path: Path) -> dict:
 
     try:
         timed = json.loads(read_small_file(path, 1 << 20).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         found = f"{type(exc).__name__}: {str(exc)[:80]}"
         timed = None
     else:
@@ -84,21 +84,40 @@ def _inconsistent(timed: dict) -> Optional[str]:
         return f"speed_2x64_vs_1x128 {timed['speed_2x64_vs_1x128']!r}, where a speed ratio above 0 is expected"
     for name in ("1 x 128", "2 x 64"):
         st = timed["setups"][name]
+        # the set-up's name fixes its shape: processes x batch per process
+        world, per_process = (int(n) for n in name.split(" x "))
         runs = st.get("runs")
-        eps = [run.get("examples_per_sec") for run in runs if isinstance(run, dict)] \
-            if isinstance(runs, list) else []
-        if not (eps and len(eps) == len(runs) and all(map(speed, eps))):
-            return f"set-up {name!r} without its runs' examples_per_sec (above 0, one a run)"
-        if len(eps) != timed["repeats"]:
-            return f"set-up {name!r} with {len(eps)} runs, where repeats is {timed['repeats']}"
-        if not (isinstance(st.get("world_size"), int) and not isinstance(st["world_size"], bool)
-                and st["world_size"] >= 1 and isinstance(st.get("device"), str)):
-            return f"set-up {name!r} without its world_size (a count) and device (words)"
-        per_batch = [run.get("sec_per_batch") for run in runs]
+        if not (isinstance(runs, list) and runs and all(isinstance(run, dict) for run in runs)):
+            return f"set-up {name!r} without its runs (a list of records, one a run)"
+        if len(runs) != timed["repeats"]:
+            return f"set-up {name!r} with {len(runs)} runs, where repeats is {timed['repeats']}"
+        for i, run in enumerate(runs):
+            # each run is one measurement: its examples/sec and its seconds a batch are one
+            # timing, on the set-up's machine and shape (benchmarks/devices_timing.py)
+            said = f"set-up {name!r}'s run {i + 1}"
+            if not (speed(run.get("examples_per_sec")) and speed(run.get("sec_per_batch"))):
+                return f"{said} without its examples_per_sec and sec_per_batch (above 0)"
+            shape = {"world_size": world, "global_batch_size": world * per_process,
+                     "device": st.get("device")}
+            off = next((k for k, v in shape.items() if run.get(k) != v
+                        or isinstance(run.get(k), bool)), None)
+            if off is not None:
+                return (f"{said} with {off} {run.get(off)!r}, where the set-up "
+                        f"{'records' if off == 'device' else 'is'} {shape[off]!r}")
+            if not same(run["sec_per_batch"], per_process / run["examples_per_sec"]):
+                return (f"{said} with sec_per_batch {run['sec_per_batch']!r}, where its "
+                        f"examples_per_sec gives {per_process / run['examples_per_sec']!r}")
+        if st.get("world_size") != world or isinstance(st.get("world_size"), bool):
+            return f"set-up {name!r} with world_size {st.get('world_size')!r}, where {world} is expected"
+        if not isinstance(st.get("device"), str) or machine_of(st["device"]) != timed["machine"]:
+            return (f"set-up {name!r} with device {st.get('device')!r}, where the record's "
+                    f"machine is {timed['machine']!r}")
+        eps = [run["examples_per_sec"] for run in runs]
+        per_batch = [run["sec_per_batch"] for run in runs]
         for key, values in (("examples_per_sec_median", eps), ("sec_per_batch_median", per_batch)):
             if not speed(st[key]):
                 return f"set-up {name!r} with {key} {st[key]!r}, where above 0 is expected"
-            if all(map(speed, values)) and not same(st[key], statistics.median(values)):
+            if not same(st[key], statistics.median(values)):
                 return (f"set-up {name!r} with {key} {st[key]!r}, where its runs' median is "
                         f"{statistics.median(values)!r}")
         spread = st.get("examples_per_sec_spread")

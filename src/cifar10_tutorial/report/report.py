@@ -248,7 +248,7 @@ def _listed(folder: Path) -> Optional[dict]:
     cannot be read."""
     try:
         files = json.loads((folder / WRITTEN).read_text(encoding="utf-8")).get("files")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
         return None
     return files if isinstance(files, dict) else None
 

@@ -16,6 +16,7 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import restore_from_git, save_figure_atomic
 from ..curves import read_curve
+from ..eval_files import refuse_other_predictions
 
 
 def load_variants(root: Path) -> pd.DataFrame:
@@ -75,7 +76,7 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
     variant.json names: a copy's folder may be named otherwise)."""
     try:
         named = json.loads((folder / "variant.json").read_text()).get("variant")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
         named = None
     name = (named if isinstance(named, str)
             and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,63}", named) else folder.name)
@@ -92,7 +93,7 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
             continue
         try:
             theirs = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             theirs = None
         absent = [k for k in (theirs if isinstance(theirs, dict) else ())
                   if k not in metrics[part]]
@@ -109,7 +110,10 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
                                 f"the folder holds parts of two runs (one stopped, or an "
                                 f"evaluation of another model); {rerun}.")
     _refuse_other_final_evaluation(folder, metrics, rerun)
-    _refuse_other_predictions(folder, metrics, rerun)
+    # the evaluation writes its files as one set: beside its metrics.json, a missing one
+    # was removed since (older results have no eval/ at all)
+    refuse_other_predictions(folder / "eval", metrics["eval"], folder / "metrics.json", rerun,
+                             (folder / "eval" / "metrics.json").is_file())
 
 
 # the evaluation and the run's held-out evaluation of its last step score the same weights
@@ -128,7 +132,7 @@ def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> N
     step = metrics["train"].get("step")
     try:  # the run's own record of its length (a damaged one: the model card names it)
         steps = json.loads((folder / "train" / "provenance.json").read_text()).get("steps")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
         steps = None
     if isinstance(steps, int) and steps != step:
         raise PipelineError(f"{folder / 'metrics.json'}: train.step is {step}, where "
@@ -162,90 +166,6 @@ def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> N
                                 f"runs' records mixed); {rerun}.")
 
 
-# per_class.csv's precisions are written to four decimals: each class's count of right
-# answers from it is off by at most its count x 0.00005
-PER_CLASS_DECIMALS = 5e-5
-
-
-def _refuse_other_predictions(folder: Path, metrics: dict, rerun: str) -> None:
-    """The evaluation's per-image and per-class files (eval/predictions.csv and
-    eval/per_class.csv, written with its figures, in one set) against eval.precision_at_1,
-    precision_at_1_raw and num_examples: a copy whose figures were edited, the files left
-    as they were, states a precision its own predictions contradict; one line naming the
-    file and the two figures."""
-    ev = metrics["eval"]
-    images = ev.get("num_examples")
-    said = {k: ev.get(k) for k in ("precision_at_1", "precision_at_1_raw")}
-    rows = _csv_rows(folder / "eval" / "predictions.csv", ["actual", "predicted"], rerun)
-    if rows is not None:
-        found = [(len(rows), "images"), (sum(a == p for a, p in rows) / max(len(rows), 1),
-                                         "precision_at_1")]
-        _compare(folder / "eval" / "predictions.csv", found, images, said, 0.5 / max(len(rows), 1),
-                 folder, rerun)
-    header = ["class", "count", "precision_at_1", "precision_at_1_raw"]
-    rows = _csv_rows(folder / "eval" / "per_class.csv", header, rerun)
-    if rows is None:
-        return
-    try:  # a class without test images has no precision ("nan"): it counts for nothing
-        counts = [int(c) for _, c, _, _ in rows]
-        fractions = [[float(p) for p in row[2:]] if c else [0.0, 0.0]
-                     for c, row in zip(counts, rows)]
-        if any(c < 0 for c in counts) or not all(
-                math.isfinite(p) and 0 <= p <= 1 for pair in fractions for p in pair):
-            raise ValueError("a negative count, or a precision outside 0 to 1")
-    except ValueError as exc:
-        raise PipelineError(f"{folder / 'eval' / 'per_class.csv'}: expected whole counts and "
-                            f"precisions from 0 to 1, found {str(exc)[:60]}; {rerun}.") from None
-    right = {k: sum(c * pair[i] for c, pair in zip(counts, fractions))
-             for i, k in enumerate(("precision_at_1", "precision_at_1_raw"))}
-    n = sum(counts)
-    found = [(n, "images")] + [(v / max(n, 1), k) for k, v in right.items()]
-    _compare(folder / "eval" / "per_class.csv", found, images, said,
-             PER_CLASS_DECIMALS + 0.5 / max(n, 1), folder, rerun)
-
-
-def _csv_rows(path: Path, header: list[str], rerun: str) -> Optional[list[list[str]]]:
-    """The rows under ``header`` of an evaluation's CSV file, each of its width; None
-    where the file is not there (a folder of older results)."""
-    import csv
-    import io
-
-    from ..files import read_small_file
-
-    if not path.is_file():
-        return None
-    try:
-        rows = list(csv.reader(io.StringIO(read_small_file(path, 64 << 20).decode("utf-8"))))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise PipelineError(f"{path}: cannot be read ({type(exc).__name__}: {str(exc)[:60]}); "
-                            f"expected the evaluation's {','.join(header)} rows; {rerun}.") \
-            from None
-    bad = next((r for r in rows[1:] if len(r) != len(header)), None)
-    if not rows or rows[0] != header or bad is not None:
-        found = ("nothing" if not rows else f"the header {','.join(rows[0])[:60]}"
-                 if rows[0] != header else f"the row {','.join(bad)[:60]}")
-        raise PipelineError(f"{path}: expected the evaluation's rows under the header "
-                            f"{','.join(header)}, found {found}; {rerun}.")
-    return rows[1:]
-
-
-def _compare(path: Path, found: list, images, said: dict, within: float, folder: Path,
-             rerun: str) -> None:
-    for value, key in found:
-        if key == "images":
-            if isinstance(images, int) and value != images:
-                raise PipelineError(f"{path}: {value:,} test images, where "
-                                    f"{folder / 'metrics.json'} gives eval.num_examples "
-                                    f"{images:,}: the files are not one evaluation's; {rerun}.")
-            continue
-        ours = said.get(key)
-        if isinstance(ours, (int, float)) and abs(value - ours) > within:
-            raise PipelineError(f"{folder / 'metrics.json'}: eval.{key} is {ours:.4f}, where "
-                                f"its {path} gives {value:.4f}: one evaluation writes both, so "
-                                f"the figures are not this run's (edited, or two runs' records "
-                                f"mixed); {rerun}.")
-
-
 def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
     """A variant's JSON record (metrics.json, variant.json, provenance.json), with ``keys``;
     else one line naming the file and the stage that writes it again (``variant``: its
@@ -253,7 +173,7 @@ def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
     rerun = f"`dvc repro -f reports/dvc.yaml:ablation@{variant or path.parent.name}`"
     try:
         value = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise PipelineError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
                             f"{str(exc)[:80]}); expected the record the variant's stage "
                             f"writes: rerun it ({rerun})") from None
@@ -1034,7 +954,7 @@ def _refuse_unreadable_or_renamed(results: Path) -> None:
         refuse_special_files([folder], "a result file")
         try:
             named = json.loads((folder / "variant.json").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             continue  # missing or damaged: said where the results are read
         if isinstance(named, dict) and "variant" in named and named["variant"] != folder.name:
             raise PipelineError(
@@ -1118,7 +1038,7 @@ def refuse_stale_definitions(ablations_root: Path, variants: dict) -> None:
             continue            # the results are read
         try:
             made = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             continue  # not run yet, or damaged: said where the results are read
         if not isinstance(made, dict) or not isinstance(overrides, dict):
             continue

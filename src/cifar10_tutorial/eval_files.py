@@ -1,0 +1,106 @@
+"""What an evaluation's files say of each other. The eval stage writes its figures
+(metrics.json), one row an image (predictions.csv) and one row a class (per_class.csv) as one
+set: the report, publish and the regression gate state a precision only where the files
+beside it give the same one (a figure edited alone, or two evaluations' files mixed, is one
+line naming both)."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from pathlib import Path
+from typing import Optional
+
+from .errors import PipelineError
+from .files import read_small_file
+
+# per_class.csv's precisions are written to four decimals: each class's count of right
+# answers from it is off by at most its count x 0.00005
+PER_CLASS_DECIMALS = 5e-5
+PREDICTIONS = ["actual", "predicted"]
+PER_CLASS = ["class", "count", "precision_at_1", "precision_at_1_raw"]
+
+
+def refuse_other_predictions(eval_dir: Path, ev: dict, metrics: Path, rerun: str,
+                             whole: bool) -> None:
+    """``eval_dir``'s predictions.csv and per_class.csv against ``ev`` (the evaluation's
+    figures, as ``metrics`` records them: precision_at_1, precision_at_1_raw,
+    num_examples). ``whole``: the folder is an evaluation's set, so a file missing from it
+    was removed since (else a missing one is older results, not checked). ``rerun``: how
+    the user makes the evaluation again."""
+    said = {k: ev.get(k) for k in ("precision_at_1", "precision_at_1_raw")}
+    images = ev.get("num_examples")
+    path = eval_dir / "predictions.csv"
+    rows = _csv_rows(path, PREDICTIONS, rerun, whole)
+    if rows is not None:
+        right = sum(actual == predicted for actual, predicted in rows) / max(len(rows), 1)
+        _compare(path, [(len(rows), "images"), (right, "precision_at_1")], images, said,
+                 0.5 / max(len(rows), 1), metrics, rerun)
+    path = eval_dir / "per_class.csv"
+    rows = _csv_rows(path, PER_CLASS, rerun, whole)
+    if rows is None:
+        return
+    try:  # a class without test images has no precision ("nan"): it counts for nothing
+        counts = [int(c) for _, c, _, _ in rows]
+        fractions = [[float(p) for p in row[2:]] if c else [0.0, 0.0]
+                     for c, row in zip(counts, rows)]
+        if any(c < 0 for c in counts) or not all(
+                math.isfinite(p) and 0 <= p <= 1 for pair in fractions for p in pair):
+            raise ValueError("a negative count, or a precision outside 0 to 1")
+    except ValueError as exc:
+        raise PipelineError(f"{path}: expected whole counts and precisions from 0 to 1, found "
+                            f"{str(exc)[:60]}; {rerun}.") from None
+    n = sum(counts)
+    found = [(n, "images")] + [
+        (sum(c * pair[i] for c, pair in zip(counts, fractions)) / max(n, 1), key)
+        for i, key in enumerate(("precision_at_1", "precision_at_1_raw"))]
+    _compare(path, found, images, said, PER_CLASS_DECIMALS + 0.5 / max(n, 1), metrics, rerun)
+
+
+def _csv_rows(path: Path, header: list[str], rerun: str,
+              required: bool) -> Optional[list[list[str]]]:
+    """The rows under ``header`` of an evaluation's CSV file, each of its width; None
+    where the file is not there and not ``required``."""
+    if not os.path.lexists(path):
+        if not required:
+            return None
+        raise PipelineError(f"{path}: missing beside {path.parent / 'metrics.json'}, which the "
+                            f"evaluation writes with it as one set; {rerun}.")
+    try:
+        rows = list(csv.reader(io.StringIO(read_small_file(path, 64 << 20).decode("utf-8"))))
+    except OSError as exc:  # a folder in its place, a file too large to be an evaluation's
+        found = "a folder" if isinstance(exc, IsADirectoryError) else exc.strerror or exc
+        raise PipelineError(f"{path}: expected the evaluation's {','.join(header)} rows, found "
+                            f"{found}; {rerun}.") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise PipelineError(f"{path}: cannot be read ({type(exc).__name__}: {str(exc)[:60]}); "
+                            f"expected the evaluation's {','.join(header)} rows; {rerun}.") \
+            from None
+    bad = next((r for r in rows[1:] if len(r) != len(header)), None)
+    if not rows or rows[0] != header or bad is not None:
+        found = ("nothing" if not rows else
+                 "a byte-order mark before the header (as a spreadsheet saves one)"
+                 if rows[0] and rows[0][0].startswith("\ufeff") else
+                 f"the header {','.join(rows[0])[:60]}" if rows[0] != header else
+                 f"the row {','.join(bad)[:60]}")
+        raise PipelineError(f"{path}: expected the evaluation's rows under the header "
+                            f"{','.join(header)}, found {found}; {rerun}.")
+    return rows[1:]
+
+
+def _compare(path: Path, found: list, images, said: dict, within: float, metrics: Path,
+             rerun: str) -> None:
+    """Each (value, key) ``path`` gives against the figure ``metrics`` states."""
+    for value, key in found:
+        if key == "images":
+            if isinstance(images, int) and value != images:
+                raise PipelineError(f"{path}: {value:,} test images, where {metrics} gives "
+                                    f"eval.num_examples {images:,}: the files are not one "
+                                    f"evaluation's; {rerun}.")
+            continue
+        ours = said.get(key)
+        if isinstance(ours, (int, float)) and abs(value - ours) > within:
+            raise PipelineError(f"{metrics}: eval.{key} is {ours:.4f}, where its {path} gives "
+                                f"{value:.4f}: one evaluation writes both, so the figures are "
+                                f"not this run's (edited, or two runs' records mixed); {rerun}.")
