@@ -219,6 +219,24 @@ def test_a_copied_or_renamed_record_is_not_another_run(tmp_path, how):
         load_reference_runs(tf)
 
 
+def test_a_record_the_tables_do_not_show_is_named(tmp_path):
+    """A run of another length, a 10,000-step run still under way, a second 100,000-step
+    run: each named with why it is not compared, never dropped unsaid."""
+    r, tf = _results(tmp_path), tmp_path / "tf"
+    _record(tf, "tf_10k_a", [(10000, 0.786, 0.745)])
+    assert "Not compared" not in "\n".join(against_reference(r, tf))
+    _record(tf, "tf_9k", [(9000, 0.77, 0.74)], planned=9000)
+    _record(tf, "tf_10k_b", [(5000, 0.6, 0.55)])
+    rec = json.loads((tf / "tf_10k_b.json").read_text())
+    (tf / "tf_10k_b.json").write_text(json.dumps({**rec, "reached_step": 6000}))
+    _record(tf, "tf_long_a", [(10000, 0.78, 0.74)], planned=100000)
+    _record(tf, "tf_long_b", [(10000, 0.79, 0.75)], planned=100000)
+    text = "\n".join(against_reference(r, tf))
+    assert ("Not compared: `tf_10k_b` (under way, at step 6,000 of 10,000); `tf_9k` (a run of "
+            "9,000 steps: the section compares runs of 10,000 and 100,000); `tf_long_b` (a "
+            "second run of 100,000 steps: the section follows one).") in text
+
+
 def test_a_record_of_other_data_is_refused(tmp_path):
     """The section compares the reference with this project on the same images: a record
     of another archive than the other runs', or of another number of images than the

@@ -171,10 +171,29 @@ def against_reference(r: Results, folder: Optional[Path]) -> list[str]:
            f"by its own `cifar10_eval.py` on the same held-out images "
            f"({any_run['data'].get('evaluated_images', 10112):,} with the queue's wrap-around, "
            f"to three decimals), with the averaged and with the raw weights.", ""]
-    md += _short_runs(r, {k: v for k, v in runs.items()
-                          if v.get("steps_planned") == SHORT and _at(v, SHORT)})
-    md += _long_run(r, {k: v for k, v in runs.items() if v.get("steps_planned") == LONG})
-    return md + _opcheck(Path(folder) / OPCHECK)
+    short = {k: v for k, v in runs.items() if v.get("steps_planned") == SHORT and _at(v, SHORT)}
+    long = {k: v for k, v in runs.items() if v.get("steps_planned") == LONG}
+    md += _short_runs(r, short)
+    md += _long_run(r, long)
+    return md + _set_aside(runs, short, next(iter(long), None)) + _opcheck(Path(folder) / OPCHECK)
+
+
+def _set_aside(runs: dict, short: dict, long: Optional[str]) -> list[str]:
+    """A line naming each record the tables above do not show, and why: a record is never
+    dropped from the comparison unsaid."""
+    why = []
+    for name, run in runs.items():
+        if name in short or name == long:
+            continue
+        planned, reached = run["steps_planned"], run.get("reached_step", run["steps_planned"])
+        if planned == SHORT:
+            said = f"under way, at step {reached:,} of {planned:,}"
+        elif planned == LONG:
+            said = f"a second run of {LONG:,} steps: the section follows one"
+        else:
+            said = f"a run of {planned:,} steps: the section compares runs of {SHORT:,} and {LONG:,}"
+        why.append(f"`{name}` ({said})")
+    return [f"Not compared: {'; '.join(why)}.", ""] if why else []
 
 
 def _refuse_other_data(r: Results, runs: dict, folder: Path) -> None:
