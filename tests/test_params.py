@@ -534,3 +534,24 @@ def test_a_params_file_of_the_other_kind_is_named_as_such(tmp_path):
     with pytest.raises(ParamsError, match=r"ablations: lives in reports/params.yaml, not in "
                                           r"params.yaml; move it there"):
         load_params(tmp_path / "params.yaml", MAIN)
+
+
+@pytest.mark.parametrize("overrides, said", [
+    ({"fast": {"peak_lr": 5.0}},
+     r"ablations.v: fast.peak_lr is read only under train.schedule: fast, and the variant "
+     r"trains under tutorial: it would change nothing"),
+    ({"train": {"schedule": "fast", "initial_lr": 0.5}},
+     r"ablations.v: train.initial_lr is read only under train.schedule: tutorial"),
+    ({"train": {"schedule": "fast", "moving_average_decay": 0.99}},
+     r"ablations.v: train.moving_average_decay is read only under train.schedule: tutorial"),
+])
+def test_a_variants_override_its_schedule_never_reads_is_refused(overrides, said):
+    """A variant overriding what its own schedule never reads (the fast schedule's peak rate
+    under the tutorial's) would train as its baseline does, and its results be read as
+    the override's effect: one line naming the key and the schedule that reads it."""
+    with pytest.raises(ParamsError, match=said):
+        params_from_dict({"ablations": {"v": overrides}})
+    # the same key under the schedule that reads it is a variant
+    schedule = "fast" if "fast" in overrides else "tutorial"
+    train = {**overrides.get("train", {}), "schedule": schedule}
+    params_from_dict({"ablations": {"v": {**overrides, "train": train}}})

@@ -337,9 +337,32 @@ class Params:
                                           f"{section}: ({why})")
                 _variant_sections(overrides, group, name)
                 try:
-                    variant_params(self, name)
+                    made = variant_params(self, name)
                 except ParamsError as exc:
                     raise ParamsError(f"{group}.{name}: {exc}") from None
+                _refuse_unread(overrides, made.train.schedule, group, name)
+
+
+# what one schedule reads and the other does not (training/optimization.py): the rate's
+# rule, the weight decay and the averages' decay of each
+READ_BY = {"fast": {"train": ("initial_lr", "lr_decay_factor", "epochs_per_decay",
+                              "weight_decay", "moving_average_decay")},
+           "tutorial": {"fast": tuple(f.name for f in dataclasses.fields(FastParams))}}
+
+
+def _refuse_unread(overrides: dict, schedule: str, group: str, name: str) -> None:
+    """A variant's override that its own schedule never reads (``fast.peak_lr`` under the
+    tutorial's schedule): it would train exactly as its baseline, and its results would be
+    read as the override's effect (none); one line naming it."""
+    for section, keys in READ_BY[schedule].items():
+        given = overrides.get(section)
+        key = next((k for k in keys if isinstance(given, dict) and k in given), None)
+        if key is not None:
+            other = "fast" if schedule == "tutorial" else "tutorial"
+            raise ParamsError(f"{group}.{name}: {section}.{key} is read only under "
+                              f"train.schedule: {other}, and the variant trains under "
+                              f"{schedule}: it would change nothing; set train.schedule: "
+                              f"{other} in the variant too, or drop {section}.{key}")
 
 
 def _variant_sections(overrides: dict, group: str, name: str) -> None:
