@@ -101,6 +101,24 @@ def test_leftovers_of_a_running_writer_or_with_foreign_files_are_not_touched(tmp
     assert snapshot(dest) == {"model.pt": "current"}
 
 
+def test_a_staging_folder_holding_its_writers_temporary_files_is_removed(tmp_path):
+    """A writer killed while it built its staging folder leaves its own files and the
+    temporary files of the writes it had begun (.NAME.<random>.tmp, a figure's .tmp.png):
+    all its own, so the next writer removes the folder; a name of that shape for a file
+    the writer does not make is not its own."""
+    dest = folder(tmp_path / "out", **{"model.pt": "current"})
+    killed = folder(tmp_path / f".out.staging-{dead_pid()}-abc",
+                    **{"model.pt": "x", ".published.json.k3j_9xq2.tmp": "",
+                       ".model.pt.abcdefgh.tmp.png": ""})
+    said = recover_swapped_folder(dest, OWN, MARK)
+    assert said == [f"{killed}: removed, a folder an interrupted swap left half built"]
+    assert not killed.exists() and snapshot(dest) == {"model.pt": "current"}
+    other = folder(tmp_path / f".out.staging-{dead_pid()}-def",
+                   **{".thesis.tex.abcdefgh.tmp": "mine"})
+    recover_swapped_folder(dest, OWN, MARK)
+    assert snapshot(other) == {".thesis.tex.abcdefgh.tmp": "mine"}
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="renameat2 is Linux's")
 def test_on_linux_the_swap_is_one_step(tmp_path):
     a, b = folder(tmp_path / "a", x="a"), folder(tmp_path / "b", x="b")

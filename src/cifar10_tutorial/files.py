@@ -371,14 +371,25 @@ def swap_in_folder(staged: Path, dest: Path, own: set[str]) -> Optional[Path]:
     return None if _remove_own(old, own) else old
 
 
+def _temporary_of(name: str, own: set[str]) -> bool:
+    """Whether ``name`` is the temporary file :func:`_replace_with` writes beside a file of
+    ``own`` before renaming it into place (``.NAME.<8 random characters>.tmp``, a figure's
+    with ``.png`` after): a writer killed before that rename leaves it."""
+    import re
+
+    match = re.fullmatch(r"\.(.+)\.[A-Za-z0-9_]{8}\.tmp(?:\.png)?", name)
+    return match is not None and match.group(1) in {hidden_stem(o) for o in own}
+
+
 def _remove_own(folder: Path, own: set[str]) -> bool:
-    """The files of ``own`` in ``folder``, then ``folder`` itself when that left it empty;
-    False (and nothing removed) when it holds anything else."""
+    """The files of ``own`` in ``folder`` (and the temporary files of their writes), then
+    ``folder`` itself when that left it empty; False (and nothing removed) when it holds
+    anything else."""
     if folder.is_symlink() or not folder.is_dir():  # never through a link
         return False
     entries = {p.name for p in folder.iterdir()}
-    if not entries <= own or any((folder / n).is_symlink() or (folder / n).is_dir()
-                                 for n in entries):
+    if not all(n in own or _temporary_of(n, own) for n in entries) \
+            or any((folder / n).is_symlink() or (folder / n).is_dir() for n in entries):
         return False
     for name in entries:
         (folder / name).unlink()
