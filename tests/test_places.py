@@ -515,6 +515,27 @@ def test_another_checkouts_stages_are_never_the_commands_own(project, tmp_path):
     refuse_foreign_place(Path("reports/report.md"), "--out", "", ("report",))  # its own
 
 
+@pytest.mark.parametrize("place", ["report.md", "models/mine", "notes/report.md"])
+def test_a_place_anywhere_in_another_checkout_is_refused(project, tmp_path, monkeypatch,
+                                                         place):
+    """Run from one checkout, a command writes nothing into another (its root, a new
+    folder of its models/: the other checkout's own commands make those from its own
+    results); run from outside any checkout, the place is judged by its pipelines alone."""
+    other = copy_project(tmp_path / "w")
+    (other / ".dvc").mkdir()
+    before = _everything(other)
+    with pytest.raises(PipelineError, match=rf"^--out {re.escape(str(other / place))}: inside "
+                                            rf"{re.escape(str(other))}, another checkout than "
+                                            rf"the one this runs in \({re.escape(str(project))}\)"
+                                            rf"; run it from there"):
+        refuse_foreign_place(other / place, "--out")
+    assert _everything(other) == before
+    refuse_foreign_place(Path(place), "--out")  # its own checkout's
+    (tmp_path / "free").mkdir()
+    monkeypatch.chdir(tmp_path / "free")
+    refuse_foreign_place(other / "models/mine", "--out")
+
+
 @pytest.mark.parametrize("through, own", [
     ("reports", ("report",)),  # cifar10 report --out link: the other's report
     ("reports/ablations/baseline", ()),  # publish or eval --out inside the other's variant

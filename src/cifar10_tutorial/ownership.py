@@ -811,4 +811,13 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                             f"run refuses to share with files it did not make; give {option} "
                             f"a path outside the pipelines' folders{instead}. Nothing was "
                             f"changed.")
+    # anywhere else in another checkout than the one this command runs in (its root, a new
+    # folder of its models/): that checkout's files are made by its own commands, from its
+    # own results; a command run from no checkout names none of its own
+    if lies_in is not None and here_running is not None \
+            and lies_in.resolve() != here_running.resolve() \
+            and not _in_a_workspace(here_running.resolve(), lies_in.resolve()):
+        raise PipelineError(f"{option} {path}: inside {lies_in}, another checkout than the "
+                            f"one this runs in ({here_running}); run it from there, or give "
+                            f"{option} a path outside it{instead}. Nothing was changed.")
 
