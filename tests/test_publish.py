@@ -860,10 +860,12 @@ def test_an_out_among_a_foreach_output_of_a_variant_not_run_yet_is_refused(tmp_p
     monkeypatch.chdir(tmp_path)
     with pytest.raises(PipelineError, match=r"^--out reports/ablations/zz/eval: is "
                                             r"reports/ablations/zz/eval, an output of the "
-                                            r"DVC stage 'ablation@zz'"):
+                                            r"DVC stage 'ablation' \(for a variant named "
+                                            r"zz\)"):
         publish("zz", tmp_path / "none.pt", tmp_path / "none", Path("reports/ablations/zz/eval"))
     with pytest.raises(PipelineError, match=r"^--out reports/ablations/zz/eval/pub: lies inside "
-                                            r".* the DVC stage 'ablation@zz'"):
+                                            r".* the DVC stage 'ablation' \(for a variant "
+                                            r"named zz\)"):
         publish("zz", tmp_path / "none.pt", tmp_path / "none",
                 Path("reports/ablations/zz/eval/pub"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]

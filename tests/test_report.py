@@ -75,6 +75,19 @@ def exercises(root: Path, steps: int, effects: dict) -> None:
     write_variant(root, "devices_2x64", 0.70, steps, speed=300.0, world_size=2, batch_size=64)
 
 
+def _eval_files(folder: Path, right: int = 7000) -> None:
+    """The evaluation's predictions.csv and per_class.csv of 10,000 images of two classes,
+    ``right`` of them right (raw weights: 200 fewer), as the eval stage writes them."""
+    half = right // 2
+    rows = (["cat,cat"] * half + ["cat,dog"] * (5000 - half) + ["dog,dog"] * half
+            + ["dog,cat"] * (5000 - half))
+    (folder / "predictions.csv").write_text("\n".join(["actual,predicted"] + rows) + "\n")
+    p, raw = half / 5000, (half - 100) / 5000
+    (folder / "per_class.csv").write_text("class,count,precision_at_1,precision_at_1_raw\n"
+                                          f"cat,5000,{p:.4f},{raw:.4f}\n"
+                                          f"dog,5000,{p:.4f},{raw:.4f}\nbird,0,nan,nan\n")
+
+
 def section(text: str, heading: str) -> str:
     return text.split(heading, 1)[1].split("\n## ", 1)[0]
 
@@ -869,6 +882,7 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
     m = json.loads((folder / "metrics.json").read_text())
     (folder / "eval").mkdir(exist_ok=True)
     (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
+    _eval_files(folder / "eval")
     (folder / "train").mkdir(exist_ok=True)
     (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"]}))
     make_report(root, tmp_path / "out", OVERRIDES)  # one run's: reported
@@ -940,11 +954,7 @@ def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path
     m = json.loads((folder / "metrics.json").read_text())
     (folder / "eval").mkdir()
     (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
-    rows = ["cat,cat"] * 3500 + ["cat,dog"] * 1500 + ["dog,dog"] * 3500 + ["dog,cat"] * 1500
-    (folder / "eval/predictions.csv").write_text("\n".join(["actual,predicted"] + rows) + "\n")
-    (folder / "eval/per_class.csv").write_text(
-        "class,count,precision_at_1,precision_at_1_raw\ncat,5000,0.7000,0.6800\n"
-        "dog,5000,0.7000,0.6800\nbird,0,nan,nan\n")
+    _eval_files(folder / "eval")
     make_report(root, tmp_path / "out", OVERRIDES)  # one evaluation's files: reported
     if edit in ("edited", "edited-predictions-too", "raw-edited", "edited-csvs-deleted",
                 "edited-csvs-folders"):
@@ -954,10 +964,10 @@ def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path
             m["eval"]["precision_at_1"] = m["train"]["held_out"]["precision_at_1"] = 0.9
         (folder / "metrics.json").write_text(json.dumps(m))
         (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
-        if edit == "edited-predictions-too":
-            rows = ["cat,cat"] * 4500 + ["cat,dog"] * 500 + ["dog,dog"] * 4500 + ["dog,cat"] * 500
-            (folder / "eval/predictions.csv").write_text(
-                "\n".join(["actual,predicted"] + rows) + "\n")
+        if edit == "edited-predictions-too":  # per_class.csv left as it was
+            per_class = (folder / "eval/per_class.csv").read_text()
+            _eval_files(folder / "eval", right=9000)
+            (folder / "eval/per_class.csv").write_text(per_class)
         if edit.startswith("edited-csvs"):
             for name in ("predictions.csv", "per_class.csv"):
                 (folder / "eval" / name).unlink()

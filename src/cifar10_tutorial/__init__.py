@@ -30,6 +30,8 @@ Below them, the ground every folder may import:
 - ``cli``, ``files``, ``errors``: command lines, safe writes and md5s, errors;
 - ``ownership``: what a run may touch: its folders checked before anything is replaced,
   and one run per output folder;
+- ``eval_files``: an evaluation's files checked against each other (its figures, its
+  predictions, its per-class table), wherever they are read;
 - ``regression``: the regression gate (the regression stage, and CI's runs);
 - ``commands``: the `cifar10` console command, which runs the stages, the scripts beside
   the package and the modules' commands by name (it imports them only when asked);
