@@ -104,8 +104,8 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
     # results edited after the run: metrics.json alone (its eval/ says otherwise), a
     # precision above 1, both records alike (the run's own last held-out evaluation says
     # otherwise), every record alike, the held-out curves deleted (its predictions say
-    # otherwise), and its evaluation's files deleted too (the model gives another precision
-    # than they state: only the evaluation run again tells)
+    # otherwise), and its evaluation's files edited to agree too (the model gives another
+    # precision than they state: only the evaluation run again tells)
     edited = tmp_path / "edited"
     shutil.copytree(results, edited)
     m = json.loads((edited / "metrics.json").read_text())
@@ -133,8 +133,8 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
         if how == "all":
             (edited / "train/metrics.json").write_text(json.dumps({**t, "held_out": held}))
             shutil.rmtree(edited / "train/plots/metrics/held_out", ignore_errors=True)
-            if check is not None:  # results of a version without eval/ (older ones)
-                shutil.rmtree(edited / "eval")
+            if check is not None:  # its predictions edited to agree as well
+                _predictions_that_give(edited / "eval", value)
         with pytest.raises(PipelineError, match=said):
             publish("tutorial_100k", model, edited, tmp_path / "b", check_data=check)
         assert not (tmp_path / "b").exists()
@@ -145,6 +145,28 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
         publish("tutorial_100k", project / "data/ablations/tutorial_100k/model.pt", results,
                 tmp_path / "c")
     assert [p.name for p in (tmp_path / "c").iterdir()] == ["notes.txt"]
+
+
+def _predictions_that_give(folder, precision):
+    """An evaluation's predictions.csv and per_class.csv edited to give ``precision``
+    (wrong rows made right, or right ones wrong; the raw weights' column as it was)."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO((folder / "predictions.csv").read_text())))[1:]
+    need = round(precision * len(rows)) - sum(a == p for a, p in rows)
+    for row in rows:
+        if need > 0 and row[0] != row[1]:
+            row[1], need = row[0], need - 1
+        elif need < 0 and row[0] == row[1]:
+            row[1], need = next(a for a, _ in rows if a != row[0]), need + 1
+    (folder / "predictions.csv").write_text(
+        "".join(f"{a},{p}\n" for a, p in [("actual", "predicted"), *rows]))
+    table = list(csv.reader(io.StringIO((folder / "per_class.csv").read_text())))
+    for line in table[1:]:
+        mine = [p for a, p in rows if a == line[0]]
+        line[2] = f"{sum(p == line[0] for p in mine) / len(mine):.4f}" if mine else "nan"
+    (folder / "per_class.csv").write_text("".join(",".join(line) + "\n" for line in table))
 
 
 def _snapshot(folder):
