@@ -87,7 +87,16 @@ def test_a_metric_that_is_not_finite_fails_never_ok(tmp_path, value):
     ('{"eval.precision_at_1": "0.5", "train.loss_avg": 1}', r"eval.precision_at_1 is '0.5', "
                                                             r"expected a number"),
     ('{"eval.precision_at_1": true, "train.loss_avg": 1}', r"is True, expected a number"),
-    (b"\xff\xfe\x00garbage", r"not valid JSON")])
+    (b"\xff\xfe\x00garbage", r"not valid JSON"),
+    ("[" * 100_000 + "]" * 100_000, r"not valid JSON"),
+    # figures no run makes: against them every run would pass
+    ('{"eval.precision_at_1": -5, "train.loss_avg": 1}', r"eval.precision_at_1 is -5, expected "
+                                                         r"a fraction from 0 to 1"),
+    ('{"eval.precision_at_1": 0.5, "train.loss_avg": 1e999}', r"train.loss_avg is inf, "
+                                                              r"expected a finite number"),
+    ('{"eval.precision_at_1": 0.5, "train.loss_avg": -1}', r"train.loss_avg is -1, expected a "
+                                                           r"finite number of at least 0"),
+    ('{"eval.precision_at_1": NaN, "train.loss_avg": 1}', r"eval.precision_at_1 is nan")])
 def test_a_damaged_baseline_is_one_line_naming_it(tmp_path, text, found):
     """A damaged baseline, or a folder in its place, is one line naming it and saying how
     to restore it: never a traceback."""
@@ -660,7 +669,9 @@ def test_a_baseline_outside_the_checkout_is_refused_before_the_run(tmp_path, bas
     ("README.md", "# my project\n", "not a baseline's path"),
     ("reports/notes.json", '{"mine": "text"}\n', "a file that is not a baseline"),
     ("reports/baseline/a-folder.json", None, "a folder or special file, not a baseline file"),
-], ids=["git-config", "readme", "json-not-a-baseline", "folder"])
+    ("reports/baseline/deep.json", "[" * 100_000 + "]" * 100_000,
+     r"a file that is not a baseline \(not JSON\)"),
+], ids=["git-config", "readme", "json-not-a-baseline", "folder", "nested-past-the-parser"])
 @pytest.mark.parametrize("update", [True, False], ids=["update", "gate"])
 def test_a_baseline_path_naming_another_file_is_refused_before_the_run(tmp_path, baseline,
                                                                        made, why, update, capsys):

@@ -184,6 +184,13 @@ def gate(baseline_path: Optional[str], tolerances: dict,
            and (isinstance(baseline[k], bool) or not isinstance(baseline[k], (int, float)))]
     if bad:
         raise PipelineError(f"{path}: {bad[0]} is {baseline[bad[0]]!r}, expected a number; {fix}")
+    # a figure no run makes (a precision of -5, an infinite loss) gates nothing: every run
+    # passes against it
+    bad = [(k, expected) for k in tolerances if k in baseline
+           for expected in [_impossible(k, float(baseline[k]))] if expected]
+    if bad:
+        (key, expected), = bad[:1]
+        raise PipelineError(f"{path}: {key} is {baseline[key]!r}, expected {expected}; {fix}")
     rows = compare(now, {k: float(baseline[k]) for k in tolerances if k in baseline}, tolerances)
     text = f"Regression check against {path}:\n\n{markdown_table(rows)}"
     if not all(r.ok for r in rows):
@@ -202,6 +209,17 @@ def is_gate_text(text: str) -> bool:
         "no such baseline file" in text.split("\n", 1)[0])
 
 
+def _impossible(metric: str, value: float) -> Optional[str]:
+    """What a run's ``metric`` can be, where ``value`` is not that: precisions are fractions
+    from 0 to 1, losses and the rest finite (a loss at least 0); None when it can be."""
+    name = metric.rsplit(".", 1)[-1]
+    if "precision" in name and not 0 <= value <= 1:
+        return "a fraction from 0 to 1, as a run's precision is"
+    if not math.isfinite(value) or ("loss" in name and value < 0):
+        return "a finite number" + (" of at least 0, as a run's loss is" if "loss" in name else "")
+    return None
+
+
 def not_a_baseline(path: Path) -> Optional[str]:
     """Why ``path`` may not be written as a baseline, or None: a baseline is a ``.json``
     file outside git's and DVC's own folders, and one that is there already is a regular
@@ -216,7 +234,7 @@ def not_a_baseline(path: Path) -> Optional[str]:
         return None
     try:
         data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return "a file that is not a baseline (not JSON)"
     if not isinstance(data, dict) or any(isinstance(v, bool) or not isinstance(v, (int, float))
                                          for v in data.values()):
