@@ -275,6 +275,7 @@ def test_a_damaged_record_is_one_line(tmp_path):
     ({"data": "x"}, 'data is "x", expected the data set\'s record'),
     ({"tensorflow": {"x": 1}}, 'tensorflow is {"x": 1}, expected its version'),
     ({"segments": "x"}, "segments is not a list of records"),
+    ({"evaluations": None}, "evaluations is null, expected a list of records"),
     ({"precision_at_1": 1.5}, "an evaluation's precision_at_1 is 1.5, expected a fraction"),
     ({"precision_at_1": float("nan")}, "an evaluation's precision_at_1 is NaN, expected a"),
     ({"precision_at_1_raw": "0.78"}, 'an evaluation\'s precision_at_1_raw is "0.78", expected a fraction'),
@@ -299,7 +300,8 @@ def test_a_record_with_figures_no_run_gives_is_one_line(tmp_path, edit, said):
     for key, value in edit.items():
         if key == "twice":
             rec["evaluations"].append(dict(last))
-        elif key in ("reached_step", "steps_planned", "data", "tensorflow", "segments"):
+        elif key in ("reached_step", "steps_planned", "data", "tensorflow", "segments",
+                     "evaluations"):
             rec[key] = value
         else:
             last[key] = value

@@ -116,6 +116,10 @@ def _evaluations(rec) -> list[tuple]:
     reached = count(rec.get("reached_step", planned), "reached_step")
     if reached > planned:
         raise ValueError(f"reached_step is {reached}, past steps_planned {planned}")
+    if not isinstance(rec["evaluations"], list) or not all(
+            isinstance(e, dict) for e in rec["evaluations"]):
+        raise ValueError(f"evaluations is {json.dumps(rec['evaluations'])[:40]}, expected a "
+                         f"list of records")
     evals = [(count(e["step"], "an evaluation's step"),
               fraction(e["precision_at_1"], "an evaluation's precision_at_1"),
               fraction(e["precision_at_1_raw"], "an evaluation's precision_at_1_raw"))
