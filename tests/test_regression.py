@@ -92,11 +92,10 @@ def test_a_metric_that_is_not_finite_fails_never_ok(tmp_path, value):
     # figures no run makes: against them every run would pass
     ('{"eval.precision_at_1": -5, "train.loss_avg": 1}', r"eval.precision_at_1 is -5, expected "
                                                          r"a fraction from 0 to 1"),
-    ('{"eval.precision_at_1": 0.5, "train.loss_avg": 1e999}', r"train.loss_avg is inf, "
-                                                              r"expected a finite number"),
+    ('{"eval.precision_at_1": 1.5, "train.loss_avg": 1}', r"eval.precision_at_1 is 1.5, expected "
+                                                          r"a fraction from 0 to 1"),
     ('{"eval.precision_at_1": 0.5, "train.loss_avg": -1}', r"train.loss_avg is -1, expected a "
-                                                           r"finite number of at least 0"),
-    ('{"eval.precision_at_1": NaN, "train.loss_avg": 1}', r"eval.precision_at_1 is nan")])
+                                                           r"number of at least 0")])
 def test_a_damaged_baseline_is_one_line_naming_it(tmp_path, text, found):
     """A damaged baseline, or a folder in its place, is one line naming it and saying how
     to restore it: never a traceback."""

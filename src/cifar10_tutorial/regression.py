@@ -210,13 +210,16 @@ def is_gate_text(text: str) -> bool:
 
 
 def _impossible(metric: str, value: float) -> Optional[str]:
-    """What a run's ``metric`` can be, where ``value`` is not that: precisions are fractions
-    from 0 to 1, losses and the rest finite (a loss at least 0); None when it can be."""
+    """What a run's ``metric`` can be, where the finite ``value`` is not that: precisions
+    are fractions from 0 to 1, losses at least 0; None when it can be (a value that is not
+    finite fails the gate's row instead: never compared as a number)."""
     name = metric.rsplit(".", 1)[-1]
+    if not math.isfinite(value):
+        return None
     if "precision" in name and not 0 <= value <= 1:
         return "a fraction from 0 to 1, as a run's precision is"
-    if not math.isfinite(value) or ("loss" in name and value < 0):
-        return "a finite number" + (" of at least 0, as a run's loss is" if "loss" in name else "")
+    if "loss" in name and value < 0:
+        return "a number of at least 0, as a run's loss is"
     return None
 
 
