@@ -220,8 +220,7 @@ def _typed(path: Path, record: dict) -> None:
     left to the report's readers); one line naming the file, the key and what was found."""
     for key, kinds in _VARIANT_KINDS.items():
         value = record.get(key)
-        if key not in record or (isinstance(value, kinds)
-                                 and (bool not in kinds) == (not isinstance(value, bool))):
+        if key not in record or _of_kind(value, kinds):
             continue
         found = json.dumps(value)[:40] if isinstance(value, (str, bool, int, float, type(None))) \
             else f"a {type(value).__name__}"
