@@ -14,7 +14,7 @@ import yaml
 
 from cifar10_tutorial import ownership
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.ownership import refuse_foreign_place
+from cifar10_tutorial.ownership import refuse_foreign_place, repository_at
 from conftest import ROOT, copy_project
 
 LOCK = ("schema: '2.0'\nstages:\n  ablation@baseline:\n    cmd: x\n    outs:\n"
@@ -520,7 +520,9 @@ def test_a_place_anywhere_in_another_checkout_is_refused(project, tmp_path, monk
                                                          place):
     """Run from one checkout, a command writes nothing into another (its root, a new
     folder of its models/: the other checkout's own commands make those from its own
-    results); run from outside any checkout, the place is judged by its pipelines alone."""
+    results). Run from outside any checkout, the command runs for the checkout whose code
+    runs (a stage script given by its path): another is refused all the same; only an
+    installed package's code, in no checkout, names none of its own."""
     other = copy_project(tmp_path / "w")
     (other / ".dvc").mkdir()
     before = _everything(other)
@@ -533,7 +535,17 @@ def test_a_place_anywhere_in_another_checkout_is_refused(project, tmp_path, monk
     refuse_foreign_place(Path(place), "--out")  # its own checkout's
     (tmp_path / "free").mkdir()
     monkeypatch.chdir(tmp_path / "free")
-    refuse_foreign_place(other / "models/mine", "--out")
+    code = repository_at(Path(ownership.__file__).resolve().parent)
+    with pytest.raises(PipelineError, match=rf"^--out {re.escape(str(other / place))}: inside "
+                                            rf"{re.escape(str(other))}, another checkout than "
+                                            rf"the one whose code runs \({re.escape(str(code))}\)"
+                                            rf"; run it from there"):
+        refuse_foreign_place(other / place, "--out")
+    assert _everything(other) == before
+    refuse_foreign_place(code / "scratch" / "mine", "--out")  # the code's own checkout
+    (tmp_path / "site-packages").mkdir()
+    monkeypatch.setattr(ownership, "__file__", str(tmp_path / "site-packages" / "ownership.py"))
+    refuse_foreign_place(other / "models/mine", "--out")  # an installed package's: none
 
 
 @pytest.mark.parametrize("through, own", [

@@ -813,11 +813,19 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
                             f"changed.")
     # anywhere else in another checkout than the one this command runs in (its root, a new
     # folder of its models/): that checkout's files are made by its own commands, from its
-    # own results; a command run from no checkout names none of its own
-    if lies_in is not None and here_running is not None \
-            and lies_in.resolve() != here_running.resolve() \
-            and not _in_a_workspace(here_running.resolve(), lies_in.resolve()):
-        raise PipelineError(f"{option} {path}: inside {lies_in}, another checkout than the "
-                            f"one this runs in ({here_running}); run it from there, or give "
-                            f"{option} a path outside it{instead}. Nothing was changed.")
+    # own results. Run from no checkout, the command runs for the checkout whose code runs
+    # (a stage script given by its path, an editable install); only an installed package
+    # run from no checkout names none of its own
+    code_in = None
+    if here_running is None:
+        code_in = repository_at(Path(__file__).resolve().parent)
+    running = here_running if here_running is not None else code_in
+    if lies_in is not None and running is not None \
+            and lies_in.resolve() != running.resolve() \
+            and not _in_a_workspace(running.resolve(), lies_in.resolve()):
+        which = (f"the one this runs in ({here_running})" if here_running is not None else
+                 f"the one whose code runs ({code_in})")
+        raise PipelineError(f"{option} {path}: inside {lies_in}, another checkout than "
+                            f"{which}; run it from there, or give {option} a path outside "
+                            f"it{instead}. Nothing was changed.")
 
