@@ -453,6 +453,34 @@ def test_an_evaluation_stopped_while_it_writes_leaves_the_old_set_whole(
     assert how == "sigterm" or any(f"{left[0]}: removed" in line for line in said), said
 
 
+def test_a_staging_named_folder_without_the_evaluations_mark_is_kept(synth_data, trained,
+                                                                     tmp_path):
+    """A folder named as an evaluation's staging one, of a process that has ended, but
+    without the mark an evaluation writes there first: someone else's (a user's notes, or
+    files a user kept there), whatever its files are called; left, and named."""
+    import logging
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    mine = tmp_path / f".ev.staging-{proc.pid}-yyyyyyyy"
+    mine.mkdir()
+    (mine / "metrics.json").write_text("mine")
+    (mine / "predictions.csv").write_text("mine2")
+    logger = logging.getLogger("cifar10_tutorial.evaluation.evaluate")
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logger.addHandler(handler)
+    try:
+        evaluate(synth_data, trained.model, tmp_path / "ev", 64, "cpu")
+    finally:
+        logger.removeHandler(handler)
+    assert _files(mine) == {"metrics.json": b"mine", "predictions.csv": b"mine2"}
+    assert any(f"{mine}: left by an interrupted swap, and holds files it did not write"
+               in line for line in said), said
+    assert "metrics.json" in _files(tmp_path / "ev")
+
+
 def test_an_eval_out_that_is_a_link_stays_a_link(synth_data, trained, tmp_path):
     """--out a link to a folder: the results go into the folder it points to, swapped in
     there; the link itself is neither replaced nor moved."""

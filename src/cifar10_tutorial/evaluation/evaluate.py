@@ -81,6 +81,20 @@ def plot_confusion(cm: np.ndarray, classes: list[str], path: Path, title: str) -
 # what an evaluation writes in its folder: all a variant's persisted eval/ output may hold
 EVAL_NAMES = {"metrics.json", "per_class.csv", "predictions.csv", "confusion.png",
               "provenance.json"}
+BUILDING = ".eval-building"  # the first file in the folder an evaluation builds
+
+
+def _eval_own(folder: Path) -> set[str]:
+    """The files in ``folder`` (one an interrupted evaluation left beside --out) that the
+    evaluation may remove: in a folder it was building, its mark (written before any other
+    file) and the eval's files; in one without the mark, nothing (a folder named so by
+    someone else, whatever its files are called); in an old set put aside, the eval's."""
+    import re
+
+    if re.search(r"\.staging-[0-9]+-[^.]*$", folder.name):
+        mark = folder / BUILDING
+        return EVAL_NAMES | {BUILDING} if mark.is_file() and not mark.is_symlink() else set()
+    return EVAL_NAMES
 
 
 def _refuse_other_record(path: Path) -> None:
@@ -169,17 +183,19 @@ def _write_results(out_dir: Path, r: dict, metrics: dict, record: dict, actual: 
              "metrics.json": json.dumps(metrics, indent=2) + "\n"}
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with ending_signals_unwind():
-        for line in recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json"):
+        for line in recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json", _eval_own):
             log.warning("note: %s", line)
         staged = staging_folder(out_dir)
         try:
             with writing(staged, out_dir):  # a full disk: the output named, not the staging
+                (staged / BUILDING).touch()  # first: what a later run may take as its own
                 plot_confusion(confusion_matrix(actual, pred, k), classes, staged / "confusion.png",
                                f"precision @ 1 = {metrics['precision_at_1']:.3f} (averaged "
                                f"weights, step {step})")
                 for name, text in texts.items():
                     write_text_atomic(staged / name, text)
                 provenance.write(staged, record)  # last: the record of a whole set
+            (staged / BUILDING).unlink()  # whole: what goes in place holds the eval's only
             old = {p.name for p in out_dir.iterdir()} & EVAL_NAMES if out_dir.is_dir() else set()
             kept = swap_in_folder(staged, out_dir, old)
             if kept is not None:  # refused before the run, so only if it changed meanwhile
@@ -188,7 +204,7 @@ def _write_results(out_dir: Path, r: dict, metrics: dict, record: dict, actual: 
                             out_dir, kept)
         finally:
             if staged.is_dir():  # not swapped in (or the old set, kept): only its own files
-                recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json")
+                recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json", _eval_own)
 
 
 def _newest_readable(ckpts: list[Path], evaluated: set, damaged: set, device) -> Optional[dict]:
