@@ -555,3 +555,26 @@ def test_a_variants_override_its_schedule_never_reads_is_refused(overrides, said
     schedule = "fast" if "fast" in overrides else "tutorial"
     train = {**overrides.get("train", {}), "schedule": schedule}
     params_from_dict({"ablations": {"v": {**overrides, "train": train}}})
+
+
+@pytest.mark.parametrize("base, overrides, said", [
+    ({}, {"input": {"shuffle": "permutation", "min_fraction_of_examples_in_queue": 0.1}},
+     r"ablations.v: input.min_fraction_of_examples_in_queue is read only under "
+     r"input.shuffle: queue, and the variant trains under permutation"),
+    ({"input": {"shuffle": "permutation"}},
+     {"input": {"min_fraction_of_examples_in_queue": 0.01}},
+     r"ablations.v: input.min_fraction_of_examples_in_queue is read only under input.shuffle"),
+    ({}, {"train": {"max_steps": 500, "max_epochs": 2}},
+     r"ablations.v: train.max_steps and train.max_epochs both set, and train.max_epochs "
+     r"replaces train.max_steps"),
+], ids=["queue-fill-under-permutation", "inherited-permutation", "two-budgets"])
+def test_a_variants_override_its_own_params_never_read_is_refused(base, overrides, said):
+    """The queue's fill under a permutation (no queue), or a budget in steps beside one in
+    epochs (which replaces it): the variant would train as if it were not set, its results
+    read as its effect; one line. The same variant where it is read is one."""
+    with pytest.raises(ParamsError, match=said):
+        params_from_dict({**base, "ablations": {"v": overrides}})
+    if "input" in overrides:
+        params_from_dict({"ablations": {"v": {"input": {
+            **overrides["input"], "shuffle": "queue"}}}})
+    params_from_dict({**base, "ablations": {"v": {"train": {"max_epochs": 2}}}})

@@ -340,29 +340,42 @@ class Params:
                     made = variant_params(self, name)
                 except ParamsError as exc:
                     raise ParamsError(f"{group}.{name}: {exc}") from None
-                _refuse_unread(overrides, made.train.schedule, group, name)
+                _refuse_unread(overrides, made, group, name)
 
 
-# what one schedule reads and the other does not (training/optimization.py): the rate's
-# rule, the weight decay and the averages' decay of each
-READ_BY = {"fast": {"train": ("initial_lr", "lr_decay_factor", "epochs_per_decay",
-                              "weight_decay", "moving_average_decay")},
-           "tutorial": {"fast": tuple(f.name for f in dataclasses.fields(FastParams))}}
+# what a variant may set that only one value of another setting reads: each schedule's
+# (training/optimization.py: the rate's rule, the weight decay and the averages' decay of
+# each), and the shuffle queue's fill (training/inputs.py: a permutation has no queue)
+READ_ONLY_UNDER = (
+    ("train", ("initial_lr", "lr_decay_factor", "epochs_per_decay", "weight_decay",
+               "moving_average_decay"), ("train", "schedule"), "tutorial"),
+    ("fast", tuple(f.name for f in dataclasses.fields(FastParams)), ("train", "schedule"),
+     "fast"),
+    ("input", ("min_fraction_of_examples_in_queue",), ("input", "shuffle"), "queue"),
+)
 
 
-def _refuse_unread(overrides: dict, schedule: str, group: str, name: str) -> None:
-    """A variant's override that its own schedule never reads (``fast.peak_lr`` under the
-    tutorial's schedule): it would train exactly as its baseline, and its results would be
-    read as the override's effect (none); one line naming it."""
-    for section, keys in READ_BY[schedule].items():
+def _refuse_unread(overrides: dict, made: "Params", group: str, name: str) -> None:
+    """A variant's override that the variant's own params never read (``fast.peak_lr``
+    under the tutorial's schedule, the queue's fill under a permutation), or a budget given
+    twice (train.max_epochs replaces train.max_steps): it would train exactly as its
+    baseline, and its results would be read as the override's effect (none); one line
+    naming it."""
+    for section, keys, (where, setting), value in READ_ONLY_UNDER:
         given = overrides.get(section)
         key = next((k for k in keys if isinstance(given, dict) and k in given), None)
-        if key is not None:
-            other = "fast" if schedule == "tutorial" else "tutorial"
+        actual = getattr(getattr(made, where), setting)
+        if key is not None and actual != value:
             raise ParamsError(f"{group}.{name}: {section}.{key} is read only under "
-                              f"train.schedule: {other}, and the variant trains under "
-                              f"{schedule}: it would change nothing; set train.schedule: "
-                              f"{other} in the variant too, or drop {section}.{key}")
+                              f"{where}.{setting}: {value}, and the variant trains under "
+                              f"{actual}: it would change nothing; set {where}.{setting}: "
+                              f"{value} in the variant too, or drop {section}.{key}")
+    train = overrides.get("train")
+    if isinstance(train, dict) and train.get("max_steps") is not None \
+            and train.get("max_epochs") is not None:
+        raise ParamsError(f"{group}.{name}: train.max_steps and train.max_epochs both set, "
+                          f"and train.max_epochs replaces train.max_steps: the steps would "
+                          f"change nothing; set one of them")
 
 
 def _variant_sections(overrides: dict, group: str, name: str) -> None:
