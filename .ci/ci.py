@@ -447,9 +447,10 @@ def run_config(name: str, root: Path = Path("."), update_baseline: bool = False,
         ensure_writable(metrics_out.parent)  # a folder that cannot be made: now, not after
         refuse_foreign_place(metrics_out, "--metrics-out", feeds=(("regression", None),))  # git's, the code's, a stage's
     if baseline_file is not None:
-        from cifar10_tutorial.regression import not_a_baseline
+        from cifar10_tutorial.regression import impossible_in, not_a_baseline
 
         why = not_a_baseline(baseline_file) if baseline_file.is_file() else "not a file"
+        why = why or impossible_in(baseline_file)
         if why is not None:  # the whole run first, then this: never
             raise PipelineError(f"--baseline {baseline_file}: {why}; give a baseline file "
                                 f"(the gated metrics, as `--update-baseline` writes them). "

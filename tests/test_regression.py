@@ -19,15 +19,29 @@ from conftest import ROOT, children_of, processes_in
 TOL = {"eval.precision_at_1": {"max_drop": 0.02}, "train.loss_avg": {"max_rise": 0.15}}
 
 
+def write_eval(folder: Path, evals: dict) -> Path:
+    """The eval stage's set in ``folder``: metrics.json (``evals``) and the predictions.csv
+    and per_class.csv of its num_examples images that give its precision."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n, p = evals.get("num_examples", 1000), evals.get("precision_at_1", 0.0)
+    right = round(p * n) if isinstance(p, float) and 0 <= p <= 1 else 0
+    rows = ["cat,cat"] * right + ["cat,dog"] * (n - right)
+    (folder / "predictions.csv").write_text("\n".join(["actual,predicted"] + rows) + "\n")
+    (folder / "per_class.csv").write_text("class,count,precision_at_1,precision_at_1_raw\n"
+                                          f"cat,{n},{right / n:.4f},{right / n:.4f}\n")
+    (folder / "metrics.json").write_text(json.dumps(evals))
+    return folder / "metrics.json"
+
+
 def write_run(tmp_path, precision=0.80, loss=1.0, drop=()):
-    files = {"train": tmp_path / "train.json", "eval": tmp_path / "eval.json"}
+    files = {"train": tmp_path / "train.json"}
     train = {"loss_avg": loss, "step": 100}
     evals = {"precision_at_1": precision, "num_examples": 1000}
     for key in drop:
         train.pop(key, None)
         evals.pop(key, None)
     files["train"].write_text(json.dumps(train))
-    files["eval"].write_text(json.dumps(evals))
+    files["eval"] = write_eval(tmp_path / "eval", evals)
     return files
 
 
@@ -47,6 +61,15 @@ def test_within_tolerance_passes(tmp_path):
     text = gate(write_baseline(tmp_path), TOL, write_run(tmp_path, precision=0.785, loss=1.1))
     assert "| eval.precision_at_1 | 0.8000 | 0.7850 | -0.0150 | >= -0.0200 | ok |" in text
     assert "| train.loss_avg | 1.0000 | 1.1000 | +0.1000 | <= +0.1500 | ok |" in text
+
+
+def test_a_baseline_key_without_a_tolerance_is_named(tmp_path):
+    """A key of the baseline that regression.tolerances does not gate (a misspelt metric)
+    gates nothing: the gate's text says so, and which."""
+    text = gate(write_baseline(tmp_path, **{"eval.bogus": 1}), TOL, write_run(tmp_path))
+    assert "Not gated: eval.bogus (in the baseline, without a tolerance in " \
+           "regression.tolerances)" in text
+    assert "Not gated" not in gate(write_baseline(tmp_path), TOL, write_run(tmp_path))
 
 
 def test_a_drop_past_the_tolerance_fails_with_the_table(tmp_path):
@@ -112,7 +135,7 @@ def test_run_metrics_of_the_wrong_shape_are_one_line(tmp_path):
     the stage that writes it."""
     files = write_run(tmp_path)
     files["eval"].write_text("[1]")
-    with pytest.raises(PipelineError, match=r"eval.json: expected a JSON object of metrics, "
+    with pytest.raises(PipelineError, match=r"eval/metrics.json: expected a JSON object of metrics, "
                                             r"found a list; rerun the stage that writes it"):
         collect_metrics(files)
 
@@ -168,6 +191,49 @@ def test_figures_the_evaluations_own_files_contradict_pass_no_gate(tmp_path, edi
         said = r"eval/predictions.csv: missing beside .*eval/metrics.json"
     with pytest.raises(PipelineError, match=said):
         gate(str(baseline), TOL, files)
+    with pytest.raises(PipelineError, match=said):
+        update_baseline(str(tmp_path / "new.json"), TOL, files)
+    assert not (tmp_path / "new.json").exists()
+
+
+def test_a_lone_eval_metrics_file_passes_no_gate(tmp_path):
+    """--eval-metrics a metrics.json alone (a copy, its figures edited, no CSVs beside it):
+    the eval stage writes every metrics.json with its predictions.csv and per_class.csv,
+    so one without them is no evaluation's; never a pass or a baseline."""
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    files = {"train": tmp_path / "train.json", "eval": lone / "metrics.json"}
+    files["train"].write_text(json.dumps({"loss_avg": 1.0}))
+    files["eval"].write_text(json.dumps({"precision_at_1": 0.95, "num_examples": 1000}))
+    said = r"lone/predictions.csv: missing beside .*lone/metrics.json"
+    with pytest.raises(PipelineError, match=said):
+        gate(write_baseline(tmp_path), TOL, files)
+    with pytest.raises(PipelineError, match=said):
+        update_baseline(str(tmp_path / "new.json"), TOL, files)
+    assert not (tmp_path / "new.json").exists()
+
+
+@pytest.mark.parametrize("curve, passes", [
+    ("3\t5.0\n6\t4.702444076538086\n", False),  # the run's own last point: 4.70
+    ("3\t5.0\n6\t1.0\n", True),  # the figure is the curve's last point
+    ("3\t1.7\n", True),  # no point at the run's last step: nothing to compare
+], ids=["edited", "same", "no-last-point"])
+def test_a_train_loss_its_own_curve_contradicts_passes_no_gate(tmp_path, curve, passes):
+    """train.loss_avg edited by hand in the train stage's metrics.json (the loss curve the
+    same run logged left as it was): one line naming both, never a pass or a baseline."""
+    files = write_run(tmp_path)
+    train = tmp_path / "train"
+    (train / "plots/metrics/train").mkdir(parents=True)
+    (train / "metrics.json").write_text(json.dumps({"loss_avg": 1.0, "step": 6}))
+    (train / "plots/metrics/train/loss_avg.tsv").write_text("step\tloss_avg\n" + curve)
+    files["train"] = train / "metrics.json"
+    if passes:
+        assert "| ok |" in gate(write_baseline(tmp_path), TOL, files)
+        return
+    said = (r"train/metrics.json: train.loss_avg is 1.0000, where .*train/plots/metrics/train/"
+            r"loss_avg.tsv gives 4.7024 at the run's last step \(6\)")
+    with pytest.raises(PipelineError, match=said):
+        gate(write_baseline(tmp_path), TOL, files)
     with pytest.raises(PipelineError, match=said):
         update_baseline(str(tmp_path / "new.json"), TOL, files)
     assert not (tmp_path / "new.json").exists()
@@ -265,7 +331,7 @@ def test_the_stage_exits_1_with_the_table(tmp_path):
     (tmp_path / "reports/train").mkdir(parents=True)
     (tmp_path / "reports/eval").mkdir(parents=True)
     (tmp_path / "reports/train/metrics.json").write_text(json.dumps({"loss_avg": 1.0}))
-    (tmp_path / "reports/eval/metrics.json").write_text(json.dumps({"precision_at_1": 0.5}))
+    write_eval(tmp_path / "reports/eval", {"precision_at_1": 0.5, "num_examples": 1000})
     baseline = write_baseline(tmp_path)
     (tmp_path / "params.yaml").write_text(f"regression: {{baseline: {baseline}}}\n")
     shutil.copy2(ROOT / "dvc.yaml", tmp_path)  # run by hand: the paths come from there
@@ -433,8 +499,14 @@ def test_ci_options_for_a_baseline_kept_elsewhere_are_checked_in_one_line(tmp_pa
     and an existing file; anything else is one line, before any run."""
     from ci import main
 
+    (tmp_path / "impossible.json").write_text('{"eval.precision_at_1": 95, '
+                                              '"train.loss_avg": 1.0}')
     for argv, found in ((["synthetic", "real", "--metrics-out", "m.json"],
                          "--baseline and --metrics-out take one configuration, found 2"),
+                        # a figure no run gives: said before the run, not after it
+                        (["synthetic", "--baseline", str(tmp_path / "impossible.json")],
+                         "impossible.json: eval.precision_at_1 is 95, expected a fraction "
+                         "from 0 to 1"),
                         (["official", "--baseline", str(tmp_path / "nope.json")],
                          "nope.json: no such file; give a baseline JSON file")):
         with pytest.raises(SystemExit) as exit_:

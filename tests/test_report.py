@@ -54,7 +54,9 @@ def write_variant(root: Path, name: str, precision: float, steps: int, seed: int
         "commit": commit, "dirty": False, "device": "a CPU, 2 threads", "data_hash": "d" * 32,
         "cpu_load": [2.0, 2.0, 2.0], "steps": steps}))
     plots = out / "train" / "plots" / "metrics"
-    _tsv(plots / "train" / "loss_avg.tsv", "loss_avg", [(s, 2.0 - s / steps) for s in (steps // 2, steps)])
+    # the run's final loss_avg is its curve's last point (one run logs both)
+    _tsv(plots / "train" / "loss_avg.tsv", "loss_avg",
+         [(s, 2.0 + precision - s / steps) for s in (steps // 2, steps)])
     if curve_every:
         points = range(curve_every, steps + 1, curve_every)
         _tsv(plots / "held_out" / "precision_at_1.tsv", "precision_at_1",
@@ -869,6 +871,10 @@ def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkey
                          r"train.held_out"),
     ("step-moved", r"softmax/metrics.json: train.step is 10001, where .*softmax/train/"
                    r"provenance.json records 10000 steps"),
+    # the final loss edited in both records alike: the loss curve the run logged says
+    ("loss-edited-alike", r"softmax/metrics.json: train.loss_avg is 0.1230, where .*softmax/"
+                          r"train/plots/metrics/train/loss_avg.tsv gives 1.7000 at the run's "
+                          r"last step \(10,000\)"),
 ])
 def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_path, edit, said):
     """A variant's metrics.json and its eval/ and train/ metrics are one run's: a folder a
@@ -893,6 +899,11 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
         (folder / "eval/metrics.json").write_text(json.dumps({**m["eval"], "precision_at_1": 0.125}))
     elif edit == "train-differs":
         (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"] + 1}))
+    elif edit == "loss-edited-alike":
+        m["train"]["loss_avg"] = 0.123
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"],
+                                                               "loss_avg": 0.123}))
     elif edit in ("held-out-deleted", "step-moved"):
         m["eval"].update(precision_at_1=0.9, precision_at_1_raw=0.88)
         if edit == "held-out-deleted":

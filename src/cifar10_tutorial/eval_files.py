@@ -2,7 +2,8 @@
 (metrics.json), one row an image (predictions.csv) and one row a class (per_class.csv) as one
 set: the report, publish and the regression gate state a precision only where the files
 beside it give the same one (a figure edited alone, or two evaluations' files mixed, is one
-line naming both)."""
+line naming both). A training run's final averaged loss is checked the same way against the
+last point of the loss curve the same run logged."""
 from __future__ import annotations
 
 import csv
@@ -99,8 +100,41 @@ def _compare(path: Path, found: list, images, said: dict, within: float, metrics
                                     f"eval.num_examples {images:,}: the files are not one "
                                     f"evaluation's; {rerun}.")
             continue
-        ours = said.get(key)
-        if isinstance(ours, (int, float)) and abs(value - ours) > within:
+        ours = said.get(key)  # one not finite is no figure of a run: its readers say so
+        if isinstance(ours, (int, float)) and math.isfinite(ours) and abs(value - ours) > within:
             raise PipelineError(f"{metrics}: eval.{key} is {ours:.4f}, where its {path} gives "
                                 f"{value:.4f}: one evaluation writes both, so the figures are "
                                 f"not this run's (edited, or two runs' records mixed); {rerun}.")
+
+
+def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> None:
+    """``train``'s ``loss_avg`` (as ``metrics`` states it) against the loss curve the same run
+    logged beside it (``live``/plots/metrics/train/loss_avg.tsv) at the run's last step,
+    where it logged that step: the two are one value, written by the same run. A curve
+    that is not there or has no row at that step states nothing (a run that logged no
+    line); an edited figure, or two runs' files mixed, is one line naming both."""
+    step, said = train.get("step"), train.get("loss_avg")
+    path = Path(live) / "plots" / "metrics" / "train" / "loss_avg.tsv"
+    if not isinstance(step, (int, float)) or not isinstance(said, (int, float)) \
+            or isinstance(said, bool) or not os.path.isfile(path):
+        return
+    try:
+        lines = read_small_file(path, 64 << 20).decode("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return
+    value = None
+    for line in reversed(lines[1:]):
+        fields = line.split("\t")
+        try:
+            if len(fields) == 2 and float(fields[0]) == step:
+                value = float(fields[1])
+                break
+        except ValueError:
+            continue
+    if value is None or not math.isfinite(value):
+        return
+    if not math.isfinite(said) or abs(value - said) > 1e-6 * max(1.0, abs(value)):
+        raise PipelineError(f"{metrics}: train.loss_avg is {said:.4f}, where {path} gives "
+                            f"{value:.4f} at the run's last step ({int(step):,}): one run "
+                            f"writes both, so the figures are not this run's (edited, or two "
+                            f"runs' records mixed); {rerun}.")

@@ -21,7 +21,7 @@ from typing import Optional
 
 from .files import read_small_file, write_text_atomic
 from .errors import PipelineError
-from .eval_files import refuse_other_predictions
+from .eval_files import refuse_other_loss, refuse_other_predictions
 from .param_types import Tolerance, parse_tolerance
 
 class RegressionError(PipelineError):
@@ -58,9 +58,14 @@ def collect_metrics(files: dict[str, Path]) -> dict[str, float]:
         if not path.is_file():
             continue
         data = read_json_object(path, "rerun the stage that writes it")
-        if group == "eval":  # its figures as its own predictions give them (a hand edit not)
+        # its figures as its own files give them (a hand edit not): the eval stage writes
+        # its CSVs with every metrics.json, the train stage its loss curve
+        if group == "eval":
             refuse_other_predictions(path.parent, data, path, "rerun the eval stage (`dvc "
-                                     "repro eval`)", (path.parent / "provenance.json").is_file())
+                                     "repro eval`)", True)
+        elif group == "train":
+            refuse_other_loss(path.parent, data, path, "rerun the train stage (`dvc repro "
+                                                       "train`)")
         for key, value in data.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[f"{group}.{key}"] = float(value)
@@ -193,6 +198,11 @@ def gate(baseline_path: Optional[str], tolerances: dict,
         raise PipelineError(f"{path}: {key} is {baseline[key]!r}, expected {expected}; {fix}")
     rows = compare(now, {k: float(baseline[k]) for k in tolerances if k in baseline}, tolerances)
     text = f"Regression check against {path}:\n\n{markdown_table(rows)}"
+    loose = [k for k in baseline if k not in tolerances]
+    if loose:  # a misspelt metric there gates nothing: said, never silently passed over
+        text += (f"\n\nNot gated: {', '.join(map(str, loose))} (in the baseline, without a "
+                 f"tolerance in regression.tolerances): give it one there, or remove it from "
+                 f"{path}.")
     if not all(r.ok for r in rows):
         failed = ", ".join(r.metric for r in rows if not r.ok)
         raise RegressionError(f"{text}\n\nREGRESSION in {failed}. If the change is intended, "
@@ -220,6 +230,17 @@ def _impossible(metric: str, value: float) -> Optional[str]:
         return "a fraction from 0 to 1, as a run's precision is"
     if "loss" in name and value < 0:
         return "a number of at least 0, as a run's loss is"
+    return None
+
+
+def impossible_in(path: Path) -> Optional[str]:
+    """What in the baseline at ``path`` (one :func:`not_a_baseline` takes) no run can give
+    (a precision of 95, a loss below 0): said before a run, not after it; None otherwise."""
+    data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
+    for key, value in data.items():
+        expected = _impossible(key, float(value))
+        if expected:
+            return f"{key} is {value!r}, expected {expected}"
     return None
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import restore_from_git, save_figure_atomic
 from ..curves import read_curve
-from ..eval_files import refuse_other_predictions
+from ..eval_files import refuse_other_loss, refuse_other_predictions
 
 
 def load_variants(root: Path) -> pd.DataFrame:
@@ -110,6 +110,7 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
                                 f"the folder holds parts of two runs (one stopped, or an "
                                 f"evaluation of another model); {rerun}.")
     _refuse_other_final_evaluation(folder, metrics, rerun)
+    refuse_other_loss(folder / "train", metrics["train"], folder / "metrics.json", rerun)
     # the evaluation writes its files as one set: beside its metrics.json, a missing one
     # was removed since (older results have no eval/ at all)
     refuse_other_predictions(folder / "eval", metrics["eval"], folder / "metrics.json", rerun,
