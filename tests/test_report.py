@@ -1330,6 +1330,12 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
     ("eight-processes", "set-up '2 x 64''s run 1 with world_size 8, where the set-up is 2"),
     ("other-machine", "set-up '1 x 128' with device 'AMD EPYC, 2 threads', where the "
                       "record's machine is 'NVIDIA H100'"),
+    # a run copied over another (the medians and spread recomputed): one timing twice
+    ("copied-run", "set-up '2 x 64''s run 3 with the examples_per_sec of set-up '2 x 64''s "
+                   "run 1"),
+    ("third-setup", "set-up '4 x 32', where the record holds the set-ups '1 x 128' and "
+                    "'2 x 64' only"),
+    ("absurd-steps", "steps a number of 31 digits, where at most 1,000,000,000 is expected"),
 ])
 def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, said):
     """The timing record's medians, spreads and ratio are its runs' (what
@@ -1380,6 +1386,19 @@ def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, sa
             run["world_size"] = 8
     elif edit == "other-machine":
         record.update(machine="NVIDIA H100", cores=4096)
+    elif edit == "copied-run":
+        two["runs"][2] = dict(two["runs"][0])
+        speeds = [run["examples_per_sec"] for run in two["runs"]]
+        two.update(examples_per_sec_median=statistics.median(speeds),
+                   examples_per_sec_spread=max(speeds) - min(speeds),
+                   sec_per_batch_median=statistics.median(
+                       run["sec_per_batch"] for run in two["runs"]))
+        record["speed_2x64_vs_1x128"] = (two["examples_per_sec_median"]
+                                         / one["examples_per_sec_median"])
+    elif edit == "third-setup":
+        record["setups"]["4 x 32"] = json.loads(json.dumps(two))
+    elif edit == "absurd-steps":
+        record["steps"] = 10 ** 30
     else:
         one["sec_per_batch_median"] = 9.0
     path = tmp_path / "timing.json"

@@ -251,9 +251,18 @@ def test_a_record_of_other_data_is_refused_or_not_compared(tmp_path):
     rec["data"]["archive_md5"] = "0" * 32
     (tf / "tf_reference_100k.json").write_text(json.dumps(rec))
     with pytest.raises(PipelineError, match=r"tf_reference_100k.json: data.archive_md5 is "
-                                            r"'0{32}', where tf_10k_a.json gives 'cbbdb9d17d"):
+                                            r"'0{32}', where tf_10k_a.json, tf_10k_b.json give "
+                                            r"'cbbdb9d17d"):
         load_reference_runs(tf)
+    # the odd record named whichever its place in the folder's order
     (tf / "tf_reference_100k.json").write_text(good)
+    first = json.loads((tf / "tf_10k_a.json").read_text())
+    first["data"]["archive_md5"] = "0" * 32
+    (tf / "tf_10k_a.json").write_text(json.dumps(first))
+    with pytest.raises(PipelineError, match=r"/tf_10k_a.json: data.archive_md5 is '0{32}', "
+                                            r"where tf_10k_b.json, tf_reference_100k.json give"):
+        load_reference_runs(tf)
+    shutil.copy(ROOT / "reports/tf_reference/tf_10k_a.json", tf / "tf_10k_a.json")
     df = pd.DataFrame({"precision_at_1": [0.784], "precision_at_1_raw": [0.747],
                        "steps": [10000], "num_train": [5000], "num_examples": [10000]},
                       index=["baseline"])
@@ -286,6 +295,11 @@ def test_a_damaged_record_is_one_line(tmp_path):
     ({"reached_step": 10001}, "reached_step is 10001, past steps_planned 10000"),
     ({"steps_planned": 10000.5}, "steps_planned is 10000.5, expected a whole number"),
     ({"twice": True}, "two evaluations of one step"),
+    ({"evaluated_images": 10}, "data.evaluated_images is 10, fewer than held_out_images "
+                               "10,000: its evaluations were not of the held-out images"),
+    ({"held_out_images": -1}, "data.held_out_images is -1, expected a whole number"),
+    ({"steps_planned": 10 ** 400}, "steps_planned is a number of 401 digits, expected at most "
+                                   "1,000,000,000"),
 ])
 def test_a_record_with_figures_no_run_gives_is_one_line(tmp_path, edit, said):
     """A precision outside 0 to 1, not finite or written as text, or an evaluation of a
@@ -303,6 +317,8 @@ def test_a_record_with_figures_no_run_gives_is_one_line(tmp_path, edit, said):
         elif key in ("reached_step", "steps_planned", "data", "tensorflow", "segments",
                      "evaluations"):
             rec[key] = value
+        elif key.endswith("_images"):
+            rec["data"][key] = value
         else:
             last[key] = value
     (tf / "tf_10k_a.json").write_text(json.dumps(rec))

@@ -22,6 +22,7 @@ from .reference import ref
 from .results import REPRODUCTION, Results, in_repository, markdown_table, pct, plot
 
 SHORT, LONG = 10_000, 100_000  # the reference's runs: two of 10K steps, one of 100K
+STEPS_LIMIT = 10 ** 9  # no run of the reference's is planned longer: a record past it is none
 OPCHECK = "opcheck.json"  # beside the runs' records: the operation-level check
 
 
@@ -57,15 +58,23 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
                                    f"start of training or loss curve)")
                                 + " (a copy or a rename counts one run twice); remove it, or "
                                   "remake it with devtools/tf_reference.py collect")
-        md5 = rec["data"].get("archive_md5")
-        other = next((name for name, seen in runs.items() if md5 is not None
-                      and seen["data"].get("archive_md5") not in (None, md5)), None)
-        if other is not None:
-            raise PipelineError(f"{path}: data.archive_md5 is {md5!r}, where {other}.json gives "
-                                f"{runs[other]['data']['archive_md5']!r}: the reference's runs "
-                                f"compare only on one data set; remake the one of other data "
-                                f"with devtools/tf_reference.py collect, or remove it")
         runs[path.stem] = {**rec, "evals": evals}
+    # the runs compare on one data set: where their archives differ, the record of the
+    # fewest runs' is the odd one (of two records, the first is named, the other said)
+    groups = {}
+    for name, run in runs.items():
+        if run["data"].get("archive_md5") is not None:
+            groups.setdefault(run["data"]["archive_md5"], []).append(name)
+    if len(groups) > 1:
+        md5, odd = min(groups.items(), key=lambda group: len(group[1]))
+        rest = [(other, names) for other, names in groups.items() if other != md5]
+        said = "; ".join(f"{', '.join(n + '.json' for n in names)} "
+                         f"give{'s' if len(names) == 1 else ''} {other!r}"
+                         for other, names in rest)
+        raise PipelineError(f"{Path(folder) / (odd[0] + '.json')}: data.archive_md5 is "
+                            f"{md5!r}, where {said}: the reference's runs compare only on one "
+                            f"data set; remake the one of other data with "
+                            f"devtools/tf_reference.py collect, or remove it")
     return runs
 
 
@@ -112,7 +121,18 @@ def _evaluations(rec) -> list[tuple]:
     if not isinstance(rec.get("segments") or [], list) or not all(
             isinstance(seg, dict) for seg in rec.get("segments") or []):
         raise ValueError("segments is not a list of records")
+    images = {k: count(rec["data"][k], f"data.{k}") for k in
+              ("train_images", "held_out_images", "evaluated_images") if k in rec["data"]}
+    if images.get("evaluated_images", math.inf) < images.get("held_out_images", 0):
+        # cifar10_eval.py runs whole batches over the held-out images: all of them, and the
+        # queue's wrap-around to the next whole batch
+        raise ValueError(f"data.evaluated_images is {images['evaluated_images']:,}, fewer "
+                         f"than held_out_images {images['held_out_images']:,}: its "
+                         f"evaluations were not of the held-out images")
     planned = count(rec["steps_planned"], "steps_planned")
+    if planned > STEPS_LIMIT:
+        raise ValueError(f"steps_planned is a number of {len(str(planned))} digits, expected "
+                         f"at most {STEPS_LIMIT:,}")
     reached = count(rec.get("reached_step", planned), "reached_step")
     if reached > planned:
         raise ValueError(f"reached_step is {reached}, past steps_planned {planned}")

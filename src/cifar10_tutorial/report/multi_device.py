@@ -18,6 +18,7 @@ from .results import Results, device_text, machine_of, markdown_table, pct, plot
 
 TIMING_KEYS = ("machine", "cores", "repeats", "steps", "speed_2x64_vs_1x128", "setups")
 SETUP_KEYS = ("examples_per_sec_median", "world_size", "sec_per_batch_median")
+COUNT_LIMIT = 10 ** 9  # of cores, repeats or steps: a record past it is not a timing's
 # what the report prints of each key: its kind (a count, a number, words)
 KINDS = {"machine": (str,), "cores": (int,), "repeats": (int,), "steps": (int,),
          "speed_2x64_vs_1x128": (int, float)}
@@ -80,6 +81,21 @@ def _inconsistent(timed: dict) -> Optional[str]:
     for key in ("cores", "repeats", "steps"):
         if timed[key] < 1:
             return f"{key} {timed[key]!r}, where at least 1 is expected"
+        if timed[key] > COUNT_LIMIT:  # no timing runs a billion of anything
+            return (f"{key} a number of {len(str(timed[key]))} digits, where at most "
+                    f"{COUNT_LIMIT:,} is expected")
+    extra = sorted(set(timed["setups"]) - {"1 x 128", "2 x 64"})
+    if extra:  # the report states two set-ups' figures: a third would go unsaid
+        return (f"set-up {extra[0]!r}, where the record holds the set-ups '1 x 128' and "
+                f"'2 x 64' only")
+    seen = {}  # every run is its own timing: two never agree to the last digit
+    for name in ("1 x 128", "2 x 64"):
+        for i, run in enumerate(timed["setups"][name].get("runs") or []):
+            eps = run.get("examples_per_sec") if isinstance(run, dict) else None
+            if isinstance(eps, float) and eps in seen:
+                return (f"set-up {name!r}'s run {i + 1} with the examples_per_sec of "
+                        f"{seen[eps]} ({eps!r}): a copy of one run, where each is its own timing")
+            seen[eps] = f"set-up {name!r}'s run {i + 1}"
     if not speed(timed["speed_2x64_vs_1x128"]):
         return f"speed_2x64_vs_1x128 {timed['speed_2x64_vs_1x128']!r}, where a speed ratio above 0 is expected"
     for name in ("1 x 128", "2 x 64"):
