@@ -28,7 +28,8 @@ def write_eval(folder: Path, evals: dict) -> Path:
     rows = ["cat,cat"] * right + ["cat,dog"] * (n - right)
     (folder / "predictions.csv").write_text("\n".join(["actual,predicted"] + rows) + "\n")
     (folder / "per_class.csv").write_text("class,count,precision_at_1,precision_at_1_raw\n"
-                                          f"cat,{n},{right / n:.4f},{right / n:.4f}\n")
+                                          f"cat,{n},{right / n:.4f},{right / n:.4f}\n"
+                                          "dog,0,nan,nan\n")
     (folder / "metrics.json").write_text(json.dumps(evals))
     return folder / "metrics.json"
 

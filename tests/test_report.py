@@ -859,6 +859,8 @@ def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkey
     ("eval-differs", r"softmax/eval/metrics.json: precision_at_1 not what .*softmax/metrics.json "
                      r"gives; the two are written by one run of the variant"),
     ("train-differs", r"softmax/train/metrics.json: step not what"),
+    ("eval-unreadable", r"softmax/eval/metrics.json: cannot be read as JSON \(JSONDecodeError: "
+                        r".*\), where the variant's run writes its eval figures; rerun it"),
     # a copy's figures edited alike in every record: its own last held-out evaluation (the
     # same weights, the same images) says otherwise; then its curve, edited all but that
     ("edited-alike", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where "
@@ -899,6 +901,8 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
         (folder / "eval/metrics.json").write_text(json.dumps({**m["eval"], "precision_at_1": 0.125}))
     elif edit == "train-differs":
         (folder / "train/metrics.json").write_text(json.dumps({"step": m["train"]["step"] + 1}))
+    elif edit == "eval-unreadable":
+        (folder / "eval/metrics.json").write_text("{")
     elif edit == "loss-edited-alike":
         m["train"]["loss_avg"] = 0.123
         (folder / "metrics.json").write_text(json.dumps(m))
@@ -951,6 +955,11 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
     ("byte-order-mark", r"softmax/eval/per_class.csv: expected the evaluation's rows under the "
                         r"header class,count,precision_at_1,precision_at_1_raw, found a "
                         r"byte-order mark before the header"),
+    # the number right and of images kept: a class no evaluation wrote, or one image's class
+    ("unknown-class", r"softmax/eval/predictions.csv: the class 'zebra', which .*softmax/eval/"
+                      r"per_class.csv does not list: the files are not one evaluation's"),
+    ("class-moved", r"softmax/eval/predictions.csv: 5,001 test images of 'cat', where .*softmax/"
+                    r"eval/per_class.csv counts 5,000"),
 ])
 def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path, edit, said):
     """A variant's eval/predictions.csv (one row an image) and eval/per_class.csv are
@@ -987,6 +996,13 @@ def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path
     elif edit == "fewer-images":
         text = (folder / "eval/predictions.csv").read_text().splitlines()
         (folder / "eval/predictions.csv").write_text("\n".join(text[:9001]) + "\n")
+    elif edit in ("unknown-class", "class-moved"):
+        text = (folder / "eval/predictions.csv").read_text()
+        if edit == "unknown-class":
+            text = text.replace("\ncat,cat\n", "\nzebra,zebra\n", 1)
+        else:
+            text = text.replace("\ndog,dog\n", "\ncat,cat\n", 1)
+        (folder / "eval/predictions.csv").write_text(text)
     elif edit == "byte-order-mark":
         text = (folder / "eval/per_class.csv").read_text()
         (folder / "eval/per_class.csv").write_text("\ufeff" + text)
@@ -1424,6 +1440,27 @@ def test_a_report_inside_the_report_stages_own_folders_is_refused(tmp_path, monk
     with pytest.raises(PipelineError, match=r"the report stage's own (plots|tables)/"):
         make_report(tmp_path / "a", Path(out), OVERRIDES)
     assert sorted(p.name for p in (project / "reports").rglob("*")) == before
+
+
+@pytest.mark.parametrize("out", [".", "src/.."])
+def test_a_report_into_the_checkouts_root_is_refused(tmp_path, monkeypatch, out):
+    """--out . in a checkout: report.md, tables/ and plots/ would sit among the project's
+    files (and the report's lock beside the checkout, outside it); refused before anything
+    is written. A folder of its own inside it is not."""
+    from cifar10_tutorial.errors import PipelineError
+
+    from conftest import copy_project
+
+    project = copy_project(tmp_path / "p")
+    (project / ".dvc").mkdir()
+    exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    monkeypatch.chdir(project)
+    before = sorted(p.name for p in project.iterdir())
+    with pytest.raises(PipelineError, match=r"^--out .*: the root of the checkout itself"):
+        make_report(tmp_path / "a", Path(out), OVERRIDES)
+    assert sorted(p.name for p in project.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "p"]
+    make_report(tmp_path / "a", Path("mine"), OVERRIDES)
 
 
 @pytest.mark.parametrize("bad", ["tf-reference", "devices-timing"])

@@ -38,6 +38,7 @@ def refuse_other_predictions(eval_dir: Path, ev: dict, metrics: Path, rerun: str
         right = sum(actual == predicted for actual, predicted in rows) / max(len(rows), 1)
         _compare(path, [(len(rows), "images"), (right, "precision_at_1")], images, said,
                  0.5 / max(len(rows), 1), metrics, rerun)
+    predictions = rows
     path = eval_dir / "per_class.csv"
     rows = _csv_rows(path, PER_CLASS, rerun, whole)
     if rows is None:
@@ -52,6 +53,22 @@ def refuse_other_predictions(eval_dir: Path, ev: dict, metrics: Path, rerun: str
     except ValueError as exc:
         raise PipelineError(f"{path}: expected whole counts and precisions from 0 to 1, found "
                             f"{str(exc)[:60]}; {rerun}.") from None
+    if predictions is not None:  # one evaluation: each class's images, counted alike
+        listed = {name: c for (name, *_), c in zip(rows, counts)}
+        seen = {}
+        for actual, predicted in predictions:
+            seen[actual] = seen.get(actual, 0) + 1
+            odd = next((n for n in (actual, predicted) if n not in listed), None)
+            if odd is not None:
+                raise PipelineError(f"{eval_dir / 'predictions.csv'}: the class {odd[:40]!r}, "
+                                    f"which {path} does not list: the files are not one "
+                                    f"evaluation's; {rerun}.")
+        off = next((n for n, c in listed.items() if seen.get(n, 0) != c), None)
+        if off is not None:
+            raise PipelineError(f"{eval_dir / 'predictions.csv'}: {seen.get(off, 0):,} test "
+                                f"images of {off[:40]!r}, where {path} counts "
+                                f"{listed[off]:,}: the files are not one evaluation's; "
+                                f"{rerun}.")
     n = sum(counts)
     found = [(n, "images")] + [
         (sum(c * pair[i] for c, pair in zip(counts, fractions)) / max(n, 1), key)

@@ -174,10 +174,16 @@ def _refuse_inside_own_outputs(out: Path) -> None:
     DVC would find that output changed. One line naming it."""
     import os
 
-    from ..ownership import PIPELINES, repository_root, stage_paths
+    from ..ownership import PIPELINES, repository_at, repository_root, stage_paths
 
     root = repository_root(out)
     where = out.resolve()
+    if repository_at(where) is not None and repository_at(where).resolve() == where:
+        # its tables/, plots/ and report.md among the project's own files, its lock outside
+        raise PipelineError(f"--out {out}: the root of the checkout itself, where the report's "
+                            f"report.md, tables/ and plots/ would sit among the project's "
+                            f"files; give --out a folder of its own (reports, as "
+                            f"reports/dvc.yaml gives it). Nothing was changed.")
     for stage, output in stage_paths(tuple(root / p for p in PIPELINES))[0]:
         at = Path(os.path.normpath(root / output)).resolve()
         if stage == "report" and at in (where, *where.parents) \

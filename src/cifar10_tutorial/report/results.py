@@ -93,8 +93,10 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
             continue
         try:
             theirs = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-            theirs = None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise PipelineError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
+                                f"{str(exc)[:60]}), where the variant's run writes its "
+                                f"{part} figures; {rerun}.") from None
         absent = [k for k in (theirs if isinstance(theirs, dict) else ())
                   if k not in metrics[part]]
         if absent:  # metrics.json lost a figure the run wrote: that file is the damaged one
