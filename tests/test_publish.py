@@ -505,6 +505,14 @@ def test_what_publish_may_replace_is_only_what_its_manifest_names(tmp_path):
         publish("baseline", tmp_path / "none.pt", tmp_path / "none", tmp_path / "link",
                 replace=True)
     assert _snapshot(out) == before
+    # a manifest that cannot be read is --out's: the fix named is there, not the results'
+    for text in ("", "[" * 100_000):
+        (out / "published.json").write_text(text)
+        with pytest.raises(PipelineError, match=rf"m/published.json: not valid JSON .*; move "
+                                                rf"{re.escape(str(out))} away or give another "
+                                                rf"--out. Nothing was changed.$"):
+            publish("baseline", tmp_path / "none.pt", tmp_path / "none", out, replace=True)
+        assert (out / "model.pt").read_bytes() == b"weights"
 
 
 def test_a_linked_file_in_the_published_folder_is_refused(tmp_path):
@@ -927,3 +935,34 @@ def test_a_results_option_that_is_no_folder_is_named_as_given(tmp_path, what):
                                             rf"where publish reads the variant's results folder"):
         main(["baseline", "--results", str(given), "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
+
+
+def test_publish_out_dash_is_refused_not_made_a_folder(tmp_path):
+    """--out - reads as the standard output everywhere else: refused by argparse in one
+    line, before anything runs; a folder of that name is still ./-."""
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, str(ROOT / "tools/publish.py"), "baseline", "--out",
+                           "-"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "argument --out: '-', which commands read as the standard output; publish writes a "
+        "folder: give its path (./- for a folder named so)"), proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_at_out_names_out_not_the_model(finished, tmp_path):
+    """The disk of --out full while the model is copied there: the line names --out (whose
+    disk is full), not the variant's model it copies from; nothing is left at --out."""
+    out = tmp_path / "pub"
+    code = ("import errno, os, runpy, shutil, sys\n"
+            "def full(src, dst, *a, **k):\n"
+            "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src))\n"
+            "shutil.copyfile = full\n"
+            "sys.path.insert(0, 'tools')\n"
+            f"sys.argv = ['tools/publish.py', 'baseline', '--out', {str(out)!r}]\n"
+            "runpy.run_path('tools/publish.py', run_name='__main__')\n")
+    proc = _run(finished, "-c", code)
+    line = _one_error_line(proc)
+    assert f"{out}: No space left on device" in line and "model.pt" not in line, line
+    assert list(tmp_path.iterdir()) == []

@@ -48,7 +48,7 @@ from cifar10_tutorial.curves import held_out_curve
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import (ending_signals_unwind, listed_as_written,
                                     recover_swapped_folder, sha256_of, staging_folder,
-                                    swap_in_folder, write_listing)
+                                    swap_in_folder, write_listing, writing)
 from cifar10_tutorial.ownership import (PUBLISHED_FILES, PUBLISHED_MANIFEST, ensure_writable,
                                         listed, refuse_foreign_place, repository_at)
 from cifar10_tutorial.model_files import load_model_file
@@ -232,7 +232,9 @@ def _held(out: Path) -> tuple[set[str], str]:
                             f"own; give --out a folder of its own, or move it elsewhere "
                             f"first. Nothing was changed.")
     if MANIFEST in entries:
-        manifest = read_json(out / MANIFEST)
+        # --out's own manifest: the fix is at --out, not in the variant's results
+        manifest = read_json(out / MANIFEST, f"move {out} away or give another --out. "
+                                             f"Nothing was changed.")
         own = manifest.get("files")
         # publish writes those five files and no others: a manifest naming anything else
         # (another file, '..') is not one it wrote, and must not decide what is removed
@@ -292,7 +294,8 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str],
     """The published files, into ``folder`` (the temporary one beside ``out``)."""
     import yaml
 
-    shutil.copyfile(r.model, folder / "model.pt")
+    with writing(folder, out):  # a full disk is --out's, not the model's it copies from
+        shutil.copyfile(r.model, folder / "model.pt")
     if sha256_of(folder / "model.pt") != r.sha256:
         raise PipelineError(f"{r.model}: changed while it was published (another run writing "
                             f"it?); publish it again once it is finished. Nothing was changed.")
@@ -301,7 +304,8 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str],
              "metrics.json": json.dumps(r.metrics, indent=2) + "\n",
              CARD: model_card(r, out, curve, unchecked)}
     for name, text in texts.items():
-        (folder / name).write_text(text)
+        with writing(folder, out):
+            (folder / name).write_text(text)
     write_listing(folder, MANIFEST, list(FILES), name=r.name, step=int(r.ckpt["step"]),
                   precision_at_1=r.metrics["eval"]["precision_at_1"], model=str(r.model),
                   results=str(r.results))
@@ -391,6 +395,16 @@ def variant_results(name: str, dvc_yaml: Path = REPORT_DVC_YAML) -> Path:
                             f"--results") from None
 
 
+def _out_folder(text: str) -> Path:
+    """--out's value: a path (:func:`given_path`), never ``-``, which commands read as the
+    standard output; a folder of that name is still ``./-``."""
+    if text == "-":
+        raise argparse.ArgumentTypeError("'-', which commands read as the standard output; "
+                                         "publish writes a folder: give its path (./- for a "
+                                         "folder named so)")
+    return given_path(text)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="cifar10 publish", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -400,7 +414,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                          "reports/dvc.yaml)")
     ap.add_argument("--model", type=given_path, default=None,
                     help="its model.pt (default: the file its eval record names)")
-    ap.add_argument("--out", type=given_path, default=None,
+    ap.add_argument("--out", type=_out_folder, default=None,
                     help="the folder to publish into (default: models/NAME)")
     ap.add_argument("--replace", action="store_true",
                     help="replace the weights published there before (only the files "

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.checkpoint_files import run_defining
@@ -54,21 +54,30 @@ class Records:
     size: int
 
 
-def read_json(path: Path) -> dict:
+GIVE_RESULTS = "give --results the variant's results folder"
+
+
+def read_json(path: Path, fix: Optional[str] = None) -> dict:
+    """A JSON record; else one line naming it and ``fix``, what to do (by default, for a
+    record of the variant's results: publish a finished variant, rerun it, or give
+    --results its folder)."""
     try:  # a regular file of a record's size (a FIFO would block for ever)
         doc = json.loads(read_small_file(path, 16 << 20).decode("utf-8"))
     except FileNotFoundError:
-        raise PipelineError(f"{path}: not found; publish a variant that has finished, with "
-                            f"{USE}") from None
+        raise PipelineError(f"{path}: not found; "
+                            f"{fix or 'publish a variant that has finished, with ' + USE}") \
+            from None
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise PipelineError(f"{path}: not valid JSON ({exc}); {RERUN}") from None
+        raise PipelineError(f"{path}: not valid JSON ({str(exc)[:80]}); {fix or RERUN}") \
+            from None
     except OSError as exc:  # a folder or file in the way, a FIFO, a loop of links
         raise PipelineError(f"{path}: expected a record (a JSON file), found "
-                            f"{exc.strerror or exc}; give --results the variant's results "
-                            f"folder") from None
+                            f"{exc.strerror or exc}; "
+                            f"{fix or GIVE_RESULTS}") \
+            from None
     if not isinstance(doc, dict):
         raise PipelineError(f"{path}: expected a JSON object, found {type(doc).__name__}; "
-                            f"{RERUN}")
+                            f"{fix or RERUN}")
     return doc
 
 
