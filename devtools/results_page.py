@@ -431,11 +431,19 @@ def main(argv=None) -> None:
     refuse_foreign_file(out, "--out", "a results page", lambda text: GENERATED in text[:1000])
     # ... and as this made it: notes added since would be lost
     if out.is_file() and edited_by_hand(out.read_text(errors="replace")):
+        restore = (f"restore the page (`git checkout -- {out}`)" if theirs is not None else
+                   "delete the page")
+        if SEAL.search(out.read_text(errors="replace")) is None:
+            raise PipelineError(f"--out {out}: a results page without its seal (the sha256 "
+                                f"its generated-by line records): one an older version of "
+                                f"this command wrote, or one whose seal went with an edit; "
+                                f"this cannot tell which, and edits would be lost; move any "
+                                f"of yours elsewhere and {restore}, then rerun. Nothing was "
+                                f"written.")
         raise PipelineError(f"--out {out}: edited by hand since this command wrote it (its "
-                            f"seal, the sha256 its generated-by line records, is gone or no "
-                            f"longer matches), and the edits would be lost; move them elsewhere "
-                            f"and restore the page (`git checkout -- {out}`), then rerun. "
-                            f"Nothing was written.")
+                            f"seal, the sha256 its generated-by line records, no longer "
+                            f"matches), and the edits would be lost; move them elsewhere "
+                            f"and {restore}, then rerun. Nothing was written.")
     from cifar10_tutorial.params import EXERCISES, load_params
     from cifar10_tutorial.report.results import refuse_stale_results
 
