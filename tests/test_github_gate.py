@@ -520,8 +520,10 @@ def test_the_table_names_the_stored_baseline_it_was_gated_against(tmp_path, monk
     def run(archive, baseline_file, metrics_out):
         (runner / named).parent.mkdir(parents=True)
         shutil.copyfile(baseline_file, runner / named)
-        files = {"eval": tmp_path / "eval.json"}
-        files["eval"].write_text(json.dumps({"precision_at_1": 0.5}))
+        from test_regression import write_eval  # the eval stage's set: figures and CSVs
+
+        files = {"eval": write_eval(tmp_path / "eval", {"precision_at_1": 0.5,
+                                                        "num_examples": 1000})}
         metrics_out.write_text(json.dumps({"eval.precision_at_1": 0.5}))
         try:
             text = regress(named, {"eval.precision_at_1": {"max_drop": 0.02}}, files)
