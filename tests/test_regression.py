@@ -34,16 +34,25 @@ def write_eval(folder: Path, evals: dict) -> Path:
     return folder / "metrics.json"
 
 
+def write_train(folder: Path, train: dict) -> Path:
+    """The train stage's metrics.json (``train``) in ``folder``, with the loss curve the run
+    logs beside it: its last point, at the run's step, the figure's loss_avg."""
+    curve = folder / "plots" / "metrics" / "train" / "loss_avg.tsv"
+    curve.parent.mkdir(parents=True, exist_ok=True)
+    step, loss = train.get("step", 100), train.get("loss_avg", 1.0)
+    curve.write_text(f"step\tloss_avg\n{step // 2}\t{loss + 1}\n{step}\t{loss}\n")
+    (folder / "metrics.json").write_text(json.dumps(train))
+    return folder / "metrics.json"
+
+
 def write_run(tmp_path, precision=0.80, loss=1.0, drop=()):
-    files = {"train": tmp_path / "train.json"}
     train = {"loss_avg": loss, "step": 100}
     evals = {"precision_at_1": precision, "num_examples": 1000}
     for key in drop:
         train.pop(key, None)
         evals.pop(key, None)
-    files["train"].write_text(json.dumps(train))
-    files["eval"] = write_eval(tmp_path / "eval", evals)
-    return files
+    return {"train": write_train(tmp_path / "train", train),
+            "eval": write_eval(tmp_path / "eval", evals)}
 
 
 def write_baseline(tmp_path, **values):
@@ -171,8 +180,8 @@ def test_figures_the_evaluations_own_files_contradict_pass_no_gate(tmp_path, edi
     deleted) is one line naming both, never a pass or a baseline."""
     ev = tmp_path / "eval"
     ev.mkdir()
-    files = {"train": tmp_path / "train.json", "eval": ev / "metrics.json"}
-    files["train"].write_text(json.dumps({"loss_avg": 1.0}))
+    files = {"train": write_train(tmp_path / "train", {"loss_avg": 1.0, "step": 100}),
+             "eval": ev / "metrics.json"}
     files["eval"].write_text(json.dumps({"precision_at_1": 0.7, "precision_at_1_raw": 0.68,
                                          "num_examples": 1000}))
     rows = ["cat,cat"] * 350 + ["cat,dog"] * 150 + ["dog,dog"] * 350 + ["dog,cat"] * 150
@@ -203,8 +212,8 @@ def test_a_lone_eval_metrics_file_passes_no_gate(tmp_path):
     so one without them is no evaluation's; never a pass or a baseline."""
     lone = tmp_path / "lone"
     lone.mkdir()
-    files = {"train": tmp_path / "train.json", "eval": lone / "metrics.json"}
-    files["train"].write_text(json.dumps({"loss_avg": 1.0}))
+    files = {"train": write_train(tmp_path / "train", {"loss_avg": 1.0, "step": 100}),
+             "eval": lone / "metrics.json"}
     files["eval"].write_text(json.dumps({"precision_at_1": 0.95, "num_examples": 1000}))
     said = r"lone/predictions.csv: missing beside .*lone/metrics.json"
     with pytest.raises(PipelineError, match=said):
@@ -214,30 +223,102 @@ def test_a_lone_eval_metrics_file_passes_no_gate(tmp_path):
     assert not (tmp_path / "new.json").exists()
 
 
-@pytest.mark.parametrize("curve, passes", [
-    ("3\t5.0\n6\t4.702444076538086\n", False),  # the run's own last point: 4.70
-    ("3\t5.0\n6\t1.0\n", True),  # the figure is the curve's last point
-    ("3\t1.7\n", True),  # no point at the run's last step: nothing to compare
-], ids=["edited", "same", "no-last-point"])
-def test_a_train_loss_its_own_curve_contradicts_passes_no_gate(tmp_path, curve, passes):
+@pytest.mark.parametrize("edit, said", [
+    ("edited", r"train/metrics.json: train.loss_avg is 1.0000, where .*train/plots/metrics/train/"
+               r"loss_avg.tsv gives 4.7024 at the run's last step \(6\)"),
+    ("same", None),  # the figure is the curve's last point
+    # the curve deleted, cut short of the run's step, or not a curve; the step edited too
+    ("curve-deleted", r"train/plots/metrics/train/loss_avg.tsv: missing beside .*train/"
+                      r"metrics.json, whose train.loss_avg is the curve's point at the run's "
+                      r"last step"),
+    ("no-last-point", r"loss_avg.tsv: no point at the run's last step \(6\), where the run logs "
+                      r"its loss and .*metrics.json states 1.0000"),
+    ("not-text", r"loss_avg.tsv: expected the training run's loss curve \(step, loss_avg\), "
+                 r"found UnicodeDecodeError"),
+    ("a-folder", r"loss_avg.tsv: expected the training run's loss curve \(step, loss_avg\), "
+                 r"found a folder"),
+    ("step-edited", r"train/metrics.json: train.step is 7, where .*train/provenance.json "
+                    r"records 6 steps"),
+    ("lone-copy", r"lone/plots/metrics/train/loss_avg.tsv: missing beside .*lone/metrics.json"),
+    ("no-step", r"train/metrics.json: expected the training run's step and loss_avg"),
+], ids=["edited", "same", "curve-deleted", "no-last-point", "not-text", "a-folder",
+        "step-edited", "lone-copy", "no-step"])
+def test_a_train_loss_its_own_files_contradict_passes_no_gate(tmp_path, edit, said):
     """train.loss_avg edited by hand in the train stage's metrics.json (the loss curve the
-    same run logged left as it was): one line naming both, never a pass or a baseline."""
+    same run logged left as it was, or removed, cut short or damaged with it; the step
+    edited too): one line naming both, never a pass or a baseline."""
     files = write_run(tmp_path)
     train = tmp_path / "train"
-    (train / "plots/metrics/train").mkdir(parents=True)
-    (train / "metrics.json").write_text(json.dumps({"loss_avg": 1.0, "step": 6}))
-    (train / "plots/metrics/train/loss_avg.tsv").write_text("step\tloss_avg\n" + curve)
+    curve = train / "plots/metrics/train/loss_avg.tsv"
+    figures = {"loss_avg": 1.0, "step": 6}
+    (train / "metrics.json").write_text(json.dumps(figures))
+    (train / "provenance.json").write_text(json.dumps({"steps": 6}))
+    curve.write_text("step\tloss_avg\n3\t5.0\n6\t" + ("1.0" if edit == "same" else
+                                                    "4.702444076538086") + "\n")
     files["train"] = train / "metrics.json"
-    if passes:
+    if edit == "curve-deleted":
+        curve.unlink()
+    elif edit == "no-last-point":
+        curve.write_text("step\tloss_avg\n3\t1.7\n")
+    elif edit == "not-text":
+        curve.write_bytes(b"\xff\xfe\x00garbage")
+    elif edit == "a-folder":
+        curve.unlink()
+        curve.mkdir()
+    elif edit == "step-edited":
+        (train / "metrics.json").write_text(json.dumps({**figures, "step": 7}))
+    elif edit == "lone-copy":
+        (tmp_path / "lone").mkdir()
+        files["train"] = tmp_path / "lone" / "metrics.json"
+        files["train"].write_text(json.dumps(figures))
+    elif edit == "no-step":
+        (train / "metrics.json").write_text(json.dumps({"loss_avg": 1.0}))
+    if said is None:
         assert "| ok |" in gate(write_baseline(tmp_path), TOL, files)
         return
-    said = (r"train/metrics.json: train.loss_avg is 1.0000, where .*train/plots/metrics/train/"
-            r"loss_avg.tsv gives 4.7024 at the run's last step \(6\)")
     with pytest.raises(PipelineError, match=said):
         gate(write_baseline(tmp_path), TOL, files)
     with pytest.raises(PipelineError, match=said):
         update_baseline(str(tmp_path / "new.json"), TOL, files)
     assert not (tmp_path / "new.json").exists()
+
+
+def test_an_evaluation_of_another_runs_model_passes_no_gate(tmp_path):
+    """reports/eval/provenance.json names the step and data of the model it evaluated: the
+    train stage's (reports/train/provenance.json). Another run's evaluation beside this
+    run's training is one line naming both, never a pass or a baseline."""
+    files = write_run(tmp_path)
+    (tmp_path / "train" / "provenance.json").write_text(json.dumps({"steps": 100,
+                                                                    "data_hash": "d" * 32}))
+    (tmp_path / "eval" / "provenance.json").write_text(json.dumps({"steps": 100,
+                                                                   "data_hash": "d" * 32}))
+    assert "| ok |" in gate(write_baseline(tmp_path), TOL, files)
+    (tmp_path / "eval" / "provenance.json").write_text(json.dumps({"steps": 90,
+                                                                   "data_hash": "d" * 32}))
+    said = (r"eval/provenance.json: steps is 90, where .*train/provenance.json records 100: "
+            r"the step of the model evaluated is not the run's")
+    with pytest.raises(PipelineError, match=said):
+        gate(write_baseline(tmp_path), TOL, files)
+    with pytest.raises(PipelineError, match=said):
+        update_baseline(str(tmp_path / "new.json"), TOL, files)
+
+
+def test_a_metrics_file_of_another_kind_or_a_key_twice_is_one_line(tmp_path):
+    """--eval-metrics a FIFO is named (not 'missing from this run'); a baseline with a key
+    twice (which one counts is the parser's accident) is refused in one line."""
+    import os
+
+    files = write_run(tmp_path)
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(PipelineError, match=r"fifo.json: not a regular file"):
+        gate(write_baseline(tmp_path), TOL, {**files, "eval": fifo})
+    twice = tmp_path / "twice.json"
+    twice.write_text('{"eval.precision_at_1": 0.1, "eval.precision_at_1": 0.8, '
+                     '"train.loss_avg": 1.0}')
+    with pytest.raises(PipelineError, match=r"twice.json: not valid JSON \(the key "
+                                            r"'eval.precision_at_1' twice\)"):
+        gate(str(twice), TOL, files)
 
 
 def test_tolerances_are_validated():
@@ -331,7 +412,7 @@ def test_variants_keep_the_checked_tolerances():
 def test_the_stage_exits_1_with_the_table(tmp_path):
     (tmp_path / "reports/train").mkdir(parents=True)
     (tmp_path / "reports/eval").mkdir(parents=True)
-    (tmp_path / "reports/train/metrics.json").write_text(json.dumps({"loss_avg": 1.0}))
+    write_train(tmp_path / "reports/train", {"loss_avg": 1.0, "step": 100})
     write_eval(tmp_path / "reports/eval", {"precision_at_1": 0.5, "num_examples": 1000})
     baseline = write_baseline(tmp_path)
     (tmp_path / "params.yaml").write_text(f"regression: {{baseline: {baseline}}}\n")
@@ -502,12 +583,17 @@ def test_ci_options_for_a_baseline_kept_elsewhere_are_checked_in_one_line(tmp_pa
 
     (tmp_path / "impossible.json").write_text('{"eval.precision_at_1": 95, '
                                               '"train.loss_avg": 1.0}')
+    (tmp_path / "infinite.json").write_text('{"eval.precision_at_1": NaN, '
+                                            '"train.loss_avg": 1.0}')
     for argv, found in ((["synthetic", "real", "--metrics-out", "m.json"],
                          "--baseline and --metrics-out take one configuration, found 2"),
                         # a figure no run gives: said before the run, not after it
                         (["synthetic", "--baseline", str(tmp_path / "impossible.json")],
                          "impossible.json: eval.precision_at_1 is 95, expected a fraction "
                          "from 0 to 1"),
+                        (["synthetic", "--baseline", str(tmp_path / "infinite.json")],
+                         "infinite.json: eval.precision_at_1 is nan, expected a finite "
+                         "number"),
                         (["official", "--baseline", str(tmp_path / "nope.json")],
                          "nope.json: no such file; give a baseline JSON file")):
         with pytest.raises(SystemExit) as exit_:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 from pathlib import Path
@@ -125,33 +126,79 @@ def _compare(path: Path, found: list, images, said: dict, within: float, metrics
 
 
 def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> None:
-    """``train``'s ``loss_avg`` (as ``metrics`` states it) against the loss curve the same run
-    logged beside it (``live``/plots/metrics/train/loss_avg.tsv) at the run's last step,
-    where it logged that step: the two are one value, written by the same run. A curve
-    that is not there or has no row at that step states nothing (a run that logged no
-    line); an edited figure, or two runs' files mixed, is one line naming both."""
+    """``train``'s ``loss_avg`` and ``step`` (as ``metrics`` states them) against what the
+    same run wrote beside them in ``live``: its loss curve (plots/metrics/train/
+    loss_avg.tsv), which every run logs at its last step too, and its record
+    (provenance.json: the steps it trained), where there. The curve is required beside the
+    figures, as the evaluation's CSVs are beside its: without it, or without a point at
+    the run's step, an edited figure could not be told; an edited figure, or two runs'
+    files mixed, is one line naming both."""
     step, said = train.get("step"), train.get("loss_avg")
+    if isinstance(step, bool) or not isinstance(step, int) or isinstance(said, bool) \
+            or not isinstance(said, (int, float)):
+        raise PipelineError(f"{metrics}: expected the training run's step and loss_avg (whole "
+                            f"steps, a number), found step {step!r:.40} and loss_avg "
+                            f"{said!r:.40}; {rerun}.")
+    record = Path(live) / "provenance.json"
+    if os.path.isfile(record):  # the run's own record of its length
+        try:
+            steps = json.loads(read_small_file(record, 1 << 20).decode("utf-8")).get("steps")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
+            steps = None  # a damaged record: named where it is read as a whole
+        if isinstance(steps, int) and not isinstance(steps, bool) and steps != step:
+            raise PipelineError(f"{metrics}: train.step is {step}, where {record} records "
+                                f"{steps} steps: the figures are not this run's; {rerun}.")
     path = Path(live) / "plots" / "metrics" / "train" / "loss_avg.tsv"
-    if not isinstance(step, (int, float)) or not isinstance(said, (int, float)) \
-            or isinstance(said, bool) or not os.path.isfile(path):
-        return
+    if not os.path.lexists(path):
+        raise PipelineError(f"{path}: missing beside {metrics}, whose train.loss_avg is the "
+                            f"curve's point at the run's last step (the run writes both); "
+                            f"{rerun}.")
     try:
         lines = read_small_file(path, 64 << 20).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
-        return
+    except (OSError, UnicodeDecodeError) as exc:
+        found = ("a folder" if isinstance(exc, IsADirectoryError) else
+                 getattr(exc, "strerror", None) or f"{type(exc).__name__}: {str(exc)[:60]}")
+        raise PipelineError(f"{path}: expected the training run's loss curve (step, loss_avg), "
+                            f"found {found}; {rerun}.") from None
     value = None
     for line in reversed(lines[1:]):
         fields = line.split("\t")
         try:
-            if len(fields) == 2 and float(fields[0]) == step:
+            if len(fields) == 2 and int(float(fields[0])) == step:
                 value = float(fields[1])
                 break
-        except ValueError:
+        except (ValueError, OverflowError):
             continue
     if value is None or not math.isfinite(value):
-        return
+        raise PipelineError(f"{path}: {'no point' if value is None else 'no finite point'} at "
+                            f"the run's last step ({step:,}), where the run logs its loss and "
+                            f"{metrics} states {said:.4f}: the files are not one run's; "
+                            f"{rerun}.")
     if not math.isfinite(said) or abs(value - said) > 1e-6 * max(1.0, abs(value)):
         raise PipelineError(f"{metrics}: train.loss_avg is {said:.4f}, where {path} gives "
-                            f"{value:.4f} at the run's last step ({int(step):,}): one run "
+                            f"{value:.4f} at the run's last step ({step:,}): one run "
                             f"writes both, so the figures are not this run's (edited, or two "
                             f"runs' records mixed); {rerun}.")
+
+
+def refuse_other_model(train_dir: Path, eval_dir: Path, rerun: str) -> None:
+    """The evaluation's record (``eval_dir``/provenance.json) names the step and the data of
+    the model it evaluated: the training run's own (``train_dir``/provenance.json), where
+    both are there. An evaluation of another run's model, or on other data, is one line
+    naming both."""
+    records = []
+    for folder in (train_dir, eval_dir):
+        try:
+            rec = json.loads(read_small_file(Path(folder) / "provenance.json", 1 << 20))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            return  # not there (older results), or damaged: named where it is read whole
+        if not isinstance(rec, dict):
+            return
+        records.append(rec)
+    train, ev = records
+    for key, what in (("steps", "the step of the model"), ("data_hash", "the data")):
+        if key in train and key in ev and train[key] != ev[key]:
+            raise PipelineError(f"{Path(eval_dir) / 'provenance.json'}: {key} is "
+                                f"{ev[key]!r:.40}, where {Path(train_dir) / 'provenance.json'}"
+                                f" records {train[key]!r:.40}: {what} evaluated is not the "
+                                f"run's, so the files are of two runs; {rerun}.")

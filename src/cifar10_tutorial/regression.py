@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Optional
 
 from .files import read_small_file, write_text_atomic
 from .errors import PipelineError
-from .eval_files import refuse_other_loss, refuse_other_predictions
+from .eval_files import refuse_other_loss, refuse_other_model, refuse_other_predictions
 from .param_types import Tolerance, parse_tolerance
 
 class RegressionError(PipelineError):
@@ -34,8 +35,16 @@ METRICS_LIMIT = 16 << 20  # bytes: a metrics file is a few KB
 def read_json_object(path: Path, fix: str) -> dict:
     """A JSON file whose top level is an object, or one line naming the file, what was
     expected and found, and ``fix`` (what to do)."""
+    def once(pairs):  # a key twice: which one counts is JSON's accident, not the writer's
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise ValueError(f"the key {twice!r:.40} twice")
+        return dict(pairs)
+
     try:
-        data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
+        data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"),
+                          object_pairs_hook=once)
     except IsADirectoryError:
         raise PipelineError(f"{path}: a folder, expected a JSON file; {fix}") from None
     except FileNotFoundError:
@@ -55,7 +64,7 @@ def collect_metrics(files: dict[str, Path]) -> dict[str, float]:
     """The run's numeric metrics, flat: ``{"eval.precision_at_1": 0.81, ...}``."""
     out: dict[str, float] = {}
     for group, path in files.items():
-        if not path.is_file():
+        if not os.path.lexists(path):  # anything else there (a FIFO, a folder) is named
             continue
         data = read_json_object(path, "rerun the stage that writes it")
         # its figures as its own files give them (a hand edit not): the eval stage writes
@@ -69,6 +78,9 @@ def collect_metrics(files: dict[str, Path]) -> dict[str, float]:
         for key, value in data.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[f"{group}.{key}"] = float(value)
+    if {"train", "eval"} <= set(files):  # the evaluation is of the model the run trained
+        refuse_other_model(Path(files["train"]).parent, Path(files["eval"]).parent,
+                           "rerun the eval stage (`dvc repro eval`)")
     return out
 
 
@@ -238,6 +250,8 @@ def impossible_in(path: Path) -> Optional[str]:
     (a precision of 95, a loss below 0): said before a run, not after it; None otherwise."""
     data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
     for key, value in data.items():
+        if not math.isfinite(float(value)):  # the gate would fail it, after the whole run
+            return f"{key} is {value!r}, expected a finite number, as a run's figures are"
         expected = _impossible(key, float(value))
         if expected:
             return f"{key} is {value!r}, expected {expected}"

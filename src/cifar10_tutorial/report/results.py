@@ -16,7 +16,7 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import restore_from_git, save_figure_atomic
 from ..curves import read_curve
-from ..eval_files import refuse_other_loss, refuse_other_predictions
+from ..eval_files import refuse_other_loss, refuse_other_model, refuse_other_predictions
 
 
 def load_variants(root: Path) -> pd.DataFrame:
@@ -43,9 +43,9 @@ def load_variants(root: Path) -> pd.DataFrame:
                                 f"backup) move {path.parent} out of {root}.")
         m = _record(path, ("train", "eval"))
         _numbers_only(path, m)
-        check_one_evaluation(path.parent, m)
-        variant = _record(described, ("variant",))
+        variant = _record(described, ("variant",))  # whose results, before what they say
         _typed(described, variant)
+        check_one_evaluation(path.parent, m)
         folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
         train["steps"], train["final_loss_avg"] = train.pop("step"), train.pop("loss_avg")
@@ -112,6 +112,7 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
                                 f"the folder holds parts of two runs (one stopped, or an "
                                 f"evaluation of another model); {rerun}.")
     _refuse_other_final_evaluation(folder, metrics, rerun)
+    refuse_other_model(folder / "train", folder / "eval", rerun)
     refuse_other_loss(folder / "train", metrics["train"], folder / "metrics.json", rerun)
     # the evaluation writes its files as one set: beside its metrics.json, a missing one
     # was removed since (older results have no eval/ at all)
