@@ -233,16 +233,17 @@ def test_reproduction_and_time_to_its_accuracy(tmp_path):
 
 
 def test_no_blank_plots(tmp_path):
-    """Without held-out curves and without loss curves there is nothing to draw: no PNG,
-    and the report links none."""
+    """Without held-out curves there is nothing to draw of them: no PNG, and the report
+    links none (the loss curves, which every run logs, are drawn)."""
     root = tmp_path / "a"
     exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
-    for tsv in root.rglob("*.tsv"):
+    for tsv in root.rglob("held_out/*.tsv"):
         tsv.unlink()
     out = tmp_path / "out"
     text = make_report(root, out, OVERRIDES).read_text()
-    for name in ("loss_curves", "time_to_accuracy", "reproduction"):
+    for name in ("time_to_accuracy", "reproduction"):
         assert not (out / "plots" / f"{name}.png").exists() and f"plots/{name}.png" not in text
+    assert (out / "plots" / "loss_curves.png").is_file() and "plots/loss_curves.png" in text
     assert "*Not run:* the `tutorial_100k` variant has no results" in text
 
 
@@ -700,9 +701,10 @@ def test_a_second_report_replaces_exactly_what_the_first_wrote(tmp_path):
     (out / "tables" / "my_notes.csv").write_text("mine\n")
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(PipelineError, match=r"tables: holds my_notes\.csv, which the report "
-                                            r"did not write"):
+                                            r"did not write") as refused:
         make_report(root, out, OVERRIDES)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert "git checkout" not in str(refused.value)  # outside any checkout: git gives nothing back
     (out / "tables" / "my_notes.csv").unlink()
     make_report(root, out, OVERRIDES)
     assert not (out / "plots" / "stale.png").exists()
@@ -1351,7 +1353,8 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
                    "run 1"),
     ("third-setup", "set-up '4 x 32', where the record holds the set-ups '1 x 128' and "
                     "'2 x 64' only"),
-    ("absurd-steps", "steps a number of 31 digits, where at most 1,000,000,000 is expected"),
+    ("absurd-steps", "steps a number of 31 digits, where less than 1,000,000,000 is expected"),
+    ("absurd-speeds", "set-up '2 x 64''s run 1 without its examples_per_sec and sec_per_batch"),
 ])
 def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, said):
     """The timing record's medians, spreads and ratio are its runs' (what
@@ -1415,6 +1418,9 @@ def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, sa
         record["setups"]["4 x 32"] = json.loads(json.dumps(two))
     elif edit == "absurd-steps":
         record["steps"] = 10 ** 30
+    elif edit == "absurd-speeds":
+        for run in two["runs"]:
+            run["examples_per_sec"] *= 1e290
     else:
         one["sec_per_batch_median"] = 9.0
     path = tmp_path / "timing.json"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -63,8 +64,12 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
     # fewest runs' is the odd one (of two records, the first is named, the other said)
     groups = {}
     for name, run in runs.items():
-        if run["data"].get("archive_md5") is not None:
-            groups.setdefault(run["data"]["archive_md5"], []).append(name)
+        groups.setdefault(run["data"].get("archive_md5"), []).append(name)
+    if None in groups and len(groups) > 1:  # one record without the data it says the others ran on
+        raise PipelineError(f"{Path(folder) / (groups[None][0] + '.json')}: no data.archive_md5, "
+                            f"where the other records name their archive: the runs compare "
+                            f"only on one data set; remake it with devtools/tf_reference.py "
+                            f"collect, or remove it")
     if len(groups) > 1:
         md5, odd = min(groups.items(), key=lambda group: len(group[1]))
         rest = [(other, names) for other, names in groups.items() if other != md5]
@@ -123,12 +128,18 @@ def _evaluations(rec) -> list[tuple]:
         raise ValueError("segments is not a list of records")
     images = {k: count(rec["data"][k], f"data.{k}") for k in
               ("train_images", "held_out_images", "evaluated_images") if k in rec["data"]}
-    if images.get("evaluated_images", math.inf) < images.get("held_out_images", 0):
+    held, evaluated = images.get("held_out_images"), images.get("evaluated_images")
+    if held is not None and evaluated is not None and not held <= evaluated < 2 * held:
         # cifar10_eval.py runs whole batches over the held-out images: all of them, and the
-        # queue's wrap-around to the next whole batch
-        raise ValueError(f"data.evaluated_images is {images['evaluated_images']:,}, fewer "
-                         f"than held_out_images {images['held_out_images']:,}: its "
-                         f"evaluations were not of the held-out images")
+        # queue's wrap-around to the next whole batch (less than a second pass)
+        raise ValueError(f"data.evaluated_images is {evaluated:,}, "
+                         f"{'fewer than' if evaluated < held else 'twice or more'} "
+                         f"held_out_images {held:,}: its evaluations were not of the "
+                         f"held-out images")
+    md5 = rec["data"].get("archive_md5")
+    if md5 is not None and not (isinstance(md5, str) and re.fullmatch(r"[0-9a-f]{32}", md5)):
+        raise ValueError(f"data.archive_md5 is {json.dumps(md5)[:40]}, expected the archive's "
+                         f"md5 (32 hexadecimal digits)")
     planned = count(rec["steps_planned"], "steps_planned")
     if planned > STEPS_LIMIT:
         raise ValueError(f"steps_planned is a number of {len(str(planned))} digits, expected "

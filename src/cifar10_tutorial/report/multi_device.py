@@ -71,9 +71,9 @@ def _inconsistent(timed: dict) -> Optional[str]:
     import math
     import statistics
 
-    def speed(value) -> bool:
+    def speed(value) -> bool:  # (a billion examples a second, or a batch, is no timing's)
         return (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value) and value > 0)
+                and math.isfinite(value) and 0 < value < COUNT_LIMIT)
 
     def same(a: float, b: float) -> bool:
         return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
@@ -81,8 +81,8 @@ def _inconsistent(timed: dict) -> Optional[str]:
     for key in ("cores", "repeats", "steps"):
         if timed[key] < 1:
             return f"{key} {timed[key]!r}, where at least 1 is expected"
-        if timed[key] > COUNT_LIMIT:  # no timing runs a billion of anything
-            return (f"{key} a number of {len(str(timed[key]))} digits, where at most "
+        if timed[key] >= COUNT_LIMIT:  # no timing runs a billion of anything
+            return (f"{key} a number of {len(str(timed[key]))} digits, where less than "
                     f"{COUNT_LIMIT:,} is expected")
     extra = sorted(set(timed["setups"]) - {"1 x 128", "2 x 64"})
     if extra:  # the report states two set-ups' figures: a third would go unsaid
@@ -92,7 +92,7 @@ def _inconsistent(timed: dict) -> Optional[str]:
         seen = {}  # each run is its own timing: two never agree to the last digit
         for i, run in enumerate(timed["setups"][name].get("runs") or []):
             eps = run.get("examples_per_sec") if isinstance(run, dict) else None
-            if isinstance(eps, float) and eps in seen:
+            if isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps in seen:
                 return (f"set-up {name!r}'s run {i + 1} with the examples_per_sec of "
                         f"{seen[eps]} ({eps!r}): a copy of one run, where each is its own timing")
             seen[eps] = f"set-up {name!r}'s run {i + 1}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import Optional
 import pandas as pd
 
 from ..errors import PipelineError
-from ..ownership import listed, refuse_foreign_file, refuse_inside_published, run_lock
+from ..ownership import (listed, refuse_foreign_file, refuse_inside_published,
+                         repository_at, run_lock)
 from ..files import (ending_signals_unwind, listed_as_written, read_small_file,
                      recover_swapped_folder, signals_held, staging_folder, swap_in_folder,
                      write_listing, write_text_atomic)
@@ -87,11 +89,13 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     for name in FOLDERS:  # what of the user's is in a folder the report replaces: refused
         foreign = _not_the_reports(out / name)
         if foreign:
+            # git gives back the report's own only where git keeps the folder
+            restore = (f", restore or delete the report's own (`git checkout -- {out / name}`)"
+                       if repository_at(Path(os.path.abspath(out))) is not None else "")
             raise PipelineError(f"{out / name}: holds {listed(foreign)}, which the report did "
                                 f"not write (or which changed since), and would set the folder "
                                 f"aside; move files of yours elsewhere (or give --out another "
-                                f"folder), restore or delete the report's own (`git checkout -- "
-                                f"{out / name}`), then rerun. Nothing was changed.")
+                                f"folder){restore}, then rerun. Nothing was changed.")
     out.mkdir(parents=True, exist_ok=True)
     swapping = out / SWAPPING
     # one report at a time in a folder: two would swap their sets into each other's
