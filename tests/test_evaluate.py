@@ -453,16 +453,21 @@ def test_an_evaluation_stopped_while_it_writes_leaves_the_old_set_whole(
     assert how == "sigterm" or any(f"{left[0]}: removed" in line for line in said), said
 
 
+@pytest.mark.parametrize("kind, beside", [("staging", True), ("replaced", True),
+                                          ("replaced", False)])
 def test_a_staging_named_folder_without_the_evaluations_mark_is_kept(synth_data, trained,
-                                                                     tmp_path):
-    """A folder named as an evaluation's staging one, of a process that has ended, but
-    without the mark an evaluation writes there first: someone else's (a user's notes, or
-    files a user kept there), whatever its files are called; left, and named."""
+                                                                     tmp_path, kind, beside):
+    """A folder named as an evaluation's staging one (or as an old set a swap put aside),
+    of a process that has ended, but without the mark an evaluation writes there first (or
+    the record it writes last): someone else's (a user's notes, or files a user kept
+    there), whatever its files are called; left, and named. Never restored as --out."""
     import logging
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    mine = tmp_path / f".ev.staging-{proc.pid}-yyyyyyyy"
+    if beside:
+        evaluate(synth_data, trained.model, tmp_path / "ev", 64, "cpu")
+    mine = tmp_path / f".ev.{kind}-{proc.pid}-yyyyyyyy"
     mine.mkdir()
     (mine / "metrics.json").write_text("mine")
     (mine / "predictions.csv").write_text("mine2")
@@ -477,7 +482,8 @@ def test_a_staging_named_folder_without_the_evaluations_mark_is_kept(synth_data,
         logger.removeHandler(handler)
     assert _files(mine) == {"metrics.json": b"mine", "predictions.csv": b"mine2"}
     assert any(f"{mine}: left by an interrupted swap, and holds files it did not write"
-               in line for line in said), said
+               in line or f"{mine}: the folder an interrupted swap set aside" in line
+               for line in said), said
     assert "metrics.json" in _files(tmp_path / "ev")
 
 

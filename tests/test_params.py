@@ -52,6 +52,12 @@ def test_unknown_section_is_an_error():
     ({"dataset": "mnist"}, r"data.dataset: expected one of 'cifar10' \| 'cifar100' \| 'svhn', found 'mnist'"),
     ({"dataset": "svhn", "md5": "0" * 32}, r"SVHN has several files"),
     ({"label": "medium"}, r"data.label: expected one of 'fine' \| 'coarse'"),
+    # read for one data set only: set for another, a variant of it would change nothing
+    ({"label": "coarse"}, r"data.label: 'coarse' is read only for data.dataset: cifar100, and "
+                          r"the data set is cifar10: it would change nothing"),
+    ({"dataset": "svhn", "label": "coarse", "md5": None}, r"data.label: .* the data set is svhn"),
+    ({"dataset": "cifar100", "svhn_extra": True}, r"data.svhn_extra: True is read only for "
+                                                  r"data.dataset: svhn"),
     ({"url": ["a"]}, r"data.url: expected a string"),
     ("x", r"data: expected a mapping"),
 ])

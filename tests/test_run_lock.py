@@ -58,9 +58,10 @@ def test_a_symlinked_alias_of_the_folder_takes_the_same_lock(tmp_path):
     assert not (tmp_path / ".alias.run-lock").exists()
 
 
-@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo"])
+@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo", "hard-link", "users-file"])
 def test_a_lock_path_that_is_no_regular_file_is_one_line_and_left_as_it_was(tmp_path, kind):
-    """A symbolic link there is not followed: the file it names keeps its bytes."""
+    """A symbolic link there is not followed: the file it names keeps its bytes; nor is a
+    hard link (another name of a user's file) or a user's file of that name written."""
     foreign = tmp_path / "thesis.txt"
     foreign.write_bytes(b"my thesis\n")
     lock = tmp_path / ".train.run-lock"
@@ -68,14 +69,23 @@ def test_a_lock_path_that_is_no_regular_file_is_one_line_and_left_as_it_was(tmp_
         lock.symlink_to(foreign)
     elif kind == "folder":
         lock.mkdir()
+    elif kind == "hard-link":
+        os.link(foreign, lock)
+    elif kind == "users-file":
+        lock.write_bytes(b"my thesis\n")
     else:
         os.mkfifo(lock)
     want = {"symlink": "a symbolic link", "folder": "a folder",
-            "fifo": "not a regular file"}[kind]
-    with pytest.raises(PipelineError, match=rf"^{lock}: the run lock of .*train is {want}"):
+            "fifo": "not a regular file", "hard-link": r"a hard link \(the file has another name",
+            "users-file": None}[kind]
+    said = (rf"^{lock}: the run lock of .*train holds something else than a run lock's line"
+            if kind == "users-file" else rf"^{lock}: the run lock of .*train is {want}")
+    with pytest.raises(PipelineError, match=said):
         hold_run_lock(tmp_path / "train", "a run")
     assert foreign.read_bytes() == b"my thesis\n"
-    assert lock.is_symlink() or lock.is_dir() or lock.is_fifo()
+    assert lock.is_symlink() or lock.is_dir() or lock.is_fifo() or lock.is_file()
+    if kind in ("hard-link", "users-file"):
+        assert lock.read_bytes() == b"my thesis\n"
 
 
 def test_an_output_entry_linked_to_another_folder_is_one_line_and_left_alone(tmp_path):

@@ -263,6 +263,13 @@ def test_a_record_of_other_data_is_refused_or_not_compared(tmp_path):
                                             r"where tf_10k_b.json, tf_reference_100k.json give"):
         load_reference_runs(tf)
     shutil.copy(ROOT / "reports/tf_reference/tf_10k_a.json", tf / "tf_10k_a.json")
+    second = json.loads((tf / "tf_10k_b.json").read_text())  # one record's archive left out
+    del second["data"]["archive_md5"]
+    (tf / "tf_10k_b.json").write_text(json.dumps(second))
+    with pytest.raises(PipelineError, match=r"/tf_10k_b.json: no data.archive_md5, where the "
+                                            r"other records name their archive"):
+        load_reference_runs(tf)
+    shutil.copy(ROOT / "reports/tf_reference/tf_10k_b.json", tf / "tf_10k_b.json")
     df = pd.DataFrame({"precision_at_1": [0.784], "precision_at_1_raw": [0.747],
                        "steps": [10000], "num_train": [5000], "num_examples": [10000]},
                       index=["baseline"])
@@ -298,6 +305,10 @@ def test_a_damaged_record_is_one_line(tmp_path):
     ({"evaluated_images": 10}, "data.evaluated_images is 10, fewer than held_out_images "
                                "10,000: its evaluations were not of the held-out images"),
     ({"held_out_images": -1}, "data.held_out_images is -1, expected a whole number"),
+    ({"evaluated_images": 10 ** 12}, "data.evaluated_images is 1,000,000,000,000, twice or "
+                                     "more held_out_images 10,000"),
+    ({"archive_md5": "not-an-md5; rm -rf /"}, 'data.archive_md5 is "not-an-md5; rm -rf /", '
+                                              'expected the archive\'s md5'),
     ({"steps_planned": 10 ** 400}, "steps_planned is a number of 401 digits, expected at most "
                                    "1,000,000,000"),
 ])
@@ -317,7 +328,7 @@ def test_a_record_with_figures_no_run_gives_is_one_line(tmp_path, edit, said):
         elif key in ("reached_step", "steps_planned", "data", "tensorflow", "segments",
                      "evaluations"):
             rec[key] = value
-        elif key.endswith("_images"):
+        elif key.endswith("_images") or key == "archive_md5":
             rec["data"][key] = value
         else:
             last[key] = value

@@ -205,6 +205,10 @@ def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> Non
         os.close(fd)
         raise PipelineError(f"{path}: the run lock of {folder} is not a regular file (a FIFO, "
                             f"a device or a socket); {fix}")
+    if os.fstat(fd).st_nlink > 1:  # a hard link: writing it would write the other name's file
+        os.close(fd)
+        raise PipelineError(f"{path}: the run lock of {folder} is a hard link (the file has "
+                            f"another name too), expected a file of its own; {fix}")
     f = os.fdopen(fd, "r+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -213,6 +217,14 @@ def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> Non
         f.close()
         raise PipelineError(f"{folder}: another run is writing there ({holder}); wait for it "
                             f"to end, or give this one another output folder") from None
+    import re
+
+    held_before = f.read(4096)
+    if held_before and not re.match(r"pid [0-9]+, since ", held_before):
+        f.close()  # a file of that name that is no run lock (the lock's own line is all it holds)
+        raise PipelineError(f"{path}: the run lock of {folder} holds something else than a run "
+                            f"lock's line (pid N, since ...), expected a file of its own; "
+                            f"{fix}")
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n")

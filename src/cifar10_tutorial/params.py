@@ -87,6 +87,13 @@ class DataParams:
         if self.dataset == "svhn" and self.md5 not in (None, "official"):
             raise ParamsError("data.md5: SVHN has several files; use official (their official "
                               "md5s) or null (no check)")
+        # read for one data set only: set for another, they would change nothing
+        for key, value, default, reader in (("label", self.label, "fine", "cifar100"),
+                                            ("svhn_extra", self.svhn_extra, False, "svhn")):
+            if value != default and self.dataset != reader:
+                raise ParamsError(f"data.{key}: {value!r} is read only for data.dataset: "
+                                  f"{reader}, and the data set is {self.dataset}: it would "
+                                  f"change nothing; drop it, or set data.dataset: {reader}")
 
 
 @dataclass(frozen=True)

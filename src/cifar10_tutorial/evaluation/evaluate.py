@@ -88,13 +88,16 @@ def _eval_own(folder: Path) -> set[str]:
     """The files in ``folder`` (one an interrupted evaluation left beside --out) that the
     evaluation may remove: in a folder it was building, its mark (written before any other
     file) and the eval's files; in one without the mark, nothing (a folder named so by
-    someone else, whatever its files are called); in an old set put aside, the eval's."""
+    someone else, whatever its files are called); in an old set put aside, the eval's where
+    it holds the record an evaluation writes last (provenance.json: the set was whole),
+    else nothing (a user's folder of that name)."""
     import re
 
     if re.search(r"\.staging-[0-9]+-[^.]*$", folder.name):
         mark = folder / BUILDING
         return EVAL_NAMES | {BUILDING} if mark.is_file() and not mark.is_symlink() else set()
-    return EVAL_NAMES
+    record = folder / "provenance.json"
+    return EVAL_NAMES if record.is_file() and not record.is_symlink() else set()
 
 
 def _refuse_other_record(path: Path) -> None:
