@@ -422,9 +422,14 @@ def main(argv=None) -> None:
     # (its own figures, committed there) is not this one's to replace
     theirs = repository_at(Path(os.path.abspath(out)).parent)
     ours = repository_at(Path.cwd())
-    if theirs is not None and (ours is None or theirs.resolve() != ours.resolve()):
+    if theirs is not None and ours is None:  # its reports are read from the working folder
+        raise PipelineError(f"--out {out}: inside {theirs}, and this runs in no checkout "
+                            f"({Path.cwd()}), where it reads the reports its page is made "
+                            f"of; run it in {theirs} to make that checkout's page. Nothing "
+                            f"was written.")
+    if theirs is not None and theirs.resolve() != ours.resolve():
         raise PipelineError(f"--out {out}: inside {theirs}, another checkout than the one "
-                            f"whose reports this reads ({ours or Path.cwd()}); run it there "
+                            f"whose reports this reads ({ours}); run it there "
                             f"to make that checkout's page, or give a path outside it. "
                             f"Nothing was written.")
     # replaced only where it is a page this made (its generated-by line at the top) ...

@@ -553,6 +553,13 @@ def test_the_results_page_of_another_checkout_is_not_replaced(tmp_path, monkeypa
                                             rf"the one whose reports this reads"):
         main(["--out", str(page)])
     assert page.read_text() == before
+    (tmp_path / "free").mkdir()  # run from no checkout: said as such, not called one
+    monkeypatch.chdir(tmp_path / "free")
+    with pytest.raises(PipelineError, match=rf"^--out {re.escape(str(page))}: inside "
+                                            rf"{re.escape(str(other))}, and this runs in no "
+                                            rf"checkout \({re.escape(str(tmp_path / 'free'))}\)"):
+        main(["--out", str(page)])
+    assert page.read_text() == before
 
 
 @pytest.mark.parametrize("what", ["folder", "users-file", "readme"])
