@@ -162,6 +162,19 @@ def test_the_console_script_is_installed_and_runs_a_stage_help():
     assert "e.g. `cifar10 eval --model other/model.pt --out other/eval`" in proc.stdout and "--model" in proc.stdout
 
 
+def test_the_package_run_as_a_module_is_the_console_script(tmp_path):
+    """``python -m cifar10_tutorial`` (scripts folder off PATH) is ``cifar10``: the same
+    commands, and an unknown one refused, never a silent no-op."""
+    run = [sys.executable, "-m", "cifar10_tutorial"]
+    proc = subprocess.run([*run, "eval", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "cifar10 eval:" in proc.stdout and "--model" in proc.stdout
+    proc = subprocess.run([*run, "no-such-command"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and "no-such-command" in proc.stderr
+
+
 def _trial_project(tmp_path):
     """A tiny project with two variants whose main pipeline has prepared its data."""
     from conftest import commit, dvc, tiny_project

@@ -114,10 +114,10 @@ def test_trial_steps_cap_every_variant_of_the_project():
 
     raw = yaml.safe_load((ROOT / "reports/params.yaml").read_text())
     raw["ablation"]["trial_steps"] = None
-    raw["ablations"] = {**raw["ablations"], "own_steps": {"train": {"max_steps": 100000}},
+    raw["ablations"] = {**raw["ablations"], "own_steps": {"train": {"max_steps": 60000}},
                         "own_epochs": {"train": {"max_epochs": 80}}}
     full = params_from_dict(raw)
-    assert variant_params(full, "own_steps").train.max_steps == 100000
+    assert variant_params(full, "own_steps").train.max_steps == 60000
     assert variant_params(full, "own_epochs").train.max_epochs == 80
     raw["ablation"]["trial_steps"] = 200
     trial = params_from_dict(raw)
@@ -545,7 +545,7 @@ def test_a_params_file_of_the_other_kind_is_named_as_such(tmp_path):
 @pytest.mark.parametrize("overrides, said", [
     ({"fast": {"peak_lr": 5.0}},
      r"ablations.v: fast.peak_lr is read only under train.schedule: fast, and the variant "
-     r"trains under tutorial: it would change nothing"),
+     r"trains under train.schedule: tutorial: it would change nothing"),
     ({"train": {"schedule": "fast", "initial_lr": 0.5}},
      r"ablations.v: train.initial_lr is read only under train.schedule: tutorial"),
     ({"train": {"schedule": "fast", "moving_average_decay": 0.99}},
@@ -566,14 +566,19 @@ def test_a_variants_override_its_schedule_never_reads_is_refused(overrides, said
 @pytest.mark.parametrize("base, overrides, said", [
     ({}, {"input": {"shuffle": "permutation", "min_fraction_of_examples_in_queue": 0.1}},
      r"ablations.v: input.min_fraction_of_examples_in_queue is read only under "
-     r"input.shuffle: queue, and the variant trains under permutation"),
+     r"input.shuffle: queue, and the variant trains under input.shuffle: permutation"),
     ({"input": {"shuffle": "permutation"}},
      {"input": {"min_fraction_of_examples_in_queue": 0.01}},
      r"ablations.v: input.min_fraction_of_examples_in_queue is read only under input.shuffle"),
     ({}, {"train": {"max_steps": 500, "max_epochs": 2}},
      r"ablations.v: train.max_steps and train.max_epochs both set, and train.max_epochs "
      r"replaces train.max_steps"),
-], ids=["queue-fill-under-permutation", "inherited-permutation", "two-budgets"])
+    ({"eval": {"every_steps": 0}}, {"eval": {"targets": [0.5]}},
+     r"ablations.v: eval.targets is read only under eval.every_steps above 0, and the "
+     r"variant trains under eval.every_steps: 0: it would change nothing; set "
+     r"eval.every_steps above 0 in the variant too, or drop eval.targets"),
+], ids=["queue-fill-under-permutation", "inherited-permutation", "two-budgets",
+        "targets-without-curve"])
 def test_a_variants_override_its_own_params_never_read_is_refused(base, overrides, said):
     """The queue's fill under a permutation (no queue), or a budget in steps beside one in
     epochs (which replaces it): the variant would train as if it were not set, its results
@@ -583,4 +588,39 @@ def test_a_variants_override_its_own_params_never_read_is_refused(base, override
     if "input" in overrides:
         params_from_dict({"ablations": {"v": {"input": {
             **overrides["input"], "shuffle": "queue"}}}})
+    if "eval" in overrides:
+        params_from_dict({**base, "ablations": {"v": {"eval": {
+            **overrides["eval"], "every_steps": 100}}}})
     params_from_dict({**base, "ablations": {"v": {"train": {"max_epochs": 2}}}})
+
+
+@pytest.mark.parametrize("twin, said", [
+    ({}, r"ablations.v trains and scores exactly as ablations.baseline \(the same params\)"),
+    ({"train": {"seed": 0}}, r"ablations.v .* as ablations.baseline \(the same params\)"),
+    ({"run": {"checkpoint_every": 5, "capture_step": "never"}},
+     r"ablations.v .* as ablations.baseline \(it differs only in run.capture_step, "
+     r"run.checkpoint_every: how a run is carried out, not what it computes\): its results "
+     r"would be ablations.baseline's, read as an effect; drop the variant"),
+    ({"eval": {"batch_size": 100}}, r"differs only in eval.batch_size:"),
+    ({"train": {"device": "cpu"}, "eval": {"device": "cpu", "interval_secs": 5}},
+     r"differs only in eval.device, eval.interval_secs, train.device:"),
+], ids=["empty", "baseline-value", "run-section", "eval-batch", "where-it-runs"])
+def test_a_variant_that_computes_what_another_does_is_refused(twin, said):
+    """A variant that changes nothing, or only how a run is carried out (the run section,
+    the device, the evaluation's batch), would train and score exactly as the baseline:
+    its figures, read as its overrides' effect, would be the baseline's. One line naming
+    both; a variant changing any setting that computes is one, and the check compares the
+    full budgets (a trial cuts every budget to one length and is no twin)."""
+    with pytest.raises(ParamsError, match=said):
+        params_from_dict({"ablations": {"baseline": {}, "v": twin}})
+    # the twin of a variant other than the baseline, in the other group too
+    with pytest.raises(ParamsError, match=r"dataset_ablations.w trains and scores exactly as "
+                                          r"dataset_ablations.v"):
+        params_from_dict({"dataset_ablations": {"v": {"data": {"dataset": "svhn"}},
+                                                "w": {"data": {"dataset": "svhn"}, **twin}}})
+    params_from_dict({"ablations": {"baseline": {}, "v": {**twin, "train": {
+        **twin.get("train", {}), "seed": 1}}}})
+    params_from_dict({"ablation": {"trial_steps": 50},
+                      "ablations": {"baseline": {"eval": {"every_steps": 100}},
+                                    "long": {"train": {"max_steps": 100000},
+                                             "eval": {"every_steps": 100}}}})

@@ -336,6 +336,7 @@ class Params:
         both = set(self.ablations) & set(self.dataset_ablations)
         if both:
             raise ParamsError(f"ablations and dataset_ablations share the names {sorted(both)}")
+        computed: dict[str, tuple[str, dict]] = {}
         for group in ("ablations", "dataset_ablations"):
             for name, overrides in getattr(self, group).items():
                 for section, why in NOT_IN_A_VARIANT[group].items():
@@ -348,18 +349,66 @@ class Params:
                 except ParamsError as exc:
                     raise ParamsError(f"{group}.{name}: {exc}") from None
                 _refuse_unread(overrides, made, group, name)
+                _refuse_twin(_merged(self, name, trial=False), f"{group}.{name}", computed)
 
 
 # what a variant may set that only one value of another setting reads: each schedule's
 # (training/optimization.py: the rate's rule, the weight decay and the averages' decay of
 # each), and the shuffle queue's fill (training/inputs.py: a permutation has no queue)
+# each entry: the keys, the setting that decides whether they are read, which of its
+# values read them (a test), and those values in words
 READ_ONLY_UNDER = (
     ("train", ("initial_lr", "lr_decay_factor", "epochs_per_decay", "weight_decay",
-               "moving_average_decay"), ("train", "schedule"), "tutorial"),
+               "moving_average_decay"), ("train", "schedule"), lambda v: v == "tutorial",
+     "train.schedule: tutorial"),
     ("fast", tuple(f.name for f in dataclasses.fields(FastParams)), ("train", "schedule"),
-     "fast"),
-    ("input", ("min_fraction_of_examples_in_queue",), ("input", "shuffle"), "queue"),
+     lambda v: v == "fast", "train.schedule: fast"),
+    ("input", ("min_fraction_of_examples_in_queue",), ("input", "shuffle"),
+     lambda v: v == "queue", "input.shuffle: queue"),
+    # the held-out curve (training/monitoring.py HeldOut) times the targets; 0 makes none
+    ("eval", ("targets",), ("eval", "every_steps"), lambda v: v > 0, "eval.every_steps above 0"),
 )
+
+# What changes how a run is carried out and never what it computes: the run section
+# (RunParams), where a stage runs (as checkpoint_files.NOT_RUN_DEFINING), the batch of an
+# evaluation whose precision does not depend on it, and the watch mode's wait. A variant
+# that differs from another only in these trains and scores exactly as that one.
+RESULT_NEUTRAL = {"run": None, "train": ("device",),
+                  "eval": ("batch_size", "device", "interval_secs")}
+
+
+def _what_it_computes(made: "Params") -> dict:
+    raw = dataclasses.asdict(made)
+    for section, keys in RESULT_NEUTRAL.items():
+        for key in (list(raw[section]) if keys is None else keys):
+            raw[section].pop(key)
+    return raw
+
+
+def _dotted(raw: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in raw.items():
+        out.update(_dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def _refuse_twin(made: "Params", label: str, computed: dict) -> None:
+    """A variant that trains and scores exactly as another (the same params but for
+    :data:`RESULT_NEUTRAL`, or none at all: a second ``{}`` beside the baseline's): its
+    results would be the other's, read as its overrides' effect; one line naming both.
+    Compared at the variants' full budgets: a trial cuts every budget to one length."""
+    mine = _what_it_computes(made)
+    key = repr(sorted(_dotted(mine).items()))
+    if key in computed:
+        other, other_raw = computed[key]
+        differ = sorted(k for k, v in _dotted(dataclasses.asdict(made)).items()
+                        if _dotted(other_raw).get(k) != v)
+        how = (f"it differs only in {', '.join(differ)}: how a run is carried out, not what "
+               f"it computes" if differ else "the same params")
+        raise ParamsError(f"{label} trains and scores exactly as {other} ({how}): its results "
+                          f"would be {other}'s, read as an effect; drop the variant, or "
+                          f"change a setting that computes")
+    computed[key] = (label, dataclasses.asdict(made))
 
 
 def _refuse_unread(overrides: dict, made: "Params", group: str, name: str) -> None:
@@ -368,15 +417,15 @@ def _refuse_unread(overrides: dict, made: "Params", group: str, name: str) -> No
     twice (train.max_epochs replaces train.max_steps): it would train exactly as its
     baseline, and its results would be read as the override's effect (none); one line
     naming it."""
-    for section, keys, (where, setting), value in READ_ONLY_UNDER:
+    for section, keys, (where, setting), reads, read_under in READ_ONLY_UNDER:
         given = overrides.get(section)
         key = next((k for k in keys if isinstance(given, dict) and k in given), None)
         actual = getattr(getattr(made, where), setting)
-        if key is not None and actual != value:
+        if key is not None and not reads(actual):
             raise ParamsError(f"{group}.{name}: {section}.{key} is read only under "
-                              f"{where}.{setting}: {value}, and the variant trains under "
-                              f"{actual}: it would change nothing; set {where}.{setting}: "
-                              f"{value} in the variant too, or drop {section}.{key}")
+                              f"{read_under}, and the variant trains under {where}.{setting}:"
+                              f" {actual}: it would change nothing; set {read_under} in the "
+                              f"variant too, or drop {section}.{key}")
     train = overrides.get("train")
     if isinstance(train, dict) and train.get("max_steps") is not None \
             and train.get("max_epochs") is not None:
@@ -415,7 +464,13 @@ def variant_params(params: "Params", name: str) -> "Params":
     pipeline's ``data``: its data are its own). With ``ablation.trial_steps`` set, no
     variant trains longer: a budget in steps is cut to it, one in epochs (``max_epochs``)
     becomes exactly ``trial_steps`` steps, its schedule fitted to them."""
-    trial = params.ablation.trial_steps
+    return _merged(params, name, trial=True)
+
+
+def _merged(params: "Params", name: str, trial: bool) -> "Params":
+    """:func:`variant_params`, or with ``trial`` false the variant at its full budget
+    (``ablation.trial_steps`` left aside)."""
+    trial = params.ablation.trial_steps if trial else None
     group = "ablations" if name in params.ablations else "dataset_ablations"
     variants = {**params.ablations, **params.dataset_ablations}
     if name not in variants:
