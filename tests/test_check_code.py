@@ -91,6 +91,25 @@ def test_a_comment_is_recorded_after_both_variants_ran_alike(project):
     assert "up to date" in stale(project)
 
 
+def test_a_variant_set_apart_by_its_budget_alone_is_checked_as_its_twin(project):
+    """Cut to the check's budget, a variant whose own budget is all that sets it apart
+    computes what its baseline does (and a file of both would be refused as twins): it is
+    checked as that one, named so, and recorded with the rest."""
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["ablations"]["long"] = {"train": {"max_steps": 6}}
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    dvc(project, "repro", "reports/dvc.yaml:ablation@long")
+    commit(project, "a variant of a budget of its own")
+    comment(project)
+    proc = check(project)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "long: at 13 steps it computes what baseline does (its budget is all that sets " \
+           "it apart): checked as baseline" in proc.stdout
+    assert "recorded 3 variant stage(s)" in proc.stdout
+    assert "ablation@" not in stale(project)  # (the report, never rerun here, is stale)
+
+
 @pytest.mark.parametrize("path, old, new, named", [
     # the evaluation: the weights are the same, the precision recorded is not
     ("src/cifar10_tutorial/evaluation/evaluate.py",

@@ -624,3 +624,23 @@ def test_a_variant_that_computes_what_another_does_is_refused(twin, said):
                       "ablations": {"baseline": {"eval": {"every_steps": 100}},
                                     "long": {"train": {"max_steps": 100000},
                                              "eval": {"every_steps": 100}}}})
+
+
+def test_twins_are_named_for_a_tool_that_cuts_every_budget_to_one():
+    """params.twins: what tools/check_code.py leaves out of a pass where its one short
+    budget makes a variant of a budget of its own its baseline's twin; none at budgets
+    that set them apart, and none (the stage's error to give) in a file refused for
+    anything else."""
+    from cifar10_tutorial.params import twins
+
+    raw = {"ablation": {"max_steps": 100},
+           "ablations": {"baseline": {}, "long": {"train": {"max_steps": 100}},
+                         "other": {"train": {"seed": 3}},
+                         "longer": {"train": {"max_steps": 100}, "run": {"summary_every": 5}}}}
+    assert twins(raw) == {"long": "baseline", "longer": "baseline"}
+    raw["ablation"]["max_steps"] = 50  # the baseline apart; the two long ones twins still
+    assert twins(raw) == {"longer": "long"}
+    del raw["ablations"]["longer"]
+    assert twins(raw) == {}
+    raw["ablations"]["other"] = {"train": {"seed": -1}}
+    assert twins(raw) == {}

@@ -63,6 +63,7 @@ import yaml
 from cifar10_tutorial.cli import dvc_executable
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.param_types import key_twice, load_yaml12
+from cifar10_tutorial.params import twins
 
 LOCK = Path("reports/dvc.lock")
 EXERCISES = Path("reports/params.yaml")
@@ -1120,18 +1121,33 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
             one = {k: _copy_tree(t, tmp / f"{k}-one-thread") for k, t in trees.items()}
             passes = [(trees, data, None, PAUSED_MODE),  # (trees, data, training-set size, mode)
                       (big, large_data, large[0], STRAIGHT), (one, data, None, ONE_THREAD)]
+            # cut to one budget, a variant whose own budget was all that set it apart (its
+            # baseline's twin there: params.twins) computes what that one does; it is left
+            # out of the pass, in both trees, and checked as that one
+            as_twin: dict[str, dict[str, str]] = {}
             for these, _, num_train, mode in passes:
+                budgets = {key: short_budget(raws[key], num_train, own_eval=mode != PAUSED_MODE)
+                           for key in these}
+                twin = as_twin[mode] = twins(budgets["ours"])
                 for key, tree in these.items():
-                    budget = short_budget(raws[key], num_train, own_eval=mode != PAUSED_MODE)
+                    budget = budgets[key]
+                    if isinstance(budget.get("ablations"), dict):
+                        budget["ablations"] = {n: v for n, v in budget["ablations"].items()
+                                               if n not in twin}
                     (tree / EXERCISES).write_text(yaml.safe_dump(budget, sort_keys=False))
             if record_for is not None:
                 _against_made_the_lock(root, trees["theirs"], record_for, short)
             on = _on(passes, own)
             print(f"running {len(names)} variant(s) for {STEPS} steps each, with the code of "
                   f"{short}, then with the workspace's: on {on}", flush=True)
+            for twin in {n: t for pass_ in as_twin.values() for n, t in pass_.items()
+                         if n in names}.items():
+                print(f"{twin[0]}: at {STEPS} steps it computes what {twin[1]} does (its "
+                      f"budget is all that sets it apart): checked as {twin[1]} in the passes "
+                      f"where it is one", flush=True)
             for these, where, _, mode in passes:  # one thread each: two at a time; the
                 jobs = [(n, these[key], where, what)  # threads a run takes: one at a time
-                        for n in names
+                        for n in dict.fromkeys(as_twin[mode].get(n, n) for n in names)
                         for key, what in (("theirs", short), ("ours", "the workspace"))]
                 wide = max(1, min(2, os.cpu_count() or 1)) if mode != STRAIGHT else 1
                 # one CPU each for the paused runs' pinned segments, taken in turn

@@ -392,13 +392,38 @@ def _dotted(raw: dict, prefix: str = "") -> dict:
     return out
 
 
+def _computes_key(made: "Params") -> str:
+    return repr(sorted(_dotted(_what_it_computes(made)).items()))
+
+
+def twins(raw: dict) -> dict[str, str]:
+    """Of the variants of a parsed reports/params.yaml, each that trains and scores exactly
+    as one before it -> that one (what :class:`Params` refuses), at the file's budgets:
+    for a tool that cuts every variant to one short budget (tools/check_code.py), where a
+    variant of a budget of its own becomes its baseline's twin. None where the file is
+    refused for anything else (its own error is the stage's to give)."""
+    seen: dict[str, str] = {}
+    found: dict[str, str] = {}
+    for group in ("ablations", "dataset_ablations"):
+        for name, overrides in (raw.get(group) or {}).items():
+            one = {**raw, "ablations": {}, "dataset_ablations": {}, group: {name: overrides}}
+            try:
+                key = _computes_key(_merged(params_from_dict(one), name, trial=False))
+            except (ParamsError, TypeError, AttributeError):
+                return {}
+            if key in seen:
+                found[name] = seen[key]
+            else:
+                seen[key] = name
+    return found
+
+
 def _refuse_twin(made: "Params", label: str, computed: dict) -> None:
     """A variant that trains and scores exactly as another (the same params but for
     :data:`RESULT_NEUTRAL`, or none at all: a second ``{}`` beside the baseline's): its
     results would be the other's, read as its overrides' effect; one line naming both.
     Compared at the variants' full budgets: a trial cuts every budget to one length."""
-    mine = _what_it_computes(made)
-    key = repr(sorted(_dotted(mine).items()))
+    key = _computes_key(made)
     if key in computed:
         other, other_raw = computed[key]
         differ = sorted(k for k, v in _dotted(dataclasses.asdict(made)).items()
