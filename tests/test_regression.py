@@ -128,7 +128,12 @@ def test_a_metric_that_is_not_finite_fails_never_ok(tmp_path, value):
     ('{"eval.precision_at_1": 1.5, "train.loss_avg": 1}', r"eval.precision_at_1 is 1.5, expected "
                                                           r"a fraction from 0 to 1"),
     ('{"eval.precision_at_1": 0.5, "train.loss_avg": -1}', r"train.loss_avg is -1, expected a "
-                                                           r"number of at least 0")])
+                                                           r"number from 0 to 3.403e\+38"),
+    # a loss past float32's largest number, in which a run computes it
+    ('{"eval.precision_at_1": 0.5, "train.loss_avg": 1e308}', r"train.loss_avg is 1e\+308, "
+                                                              r"expected a number from 0 to "
+                                                              r"3.403e\+38, as a run's loss is "
+                                                              r"\(computed in float32")])
 def test_a_damaged_baseline_is_one_line_naming_it(tmp_path, text, found):
     """A damaged baseline, or a folder in its place, is one line naming it and saying how
     to restore it: never a traceback."""

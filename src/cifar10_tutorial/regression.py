@@ -132,6 +132,8 @@ def compare(now: dict[str, float], baseline: dict[str, float],
 def _fmt(v: Optional[float], signed: bool = False) -> str:
     if v is None:
         return "-"
+    if math.isfinite(v) and abs(v) >= 1e6:  # no run's figure: shown, not spelled out
+        return f"{v:+.4e}" if signed else f"{v:.4e}"
     return f"{v:+.4f}" if signed else f"{v:.4f}"
 
 
@@ -231,17 +233,22 @@ def is_gate_text(text: str) -> bool:
         "no such baseline file" in text.split("\n", 1)[0])
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
+
+
 def _impossible(metric: str, value: float) -> Optional[str]:
     """What a run's ``metric`` can be, where the finite ``value`` is not that: precisions
-    are fractions from 0 to 1, losses at least 0; None when it can be (a value that is not
-    finite fails the gate's row instead: never compared as a number)."""
+    are fractions from 0 to 1, losses from 0 to float32's largest number (a run computes
+    its loss in float32; beyond that it overflows to inf); None when it can be (a value
+    that is not finite fails the gate's row instead: never compared as a number)."""
     name = metric.rsplit(".", 1)[-1]
     if not math.isfinite(value):
         return None
     if "precision" in name and not 0 <= value <= 1:
         return "a fraction from 0 to 1, as a run's precision is"
-    if "loss" in name and value < 0:
-        return "a number of at least 0, as a run's loss is"
+    if "loss" in name and not 0 <= value <= FLOAT32_MAX:
+        return (f"a number from 0 to {FLOAT32_MAX:.4g}, as a run's loss is (computed in "
+                f"float32, whose largest number that is)")
     return None
 
 
