@@ -355,7 +355,7 @@ def test_exercise5_takes_its_speed_from_the_timing_of_both_setups_alone(tmp_path
     assert rows["1 x 128, timed alone (AMD EPYC, 2 cores)"][:3] == ["1,000", "1,000", "0.128"]
     # a gap inside the spread of one set-up's runs is noise
     timing.write_text(json.dumps({**json.loads(timing.read_text()), "setups": {
-        "1 x 128": setup(1000.0, 30.0, 1), "2 x 64": setup(980.0, 40.0, 2)},
+        "1 x 128": setup(1000.0, 30.0, 1), "2 x 64": setup(980.0, 36.0, 2)},
         "speed_2x64_vs_1x128": 0.98}))
     text = section(make_report(tmp_path / "a", out, OVERRIDES, devices_timing=timing).read_text(),
                    "## Exercise 5")
@@ -1351,6 +1351,10 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
     # a run copied over another (the medians and spread recomputed): one timing twice
     ("copied-run", "set-up '2 x 64''s run 3 with the examples_per_sec of set-up '2 x 64''s "
                    "run 1"),
+    # one set-up's run given the other's measurement (its seconds a batch and the
+    # medians recomputed): one timing in both
+    ("copied-across", "set-up '2 x 64''s run 1 with the examples_per_sec of set-up "
+                      "'1 x 128''s run 1"),
     ("third-setup", "set-up '4 x 32', where the record holds the set-ups '1 x 128' and "
                     "'2 x 64' only"),
     ("absurd-steps", "steps a number of 31 digits, where less than 1,000,000,000 is expected"),
@@ -1412,6 +1416,16 @@ def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, sa
                    examples_per_sec_spread=max(speeds) - min(speeds),
                    sec_per_batch_median=statistics.median(
                        run["sec_per_batch"] for run in two["runs"]))
+        record["speed_2x64_vs_1x128"] = (two["examples_per_sec_median"]
+                                         / one["examples_per_sec_median"])
+    elif edit == "copied-across":
+        one["runs"][0].update(examples_per_sec=two["runs"][0]["examples_per_sec"],
+                              sec_per_batch=128 / two["runs"][0]["examples_per_sec"])
+        speeds = [run["examples_per_sec"] for run in one["runs"]]
+        one.update(examples_per_sec_median=statistics.median(speeds),
+                   examples_per_sec_spread=max(speeds) - min(speeds),
+                   sec_per_batch_median=statistics.median(
+                       run["sec_per_batch"] for run in one["runs"]))
         record["speed_2x64_vs_1x128"] = (two["examples_per_sec_median"]
                                          / one["examples_per_sec_median"])
     elif edit == "third-setup":

@@ -88,8 +88,8 @@ def _inconsistent(timed: dict) -> Optional[str]:
     if extra:  # the report states two set-ups' figures: a third would go unsaid
         return (f"set-up {extra[0]!r}, where the record holds the set-ups '1 x 128' and "
                 f"'2 x 64' only")
-    for name in ("1 x 128", "2 x 64"):
-        seen = {}  # each run is its own timing: two never agree to the last digit
+    seen = {}  # each run is its own timing: two never agree to the last digit, in one
+    for name in ("1 x 128", "2 x 64"):  # set-up or across the two
         for i, run in enumerate(timed["setups"][name].get("runs") or []):
             eps = run.get("examples_per_sec") if isinstance(run, dict) else None
             if isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps in seen:
