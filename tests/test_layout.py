@@ -440,7 +440,9 @@ def listed_modules(package: Path = PACKAGE) -> list[str]:
     for init in sorted(package.rglob("__init__.py")):
         folder = init.parent
         named = set(re.findall(r"``(\w+)``", ast.get_docstring(ast.parse(init.read_text())) or ""))
-        have = {f.stem for f in folder.glob("*.py") if f.name != "__init__.py"}
+        # (__main__.py is the folder's `python -m` hook, no module anything imports)
+        have = {f.stem for f in folder.glob("*.py") if f.name not in ("__init__.py",
+                                                                      "__main__.py")}
         if folder == package:
             have |= {d.name for d in folder.iterdir() if (d / "__init__.py").is_file()}
         where = init.relative_to(package).as_posix()

@@ -313,6 +313,18 @@ def test_a_model_of_other_params_at_the_same_step_is_not_published(finished, tmp
     assert f"{results / 'eval/provenance.json'}: evaluated a model of params " \
            f"{ev['params_hash']}, but {model} was trained with params " in line, line
     assert not (tmp_path / "p").exists()
+    # the run's model again, its training record naming other params (a copy's record
+    # edited, or another run's): the card would publish that record
+    shutil.copyfile(project / "data/ablations/baseline/model.pt", model)
+    record = results / "train" / "provenance.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "params_hash": "0" * 16}))
+    proc = _run(project, "tools/publish.py", "baseline", "--model",
+                str(model), "--results", str(results), "--out", str(tmp_path / "p"))
+    line = _one_error_line(proc)
+    assert f"{results / 'eval/provenance.json'}: params_hash is '{ev['params_hash']}', where " \
+           f"{record} records '0000000000000000': the model (its params) evaluated is not " \
+           f"the run's" in line, line
+    assert not (tmp_path / "p").exists()
 
 
 @pytest.mark.e2e

@@ -17,6 +17,8 @@ from cifar10_tutorial.regression import (RegressionError, collect_metrics, compa
 from conftest import ROOT, children_of, processes_in
 
 TOL = {"eval.precision_at_1": {"max_drop": 0.02}, "train.loss_avg": {"max_rise": 0.15}}
+# what the train and eval stages record of the model (provenance.json), at step 100
+RECORD = {"steps": 100, "data_hash": "d" * 32, "params_hash": "e" * 16}
 
 
 def write_eval(folder: Path, evals: dict) -> Path:
@@ -31,6 +33,7 @@ def write_eval(folder: Path, evals: dict) -> Path:
                                           f"cat,{n},{right / n:.4f},{right / n:.4f}\n"
                                           "dog,0,nan,nan\n")
     (folder / "metrics.json").write_text(json.dumps(evals))
+    (folder / "provenance.json").write_text(json.dumps({**RECORD, "model": "data/train/model.pt"}))
     return folder / "metrics.json"
 
 
@@ -42,6 +45,7 @@ def write_train(folder: Path, train: dict) -> Path:
     step, loss = train.get("step", 100), train.get("loss_avg", 1.0)
     curve.write_text(f"step\tloss_avg\n{step // 2}\t{loss + 1}\n{step}\t{loss}\n")
     (folder / "metrics.json").write_text(json.dumps(train))
+    (folder / "provenance.json").write_text(json.dumps({**RECORD, "steps": step}))
     return folder / "metrics.json"
 
 
@@ -193,7 +197,7 @@ def test_figures_the_evaluations_own_files_contradict_pass_no_gate(tmp_path, edi
     (ev / "predictions.csv").write_text("\n".join(["actual,predicted"] + rows) + "\n")
     (ev / "per_class.csv").write_text("class,count,precision_at_1,precision_at_1_raw\n"
                                       "cat,500,0.7000,0.6800\ndog,500,0.7000,0.6800\n")
-    (ev / "provenance.json").write_text("{}")  # the eval stage's record of a whole set
+    (ev / "provenance.json").write_text(json.dumps(RECORD))  # the eval stage's record
     baseline = tmp_path / "baseline.json"
     baseline.write_text(json.dumps({"eval.precision_at_1": 0.7, "train.loss_avg": 1.0}))
     assert "| ok |" in gate(str(baseline), TOL, files)
@@ -257,7 +261,8 @@ def test_a_train_loss_its_own_files_contradict_passes_no_gate(tmp_path, edit, sa
     curve = train / "plots/metrics/train/loss_avg.tsv"
     figures = {"loss_avg": 1.0, "step": 6}
     (train / "metrics.json").write_text(json.dumps(figures))
-    (train / "provenance.json").write_text(json.dumps({"steps": 6}))
+    for stage in ("train", "eval"):  # the model of step 6
+        (tmp_path / stage / "provenance.json").write_text(json.dumps({**RECORD, "steps": 6}))
     curve.write_text("step\tloss_avg\n3\t5.0\n6\t" + ("1.0" if edit == "same" else
                                                     "4.702444076538086") + "\n")
     files["train"] = train / "metrics.json"
@@ -288,24 +293,53 @@ def test_a_train_loss_its_own_files_contradict_passes_no_gate(tmp_path, edit, sa
     assert not (tmp_path / "new.json").exists()
 
 
-def test_an_evaluation_of_another_runs_model_passes_no_gate(tmp_path):
-    """reports/eval/provenance.json names the step and data of the model it evaluated: the
-    train stage's (reports/train/provenance.json). Another run's evaluation beside this
-    run's training is one line naming both, never a pass or a baseline."""
+@pytest.mark.parametrize("edit, said", [
+    ({"steps": 90}, r"eval/provenance.json: steps is 90, where .*train/provenance.json records "
+                    r"100: the step of the model evaluated is not the run's"),
+    # another variant's model (its params), of the same step and data
+    ({"params_hash": "0" * 16, "model": "data/ablations/softmax/model.pt"},
+     r"eval/provenance.json: params_hash is '0000000000000000', where .*train/provenance.json "
+     r"records 'eeeeeeeeeeeeeeee': the model \(its params\) evaluated is not the run's"),
+    ("deleted", r"eval/provenance.json: missing, where the evaluation's record of the model "
+                r"\(its step, data and params\) is written with its figures; rerun the eval"),
+    ("garbage", r"eval/provenance.json: expected the evaluation's record \(a JSON object\), "
+                r"found no JSON"),
+    ("fifo", r"eval/provenance.json: expected the evaluation's record \(a JSON object\), found "
+             r"not a regular file"),
+    ("no-hash", r"eval/provenance.json: expected the evaluation's record with steps, data_hash, "
+                r"params_hash, found no params_hash"),
+    ("train-fifo", r"train/provenance.json: expected the training run's record \(a JSON "
+                   r"object\), found not a regular file.*; rerun the train stage"),
+    ("train-deleted", r"train/provenance.json: missing, where the training run's record .*; "
+                      r"rerun the train stage"),
+], ids=["other-step", "other-variant", "deleted", "garbage", "fifo", "no-hash", "train-fifo",
+        "train-deleted"])
+def test_an_evaluation_of_another_runs_model_passes_no_gate(tmp_path, edit, said):
+    """reports/eval/provenance.json names the step, data and params of the model it
+    evaluated: the train stage's (reports/train/provenance.json). Another run's evaluation
+    beside this run's training (another step, another variant's model), or a record
+    missing, damaged or a FIFO (which would leave the two untold), is one line naming it,
+    never a pass or a baseline."""
     files = write_run(tmp_path)
-    (tmp_path / "train" / "provenance.json").write_text(json.dumps({"steps": 100,
-                                                                    "data_hash": "d" * 32}))
-    (tmp_path / "eval" / "provenance.json").write_text(json.dumps({"steps": 100,
-                                                                   "data_hash": "d" * 32}))
     assert "| ok |" in gate(write_baseline(tmp_path), TOL, files)
-    (tmp_path / "eval" / "provenance.json").write_text(json.dumps({"steps": 90,
-                                                                   "data_hash": "d" * 32}))
-    said = (r"eval/provenance.json: steps is 90, where .*train/provenance.json records 100: "
-            r"the step of the model evaluated is not the run's")
+    stage = "train" if edit in ("train-fifo", "train-deleted") else "eval"
+    record = tmp_path / stage / "provenance.json"
+    if isinstance(edit, dict):
+        record.write_text(json.dumps({**json.loads(record.read_text()), **edit}))
+    elif edit.endswith("deleted"):
+        record.unlink()
+    elif edit == "garbage":
+        record.write_text("{garbage")
+    elif edit.endswith("fifo"):
+        record.unlink()
+        os.mkfifo(record)
+    else:
+        record.write_text(json.dumps({k: v for k, v in RECORD.items() if k != "params_hash"}))
     with pytest.raises(PipelineError, match=said):
         gate(write_baseline(tmp_path), TOL, files)
     with pytest.raises(PipelineError, match=said):
         update_baseline(str(tmp_path / "new.json"), TOL, files)
+    assert not (tmp_path / "new.json").exists()
 
 
 def test_a_metrics_file_of_another_kind_or_a_key_twice_is_one_line(tmp_path):
@@ -1166,3 +1200,24 @@ def test_a_configurations_baseline_in_the_code_or_a_stages_output_is_refused(tmp
                                             rf".*{re.escape(said)}.*Nothing was run\.$"):
         ci.run_config("t", root, update_baseline=True)
     assert not (root / baseline).exists()
+
+
+@pytest.mark.parametrize("train, evals, said", [
+    ({"loss_avg": -0.5}, {}, r"train/metrics.json: loss_avg is -0.5, expected a number from "
+                             r"0 to 3.403e\+38, as a run's loss is"),
+    ({"loss_avg": 1e39}, {}, r"train/metrics.json: loss_avg is 1e\+39, expected a number "
+                             r"from 0 to 3.403e\+38"),
+], ids=["negative-loss", "past-float32"])
+def test_a_run_figure_no_run_gives_passes_no_gate_and_is_no_baseline(tmp_path, train, evals,
+                                                                     said):
+    """This run's metrics edited to a figure no run gives (a loss below 0, its curve and
+    every record edited alike): gated, it would pass; written by --update as the baseline,
+    it would let every later run pass, and `cifar10 ci --baseline` refuse the file. One
+    line naming the file, before either."""
+    files = write_run(tmp_path, loss=train.get("loss_avg", 1.0),
+                      precision=evals.get("precision_at_1", 0.80))
+    with pytest.raises(PipelineError, match=said):
+        gate(write_baseline(tmp_path), TOL, files)
+    with pytest.raises(PipelineError, match=said):
+        update_baseline(str(tmp_path / "new.json"), TOL, files)
+    assert not (tmp_path / "new.json").exists()

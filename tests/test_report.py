@@ -50,9 +50,18 @@ def write_variant(root: Path, name: str, precision: float, steps: int, seed: int
         "seed": seed, "num_train": 40000, "shuffle": "queue",
         "min_fraction_of_examples_in_queue": 0.4, "head": "fc", "output": "logits", "lrn": True,
         **variant}))
-    (out / "train" / "provenance.json").write_text(json.dumps({
-        "commit": commit, "dirty": False, "device": "a CPU, 2 threads", "data_hash": "d" * 32,
-        "cpu_load": [2.0, 2.0, 2.0], "steps": steps}))
+    record = {"commit": commit, "dirty": False, "device": "a CPU, 2 threads",
+              "data_hash": "d" * 32, "params_hash": f"{hash(name) & 0xffffffff:016x}",
+              "cpu_load": [2.0, 2.0, 2.0], "steps": steps}
+    (out / "train" / "provenance.json").write_text(json.dumps(record))
+    # the run's own files, written with metrics.json (exercises/ablation.py): the train
+    # stage's metrics, the evaluation's set and its record of the model it evaluated
+    (out / "train" / "metrics.json").write_text(json.dumps(train))
+    (out / "eval").mkdir()
+    (out / "eval" / "metrics.json").write_text(json.dumps(ev))
+    _eval_set(out / "eval", precision, precision - 0.02)
+    (out / "eval" / "provenance.json").write_text(json.dumps(
+        {**record, "model": f"data/ablations/{name}/model.pt"}))
     plots = out / "train" / "plots" / "metrics"
     # the run's final loss_avg is its curve's last point (one run logs both)
     _tsv(plots / "train" / "loss_avg.tsv", "loss_avg",
@@ -75,6 +84,20 @@ def exercises(root: Path, steps: int, effects: dict) -> None:
                   speed=200.0)
     write_variant(root, "no_lrn", 0.70 + effects["no_lrn"], steps, lrn=False, speed=410.0)
     write_variant(root, "devices_2x64", 0.70, steps, speed=300.0, world_size=2, batch_size=64)
+
+
+def _eval_set(folder: Path, precision: float, raw: float) -> None:
+    """predictions.csv and per_class.csv of 10,000 images of two classes as the eval stage
+    writes them, giving ``precision`` (averaged weights) and ``raw`` (raw weights)."""
+    right, right_raw = round(precision * 10_000), round(raw * 10_000)
+    cat, dog = right // 2, right - right // 2
+    rows = (["cat,cat"] * cat + ["cat,dog"] * (5000 - cat) + ["dog,dog"] * dog
+            + ["dog,cat"] * (5000 - dog))
+    (folder / "predictions.csv").write_text("\n".join(["actual,predicted"] + rows) + "\n")
+    cat_raw, dog_raw = right_raw // 2, right_raw - right_raw // 2
+    (folder / "per_class.csv").write_text("class,count,precision_at_1,precision_at_1_raw\n"
+                                          f"cat,5000,{cat / 5000:.4f},{cat_raw / 5000:.4f}\n"
+                                          f"dog,5000,{dog / 5000:.4f},{dog_raw / 5000:.4f}\n")
 
 
 def _eval_files(folder: Path, right: int = 7000) -> None:
@@ -140,6 +163,7 @@ def test_a_short_budget_gets_a_banner_and_no_answers(tmp_path):
     m = json.loads((tmp_path / "a/tutorial_100k/metrics.json").read_text())
     del m["train"]["time_to_target"]
     (tmp_path / "a/tutorial_100k/metrics.json").write_text(json.dumps(m))
+    (tmp_path / "a/tutorial_100k/train/metrics.json").write_text(json.dumps(m["train"]))
     overrides = {**OVERRIDES, "tutorial_100k": {"train": {"max_steps": 100000}}}
     text = make_report(tmp_path / "a", tmp_path / "out", overrides).read_text()
     rep = section(text, "## The tutorial at its own budget")
@@ -545,10 +569,10 @@ def test_a_damaged_provenance_record_is_one_line_naming_it(tmp_path, text):
     exercises(tmp_path / "a", 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     path = tmp_path / "a" / "no_lrn" / "train" / "provenance.json"
     path.write_text(text)
-    with pytest.raises(PipelineError, match=r"^" + re.escape(str(path)) + r": (cannot be read "
-                       r"as JSON \(JSONDecodeError: .+\); expected the record the variant's "
-                       r"stage writes: rerun it|expected a record with device, data_hash, found "
-                       r"a list; rerun the variant) \(`dvc repro -f reports/dvc\.yaml:ablation@no_lrn`\)$"):
+    with pytest.raises(PipelineError, match=r"^" + re.escape(str(path)) + r": expected the "
+                       r"training run's record (\(a JSON object\), found no JSON "
+                       r"\(JSONDecodeError: .+\)|with steps, data_hash, params_hash, found a "
+                       r"list); rerun it \(`dvc repro -f reports/dvc\.yaml:ablation@no_lrn`"):
         make_report(tmp_path / "a", tmp_path / "out", OVERRIDES)
 
 
@@ -603,9 +627,8 @@ def _old_set(tmp_path: Path) -> tuple[Path, Path, dict]:
     root, out = tmp_path / "a", tmp_path / "out"
     exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     make_report(root, out, OVERRIDES)
-    for name in ("metrics.json",):
-        path = root / "baseline" / name
-        path.write_text(path.read_text().replace("0.7,", "0.6,").replace("0.7}", "0.6}"))
+    shutil.rmtree(root / "baseline")
+    write_variant(root, "baseline", 0.60, 10_000)
     return root, out, _snapshot(out)
 
 
@@ -974,9 +997,7 @@ def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path
     exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
     folder = root / "softmax"
     m = json.loads((folder / "metrics.json").read_text())
-    (folder / "eval").mkdir()
-    (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
-    _eval_files(folder / "eval")
+    _eval_files(folder / "eval")  # a class without test images too
     make_report(root, tmp_path / "out", OVERRIDES)  # one evaluation's files: reported
     if edit in ("edited", "edited-predictions-too", "raw-edited", "edited-csvs-deleted",
                 "edited-csvs-folders"):
@@ -986,6 +1007,7 @@ def test_figures_the_evaluations_own_predictions_contradict_are_refused(tmp_path
             m["eval"]["precision_at_1"] = m["train"]["held_out"]["precision_at_1"] = 0.9
         (folder / "metrics.json").write_text(json.dumps(m))
         (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
+        (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
         if edit == "edited-predictions-too":  # per_class.csv left as it was
             per_class = (folder / "eval/per_class.csv").read_text()
             _eval_files(folder / "eval", right=9000)
@@ -1496,3 +1518,65 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
     with pytest.raises(PipelineError, match=r"nxdir: not found|timing.json: expected a devices"):
         make_report(tmp_path / "a", tmp_path / "new" / "out", OVERRIDES, **given)
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("edit, said", [
+    # another variant's evaluation copied in: its record names another model (params)
+    ("other-model", r"softmax/eval/provenance.json: params_hash is '0000000000000000', where "
+                    r".*softmax/train/provenance.json records '[0-9a-f]{16}': the model \(its "
+                    r"params\) evaluated is not the run's"),
+    ("record-deleted", r"softmax/eval/provenance.json: missing, where the evaluation's record "
+                       r"of the model"),
+    ("record-garbage", r"softmax/eval/provenance.json: expected the evaluation's record \(a "
+                       r"JSON object\), found no JSON"),
+    ("record-without-step", r"softmax/eval/provenance.json: expected the evaluation's record "
+                            r"with steps, data_hash, params_hash, found no steps"),
+    # every part of the evaluation removed and one figure edited: nothing left to check
+    ("eval-deleted", r"softmax/eval/metrics.json: missing beside .*softmax/metrics.json, whose "
+                     r"eval figures the variant's run writes there too"),
+    ("train-metrics-deleted", r"softmax/train/metrics.json: missing beside"),
+    # a loss below 0, edited alike in every record and the curve
+    ("negative-loss", r"softmax/metrics.json: train.loss_avg is -0.5, expected a loss: a "
+                      r"number from 0 to 3.403e\+38"),
+])
+def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edit, said):
+    """The report states a variant's figures only where its folder holds one run's whole
+    set: its eval/ and train/ metrics beside metrics.json, and the evaluation's record
+    naming the model the run trained (step, data, params). One missing, damaged, naming
+    another model, or a loss no run computes: one line naming it, nothing written."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    make_report(root, tmp_path / "out", OVERRIDES)  # one run's each: reported
+    folder = root / "softmax"
+    record = folder / "eval/provenance.json"
+    if edit == "other-model":
+        record.write_text(json.dumps({**json.loads(record.read_text()), "params_hash": "0" * 16,
+                                      "model": "data/ablations/baseline/model.pt"}))
+    elif edit == "record-deleted":
+        record.unlink()
+    elif edit == "record-garbage":
+        record.write_text("{garbage")
+    elif edit == "record-without-step":
+        record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items()
+                                      if k != "steps"}))
+    elif edit == "eval-deleted":
+        shutil.rmtree(folder / "eval")
+        m = json.loads((folder / "metrics.json").read_text())
+        m["eval"]["precision_at_1"] = 0.99
+        del m["train"]["held_out"], m["train"]["held_out_eval_seconds"]
+        (folder / "metrics.json").write_text(json.dumps(m))
+    elif edit == "train-metrics-deleted":
+        (folder / "train/metrics.json").unlink()
+    else:
+        m = json.loads((folder / "metrics.json").read_text())
+        m["train"]["loss_avg"] = -0.5
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
+        _tsv(folder / "train/plots/metrics/train/loss_avg.tsv", "loss_avg",
+             [(5000, 1.0), (10_000, -0.5)])
+    before = _snapshot(tmp_path / "out")
+    with pytest.raises(PipelineError, match=said):
+        make_report(root, tmp_path / "out", OVERRIDES)
+    assert _snapshot(tmp_path / "out") == before

@@ -181,23 +181,53 @@ def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> Non
                             f"runs' records mixed); {rerun}.")
 
 
-def refuse_other_model(train_dir: Path, eval_dir: Path, rerun: str) -> None:
-    """The evaluation's record (``eval_dir``/provenance.json) names the step and the data of
-    the model it evaluated: the training run's own (``train_dir``/provenance.json), where
-    both are there. An evaluation of another run's model, or on other data, is one line
-    naming both."""
+# what names a model in the records of its run and of its evaluation (provenance.record)
+MODEL_KEYS = ("steps", "data_hash", "params_hash")
+
+
+def refuse_other_model(train_dir: Path, eval_dir: Path, rerun: str,
+                       rerun_train: Optional[str] = None) -> None:
+    """The evaluation's record (``eval_dir``/provenance.json) names the step, the data and
+    the params (their hash) of the model it evaluated: the training run's own
+    (``train_dir``/provenance.json). Both records are required, as the run and the
+    evaluation always write them: without one, an evaluation of another run's model
+    could not be told. One missing, damaged, or naming another model (another variant's,
+    or one of another step or data) is one line naming it. ``rerun_train``: how the user
+    makes the training run's record again, where not as ``rerun`` the evaluation's."""
     records = []
-    for folder in (train_dir, eval_dir):
+    for folder, whose, fix in ((train_dir, "the training run's", rerun_train or rerun),
+                               (eval_dir, "the evaluation's", rerun)):
+        path = Path(folder) / "provenance.json"
+        if not os.path.lexists(path):
+            raise PipelineError(f"{path}: missing, where {whose} record of the model (its "
+                                f"step, data and params) is written with its figures; "
+                                f"{fix}.")
         try:
-            rec = json.loads(read_small_file(Path(folder) / "provenance.json", 1 << 20))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-            return  # not there (older results), or damaged: named where it is read whole
-        if not isinstance(rec, dict):
-            return
+            rec = json.loads(read_small_file(path, 1 << 20).decode("utf-8"))
+        except OSError as exc:  # a folder, a FIFO, a file too large to be a record
+            found = ("a folder" if isinstance(exc, IsADirectoryError)
+                     else exc.strerror or type(exc).__name__)
+            raise PipelineError(f"{path}: expected {whose} record (a JSON object), found "
+                                f"{found}; {fix}.") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise PipelineError(f"{path}: expected {whose} record (a JSON object), found "
+                                f"no JSON ({type(exc).__name__}: {str(exc)[:60]}); "
+                                f"{fix}.") from None
+        absent = (next((f"no {k}" for k in MODEL_KEYS if k not in rec), None)
+                  if isinstance(rec, dict) else f"a {type(rec).__name__}")
+        if absent is not None:
+            raise PipelineError(f"{path}: expected {whose} record with "
+                                f"{', '.join(MODEL_KEYS)}, found {absent}; {fix}.")
+        for key, kind, words in (("steps", int, "whole steps"), ("data_hash", str, "a string"),
+                                 ("params_hash", str, "a string")):
+            if isinstance(rec[key], bool) or not isinstance(rec[key], kind):
+                raise PipelineError(f"{path}: {key} is {json.dumps(rec[key])[:40]}, not of "
+                                    f"the kind {whose} record holds ({words}); {fix}.")
         records.append(rec)
     train, ev = records
-    for key, what in (("steps", "the step of the model"), ("data_hash", "the data")):
-        if key in train and key in ev and train[key] != ev[key]:
+    for key, what in (("steps", "the step of the model"), ("data_hash", "the data"),
+                      ("params_hash", "the model (its params)")):
+        if train[key] != ev[key]:
             raise PipelineError(f"{Path(eval_dir) / 'provenance.json'}: {key} is "
                                 f"{ev[key]!r:.40}, where {Path(train_dir) / 'provenance.json'}"
                                 f" records {train[key]!r:.40}: {what} evaluated is not the "

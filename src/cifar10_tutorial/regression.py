@@ -77,10 +77,19 @@ def collect_metrics(files: dict[str, Path]) -> dict[str, float]:
                                                        "train`)")
         for key, value in data.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
+                # a figure no run gives (a loss below 0, a precision of 1.5) is an edit:
+                # gated, or written as a baseline, it would let every later run pass
+                expected = _impossible(key, float(value))
+                if expected:
+                    raise PipelineError(f"{path}: {key} is {value!r}, expected {expected}; "
+                                        f"rerun the stage that writes it")
                 out[f"{group}.{key}"] = float(value)
-    if {"train", "eval"} <= set(files):  # the evaluation is of the model the run trained
+    if {"train", "eval"} <= set(files) and all(os.path.lexists(files[k]) for k in
+                                               ("train", "eval")):
+        # the evaluation is of the model the run trained
         refuse_other_model(Path(files["train"]).parent, Path(files["eval"]).parent,
-                           "rerun the eval stage (`dvc repro eval`)")
+                           "rerun the eval stage (`dvc repro eval`)",
+                           "rerun the train stage (`dvc repro train`)")
     return out
 
 

@@ -17,6 +17,7 @@ from ..errors import PipelineError
 from ..files import restore_from_git, save_figure_atomic
 from ..curves import read_curve
 from ..eval_files import refuse_other_loss, refuse_other_model, refuse_other_predictions
+from ..regression import FLOAT32_MAX
 
 
 def load_variants(root: Path) -> pd.DataFrame:
@@ -87,10 +88,23 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
                 isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1):
             raise PipelineError(f"{folder / 'metrics.json'}: eval.{key} is {value}, expected a "
                                 f"fraction of the test images from 0 to 1; {rerun}.")
+    # a loss, computed in float32, lies from 0 to its largest number (a run that diverged
+    # records inf or NaN: stated as it is)
+    for part in ("train", "eval"):
+        for key, value in metrics[part].items():
+            if key.startswith("loss") and isinstance(value, (int, float)) \
+                    and not isinstance(value, bool) and math.isfinite(value) \
+                    and not 0 <= value <= FLOAT32_MAX:
+                raise PipelineError(f"{folder / 'metrics.json'}: {part}.{key} is {value}, "
+                                    f"expected a loss: a number from 0 to {FLOAT32_MAX:.4g} "
+                                    f"(float32's largest); {rerun}.")
     for part in ("eval", "train"):
+        # the variant's stage writes both beside metrics.json, as one run's (a folder
+        # without them holds figures that nothing could be checked against)
         path = folder / part / "metrics.json"
-        if not path.is_file():
-            continue
+        if not os.path.lexists(path):
+            raise PipelineError(f"{path}: missing beside {folder / 'metrics.json'}, whose "
+                                f"{part} figures the variant's run writes there too; {rerun}.")
         try:
             theirs = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -115,9 +129,9 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
     refuse_other_model(folder / "train", folder / "eval", rerun)
     refuse_other_loss(folder / "train", metrics["train"], folder / "metrics.json", rerun)
     # the evaluation writes its files as one set: beside its metrics.json, a missing one
-    # was removed since (older results have no eval/ at all)
+    # was removed since
     refuse_other_predictions(folder / "eval", metrics["eval"], folder / "metrics.json", rerun,
-                             (folder / "eval" / "metrics.json").is_file())
+                             True)
 
 
 # the evaluation and the run's held-out evaluation of its last step score the same weights
