@@ -1380,7 +1380,10 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
     ("third-setup", "set-up '4 x 32', where the record holds the set-ups '1 x 128' and "
                     "'2 x 64' only"),
     ("absurd-steps", "steps a number of 31 digits, where less than 1,000,000,000 is expected"),
-    ("absurd-speeds", "set-up '2 x 64''s run 1 without its examples_per_sec and sec_per_batch"),
+    ("absurd-speeds", "set-up '2 x 64''s run 1 with examples_per_sec 9.695e+292, beyond what "
+                      "2 CPU cores train (at most 10,000 examples/sec a core)"),
+    # every run 500,000 times faster, medians and ratio recomputed: a speed no CPU gives
+    ("cpu-bound", "set-up '1 x 128''s run 1 with examples_per_sec 4.475e+08, beyond what "),
 ])
 def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, said):
     """The timing record's medians, spreads and ratio are its runs' (what
@@ -1454,6 +1457,16 @@ def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, sa
         record["setups"]["4 x 32"] = json.loads(json.dumps(two))
     elif edit == "absurd-steps":
         record["steps"] = 10 ** 30
+    elif edit == "cpu-bound":
+        for setup in (one, two):
+            for run in setup["runs"]:
+                run["examples_per_sec"] *= 5e5
+                run["sec_per_batch"] /= 5e5
+            speeds = [run["examples_per_sec"] for run in setup["runs"]]
+            setup.update(examples_per_sec_median=statistics.median(speeds),
+                         examples_per_sec_spread=max(speeds) - min(speeds),
+                         sec_per_batch_median=statistics.median(
+                             run["sec_per_batch"] for run in setup["runs"]))
     elif edit == "absurd-speeds":
         for run in two["runs"]:
             run["examples_per_sec"] *= 1e290

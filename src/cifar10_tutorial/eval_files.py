@@ -181,6 +181,9 @@ def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> Non
                             f"runs' records mixed); {rerun}.")
 
 
+# a loss is computed in float32: no run's lies past its largest number (numpy.finfo)
+FLOAT32_MAX = 3.4028234663852886e38
+
 # what names a model in the records of its run and of its evaluation (provenance.record)
 MODEL_KEYS = ("steps", "data_hash", "params_hash")
 

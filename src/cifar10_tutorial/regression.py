@@ -22,7 +22,8 @@ from typing import Optional
 
 from .files import read_small_file, write_text_atomic
 from .errors import PipelineError
-from .eval_files import refuse_other_loss, refuse_other_model, refuse_other_predictions
+from .eval_files import (FLOAT32_MAX, refuse_other_loss, refuse_other_model,
+                         refuse_other_predictions)
 from .param_types import Tolerance, parse_tolerance
 
 class RegressionError(PipelineError):
@@ -240,9 +241,6 @@ def is_gate_text(text: str) -> bool:
     return text.startswith(("Regression check against ", "No baseline set ", "no metrics at all",
                             "regression.tolerances is empty")) or (
         "no such baseline file" in text.split("\n", 1)[0])
-
-
-FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
 
 
 def _impossible(metric: str, value: float) -> Optional[str]:

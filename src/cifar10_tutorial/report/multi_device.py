@@ -19,6 +19,11 @@ from .results import Results, device_text, machine_of, markdown_table, pct, plot
 TIMING_KEYS = ("machine", "cores", "repeats", "steps", "speed_2x64_vs_1x128", "setups")
 SETUP_KEYS = ("examples_per_sec_median", "world_size", "sec_per_batch_median")
 COUNT_LIMIT = 10 ** 9  # of cores, repeats or steps: a record past it is not a timing's
+# The timing trains this network in fp32 on a CPU (benchmarks/devices_timing.py): an example
+# costs about 3 x 18.5 million multiply-adds (forward and backward), 1.1e8 FLOPs, and a
+# core peaks below 3.2e11 FLOP/s (two 16-lane FMA units at 5 GHz): under 3,000 examples a
+# second a core. A record past this bound, a few times that, states a speed no CPU gives.
+EXAMPLES_PER_SEC_PER_CORE = 10_000
 # what the report prints of each key: its kind (a count, a number, words)
 KINDS = {"machine": (str,), "cores": (int,), "repeats": (int,), "steps": (int,),
          "speed_2x64_vs_1x128": (int, float)}
@@ -111,6 +116,12 @@ def _inconsistent(timed: dict) -> Optional[str]:
             # each run is one measurement: its examples/sec and its seconds a batch are one
             # timing, on the set-up's machine and shape (benchmarks/devices_timing.py)
             said = f"set-up {name!r}'s run {i + 1}"
+            eps = run.get("examples_per_sec")
+            if isinstance(eps, (int, float)) and not isinstance(eps, bool) \
+                    and math.isfinite(eps) and eps > EXAMPLES_PER_SEC_PER_CORE * timed["cores"]:
+                return (f"{said} with examples_per_sec {eps:.4g}, beyond what "
+                        f"{timed['cores']} CPU cores train (at most "
+                        f"{EXAMPLES_PER_SEC_PER_CORE:,} examples/sec a core)")
             if not (speed(run.get("examples_per_sec")) and speed(run.get("sec_per_batch"))):
                 return f"{said} without its examples_per_sec and sec_per_batch (above 0)"
             shape = {"world_size": world, "global_batch_size": world * per_process,

@@ -16,8 +16,8 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import restore_from_git, save_figure_atomic
 from ..curves import read_curve
-from ..eval_files import refuse_other_loss, refuse_other_model, refuse_other_predictions
-from ..regression import FLOAT32_MAX
+from ..eval_files import (FLOAT32_MAX, refuse_other_loss, refuse_other_model,
+                          refuse_other_predictions)
 
 
 def load_variants(root: Path) -> pd.DataFrame:
