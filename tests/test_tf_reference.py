@@ -104,7 +104,8 @@ def _results(tmp_path, seeds=(0.784, 0.787, 0.791)):
 
 def _record(folder, name, evals, planned=10000):
     folder.mkdir(exist_ok=True)
-    rec = {"run": name, "tensorflow": "2.21.0", "data": {"evaluated_images": 10112},
+    rec = {"run": name, "tensorflow": "2.21.0",
+           "data": {"archive_md5": "c" * 32, "evaluated_images": 10112},
            "steps_planned": planned,
            "evaluations": [{"step": s, "precision_at_1": p, "precision_at_1_raw": r}
                            for s, p, r in evals]}
@@ -266,9 +267,27 @@ def test_a_record_of_other_data_is_refused_or_not_compared(tmp_path):
     second = json.loads((tf / "tf_10k_b.json").read_text())  # one record's archive left out
     del second["data"]["archive_md5"]
     (tf / "tf_10k_b.json").write_text(json.dumps(second))
-    with pytest.raises(PipelineError, match=r"/tf_10k_b.json: no data.archive_md5, where the "
-                                            r"other records name their archive"):
+    with pytest.raises(PipelineError, match=r"/tf_10k_b.json: expected a reference run's "
+                                            r"record .*: no data.archive_md5, the archive the "
+                                            r"run was trained on \(every record names it\)"):
         load_reference_runs(tf)
+    for name in ("tf_10k_a", "tf_reference_100k"):  # left out of every record: the same
+        rec = json.loads((tf / f"{name}.json").read_text())
+        del rec["data"]["archive_md5"]
+        (tf / f"{name}.json").write_text(json.dumps(rec))
+    with pytest.raises(PipelineError, match=r"no data.archive_md5"):
+        load_reference_runs(tf)
+    for name in ("tf_10k_a", "tf_10k_b", "tf_reference_100k"):
+        shutil.copy(ROOT / f"reports/tf_reference/{name}.json", tf / f"{name}.json")
+    # the runs of one archive disagreeing on the images they evaluated
+    rec = json.loads((tf / "tf_10k_a.json").read_text())
+    rec["data"]["evaluated_images"] = 10113
+    (tf / "tf_10k_a.json").write_text(json.dumps(rec))
+    with pytest.raises(PipelineError, match=r"/tf_10k_a.json: data.evaluated_images is 10113, "
+                                            r"where tf_10k_b.json gives 10112 of the same "
+                                            r"archive"):
+        load_reference_runs(tf)
+    shutil.copy(ROOT / "reports/tf_reference/tf_10k_a.json", tf / "tf_10k_a.json")
     shutil.copy(ROOT / "reports/tf_reference/tf_10k_b.json", tf / "tf_10k_b.json")
     df = pd.DataFrame({"precision_at_1": [0.784], "precision_at_1_raw": [0.747],
                        "steps": [10000], "num_train": [5000], "num_examples": [10000]},
@@ -303,10 +322,14 @@ def test_a_damaged_record_is_one_line(tmp_path):
     ({"steps_planned": 10000.5}, "steps_planned is 10000.5, expected a whole number"),
     ({"twice": True}, "two evaluations of one step"),
     ({"evaluated_images": 10}, "data.evaluated_images is 10, fewer than held_out_images "
-                               "10,000: its evaluations were not of the held-out images"),
+                               r"10,000 \(cifar10_eval.py evaluates whole batches of 128\): "
+                               "its evaluations were not of the held-out images"),
+    # the queue's wrap-around adds less than one batch (10,112 = 79 x 128)
+    ({"evaluated_images": 19_999}, "data.evaluated_images is 19,999, a batch or more past "
+                                   "held_out_images 10,000"),
     ({"held_out_images": -1}, "data.held_out_images is -1, expected a whole number"),
-    ({"evaluated_images": 10 ** 12}, "data.evaluated_images is 1,000,000,000,000, twice or "
-                                     "more held_out_images 10,000"),
+    ({"evaluated_images": 10 ** 12}, "data.evaluated_images is 1,000,000,000,000, a batch or "
+                                     "more past held_out_images 10,000"),
     ({"archive_md5": "not-an-md5; rm -rf /"}, 'data.archive_md5 is "not-an-md5; rm -rf /", '
                                               'expected the archive\'s md5'),
     ({"steps_planned": 10 ** 400}, "steps_planned is a number of 401 digits, expected at most "

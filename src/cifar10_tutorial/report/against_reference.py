@@ -24,6 +24,8 @@ from .results import REPRODUCTION, Results, in_repository, markdown_table, pct, 
 
 SHORT, LONG = 10_000, 100_000  # the reference's runs: two of 10K steps, one of 100K
 STEPS_LIMIT = 10 ** 9  # no run of the reference's is planned longer: a record past it is none
+REFERENCE_EVAL_BATCH = 128  # cifar10.py's batch_size, cifar10_eval.py's batches
+IMAGE_COUNTS = ("train_images", "held_out_images", "evaluated_images")  # of a record's data
 OPCHECK = "opcheck.json"  # beside the runs' records: the operation-level check
 
 
@@ -63,13 +65,23 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
     # the runs compare on one data set: where their archives differ, the record of the
     # fewest runs' is the odd one (of two records, the first is named, the other said)
     groups = {}
-    for name, run in runs.items():
-        groups.setdefault(run["data"].get("archive_md5"), []).append(name)
-    if None in groups and len(groups) > 1:  # one record without the data it says the others ran on
-        raise PipelineError(f"{Path(folder) / (groups[None][0] + '.json')}: no data.archive_md5, "
-                            f"where the other records name their archive: the runs compare "
-                            f"only on one data set; remake it with devtools/tf_reference.py "
-                            f"collect, or remove it")
+    for name, run in runs.items():  # (each names its archive: _evaluations)
+        data = run["data"]
+        groups.setdefault((data["archive_md5"], *(data.get(k) for k in IMAGE_COUNTS)),
+                          []).append(name)
+    if len(groups) > 1 and len({md5 for md5, *_ in groups}) == 1:
+        # one archive, and the runs disagree on the images they trained on or evaluated
+        counts, odd = min(groups.items(), key=lambda group: len(group[1]))
+        other = next(c for c in groups if c != counts)
+        key = next(k for k, a, b in zip(IMAGE_COUNTS, counts[1:], other[1:]) if a != b)
+        raise PipelineError(f"{Path(folder) / (odd[0] + '.json')}: data.{key} is "
+                            f"{counts[1 + IMAGE_COUNTS.index(key)]!r}, where "
+                            f"{groups[other][0]}.json gives "
+                            f"{other[1 + IMAGE_COUNTS.index(key)]!r} of the same archive: "
+                            f"one data set's runs evaluate the same images; remake it with "
+                            f"devtools/tf_reference.py collect, or remove it")
+    groups = {md5: [n for c, names in groups.items() if c[0] == md5 for n in names]
+              for md5 in dict.fromkeys(c[0] for c in groups)}
     if len(groups) > 1:
         md5, odd = min(groups.items(), key=lambda group: len(group[1]))
         rest = [(other, names) for other, names in groups.items() if other != md5]
@@ -129,15 +141,20 @@ def _evaluations(rec) -> list[tuple]:
     images = {k: count(rec["data"][k], f"data.{k}") for k in
               ("train_images", "held_out_images", "evaluated_images") if k in rec["data"]}
     held, evaluated = images.get("held_out_images"), images.get("evaluated_images")
-    if held is not None and evaluated is not None and not held <= evaluated < 2 * held:
+    if held is not None and evaluated is not None \
+            and not held <= evaluated < held + REFERENCE_EVAL_BATCH:
         # cifar10_eval.py runs whole batches over the held-out images: all of them, and the
-        # queue's wrap-around to the next whole batch (less than a second pass)
+        # queue's wrap-around to the next whole batch (less than one batch more)
         raise ValueError(f"data.evaluated_images is {evaluated:,}, "
-                         f"{'fewer than' if evaluated < held else 'twice or more'} "
-                         f"held_out_images {held:,}: its evaluations were not of the "
+                         f"{'fewer than' if evaluated < held else 'a batch or more past'} "
+                         f"held_out_images {held:,} (cifar10_eval.py evaluates whole batches "
+                         f"of {REFERENCE_EVAL_BATCH}): its evaluations were not of the "
                          f"held-out images")
     md5 = rec["data"].get("archive_md5")
-    if md5 is not None and not (isinstance(md5, str) and re.fullmatch(r"[0-9a-f]{32}", md5)):
+    if md5 is None:  # collect records it: without it, the data the run saw is unknown
+        raise ValueError("no data.archive_md5, the archive the run was trained on (every "
+                         "record names it)")
+    if not (isinstance(md5, str) and re.fullmatch(r"[0-9a-f]{32}", md5)):
         raise ValueError(f"data.archive_md5 is {json.dumps(md5)[:40]}, expected the archive's "
                          f"md5 (32 hexadecimal digits)")
     planned = count(rec["steps_planned"], "steps_planned")
