@@ -362,18 +362,20 @@ def _render(root: Path) -> str:
 
 
 def _refuse_special_files(root: Path, dvc_yaml: Path) -> None:
-    """DVC hashes every file the report stage reads to compare it (the variants' folder
-    whole, the reference runs): a FIFO there would hold `dvc status` until its time-out.
-    One line naming it instead (links not followed)."""
+    """DVC hashes every file the report stage reads and writes to compare it (the
+    variants' folder whole, the reference runs, its tables and plots): a FIFO there would
+    hold `dvc status` until its time-out. One line naming it instead (links not
+    followed)."""
     import os
 
     from cifar10_tutorial.ownership import stage_paths
     from cifar10_tutorial.report.results import refuse_special_files
 
-    _, reads = stage_paths((root / dvc_yaml,))
-    refuse_special_files([at for stage, dep in reads if stage == "report"
-                          for at in [Path(os.path.normpath(root / dep))]
-                          if at.is_relative_to(root)], "a file the report reads")
+    writes, reads = stage_paths((root / dvc_yaml,))
+    for paths, what in ((reads, "a file the report reads"), (writes, "a file the report wrote")):
+        refuse_special_files([at for stage, dep in paths if stage == "report"
+                              for at in [Path(os.path.normpath(root / dep))]
+                              if at.is_relative_to(root)], what)
 
 
 def _said(change) -> str:

@@ -671,3 +671,26 @@ def test_the_results_page_names_a_variant_it_cannot_read_as_the_report_does(tmp_
                                             r"'x\$\(touch y\)' must be a string starting"):
         main(["--out", str(tmp_path / "page.md")])
     assert not (tmp_path / "page.md").exists()
+
+
+@pytest.mark.parametrize("where", ["reports/tables/bf16.csv", "reports/report.md"])
+def test_a_fifo_among_the_reports_outputs_is_one_line_from_the_results_page(tmp_path, where):
+    """DVC hashes the report stage's outputs too before it says whether they are current:
+    a FIFO among them (its tables, report.md) would hold `dvc status` until its time-out;
+    the results page names it at once, as it does one among the stage's inputs."""
+    import os
+    import subprocess
+
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import _refuse_special_files
+
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True)
+    if archive.returncode:
+        pytest.skip(f"not a git checkout with a commit: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    _refuse_special_files(tmp_path, Path("reports/dvc.yaml"))
+    (tmp_path / where).unlink()
+    os.mkfifo(tmp_path / where)
+    with pytest.raises(PipelineError, match=rf"{re.escape(where)}: expected a file the report "
+                                            rf"wrote, found a FIFO"):
+        _refuse_special_files(tmp_path, Path("reports/dvc.yaml"))

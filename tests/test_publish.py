@@ -603,6 +603,8 @@ def test_an_out_whose_folder_cannot_be_made_is_one_line(tmp_path):
       "README.md": f"sha256 `{hashlib.sha256(b'x').hexdigest()}`"},
      "no published.json, the manifest publish writes"),
     ("edited", "README.md: changed since publish wrote it"),
+    # a manifest naming model.pt twice: which sha256 counts would be the parser's accident
+    ("twice", "published.json: not valid JSON (the key 'model.pt' twice)"),
 ])
 def test_a_replace_never_deletes_a_file_publish_did_not_write_as_it_is(tmp_path, files, why):
     """--replace removes only files publish wrote, as it wrote them: the manifest names
@@ -616,6 +618,10 @@ def test_a_replace_never_deletes_a_file_publish_did_not_write_as_it_is(tmp_path,
         digest = {n: hashlib.sha256(t.encode()).hexdigest() for n, t in files.items()}
         files["published.json"] = json.dumps({"name": "baseline", "files": digest})
         files["README.md"] = "# card\nmy notes on this model\n"
+    elif files == "twice":
+        right = hashlib.sha256(b"w").hexdigest()
+        files = {"model.pt": "w", "published.json": '{"name": "baseline", "files": {'
+                 f'"model.pt": "{"0" * 64}", "model.pt": "{right}"}}}}'}
     for name, text in files.items():
         (out / name).write_text(text)
     before = _snapshot(out)

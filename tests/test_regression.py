@@ -624,6 +624,8 @@ def test_ci_options_for_a_baseline_kept_elsewhere_are_checked_in_one_line(tmp_pa
                                               '"train.loss_avg": 1.0}')
     (tmp_path / "infinite.json").write_text('{"eval.precision_at_1": NaN, '
                                             '"train.loss_avg": 1.0}')
+    (tmp_path / "twice.json").write_text('{"eval.precision_at_1": 0.9, '
+                                         '"eval.precision_at_1": 0.2, "train.loss_avg": 1.0}')
     for argv, found in ((["synthetic", "real", "--metrics-out", "m.json"],
                          "--baseline and --metrics-out take one configuration, found 2"),
                         # a figure no run gives: said before the run, not after it
@@ -633,6 +635,10 @@ def test_ci_options_for_a_baseline_kept_elsewhere_are_checked_in_one_line(tmp_pa
                         (["synthetic", "--baseline", str(tmp_path / "infinite.json")],
                          "infinite.json: eval.precision_at_1 is nan, expected a finite "
                          "number"),
+                        # which of a key's two values counts is the parser's accident
+                        (["synthetic", "--baseline", str(tmp_path / "twice.json")],
+                         "twice.json: a file that is not a baseline (the key "
+                         "'eval.precision_at_1' twice)"),
                         (["official", "--baseline", str(tmp_path / "nope.json")],
                          "nope.json: no such file; give a baseline JSON file")):
         with pytest.raises(SystemExit) as exit_:
@@ -1221,3 +1227,15 @@ def test_a_run_figure_no_run_gives_passes_no_gate_and_is_no_baseline(tmp_path, t
     with pytest.raises(PipelineError, match=said):
         update_baseline(str(tmp_path / "new.json"), TOL, files)
     assert not (tmp_path / "new.json").exists()
+
+
+def test_an_empty_row_in_the_evaluations_csv_is_named_so(tmp_path):
+    """Blank lines at the end of predictions.csv (a hand edit; the eval stage writes none):
+    one line saying the row is empty, not 'found the row ' and nothing."""
+    files = write_run(tmp_path)
+    path = files["eval"].parent / "predictions.csv"
+    path.write_text(path.read_text() + "\n\n")
+    with pytest.raises(PipelineError, match=r"predictions.csv: expected the evaluation's rows "
+                                            r"under the header actual,predicted, found an empty "
+                                            r"row; rerun the eval stage"):
+        gate(write_baseline(tmp_path), TOL, files)

@@ -1593,3 +1593,55 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
     with pytest.raises(PipelineError, match=said):
         make_report(root, tmp_path / "out", OVERRIDES)
     assert _snapshot(tmp_path / "out") == before
+
+
+def test_a_record_with_a_key_twice_or_a_count_of_another_kind_is_one_line(tmp_path):
+    """A key written twice in the devices timing or in a variant's metrics.json (a reader
+    of the file sees the first value, the report would state the last), and a count of
+    cores that is no whole number: one line naming the file and what it holds."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report.multi_device import read_timing
+
+    from conftest import ROOT
+
+    text = (ROOT / "reports/devices_timing.json").read_text()
+    record = json.loads(text)
+    path = tmp_path / "timing.json"
+    path.write_text(json.dumps(record).replace('"cores": ', '"cores": 64, "cores": ', 1))
+    with pytest.raises(PipelineError, match=r"timing.json: expected a devices timing record "
+                                            r".*found ValueError: the key 'cores' twice"):
+        read_timing(path)
+    path.write_text(json.dumps({**record, "cores": 2.5}))
+    with pytest.raises(PipelineError, match=r"found cores 2.5, where it holds a whole number"):
+        read_timing(path)
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    metrics = root / "softmax" / "metrics.json"
+    metrics.write_text(metrics.read_text().replace('"precision_at_1": ',
+                                                   '"precision_at_1": 0.99, "precision_at_1": ',
+                                                   1))
+    with pytest.raises(PipelineError, match=r"softmax/metrics.json: cannot be read as JSON "
+                                            r"\(ValueError: the key 'precision_at_1' twice\)"):
+        make_report(root, tmp_path / "out", OVERRIDES)
+
+
+@pytest.mark.parametrize("name", ["baseline_seed1", "x\ny"])
+def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path, name):
+    """A variant's folder that is a link to another's (its results would be reported as
+    this variant's), or a copy under a name holding a newline: refused in one line naming
+    the folder (quoted where a newline would split the line)."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    if name == "baseline_seed1":
+        shutil.rmtree(root / name)
+        (root / name).symlink_to("baseline")
+        said = r"a/baseline_seed1: a link \(to baseline\), where the variant's stage writes a " \
+               r"folder of its own"
+    else:
+        shutil.copytree(root / "softmax", root / name)
+        said = r"^'.*a/x\\ny': its variant.json names softmax, whose folder is "
+    with pytest.raises(PipelineError, match=said) as err:
+        make_report(root, tmp_path / "out", OVERRIDES)
+    assert "\n" not in str(err.value)

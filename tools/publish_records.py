@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.eval_files import loads_once
 from cifar10_tutorial.checkpoint_files import run_defining
 from cifar10_tutorial.files import read_small_file, sha256_of
 from cifar10_tutorial.model_files import load_model_file
@@ -62,12 +63,12 @@ def read_json(path: Path, fix: Optional[str] = None) -> dict:
     record of the variant's results: publish a finished variant, rerun it, or give
     --results its folder)."""
     try:  # a regular file of a record's size (a FIFO would block for ever)
-        doc = json.loads(read_small_file(path, 16 << 20).decode("utf-8"))
+        doc = loads_once(read_small_file(path, 16 << 20).decode("utf-8"))
     except FileNotFoundError:
         raise PipelineError(f"{path}: not found; "
                             f"{fix or 'publish a variant that has finished, with ' + USE}") \
             from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # a key twice too
         raise PipelineError(f"{path}: not valid JSON ({str(exc)[:80]}); {fix or RERUN}") \
             from None
     except OSError as exc:  # a folder or file in the way, a FIFO, a loop of links

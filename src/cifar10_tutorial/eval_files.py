@@ -102,7 +102,7 @@ def _csv_rows(path: Path, header: list[str], rerun: str,
                  "a byte-order mark before the header (as a spreadsheet saves one)"
                  if rows[0] and rows[0][0].startswith("\ufeff") else
                  f"the header {','.join(rows[0])[:60]}" if rows[0] != header else
-                 f"the row {','.join(bad)[:60]}")
+                 f"the row {','.join(bad)[:60]}" if bad else "an empty row")
         raise PipelineError(f"{path}: expected the evaluation's rows under the header "
                             f"{','.join(header)}, found {found}; {rerun}.")
     return rows[1:]
@@ -181,6 +181,20 @@ def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> Non
                             f"runs' records mixed); {rerun}.")
 
 
+def loads_once(text):
+    """``json.loads`` of a record, refusing a key written twice (ValueError): which one
+    counts would be the parser's accident, and a reader of the file sees the first while
+    the figures stated would be the last."""
+    def once(pairs):
+        keys = [k for k, _ in pairs]
+        twice = next((k for k in keys if keys.count(k) > 1), None)
+        if twice is not None:
+            raise ValueError(f"the key {twice!r:.40} twice")
+        return dict(pairs)
+
+    return json.loads(text, object_pairs_hook=once)
+
+
 # a loss is computed in float32: no run's lies past its largest number (numpy.finfo)
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -206,7 +220,7 @@ def refuse_other_model(train_dir: Path, eval_dir: Path, rerun: str,
                                 f"step, data and params) is written with its figures; "
                                 f"{fix}.")
         try:
-            rec = json.loads(read_small_file(path, 1 << 20).decode("utf-8"))
+            rec = loads_once(read_small_file(path, 1 << 20).decode("utf-8"))
         except OSError as exc:  # a folder, a FIFO, a file too large to be a record
             found = ("a folder" if isinstance(exc, IsADirectoryError)
                      else exc.strerror or type(exc).__name__)

@@ -22,7 +22,7 @@ from typing import Optional
 
 from .files import read_small_file, write_text_atomic
 from .errors import PipelineError
-from .eval_files import (FLOAT32_MAX, refuse_other_loss, refuse_other_model,
+from .eval_files import (FLOAT32_MAX, loads_once, refuse_other_loss, refuse_other_model,
                          refuse_other_predictions)
 from .param_types import Tolerance, parse_tolerance
 
@@ -36,16 +36,8 @@ METRICS_LIMIT = 16 << 20  # bytes: a metrics file is a few KB
 def read_json_object(path: Path, fix: str) -> dict:
     """A JSON file whose top level is an object, or one line naming the file, what was
     expected and found, and ``fix`` (what to do)."""
-    def once(pairs):  # a key twice: which one counts is JSON's accident, not the writer's
-        keys = [k for k, _ in pairs]
-        twice = next((k for k in keys if keys.count(k) > 1), None)
-        if twice is not None:
-            raise ValueError(f"the key {twice!r:.40} twice")
-        return dict(pairs)
-
     try:
-        data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"),
-                          object_pairs_hook=once)
+        data = loads_once(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
     except IsADirectoryError:
         raise PipelineError(f"{path}: a folder, expected a JSON file; {fix}") from None
     except FileNotFoundError:
@@ -262,7 +254,7 @@ def _impossible(metric: str, value: float) -> Optional[str]:
 def impossible_in(path: Path) -> Optional[str]:
     """What in the baseline at ``path`` (one :func:`not_a_baseline` takes) no run can give
     (a precision of 95, a loss below 0): said before a run, not after it; None otherwise."""
-    data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
+    data = loads_once(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
     for key, value in data.items():
         if not math.isfinite(float(value)):  # the gate would fail it, after the whole run
             return f"{key} is {value!r}, expected a finite number, as a run's figures are"
@@ -285,9 +277,10 @@ def not_a_baseline(path: Path) -> Optional[str]:
     if not path.exists():
         return None
     try:
-        data = json.loads(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return "a file that is not a baseline (not JSON)"
+        data = loads_once(read_small_file(path, METRICS_LIMIT).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        twice = str(exc) if str(exc).startswith("the key ") else None
+        return f"a file that is not a baseline ({twice or 'not JSON'})"
     if not isinstance(data, dict) or any(isinstance(v, bool) or not isinstance(v, (int, float))
                                          for v in data.values()):
         return "a file that is not a baseline (not a JSON object of metric numbers)"

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..curves import held_out_curve
 from ..errors import PipelineError
+from ..eval_files import loads_once
 from ..files import read_small_file
 from .reference import ref
 from .results import REPRODUCTION, Results, in_repository, markdown_table, pct, plot
@@ -36,7 +37,7 @@ def load_reference_runs(folder: Optional[Path]) -> dict[str, dict]:
         if path.name == OPCHECK:
             continue
         try:  # a FIFO or a device among them: one line, never a read without end
-            rec = json.loads(read_small_file(path, 16 << 20))
+            rec = loads_once(read_small_file(path, 16 << 20))
             evals = _evaluations(rec)
         except OSError as exc:
             raise PipelineError(f"{path}: expected a reference run's record, found "

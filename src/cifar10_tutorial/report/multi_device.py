@@ -10,6 +10,7 @@ from typing import Optional
 import pandas as pd
 
 from ..errors import PipelineError
+from ..eval_files import loads_once
 from ..files import write_text_atomic
 
 from .reference import ref
@@ -35,7 +36,7 @@ def read_timing(path: Path) -> dict:
     from ..files import read_small_file
 
     try:
-        timed = json.loads(read_small_file(path, 1 << 20).decode("utf-8"))
+        timed = loads_once(read_small_file(path, 1 << 20).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         found = f"{type(exc).__name__}: {str(exc)[:80]}"
         timed = None
@@ -45,9 +46,9 @@ def read_timing(path: Path) -> dict:
     wrong = [k for k, kind in KINDS.items() if isinstance(timed, dict) and k in timed
              and (not isinstance(timed[k], kind) or isinstance(timed[k], bool))]
     if wrong:
+        kind = {(str,): "words", (int,): "a whole number"}.get(KINDS[wrong[0]], "a number")
         raise PipelineError(f"{path}: expected a devices timing record, found {wrong[0]} "
-                            f"{timed[wrong[0]]!r}, where it holds "
-                            f"{'words' if KINDS[wrong[0]] == (str,) else 'a number'}; remake it "
+                            f"{timed[wrong[0]]!r}, where it holds {kind}; remake it "
                             f"(`python benchmarks/devices_timing.py`) or restore it from git")
     if not (isinstance(timed, dict) and all(k in timed for k in TIMING_KEYS)
             and isinstance(setups, dict) and {"1 x 128", "2 x 64"} <= set(setups)

@@ -240,10 +240,12 @@ def _not_the_reports(folder: Path) -> list[str]:
     listing = folder / WRITTEN
     if listing.is_file() and not listing.is_symlink():
         files = _listed(folder)
-        if files is None:
+        if files is None:  # (git gives the folder back only where git keeps it)
+            restore = (f"restore the folder (`git checkout -- {folder}`), or move it away"
+                       if repository_at(Path(os.path.abspath(folder))) is not None
+                       else "move the folder away")
             raise PipelineError(f"{listing}: expected the report's list of the files it wrote "
-                                f"there, found one that cannot be read; restore the folder "
-                                f"(`git checkout -- {folder}`), or move it away, then rerun. "
+                                f"there, found one that cannot be read; {restore}, then rerun. "
                                 f"Nothing was changed.")
         ours = _written(folder) | {WRITTEN}
         ours |= _as_committed(folder, [p.name for p in folder.iterdir() if p.name not in ours],

@@ -16,8 +16,25 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import restore_from_git, save_figure_atomic
 from ..curves import read_curve
-from ..eval_files import (FLOAT32_MAX, refuse_other_loss, refuse_other_model,
+from ..eval_files import (FLOAT32_MAX, loads_once, refuse_other_loss, refuse_other_model,
                           refuse_other_predictions)
+
+
+def _shown(path) -> str:
+    """A path as a line of an error shows it: quoted where it holds a newline or another
+    character that would split or hide the line."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
+def _refuse_linked(folder: Path) -> None:
+    """A variant's folder that is a link (to another variant's, say): its results would be
+    reported as this variant's; one line naming it."""
+    if folder.is_symlink():
+        raise PipelineError(f"{_shown(folder)}: a link (to {_shown(os.readlink(folder))}), where "
+                            f"the variant's stage writes a folder of its own: its results "
+                            f"would be reported as {_shown(folder.name)}'s; remove the link. "
+                            f"Nothing was written.")
 
 
 def load_variants(root: Path) -> pd.DataFrame:
@@ -35,6 +52,7 @@ def load_variants(root: Path) -> pd.DataFrame:
                             f"variant's is expected (the one the ablation stages write into, "
                             f"each variant in a folder of its own); give that folder")
     for path in sorted(Path(root).glob("*/metrics.json")):
+        _refuse_linked(path.parent)
         described = path.with_name("variant.json")
         if not described.is_file():
             raise PipelineError(f"{described}: missing beside {path.name} (results of an older "
@@ -63,9 +81,9 @@ def load_variants(root: Path) -> pd.DataFrame:
         if len(where) > 1:  # the folder named after the variant is its own; another a copy
             own = [f for f in where if f.name == name] or where[:1]
             copy = next(f for f in where if f != own[0])
-            raise PipelineError(f"{copy}: its variant.json names {name}, whose folder is "
-                                f"{own[0]}; expected one results folder a variant; remove "
-                                f"the copy")
+            raise PipelineError(f"{_shown(copy)}: its variant.json names {name}, whose folder "
+                                f"is {_shown(own[0])}; expected one results folder a variant; "
+                                f"remove the copy")
     return pd.DataFrame(rows).set_index("variant")
 
 
@@ -106,7 +124,7 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
             raise PipelineError(f"{path}: missing beside {folder / 'metrics.json'}, whose "
                                 f"{part} figures the variant's run writes there too; {rerun}.")
         try:
-            theirs = json.loads(path.read_text())
+            theirs = loads_once(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise PipelineError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
                                 f"{str(exc)[:60]}), where the variant's run writes its "
@@ -190,7 +208,7 @@ def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
     name, where the file is not in the variant's own folder)."""
     rerun = f"`dvc repro -f reports/dvc.yaml:ablation@{variant or path.parent.name}`"
     try:
-        value = json.loads(path.read_text())
+        value = loads_once(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise PipelineError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
                             f"{str(exc)[:80]}); expected the record the variant's stage "
@@ -965,9 +983,9 @@ def _refuse_unreadable_or_renamed(results: Path) -> None:
     results in a folder not of its name (a backup, softmax_old) would be reported as that
     variant's, yet checked as no stage's. One line each."""
     variants = [f for f in results.iterdir()
-                if os.path.lexists(f / "metrics.json") and not f.is_symlink()] \
-        if results.is_dir() else []
+                if os.path.lexists(f / "metrics.json")] if results.is_dir() else []
     for folder in variants:
+        _refuse_linked(folder)
         refuse_special_files([folder], "a result file")
         try:
             named = json.loads((folder / "variant.json").read_text(encoding="utf-8"))
@@ -975,7 +993,7 @@ def _refuse_unreadable_or_renamed(results: Path) -> None:
             continue  # missing or damaged: said where the results are read
         if isinstance(named, dict) and "variant" in named and named["variant"] != folder.name:
             raise PipelineError(
-                f"{folder}: holds the results of {str(named['variant'])[:80]!r} (its "
+                f"{_shown(folder)}: holds the results of {str(named['variant'])[:80]!r} (its "
                 f"variant.json), in a folder of another name, which no stage of that variant "
                 f"writes; move it out of {results} (or name it back). Nothing was written.")
 
