@@ -254,6 +254,13 @@ def test_reproduction_and_time_to_its_accuracy(tmp_path):
     tta = section(make_report(root, out, overrides).read_text(), "## Time to accuracy")
     assert "The next shorter, `schedule_fast_10` (10 epochs), ends -1.0 points from the bar " \
            "(**not distinguishable from seed noise**" in tta
+    # the search's record linked from report.md's folder: beside it, or elsewhere
+    search = tmp_path / "search.md"
+    search.write_text("# the search\n")
+    for folder, link in ((tmp_path, "search.md"), (out, "../search.md")):
+        tta = section(make_report(root, folder, overrides, search=search).read_text(),
+                      "## Time to accuracy")
+        assert f"why it stops short of 85%: [search.md]({link})." in tta
 
 
 def test_no_blank_plots(tmp_path):
@@ -1129,7 +1136,7 @@ def test_a_folder_without_the_reports_list_is_a_users(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["plots"]
 
 
-def test_a_damaged_list_of_the_reports_files_is_named(tmp_path):
+def test_a_damaged_list_of_the_reports_files_is_named(tmp_path, monkeypatch):
     """The report's list made unreadable (a merge conflict's markers): the line names the
     list and how to restore it, not the report's own tables as someone else's."""
     from cifar10_tutorial.errors import PipelineError
@@ -1140,9 +1147,16 @@ def test_a_damaged_list_of_the_reports_files_is_named(tmp_path):
     listing = out / "tables" / ".report-files"
     listing.write_text("<<<<<<< HEAD\n" + listing.read_text())
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    with pytest.raises(PipelineError, match=r"tables/\.report-files: expected the report's list "
-                                            r"of the files it wrote there, found one that cannot "
-                                            r"be read; restore the folder \(`git checkout -- "):
+    said = (r"tables/\.report-files: expected the report's list of the files it wrote there, "
+            r"found one that cannot be read; ")
+    # outside git: no checkout gives the folder back
+    with pytest.raises(PipelineError, match=said + r"move the folder away, then rerun"):
+        make_report(tmp_path / "a", out, OVERRIDES)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # inside a checkout
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    monkeypatch.chdir(tmp_path)  # its own checkout
+    with pytest.raises(PipelineError, match=said + r"restore the folder \(`git checkout -- "):
         make_report(tmp_path / "a", out, OVERRIDES)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 

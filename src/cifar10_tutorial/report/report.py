@@ -120,7 +120,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                   + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)
                   + _exercise6_dataset(r, every, [n for n in dataset_variants or []
                                                    if n in TUTORIAL_DATASET_VARIANTS])
-                  + _no_lrn(r) + _bf16(r) + time_to_accuracy(r, search)
+                  + _no_lrn(r) + _bf16(r) + time_to_accuracy(r, search, out)
                   + your_variants(r, every, [n for n in dataset_variants or []
                                              if n not in TUTORIAL_DATASET_VARIANTS])
                   + against_reference(r, tf_reference) + reference_markdown())

@@ -4,6 +4,7 @@ to accuracy (the `fast` schedule against the tutorial's, and the shortest `fast`
 reaches the reproduction's final precision)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -104,8 +105,9 @@ def _when(row, target: str) -> str:
     return f"epoch {hit['epoch']:.1f} ({hit['train_seconds']:,.0f} s)" if hit else "not reached"
 
 
-def time_to_accuracy(r: Results, search: Optional[Path]) -> list[str]:
-    """The fast schedule against the tutorial's: held-out precision while training."""
+def time_to_accuracy(r: Results, search: Optional[Path], out: Path = Path(".")) -> list[str]:
+    """The fast schedule against the tutorial's: held-out precision while training; the
+    search record linked from ``out`` (report.md's folder) where it lies."""
     md = ["## Time to accuracy: the `fast` schedule against the tutorial's", "",
           "*Question:* with the same network, parameters and data, how much sooner does a modern "
           "optimiser and schedule (`train.schedule: fast`: Nesterov momentum, warm-up then linear "
@@ -126,8 +128,9 @@ def time_to_accuracy(r: Results, search: Optional[Path]) -> list[str]:
     if len(fast) and r.reproduction is not None:
         md += _speedup(r, fast, r.reproduction)
     if search is not None and search.is_file():
+        link = Path(os.path.relpath(os.path.abspath(search), os.path.abspath(out))).as_posix()
         md += [f"The search behind the `fast` defaults, and why it stops short of 85%: "
-               f"[{search.name}]({search.name}).", ""]
+               f"[{search.name}]({link}).", ""]
     return md
 
 
