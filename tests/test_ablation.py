@@ -337,9 +337,14 @@ def test_commits_checked_to_train_alike_count_as_one_piece(tmp_path):
     text = section([])
     assert "**Not made in one piece.** The variants were made by 2 different commits of the " \
            "code, not checked to train alike" in text
-    text = section([{"commits": ["1" * 40, "2" * 40], "identical": False}])
+    def check(identical: bool) -> dict:  # as devtools/equivalence.py records one
+        digests = ("a" * 64, "a" * 64 if identical else "b" * 64)
+        return {"commits": ["1" * 40, "2" * 40], "identical": identical,
+                "runs": [{"digest": d} for d in digests]}
+
+    text = section([check(False)])
     assert "**Not made in one piece.**" in text
-    text = section([{"commits": ["1" * 40, "2" * 40], "identical": True}])
+    text = section([check(True)])
     assert "Not made in one piece" not in text
     assert "All variants were made by 2 commits of the code whose training was checked " \
            "bit-identical" in text

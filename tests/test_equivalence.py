@@ -63,3 +63,19 @@ def test_a_damaged_record_is_one_clear_line(tmp_path):
     bad.write_text(json.dumps([{"commits": ["a"], "identical": "yes"}]))
     with pytest.raises(PipelineError, match=r"expected a list of checks, each with two commits"):
         load_record(bad)
+    # a check its own runs contradict, or without them: it states what nothing ran
+    runs = [{"digest": "a" * 64}, {"digest": "b" * 64}]
+    for check, said in (({"runs": runs}, r"says identical: true, where its runs' digests differ"),
+                        ({}, r"records no two runs with their digests"),
+                        ({"runs": runs[:1]}, r"records no two runs with their digests")):
+        bad.write_text(json.dumps([{"commits": ["1" * 40, "2" * 40], "identical": True,
+                                    **check}]))
+        with pytest.raises(PipelineError, match=r"r.json: check 1 \(1111111111..2222222222\) "
+                                                + said):
+            load_record(bad)
+    bad.write_text('[{"commits": ["%s", "%s"], "identical": false, "identical": true, '
+                   '"runs": [{"digest": "%s"}, {"digest": "%s"}]}]'
+                   % ("1" * 40, "2" * 40, "a" * 64, "a" * 64))
+    with pytest.raises(PipelineError, match=r"r.json: not valid JSON \(the key 'identical' "
+                                            r"twice\)"):
+        load_record(bad)

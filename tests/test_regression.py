@@ -1239,3 +1239,20 @@ def test_an_empty_row_in_the_evaluations_csv_is_named_so(tmp_path):
                                             r"under the header actual,predicted, found an empty "
                                             r"row; rerun the eval stage"):
         gate(write_baseline(tmp_path), TOL, files)
+
+
+def test_epochs_the_runs_record_contradicts_pass_no_gate(tmp_path):
+    """train.epochs edited in the train stage's metrics.json (its record, provenance.json,
+    written by the same run, gives the epochs it trained): one line naming both."""
+    files = write_run(tmp_path)
+    record = tmp_path / "train" / "provenance.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "epochs": 0.32}))
+    train = json.loads(files["train"].read_text())
+    files["train"].write_text(json.dumps({**train, "epochs": 0.32}))
+    assert "| ok |" in gate(write_baseline(tmp_path), TOL, files)
+    files["train"].write_text(json.dumps({**train, "epochs": 3.2}))
+    said = r"train/metrics.json: train.epochs is 3.2, where .*train/provenance.json records 0.32"
+    with pytest.raises(PipelineError, match=said):
+        gate(write_baseline(tmp_path), TOL, files)
+    with pytest.raises(PipelineError, match=said):
+        update_baseline(str(tmp_path / "new.json"), TOL, files)

@@ -52,7 +52,7 @@ def write_variant(root: Path, name: str, precision: float, steps: int, seed: int
         **variant}))
     record = {"commit": commit, "dirty": False, "device": "a CPU, 2 threads",
               "data_hash": "d" * 32, "params_hash": f"{hash(name) & 0xffffffff:016x}",
-              "cpu_load": [2.0, 2.0, 2.0], "steps": steps}
+              "cpu_load": [2.0, 2.0, 2.0], "steps": steps, "epochs": epochs}
     (out / "train" / "provenance.json").write_text(json.dumps(record))
     # the run's own files, written with metrics.json (exercises/ablation.py): the train
     # stage's metrics, the evaluation's set and its record of the model it evaluated
@@ -1562,6 +1562,14 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
     ("eval-deleted", r"softmax/eval/metrics.json: missing beside .*softmax/metrics.json, whose "
                      r"eval figures the variant's run writes there too"),
     ("train-metrics-deleted", r"softmax/train/metrics.json: missing beside"),
+    # the run's length in epochs edited alike in both metrics files (its record says 32)
+    ("epochs-edited", r"softmax/(metrics.json: train.epochs is 33.0, where .*softmax/train/"
+                      r"provenance.json records 32.0 epochs|variant.json: num_train is 40,000 "
+                      r"and global_batch_size 128, where .* gives 10,000 steps as 33.0 epochs)"),
+    # the training set's size edited in variant.json alone
+    ("num-train-edited", r"softmax/variant.json: num_train is 50,000 and global_batch_size "
+                         r"128, where .*softmax/metrics.json gives 10,000 steps as 32.0 epochs "
+                         r"\(40,000 training images\)"),
     # a loss below 0, edited alike in every record and the curve
     ("negative-loss", r"softmax/metrics.json: train.loss_avg is -0.5, expected a loss: a "
                       r"number from 0 to 3.403e\+38"),
@@ -1596,6 +1604,14 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
         (folder / "metrics.json").write_text(json.dumps(m))
     elif edit == "train-metrics-deleted":
         (folder / "train/metrics.json").unlink()
+    elif edit == "epochs-edited":
+        m = json.loads((folder / "metrics.json").read_text())
+        m["train"]["epochs"] = 33.0
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
+    elif edit == "num-train-edited":
+        v = json.loads((folder / "variant.json").read_text())
+        (folder / "variant.json").write_text(json.dumps({**v, "num_train": 50_000}))
     else:
         m = json.loads((folder / "metrics.json").read_text())
         m["train"]["loss_avg"] = -0.5
@@ -1659,3 +1675,37 @@ def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path,
     with pytest.raises(PipelineError, match=said) as err:
         make_report(root, tmp_path / "out", OVERRIDES)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("target, at, said", [
+    (None, None, None),  # as the run records it: the curve's first point at or above
+    ("0.7", 782, r"train.time_to_target has 0.7 reached at step 782, where the run's "
+                 r"held-out curve first reaches it at step 7,038"),
+    ("0.9", 7038, r"train.time_to_target has 0.9 reached at step 7038, where the run's "
+                  r"held-out curve never reaches it"),
+])
+def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, target, at,
+                                                                    said):
+    """train.time_to_target times the held-out evaluations the curve records: a target's
+    step moved, or a target added that the curve never reaches (the row would say the run
+    reached a precision above its own final one), is one line naming both."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
+    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
+    folder = root / "schedule_fast"
+    m = json.loads((folder / "metrics.json").read_text())
+    # the curve: 0.86 x step / 7,813 at every 782 steps; 0.7 first at step 7,038 (0.775)
+    m["train"]["time_to_target"] = {"0.7": {"step": 7038, "epoch": 22.5, "train_seconds": 1800.0}}
+    if target is not None:
+        m["train"]["time_to_target"][target] = {"step": at, "epoch": at * 128 / 40000,
+                                                "train_seconds": 100.0}
+    (folder / "metrics.json").write_text(json.dumps(m))
+    (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
+    if said is None:
+        make_report(root, tmp_path / "out", overrides)
+        return
+    with pytest.raises(PipelineError, match=r"schedule_fast/metrics.json: " + said):
+        make_report(root, tmp_path / "out", overrides)

@@ -142,12 +142,20 @@ def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> Non
     record = Path(live) / "provenance.json"
     if os.path.isfile(record):  # the run's own record of its length
         try:
-            steps = json.loads(read_small_file(record, 1 << 20).decode("utf-8")).get("steps")
+            made = json.loads(read_small_file(record, 1 << 20).decode("utf-8"))
+            steps, epochs = made.get("steps"), made.get("epochs")
         except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
-            steps = None  # a damaged record: named where it is read as a whole
+            steps = epochs = None  # a damaged record: named where it is read as a whole
         if isinstance(steps, int) and not isinstance(steps, bool) and steps != step:
             raise PipelineError(f"{metrics}: train.step is {step}, where {record} records "
                                 f"{steps} steps: the figures are not this run's; {rerun}.")
+        said_epochs = train.get("epochs")
+        if all(isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e)
+               for e in (epochs, said_epochs)) \
+                and not math.isclose(epochs, said_epochs, rel_tol=1e-9, abs_tol=1e-9):
+            raise PipelineError(f"{metrics}: train.epochs is {said_epochs}, where {record} "
+                                f"records {epochs} epochs: the figures are not this run's; "
+                                f"{rerun}.")
     path = Path(live) / "plots" / "metrics" / "train" / "loss_avg.tsv"
     if not os.path.lexists(path):
         raise PipelineError(f"{path}: missing beside {metrics}, whose train.loss_avg is the "

@@ -3,10 +3,12 @@ written by the code-equivalence check), as the report reads it: results made at 
 joined by identical checks count as made by one training code."""
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
+from typing import Optional
 
 from ..errors import PipelineError
+from ..eval_files import loads_once
 from ..files import restore_from_git
 
 
@@ -15,8 +17,8 @@ def load_record(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        rec = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        rec = loads_once(path.read_text())
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # a key twice too
         raise PipelineError(f"{path}: not valid JSON ({exc}); give the record "
                             f"(as reports/dvc.yaml names it){restore_from_git(path)}") from None
     if not isinstance(rec, list) or not all(isinstance(r, dict) and len(r.get("commits", [])) == 2
@@ -24,7 +26,32 @@ def load_record(path: Path) -> list[dict]:
         raise PipelineError(f"{path}: expected a list of checks, each with two commits and "
                             f"identical: true | false; give the record (as reports/dvc.yaml "
                             f"names it){restore_from_git(path)}")
+    for i, check in enumerate(rec):
+        wrong = _unheld(check)
+        if wrong:
+            a, b = (str(c)[:10] for c in check["commits"])
+            raise PipelineError(f"{path}: check {i + 1} ({a}..{b}) {wrong}; give the record "
+                                f"as the code-equivalence check wrote it (as reports/dvc.yaml "
+                                f"names it){restore_from_git(path)}")
     return rec
+
+
+def _unheld(check: dict) -> Optional[str]:
+    """What in one check its own runs do not give: the check trains the fixed-seed pair
+    once at each commit and records each run's digest of the weights and averages, and
+    ``identical`` is whether the two agree (devtools/equivalence.py); a check without
+    them, or whose ``identical`` its digests contradict, states what nothing ran."""
+    runs = check.get("runs")
+    if not (isinstance(runs, list) and len(runs) == 2 and all(
+            isinstance(r, dict) and isinstance(r.get("digest"), str)
+            and re.fullmatch(r"[0-9a-f]{64}", r["digest"]) for r in runs)):
+        return ("records no two runs with their digests (a sha256 each), which say whether "
+                "it held")
+    same = runs[0]["digest"] == runs[1]["digest"]
+    if check["identical"] != same:
+        return (f"says identical: {str(check['identical']).lower()}, where its runs' digests "
+                f"{'agree' if same else 'differ'}")
+    return None
 
 
 def same_training(commits: set, record: list[dict]) -> bool:

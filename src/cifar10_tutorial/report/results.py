@@ -37,6 +37,25 @@ def _refuse_linked(folder: Path) -> None:
                             f"Nothing was written.")
 
 
+def _refuse_other_size(described: Path, variant: dict, metrics: Path, train: dict) -> None:
+    """The training set's size and global batch that variant.json records against the
+    run's own figures: its steps of that batch over that many images are its epochs (one
+    run writes both files). One edited alone states a training set the run never had."""
+    numbers = [variant.get("num_train"), variant.get("global_batch_size"), train.get("step"),
+               train.get("epochs")]
+    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
+               and n > 0 for n in numbers):
+        return
+    images, batch, steps, epochs = numbers
+    if not math.isclose(steps * batch / images, epochs, rel_tol=1e-6):
+        raise PipelineError(f"{described}: num_train is {images:,} and global_batch_size "
+                            f"{batch:,}, where {metrics} gives {steps:,} steps as {epochs} "
+                            f"epochs ({steps * batch / epochs:,.0f} training images): one run "
+                            f"writes both, so the records are not one run's; rerun it "
+                            f"(`dvc repro -f reports/dvc.yaml:ablation@"
+                            f"{variant.get('variant', described.parent.name)}`)")
+
+
 def load_variants(root: Path) -> pd.DataFrame:
     """One row per variant: what it is (variant.json) and its results (metrics.json: the
     train run's figures, ``loss_avg`` as ``final_loss_avg`` and ``step`` as ``steps``,
@@ -64,6 +83,7 @@ def load_variants(root: Path) -> pd.DataFrame:
         _numbers_only(path, m)
         variant = _record(described, ("variant",))  # whose results, before what they say
         _typed(described, variant)
+        _refuse_other_size(described, variant, path, m["train"])
         check_one_evaluation(path.parent, m)
         folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
@@ -144,6 +164,7 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
                                 f"the folder holds parts of two runs (one stopped, or an "
                                 f"evaluation of another model); {rerun}.")
     _refuse_other_final_evaluation(folder, metrics, rerun)
+    _refuse_other_targets(folder, metrics, rerun)
     refuse_other_model(folder / "train", folder / "eval", rerun)
     refuse_other_loss(folder / "train", metrics["train"], folder / "metrics.json", rerun)
     # the evaluation writes its files as one set: beside its metrics.json, a missing one
@@ -200,6 +221,42 @@ def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> N
                                 f"{what} is {value:.4f}: the same weights on the same "
                                 f"images, so the figures are not this run's (edited, or two "
                                 f"runs' records mixed); {rerun}.")
+
+
+def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
+    """train.time_to_target (when the averaged weights first reached each of eval.targets)
+    against the held-out curve of the same evaluations (training/monitoring.py HeldOut
+    times the targets on them): each target reached at the first point of the curve at or
+    above it. A time moved or a target added that the curve contradicts is one line."""
+    from ..curves import held_out_curve
+
+    reached = metrics["train"].get("time_to_target")
+    if not isinstance(reached, dict) or not reached:
+        return
+    try:
+        curve = held_out_curve(folder / "train")
+    except (OSError, ValueError, KeyError):  # a damaged curve: the model card names it
+        return
+    said = folder / "metrics.json"
+    if curve is None:
+        raise PipelineError(f"{said}: train.time_to_target times held-out precisions "
+                            f"({', '.join(map(str, reached))}) the run's held-out curve "
+                            f"(train/plots/metrics/held_out/) does not hold: the run writes "
+                            f"both; {rerun}.")
+    for target, at in reached.items():
+        try:
+            level, step = float(target), at["step"]
+        except (TypeError, ValueError, KeyError):
+            raise PipelineError(f"{said}: train.time_to_target.{str(target)[:20]} is "
+                                f"{json.dumps(at)[:60]}, expected a precision reached at a "
+                                f"step (the run's record); {rerun}.") from None
+        first = curve[curve["precision_at_1"] >= level]["step"]
+        if not len(first) or int(first.iloc[0]) != step:
+            where = (f"first reaches it at step {int(first.iloc[0]):,}" if len(first)
+                     else "never reaches it")
+            raise PipelineError(f"{said}: train.time_to_target has {target} reached at step "
+                                f"{step}, where the run's held-out curve {where}: one run "
+                                f"records both, so the figures are not this run's; {rerun}.")
 
 
 def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
