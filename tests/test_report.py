@@ -1562,6 +1562,11 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
     ("eval-deleted", r"softmax/eval/metrics.json: missing beside .*softmax/metrics.json, whose "
                      r"eval figures the variant's run writes there too"),
     ("train-metrics-deleted", r"softmax/train/metrics.json: missing beside"),
+    # damaged, not a second run's: said so, the path said once
+    ("eval-metrics-folder", r"softmax/eval/metrics.json: expected the variant's run's eval "
+                            r"figures \(a JSON object\), found a folder; rerun it"),
+    ("eval-metrics-list", r"softmax/eval/metrics.json: expected the variant's run's eval "
+                          r"figures \(a JSON object\), found a list; rerun it"),
     # the run's length in epochs edited alike in both metrics files (its record says 32)
     ("epochs-edited", r"softmax/(metrics.json: train.epochs is 33.0, where .*softmax/train/"
                       r"provenance.json records 32.0 epochs|variant.json: num_train is 40,000 "
@@ -1604,6 +1609,11 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
         (folder / "metrics.json").write_text(json.dumps(m))
     elif edit == "train-metrics-deleted":
         (folder / "train/metrics.json").unlink()
+    elif edit == "eval-metrics-folder":
+        (folder / "eval/metrics.json").unlink()
+        (folder / "eval/metrics.json").mkdir()
+    elif edit == "eval-metrics-list":
+        (folder / "eval/metrics.json").write_text("[]")
     elif edit == "epochs-edited":
         m = json.loads((folder / "metrics.json").read_text())
         m["train"]["epochs"] = 33.0

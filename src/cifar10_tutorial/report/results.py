@@ -145,18 +145,23 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
                                 f"{part} figures the variant's run writes there too; {rerun}.")
         try:
             theirs = loads_once(path.read_text())
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        except OSError as exc:  # a folder in its place (its message: the whole path again)
+            found = "a folder" if isinstance(exc, IsADirectoryError) else exc.strerror or exc
+            raise PipelineError(f"{path}: expected the variant's run's {part} figures (a JSON "
+                                f"object), found {found}; {rerun}.") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise PipelineError(f"{path}: cannot be read as JSON ({type(exc).__name__}: "
                                 f"{str(exc)[:60]}), where the variant's run writes its "
                                 f"{part} figures; {rerun}.") from None
-        absent = [k for k in (theirs if isinstance(theirs, dict) else ())
-                  if k not in metrics[part]]
+        if not isinstance(theirs, dict):  # a damaged file, not a second run's
+            raise PipelineError(f"{path}: expected the variant's run's {part} figures (a JSON "
+                                f"object), found a {type(theirs).__name__}; {rerun}.")
+        absent = [k for k in theirs if k not in metrics[part]]
         if absent:  # metrics.json lost a figure the run wrote: that file is the damaged one
             raise PipelineError(f"{folder / 'metrics.json'}: expected {part}.{absent[0]}, "
                                 f"found none (its {path} has it); {rerun}.")
-        differ = ([k for k in theirs if metrics[part][k] != theirs[k]]
-                  if isinstance(theirs, dict) else ["(not a JSON record)"])
-        if part == "eval" and isinstance(theirs, dict):
+        differ = [k for k in theirs if metrics[part][k] != theirs[k]]
+        if part == "eval":
             differ += [k for k in metrics["eval"] if k not in theirs]
         if differ:
             raise PipelineError(f"{path}: {', '.join(differ[:3])} not what {folder / 'metrics.json'}"
