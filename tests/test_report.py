@@ -903,8 +903,10 @@ def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkey
     # ... or with the run's last held-out figures deleted, or its step moved off its curve
     ("held-out-deleted", r"softmax/metrics.json: train.held_out_eval_seconds without "
                          r"train.held_out"),
-    ("step-moved", r"softmax/metrics.json: train.step is 10001, where .*softmax/train/"
-                   r"provenance.json records 10000 steps"),
+    # (its epochs then contradict variant.json's training set, checked first)
+    ("step-moved", r"softmax/(metrics.json: train.step is 10001, where .*softmax/train/"
+                   r"provenance.json records 10000 steps|variant.json: num_train is 40,000 "
+                   r"and global_batch_size 128, where .* gives 10,001 steps as 32.0 epochs)"),
     # the final loss edited in both records alike: the loss curve the run logged says
     ("loss-edited-alike", r"softmax/metrics.json: train.loss_avg is 0.1230, where .*softmax/"
                           r"train/plots/metrics/train/loss_avg.tsv gives 1.7000 at the run's "
