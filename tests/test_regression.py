@@ -64,6 +64,16 @@ def write_baseline(tmp_path, **values):
     path.write_text(json.dumps({"eval.precision_at_1": 0.80, "train.loss_avg": 1.0, **values}))
     return str(path)
 
+def _refused_by_gate_and_update(tmp_path, files, said, baseline=None):
+    """The run's files ``files`` refused in one line matching ``said`` by the gate (against
+    ``baseline``, else a passing one) and by --update, which writes no baseline."""
+    with pytest.raises(PipelineError, match=said):
+        gate(str(baseline) if baseline else write_baseline(tmp_path), TOL, files)
+    with pytest.raises(PipelineError, match=said):
+        update_baseline(str(tmp_path / "new.json"), TOL, files)
+    assert not (tmp_path / "new.json").exists()
+
+
 
 def test_metrics_are_collected_flat_and_numeric_only(tmp_path):
     m = collect_metrics(write_run(tmp_path))
@@ -208,11 +218,7 @@ def test_figures_the_evaluations_own_files_contradict_pass_no_gate(tmp_path, edi
         (ev / "predictions.csv").unlink()
         (ev / "per_class.csv").unlink()
         said = r"eval/predictions.csv: missing beside .*eval/metrics.json"
-    with pytest.raises(PipelineError, match=said):
-        gate(str(baseline), TOL, files)
-    with pytest.raises(PipelineError, match=said):
-        update_baseline(str(tmp_path / "new.json"), TOL, files)
-    assert not (tmp_path / "new.json").exists()
+    _refused_by_gate_and_update(tmp_path, files, said, baseline)
 
 
 def test_a_lone_eval_metrics_file_passes_no_gate(tmp_path):
@@ -225,11 +231,7 @@ def test_a_lone_eval_metrics_file_passes_no_gate(tmp_path):
              "eval": lone / "metrics.json"}
     files["eval"].write_text(json.dumps({"precision_at_1": 0.95, "num_examples": 1000}))
     said = r"lone/predictions.csv: missing beside .*lone/metrics.json"
-    with pytest.raises(PipelineError, match=said):
-        gate(write_baseline(tmp_path), TOL, files)
-    with pytest.raises(PipelineError, match=said):
-        update_baseline(str(tmp_path / "new.json"), TOL, files)
-    assert not (tmp_path / "new.json").exists()
+    _refused_by_gate_and_update(tmp_path, files, said)
 
 
 @pytest.mark.parametrize("edit, said", [
@@ -286,11 +288,7 @@ def test_a_train_loss_its_own_files_contradict_passes_no_gate(tmp_path, edit, sa
     if said is None:
         assert "| ok |" in gate(write_baseline(tmp_path), TOL, files)
         return
-    with pytest.raises(PipelineError, match=said):
-        gate(write_baseline(tmp_path), TOL, files)
-    with pytest.raises(PipelineError, match=said):
-        update_baseline(str(tmp_path / "new.json"), TOL, files)
-    assert not (tmp_path / "new.json").exists()
+    _refused_by_gate_and_update(tmp_path, files, said)
 
 
 @pytest.mark.parametrize("edit, said", [
@@ -335,11 +333,7 @@ def test_an_evaluation_of_another_runs_model_passes_no_gate(tmp_path, edit, said
         os.mkfifo(record)
     else:
         record.write_text(json.dumps({k: v for k, v in RECORD.items() if k != "params_hash"}))
-    with pytest.raises(PipelineError, match=said):
-        gate(write_baseline(tmp_path), TOL, files)
-    with pytest.raises(PipelineError, match=said):
-        update_baseline(str(tmp_path / "new.json"), TOL, files)
-    assert not (tmp_path / "new.json").exists()
+    _refused_by_gate_and_update(tmp_path, files, said)
 
 
 def test_a_metrics_file_of_another_kind_or_a_key_twice_is_one_line(tmp_path):
@@ -1222,11 +1216,7 @@ def test_a_run_figure_no_run_gives_passes_no_gate_and_is_no_baseline(tmp_path, t
     line naming the file, before either."""
     files = write_run(tmp_path, loss=train.get("loss_avg", 1.0),
                       precision=evals.get("precision_at_1", 0.80))
-    with pytest.raises(PipelineError, match=said):
-        gate(write_baseline(tmp_path), TOL, files)
-    with pytest.raises(PipelineError, match=said):
-        update_baseline(str(tmp_path / "new.json"), TOL, files)
-    assert not (tmp_path / "new.json").exists()
+    _refused_by_gate_and_update(tmp_path, files, said)
 
 
 def test_an_empty_row_in_the_evaluations_csv_is_named_so(tmp_path):
@@ -1252,7 +1242,4 @@ def test_epochs_the_runs_record_contradicts_pass_no_gate(tmp_path):
     assert "| ok |" in gate(write_baseline(tmp_path), TOL, files)
     files["train"].write_text(json.dumps({**train, "epochs": 3.2}))
     said = r"train/metrics.json: train.epochs is 3.2, where .*train/provenance.json records 0.32"
-    with pytest.raises(PipelineError, match=said):
-        gate(write_baseline(tmp_path), TOL, files)
-    with pytest.raises(PipelineError, match=said):
-        update_baseline(str(tmp_path / "new.json"), TOL, files)
+    _refused_by_gate_and_update(tmp_path, files, said)
