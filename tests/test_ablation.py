@@ -1,6 +1,8 @@
 """The exercises as ablation variants, and the report built from their results."""
 import dataclasses
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -402,3 +404,45 @@ def test_a_folder_where_the_train_stage_writes_a_file_is_refused_before_it_train
             refuse_foreign_outputs(TrainPaths(tmp_path / "out", tmp_path / "live"))
         (tmp_path / where).rmdir()
     refuse_foreign_outputs(TrainPaths(tmp_path / "out", tmp_path / "live"))
+
+
+def test_the_variant_stage_refuses_a_twin_its_data_reveal_before_it_trains(synth_data, tmp_path):
+    """A budget in epochs that comes to the baseline's steps on these data (1,000 images in
+    batches of 32: 0.64 epochs are 20 steps), or flips written as the data set's default:
+    the loader cannot tell without the data, the stage refuses once it has read them, in
+    one line naming the variant it copies, before any model or result is written."""
+    import shutil
+
+    import yaml
+
+    from conftest import write_prepared
+
+    shutil.copytree(ROOT / "stages", tmp_path / "stages",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    (tmp_path / "reports").mkdir()
+    shutil.copy2(ROOT / "reports" / "dvc.yaml", tmp_path / "reports" / "dvc.yaml")
+    write_prepared(synth_data, tmp_path / "prepared")
+    (tmp_path / "reports" / "params.yaml").write_text(yaml.safe_dump({
+        "ablation": {"max_steps": 20}, "train": {"batch_size": 32, "device": "cpu"},
+        "ablations": {"baseline": {}, "epochs": {"train": {"max_epochs": 0.64}},
+                      "flips": {"input": {"flip": True}}},
+        "dataset_ablations": {}}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("DVC_STAGE", None)
+
+    def stage(name):
+        return subprocess.run([sys.executable, "stages/ablation.py", name, "--params",
+                               "reports/params.yaml", "--data", "prepared", "--work",
+                               f"work/{name}", "--out", f"out/{name}"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    for name, said in [("epochs", r"train.max_epochs: the same 20 steps of 1,000 training "
+                                  r"images"),
+                       ("flips", r"input.flip: null is true on this data set")]:
+        proc = stage(name)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert re.search(rf"^error: ablations.{name} trains and scores exactly as "
+                         rf"ablations.baseline \(it differs only in {said}\)",
+                         proc.stderr.strip().splitlines()[-1]), proc.stderr
+        assert not (tmp_path / "work" / name).exists() and not (tmp_path / "out" / name).exists()

@@ -604,19 +604,30 @@ def test_a_variants_override_its_own_params_never_read_is_refused(base, override
     ({"eval": {"batch_size": 100}}, r"differs only in eval.batch_size:"),
     ({"train": {"device": "cpu"}, "eval": {"device": "cpu", "interval_secs": 5}},
      r"differs only in eval.device, eval.interval_secs, train.device:"),
-], ids=["empty", "baseline-value", "run-section", "eval-batch", "where-it-runs"])
+    ({"train": {"log_every": 20}}, r"differs only in train.log_every: how a run is carried"),
+    ({"eval": {"targets": [0.86, 0.85, 0.84, 0.8]}},
+     r"differs only in eval.targets: the same targets \(the curve times them as a set\)"),
+    ({"eval": {"targets": [0.8, 0.8, 0.84, 0.85, 0.86]}}, r"differs only in eval.targets:"),
+    ({"train": {"moving_average_decay": 0.99999}},
+     r"differs only in train.moving_average_decay: above the step term \(1 \+ n\) / "
+     r"\(10 \+ n\) of all 10,000 steps, which sets it"),
+    ({"eval": {"every_steps": 20000}}, r"differs only in eval.every_steps: past the 10,000 "
+                                       r"steps: the last step's evaluation only"),
+], ids=["empty", "baseline-value", "run-section", "eval-batch", "where-it-runs", "logging",
+        "targets-order", "targets-twice", "decay-unreached", "curve-past-budget"])
 def test_a_variant_that_computes_what_another_does_is_refused(twin, said):
     """A variant that changes nothing, or only how a run is carried out (the run section,
     the device, the evaluation's batch), would train and score exactly as the baseline:
     its figures, read as its overrides' effect, would be the baseline's. One line naming
     both; a variant changing any setting that computes is one, and the check compares the
     full budgets (a trial cuts every budget to one length and is no twin)."""
+    baseline = {"eval": {"every_steps": 10000}} if "every_steps" in str(twin) else {}
     with pytest.raises(ParamsError, match=said):
-        params_from_dict({"ablations": {"baseline": {}, "v": twin}})
+        params_from_dict({"ablations": {"baseline": baseline, "v": twin}})
     # the twin of a variant other than the baseline, in the other group too
     with pytest.raises(ParamsError, match=r"dataset_ablations.w trains and scores exactly as "
                                           r"dataset_ablations.v"):
-        params_from_dict({"dataset_ablations": {"v": {"data": {"dataset": "svhn"}},
+        params_from_dict({"dataset_ablations": {"v": {"data": {"dataset": "svhn"}, **baseline},
                                                 "w": {"data": {"dataset": "svhn"}, **twin}}})
     params_from_dict({"ablations": {"baseline": {}, "v": {**twin, "train": {
         **twin.get("train", {}), "seed": 1}}}})
@@ -626,11 +637,55 @@ def test_a_variant_that_computes_what_another_does_is_refused(twin, said):
                                              "eval": {"every_steps": 100}}}})
 
 
+@pytest.mark.parametrize("twin, num_train, flip, said", [
+    ({"train": {"max_epochs": 32}}, 40000, True,
+     r"differs only in train.max_epochs: the same 10,000 steps of 40,000 training images"),
+    ({"train": {"epochs_per_decay": 100}}, 40000, True,
+     r"differs only in train.epochs_per_decay: its first decay falls past the 10,000 steps"),
+    ({"train": {"lr_decay_factor": 0.5}}, 40000, True, r"differs only in train.lr_decay_factor"),
+    ({"input": {"flip": True}}, 40000, True, r"differs only in input.flip: null is true on "
+                                             r"this data set"),
+    ({"input": {"flip": False}}, 40000, False, r"differs only in input.flip: null is false"),
+], ids=["epochs-as-steps", "decay-past-budget", "factor-never-applied", "flip-cifar", "flip-svhn"])
+def test_a_variant_that_computes_what_another_does_on_its_data_is_refused(twin, num_train, flip,
+                                                                          said):
+    """What a variant computes may depend on its training data: a budget in epochs comes to
+    steps, a decay interval in epochs to steps, and flips written as null to the data set's
+    default. The loader cannot know them; the variant's stage compares with them, naming
+    the variant it copies, and a variant before its twin, or computing otherwise on other
+    data, is one."""
+    from cifar10_tutorial.params import refuse_twin_on_data
+
+    params = params_from_dict({"ablations": {"baseline": {}, "v": twin}})
+    with pytest.raises(ParamsError, match=r"ablations.v trains and scores exactly as "
+                                          r"ablations.baseline \(it " + said):
+        refuse_twin_on_data(params, "v", num_train, flip)
+    refuse_twin_on_data(params, "baseline", num_train, flip)  # the first of two is the one
+    if "input" in twin:  # the other default: a variant that flips otherwise
+        refuse_twin_on_data(params, "v", num_train, not flip)
+    else:  # 3,000 images: 750 steps in 32 epochs, a decay within 10,000 steps
+        refuse_twin_on_data(params, "v", 3000, flip)
+    # data-set variants compare with those of the same data only; their data set's
+    # flips the loader knows (their data section is their own)
+    name = "svhn" if not flip else "cifar100"
+    variants = {"a": {"data": {"dataset": name}}, "b": {**twin, "data": {"dataset": name}}}
+    twins_of_a = r"dataset_ablations.b trains and scores exactly as dataset_ablations.a"
+    if "input" in twin:
+        with pytest.raises(ParamsError, match=twins_of_a + r" \(it " + said):
+            params_from_dict({"dataset_ablations": variants})
+        return
+    params = params_from_dict({"dataset_ablations": {
+        **variants, "c": {**twin, "data": {"dataset": "svhn", "svhn_extra": True}}}})
+    with pytest.raises(ParamsError, match=twins_of_a):
+        refuse_twin_on_data(params, "b", num_train, flip)
+    refuse_twin_on_data(params, "c", num_train, flip)
+
+
 def test_twins_are_named_for_a_tool_that_cuts_every_budget_to_one():
     """params.twins: what tools/check_code.py leaves out of a pass where its one short
     budget makes a variant of a budget of its own its baseline's twin; none at budgets
     that set them apart, and none (the stage's error to give) in a file refused for
-    anything else."""
+    anything else; with the pass's data, those its stages would refuse there too."""
     from cifar10_tutorial.params import twins
 
     raw = {"ablation": {"max_steps": 100},
@@ -644,3 +699,10 @@ def test_twins_are_named_for_a_tool_that_cuts_every_budget_to_one():
     assert twins(raw) == {}
     raw["ablations"]["other"] = {"train": {"seed": -1}}
     assert twins(raw) == {}
+    # on the data its stages train on (as they refuse): 2 epochs of 3,200 images are 50 steps
+    raw = {"ablation": {"max_steps": 50}, "train": {"batch_size": 128},
+           "ablations": {"baseline": {}, "epochs": {"train": {"max_epochs": 2}},
+                         "flips": {"input": {"flip": True}}}}
+    assert twins(raw) == {}
+    assert twins(raw, 3200, True) == {"epochs": "baseline", "flips": "baseline"}
+    assert twins(raw, 3300, False) == {}

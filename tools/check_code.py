@@ -1125,10 +1125,11 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
             # baseline's twin there: params.twins) computes what that one does; it is left
             # out of the pass, in both trees, and checked as that one
             as_twin: dict[str, dict[str, str]] = {}
-            for these, _, num_train, mode in passes:
+            for these, where, num_train, mode in passes:
                 budgets = {key: short_budget(raws[key], num_train, own_eval=mode != PAUSED_MODE)
                            for key in these}
-                twin = as_twin[mode] = twins(budgets["ours"])
+                # as the variants' stages compare them, on this pass's data
+                twin = as_twin[mode] = twins(budgets["ours"], *_what_data(where))
                 for key, tree in these.items():
                     budget = budgets[key]
                     if isinstance(budget.get("ablations"), dict):
@@ -1202,6 +1203,16 @@ def _sizes(prepared: Path) -> tuple[int, int]:
         return int(counts["train"]), int(counts["test"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0, 0
+
+
+def _what_data(prepared: Path) -> tuple[Optional[int], Optional[bool]]:
+    """The training images of prepared data and whether its data set flips by default (its
+    meta.json), what a variant's stage compares the variants with; None where unread."""
+    try:
+        meta = json.loads((prepared / "meta.json").read_text())
+        return int(meta["counts"]["train"]), bool(meta.get("flip", True))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
 
 
 def _on(passes: list, own: Optional[Path]) -> str:

@@ -12,6 +12,7 @@ checked by the same loader (:mod:`.param_types`); docs/params.md lists them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import urllib.parse
@@ -336,7 +337,7 @@ class Params:
         both = set(self.ablations) & set(self.dataset_ablations)
         if both:
             raise ParamsError(f"ablations and dataset_ablations share the names {sorted(both)}")
-        computed: dict[str, tuple[str, dict]] = {}
+        computed: dict[str, tuple[str, dict, dict]] = {}
         for group in ("ablations", "dataset_ablations"):
             for name, overrides in getattr(self, group).items():
                 for section, why in NOT_IN_A_VARIANT[group].items():
@@ -349,7 +350,8 @@ class Params:
                 except ParamsError as exc:
                     raise ParamsError(f"{group}.{name}: {exc}") from None
                 _refuse_unread(overrides, made, group, name)
-                _refuse_twin(_merged(self, name, trial=False), f"{group}.{name}", computed)
+                _refuse_twin(_merged(self, name, trial=False), f"{group}.{name}", computed,
+                             group)
 
 
 # what a variant may set that only one value of another setting reads: each schedule's
@@ -370,19 +372,75 @@ READ_ONLY_UNDER = (
 )
 
 # What changes how a run is carried out and never what it computes: the run section
-# (RunParams), where a stage runs (as checkpoint_files.NOT_RUN_DEFINING), the batch of an
+# (RunParams), where a stage runs (as checkpoint_files.NOT_RUN_DEFINING), which steps log
+# the loss (its average is updated at every step: training/train.py), the batch of an
 # evaluation whose precision does not depend on it, and the watch mode's wait. A variant
 # that differs from another only in these trains and scores exactly as that one.
-RESULT_NEUTRAL = {"run": None, "train": ("device",),
+RESULT_NEUTRAL = {"run": None, "train": ("device", "log_every"),
                   "eval": ("batch_size", "device", "interval_secs")}
 
 
-def _what_it_computes(made: "Params") -> dict:
+def _what_it_computes(made: "Params", num_train: Optional[int] = None,
+                      flip: Optional[bool] = None) -> tuple[dict, dict]:
+    """``made`` as its run computes it, and why each setting left out or rewritten computes
+    nothing of its own (dotted key -> the reason in words). What a run computes, the same
+    however written: :data:`RESULT_NEUTRAL` left out; ``input.flip`` null as the data set's
+    default (``flip``, where known); a setting its schedule or queue never reads
+    (:data:`READ_ONLY_UNDER`); the held-out targets as the set timed (training/monitoring.py
+    sorts them); a held-out interval past the budget as the budget (only the last step is
+    evaluated); the averages' decay where the TF rule's step term (1 + n) / (10 + n) stays
+    below it for the whole budget; and with ``num_train`` (the training images) a budget in
+    epochs as its steps, and the tutorial's decay interval as steps, or left out where no
+    decay falls within the budget (training/optimization.py's formulas)."""
     raw = dataclasses.asdict(made)
+    why: dict[str, str] = {}
     for section, keys in RESULT_NEUTRAL.items():
         for key in (list(raw[section]) if keys is None else keys):
             raw[section].pop(key)
-    return raw
+            why[f"{section}.{key}"] = "how a run is carried out, not what it computes"
+    tr, ev, fast = raw["train"], raw["eval"], raw["fast"]
+    if raw["input"]["flip"] is None and flip is not None:
+        raw["input"]["flip"] = flip
+        why["input.flip"] = f"null is {str(flip).lower()} on this data set"
+    for section, keys, (where, setting), reads, read_under in READ_ONLY_UNDER:
+        if not reads(raw[where][setting]):
+            for key in keys:
+                raw[section][key] = None
+                why[f"{section}.{key}"] = f"read only under {read_under}"
+    if ev["targets"]:
+        ev["targets"] = sorted(set(ev["targets"]))
+        why["eval.targets"] = "the same targets (the curve times them as a set)"
+    steps = tr["max_steps"] if tr["max_epochs"] is None else None
+    global_batch = tr["batch_size"] * tr["num_devices"]
+    if num_train is not None and tr["max_epochs"] is not None:
+        steps = max(1, math.ceil(tr["max_epochs"] * num_train / global_batch))
+        tr["max_steps"], tr["max_epochs"] = steps, None
+        why["train.max_epochs"] = why["train.max_steps"] = \
+            f"the same {steps:,} steps of {num_train:,} training images"
+    if steps is None:
+        return raw, why
+    if ev["every_steps"] > steps:
+        ev["every_steps"] = steps
+        why["eval.every_steps"] = f"past the {steps:,} steps: the last step's evaluation only"
+    averages = fast if tr["schedule"] == "fast" else tr
+    if (1.0 + steps) / (10.0 + steps) <= averages["moving_average_decay"]:
+        averages["moving_average_decay"] = None
+        why[f"{'fast' if averages is fast else 'train'}.moving_average_decay"] = \
+            f"above the step term (1 + n) / (10 + n) of all {steps:,} steps, which sets it"
+    if num_train is not None and tr["schedule"] == "tutorial":
+        decay_steps = max(1, int(num_train / global_batch * tr["epochs_per_decay"]))
+        if steps <= decay_steps:
+            tr["epochs_per_decay"] = tr["lr_decay_factor"] = None
+            why["train.epochs_per_decay"] = why["train.lr_decay_factor"] = \
+                f"its first decay falls past the {steps:,} steps"
+        else:
+            tr["epochs_per_decay"] = ("steps", decay_steps)
+            why["train.epochs_per_decay"] = f"the same decay every {decay_steps:,} steps"
+    if num_train is not None and tr["schedule"] == "fast":
+        warmup = min(fast["warmup_epochs"] * num_train / global_batch, steps - 1)
+        fast["warmup_epochs"] = ("steps", warmup)
+        why["fast.warmup_epochs"] = "the same warm-up steps"
+    return raw, why
 
 
 def _dotted(raw: dict, prefix: str = "") -> dict:
@@ -392,48 +450,105 @@ def _dotted(raw: dict, prefix: str = "") -> dict:
     return out
 
 
-def _computes_key(made: "Params") -> str:
-    return repr(sorted(_dotted(_what_it_computes(made)).items()))
+def _computes_key(made: "Params", num_train: Optional[int] = None,
+                  flip: Optional[bool] = None) -> str:
+    return repr(sorted(_dotted(_what_it_computes(made, num_train, flip)[0]).items()))
 
 
-def twins(raw: dict) -> dict[str, str]:
+def _data_flip(made: "Params") -> bool:
+    """Whether the variant's own data set flips by default (a data-set variant's: its data
+    section is its own; an ``ablations`` variant trains on the main pipeline's data, which
+    reports/params.yaml does not name)."""
+    from .data.datasets import DATASETS  # the data package imports this module
+
+    return DATASETS[made.data.dataset].flip
+
+
+def twins(raw: dict, num_train: Optional[int] = None,
+          flip: Optional[bool] = None) -> dict[str, str]:
     """Of the variants of a parsed reports/params.yaml, each that trains and scores exactly
-    as one before it -> that one (what :class:`Params` refuses), at the file's budgets:
-    for a tool that cuts every variant to one short budget (tools/check_code.py), where a
-    variant of a budget of its own becomes its baseline's twin. None where the file is
-    refused for anything else (its own error is the stage's to give)."""
+    as one before it -> that one (what :class:`Params` refuses, and with ``num_train`` and
+    ``flip``, those of the data the ``ablations`` variants train on, what their stages
+    refuse: :func:`refuse_twin_on_data`), at the file's budgets: for a tool that cuts every
+    variant to one short budget (tools/check_code.py), where a variant of a budget of its
+    own becomes its baseline's twin. None where the file is refused for anything else (its
+    own error is the stage's to give)."""
     seen: dict[str, str] = {}
     found: dict[str, str] = {}
     for group in ("ablations", "dataset_ablations"):
         for name, overrides in (raw.get(group) or {}).items():
             one = {**raw, "ablations": {}, "dataset_ablations": {}, group: {name: overrides}}
             try:
-                key = _computes_key(_merged(params_from_dict(one), name, trial=False))
+                made = _merged(params_from_dict(one), name, trial=False)
+                keys = [_computes_key(made)]
+                if group == "dataset_ablations":
+                    keys.append(_computes_key(made, flip=_data_flip(made)))
+                elif num_train is not None:
+                    keys.append("on the data " + _computes_key(made, num_train, flip))
             except (ParamsError, TypeError, AttributeError):
                 return {}
-            if key in seen:
-                found[name] = seen[key]
+            other = next((seen[key] for key in keys if key in seen), None)
+            if other is not None:
+                found[name] = other
             else:
-                seen[key] = name
+                seen.update(dict.fromkeys(keys, name))
     return found
 
 
-def _refuse_twin(made: "Params", label: str, computed: dict) -> None:
-    """A variant that trains and scores exactly as another (the same params but for
-    :data:`RESULT_NEUTRAL`, or none at all: a second ``{}`` beside the baseline's): its
-    results would be the other's, read as its overrides' effect; one line naming both.
-    Compared at the variants' full budgets: a trial cuts every budget to one length."""
-    key = _computes_key(made)
-    if key in computed:
-        other, other_raw = computed[key]
-        differ = sorted(k for k, v in _dotted(dataclasses.asdict(made)).items()
-                        if _dotted(other_raw).get(k) != v)
-        how = (f"it differs only in {', '.join(differ)}: how a run is carried out, not what "
-               f"it computes" if differ else "the same params")
-        raise ParamsError(f"{label} trains and scores exactly as {other} ({how}): its results "
-                          f"would be {other}'s, read as an effect; drop the variant, or "
-                          f"change a setting that computes")
-    computed[key] = (label, dataclasses.asdict(made))
+def _twin_line(label: str, other: str, made: dict, other_made: dict, why: dict) -> str:
+    differ = sorted(k for k, v in _dotted(made).items() if _dotted(other_made).get(k) != v)
+    reasons: dict[str, list[str]] = {}
+    for key in differ:
+        reasons.setdefault(why.get(key, "the same value"), []).append(key)
+    how = ("; ".join(f"{', '.join(keys)}: {reason}" for reason, keys in reasons.items())
+           if differ else "the same params")
+    if differ:
+        how = f"it differs only in {how}"
+    return (f"{label} trains and scores exactly as {other} ({how}): its results would be "
+            f"{other}'s, read as an effect; drop the variant, or change a setting that "
+            f"computes")
+
+
+def _refuse_twin(made: "Params", label: str, computed: dict, group: str) -> None:
+    """A variant that trains and scores exactly as another (:func:`_what_it_computes`: the
+    same params but for :data:`RESULT_NEUTRAL`, settings never read or never reached at its
+    budget, or none at all: a second ``{}`` beside the baseline's): its results would be the
+    other's, read as its overrides' effect; one line naming both. Compared at the variants'
+    full budgets (a trial cuts every budget to one length), without the training set's size
+    (:func:`refuse_twin_on_data` compares with it, where the data are known); a data-set
+    variant's flips also as its data set's default."""
+    keys = [(None, _computes_key(made))]
+    if group == "dataset_ablations":
+        keys.append((_data_flip(made), _computes_key(made, flip=_data_flip(made))))
+    for flip, key in keys:
+        if key in computed:
+            other, other_made, other_why = computed[key]
+            why = {**other_why, **_what_it_computes(made, flip=flip)[1]}
+            raise ParamsError(_twin_line(label, other, dataclasses.asdict(made), other_made,
+                                         why))
+    for flip, key in keys:
+        computed[key] = (label, dataclasses.asdict(made), _what_it_computes(made, flip=flip)[1])
+
+
+def refuse_twin_on_data(params: "Params", name: str, num_train: int, flip: bool) -> None:
+    """Where a variant's training data are known (``num_train`` images, flipped by default
+    or not): refuse it when a variant before it, training on the same data, computes what
+    it does at these data (a budget in epochs equal to another's steps, a learning-rate
+    decay that falls past its budget, flips written as the data set's default): one line
+    naming both, as the loader's (:func:`_refuse_twin`)."""
+    group = "ablations" if name in params.ablations else "dataset_ablations"
+    mine = _merged(params, name, trial=False)
+    key = _computes_key(mine, num_train, flip)
+    for other in getattr(params, group):
+        if other == name:
+            return
+        theirs = _merged(params, other, trial=False)
+        if theirs.data == mine.data and _computes_key(theirs, num_train, flip) == key:
+            why = {**_what_it_computes(theirs, num_train, flip)[1],
+                   **_what_it_computes(mine, num_train, flip)[1]}
+            raise ParamsError(_twin_line(f"{group}.{name}", f"{group}.{other}",
+                                         dataclasses.asdict(mine), dataclasses.asdict(theirs),
+                                         why))
 
 
 def _refuse_unread(overrides: dict, made: "Params", group: str, name: str) -> None:

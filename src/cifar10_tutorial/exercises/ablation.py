@@ -23,7 +23,7 @@ from ..ownership import (folders_apart, hold_run_lock, local_folder, refuse_fore
 from ..errors import PipelineError
 from ..param_types import read_params_yaml
 from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
-                      variant_params)
+                      refuse_twin_on_data, variant_params)
 from ..data.prepared import Prepared
 from ..training.train import train
 
@@ -189,6 +189,11 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
         for folder in dict.fromkeys((args.work, work, args.out)):
             hold_run_lock(folder, command)
     relaunch_on_devices(variant.train, variant.run, script, sys.argv[1:])
-    run_variant(params, args.name, load_data(params),
+    data = load_data(params)
+    # the loader compares the variants without their data; with them, a budget in epochs,
+    # a decay interval and the data set's flips are known too
+    refuse_twin_on_data(params, args.name, len(data.train_labels),
+                        bool(data.meta.get("flip", True)))
+    run_variant(params, args.name, data,
                 VariantPaths(work, args.out, f"{STAGES[group][0]}@{args.name}"),
                 continuation=cont)
