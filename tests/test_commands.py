@@ -397,3 +397,26 @@ def test_an_empty_path_option_is_refused_not_read_as_the_working_folder(tmp_path
         f"argument {option}: an empty path (`''`), which would be read as the working "
         f"folder; give the path"), proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", [
+    ["stages/report.py", "--ablations", "reports/ablations", "--search", "x.md",
+     "--equivalence", "x.json", "--out", "-"],
+    ["stages/eval.py", "--data", "d", "--model", "m.pt", "--out", "-"],
+    ["stages/regression.py", "--train-metrics", "t.json", "--eval-metrics", "e.json",
+     "--out", "-"],
+    ["stages/train.py", "--data", "-"],
+], ids=["report", "eval", "gate", "train-data"])
+def test_a_dash_path_option_is_refused_not_made_a_file_named_so(tmp_path, command):
+    """`--out -` reads as the standard output: the report, the evaluation and the gate
+    made a folder or file named `-` in the working folder instead. argparse's one line
+    naming the option; `./-` still names one."""
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = subprocess.run([sys.executable, str(ROOT / command[0]), *command[1:]], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    option = command[command.index("-") - 1]
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        f"argument {option}: '-', which commands read as the standard input or output; this "
+        f"one reads and writes files: give the path (./- for one named so)"), proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

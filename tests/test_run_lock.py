@@ -11,7 +11,7 @@ import pytest
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.ownership import hold_run_lock
 from cifar10_tutorial.params import to_dict
-from conftest import tiny_params, write_train_project
+from conftest import ROOT, tiny_params, write_train_project
 
 HOLD = ("import sys, time\n"
         "from cifar10_tutorial.ownership import hold_run_lock\n"
@@ -58,7 +58,8 @@ def test_a_symlinked_alias_of_the_folder_takes_the_same_lock(tmp_path):
     assert not (tmp_path / ".alias.run-lock").exists()
 
 
-@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo", "hard-link", "users-file"])
+@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo", "hard-link", "users-file",
+                                  "lock-line-and-more"])
 def test_a_lock_path_that_is_no_regular_file_is_one_line_and_left_as_it_was(tmp_path, kind):
     """A symbolic link there is not followed: the file it names keeps its bytes; nor is a
     hard link (another name of a user's file) or a user's file of that name written."""
@@ -73,19 +74,46 @@ def test_a_lock_path_that_is_no_regular_file_is_one_line_and_left_as_it_was(tmp_
         os.link(foreign, lock)
     elif kind == "users-file":
         lock.write_bytes(b"my thesis\n")
+    elif kind == "lock-line-and-more":  # starts as a lock does, then a line of the user's
+        lock.write_bytes(b"pid 1, since x\nmy thesis\n")
     else:
         os.mkfifo(lock)
     want = {"symlink": "a symbolic link", "folder": "a folder",
             "fifo": "not a regular file", "hard-link": r"a hard link \(the file has another name",
-            "users-file": None}[kind]
-    said = (rf"^{lock}: the run lock of .*train holds something else than a run lock's line"
-            if kind == "users-file" else rf"^{lock}: the run lock of .*train is {want}")
+            "users-file": None, "lock-line-and-more": None}[kind]
+    said = (rf"^{lock}: the run lock of .*train holds something else than a run lock's one "
+            rf"line" if want is None else rf"^{lock}: the run lock of .*train is {want}")
     with pytest.raises(PipelineError, match=said):
         hold_run_lock(tmp_path / "train", "a run")
     assert foreign.read_bytes() == b"my thesis\n"
     assert lock.is_symlink() or lock.is_dir() or lock.is_fifo() or lock.is_file()
     if kind in ("hard-link", "users-file"):
         assert lock.read_bytes() == b"my thesis\n"
+    if kind == "lock-line-and-more":
+        assert lock.read_bytes() == b"pid 1, since x\nmy thesis\n"
+
+
+def test_a_lock_that_cannot_be_written_is_named(tmp_path):
+    """No space for the lock's line (here: a file-size limit of 0 bytes, as a full disk
+    refuses the write): one line naming the lock file, not "an output file"."""
+    code = ("import resource, signal, sys\n"
+            "from pathlib import Path\n"
+            "from cifar10_tutorial.errors import PipelineError\n"
+            "from cifar10_tutorial.ownership import hold_run_lock\n"
+            "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))\n"
+            "try:\n"
+            "    hold_run_lock(Path(sys.argv[1]), 'a run')\n"
+            "except PipelineError as exc:\n"
+            "    print(exc)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert proc.stdout.strip() == (
+        f"{tmp_path}/.out.run-lock: the run lock of {tmp_path}/out cannot be written (File too "
+        f"large); nothing else was written: free space there, or give this run another output "
+        f"folder, then rerun"), proc.stdout + proc.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_output_entry_linked_to_another_folder_is_one_line_and_left_alone(tmp_path):

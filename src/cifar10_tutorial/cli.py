@@ -62,10 +62,17 @@ def add_nodes(ap: argparse.ArgumentParser) -> None:
 
 def given_path(text: str) -> Path:
     """A path option's value (argparse ``type``): an empty one is refused, as ``Path("")``
-    would silently be the working folder (a quoted variable that was never set)."""
+    would silently be the working folder (a quoted variable that was never set), and so is
+    ``-``, which commands read as the standard input or output: these read and write
+    files, and a file or folder named ``-`` in the working folder is not what was meant
+    (``./-`` still names one)."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path (`''`), which would be read as the "
                                          "working folder; give the path")
+    if text == "-":
+        raise argparse.ArgumentTypeError("'-', which commands read as the standard input or "
+                                         "output; this one reads and writes files: give the "
+                                         "path (./- for one named so)")
     return Path(text)
 
 

@@ -166,6 +166,7 @@ PUBLISHED_MANIFEST = "published.json"  # in a folder of published weights (tools
 # what publish writes beside it, the manifest's ``files`` naming some of them
 PUBLISHED_FILES = ("model.pt", "params.yaml", "provenance.json", "metrics.json", "README.md")
 RUN_LOCK_SUFFIX = ".run-lock"
+LOCK_LINE_LIMIT = 4096  # a lock's line, its command cut to fit: a longer file is no lock
 _held: dict = {}  # resolved folder -> its open lock file, held until the process ends
 
 
@@ -213,23 +214,37 @@ def hold_run_lock(folder: Path, command: str, host: Optional[str] = None) -> Non
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = f.read().strip() or "another process"
+        holder = _lock_text(f).strip() or "another process"
         f.close()
         raise PipelineError(f"{folder}: another run is writing there ({holder}); wait for it "
                             f"to end, or give this one another output folder") from None
     import re
 
-    held_before = f.read(4096)
-    if held_before and not re.match(r"pid [0-9]+, since ", held_before):
-        f.close()  # a file of that name that is no run lock (the lock's own line is all it holds)
+    held_before = _lock_text(f)
+    # a file of that name that is no run lock: the lock's own one line is all it holds
+    if held_before and not re.fullmatch(r"pid [0-9]+, since [^\n]*\n?", held_before):
+        f.close()
         raise PipelineError(f"{path}: the run lock of {folder} holds something else than a run "
-                            f"lock's line (pid N, since ...), expected a file of its own; "
+                            f"lock's one line (pid N, since ...), expected a file of its own; "
                             f"{fix}")
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}\n")
-    f.flush()
+    line = f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}: {command}"
+    data = line.replace("\n", " ").encode(errors="replace")[:LOCK_LINE_LIMIT - 1]
+    data = data.decode(errors="ignore").encode() + b"\n"  # a character cut in two dropped
+    try:  # unbuffered: a write that fails leaves nothing pending for close() to retry
+        os.ftruncate(f.fileno(), 0)
+        os.pwrite(f.fileno(), data, 0)
+    except OSError as exc:  # a full disk: said of this file, the run's first write
+        f.close()
+        raise PipelineError(f"{path}: the run lock of {folder} cannot be written "
+                            f"({exc.strerror}); nothing else was written: free space there, or "
+                            f"give this run another output folder, then rerun") from None
     _held[key] = f
+
+
+def _lock_text(f) -> str:
+    """What a run lock file holds, up to one byte past a lock's longest line (enough to tell
+    a longer file), as text whatever its bytes."""
+    return os.pread(f.fileno(), LOCK_LINE_LIMIT + 1, 0).decode(errors="replace")
 
 
 @contextmanager
