@@ -7,13 +7,15 @@ metric regressed, is missing, or there are no metrics.
     python stages/regression.py --update   # write this run's gated metrics as the new baseline
 """
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
+import os
+
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import write_text_atomic
 from cifar10_tutorial.params import MAIN, load_params
 from cifar10_tutorial.ownership import refuse_foreign_file
 from cifar10_tutorial.regression import (RegressionError, gate, is_gate_text, metrics_diff_md,
-                                         update_baseline)
+                                         refuse_untracked_baseline, update_baseline)
 
 
 def main() -> None:
@@ -33,6 +35,8 @@ def main() -> None:
         print(f"wrote {reg.baseline}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()))
         return
     refuse_foreign_file(args.out, "--out", "the gate's table", is_gate_text, ("regression",))
+    if reg.baseline is not None and os.environ.get("DVC_STAGE"):  # run by DVC, which records
+        refuse_untracked_baseline(reg.baseline)                 # the verdict as up to date
     failed = None
     try:
         text = gate(reg.baseline, reg.tolerances, files)

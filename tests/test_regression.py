@@ -14,7 +14,7 @@ from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.params import ParamsError, params_from_dict
 from cifar10_tutorial.regression import (RegressionError, collect_metrics, compare, gate,
                                          markdown_table, update_baseline)
-from conftest import ROOT, children_of, processes_in
+from conftest import DVC, ROOT, children_of, dvc, processes_in, set_params
 
 TOL = {"eval.precision_at_1": {"max_drop": 0.02}, "train.loss_avg": {"max_rise": 0.15}}
 # what the train and eval stages record of the model (provenance.json), at step 100
@@ -1243,3 +1243,39 @@ def test_epochs_the_runs_record_contradicts_pass_no_gate(tmp_path):
     files["train"].write_text(json.dumps({**train, "epochs": 3.2}))
     said = r"train/metrics.json: train.epochs is 3.2, where .*train/provenance.json records 0.32"
     _refused_by_gate_and_update(tmp_path, files, said)
+
+
+@pytest.mark.e2e
+def test_dvc_runs_the_gate_only_against_a_baseline_it_tracks(tmp_path):
+    """The regression stage depends on reports/baseline/: a regression.baseline elsewhere
+    could be edited to fail while `dvc status` calls the recorded "ok" up to date. Run by
+    DVC, the gate refuses it in one line, writing nothing; one in reports/baseline/ is
+    gated, and an edit to it makes the stage stale. By hand, any path is read."""
+    from conftest import copy_project, init_repo
+
+    project = copy_project(tmp_path / "p")
+    write_train(project / "reports" / "train", {"loss_avg": 1.0, "step": 100})
+    write_eval(project / "reports" / "eval", {"precision_at_1": 0.8, "precision_at_1_raw": 0.8,
+                                              "num_examples": 1000})
+    outside = write_baseline(tmp_path, **{"eval.precision_at_1_raw": 0.8})
+    set_params(project, "regression", baseline=outside)
+    init_repo(project)
+    proc = subprocess.run([DVC, "repro", "-s", "regression"], cwd=project, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0
+    assert (f"error: regression.baseline {outside}: outside reports/baseline/, the folder the "
+            f"regression stage depends on, so DVC would not see the file change"
+            in proc.stdout + proc.stderr), proc.stdout + proc.stderr
+    assert not (project / "reports" / "regression.md").exists()
+    # by hand: nothing records the verdict
+    by_hand = subprocess.run([sys.executable, "stages/regression.py", "--out", str(tmp_path / "g.md")],
+                             cwd=project, capture_output=True, text=True, timeout=120)
+    assert by_hand.returncode == 0 and "| ok |" in by_hand.stdout, by_hand.stdout
+    inside = project / "reports" / "baseline" / "mine.json"
+    shutil.copy2(outside, inside)
+    set_params(project, "regression", baseline="reports/baseline/mine.json")
+    dvc(project, "repro", "-s", "regression")
+    assert "| ok |" in (project / "reports" / "regression.md").read_text()
+    inside.write_text(json.dumps({"eval.precision_at_1": 0.9, "eval.precision_at_1_raw": 0.8,
+                                  "train.loss_avg": 1.0}))
+    assert "reports/baseline" in dvc(project, "status", "regression").stdout

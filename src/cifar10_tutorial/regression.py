@@ -291,6 +291,26 @@ def not_a_baseline(path: Path) -> Optional[str]:
     return None
 
 
+BASELINES = Path("reports/baseline")  # the regression stage's dep (dvc.yaml): baselines live there
+
+
+def refuse_untracked_baseline(baseline: str, root: Path = Path(".")) -> None:
+    """The gate run by DVC reads regression.baseline where DVC sees it change: under
+    reports/baseline/, the folder the regression stage depends on (dvc.yaml), as the path
+    is written (a baseline elsewhere could be edited to fail while `dvc status` calls the
+    stage's "ok" up to date). By hand, nothing records the verdict: any path is read. One
+    line naming it; nothing read or written."""
+    where = Path(os.path.normpath(Path.cwd() / root / baseline))
+    home = Path(os.path.normpath(Path.cwd() / root / BASELINES))
+    if home not in where.parents:
+        raise PipelineError(f"regression.baseline {baseline}: outside {BASELINES}/, the folder "
+                            f"the regression stage depends on, so DVC would not see the file "
+                            f"change and would keep a verdict on its old figures as up to date; "
+                            f"put it there (as {BASELINES}/NAME.json) and name that, or run "
+                            f"the gate by hand (python stages/regression.py). Nothing was "
+                            f"changed.")
+
+
 def update_baseline(baseline_path: str, tolerances: dict,
                     files: dict[str, Path]) -> dict[str, float]:
     """Write this run's gated metrics to the baseline file (atomically); return them."""
