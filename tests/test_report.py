@@ -34,7 +34,8 @@ def write_variant(root: Path, name: str, precision: float, steps: int, seed: int
     out = root / name
     epochs = steps * 128 / 40000
     train = {"step": steps, "epochs": epochs, "loss": 1.0, "loss_avg": 1.0 + precision,
-             "examples_per_sec": speed, "examples_per_sec_per_device": speed,
+             "examples_per_sec": speed,
+             "examples_per_sec_per_device": speed / variant.get("world_size", 1),
              "wall_time_s": steps * 128 / speed + 60, "time_to_first_batch_s": first_batch,
              "num_params": 1_068_298, "macs_per_image": 18_470_784,
              "held_out_eval_seconds": 60.0, "train_seconds": steps * 128 / speed,
@@ -1567,6 +1568,15 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
     ("num-train-edited", r"softmax/variant.json: num_train is 50,000 and global_batch_size "
                          r"128, where .*softmax/metrics.json gives 10,000 steps as 32.0 epochs "
                          r"\(40,000 training images\)"),
+    # a speed edited alike in both metrics files: beyond its steps over its time to the
+    # first batch (1 s here: at most 10,000 x 128 a second); a device's share edited alone
+    ("speed-edited", r"softmax/metrics.json: train.examples_per_sec is 5e\+06, beyond what "
+                     r"the run's 10,000 steps of 128 images allow in the 1 s it took to its "
+                     r"first batch \(at most 1.28e\+06 a second\): not a speed this run "
+                     r"measured; rerun it"),
+    ("per-device-edited", r"softmax/metrics.json: train.examples_per_sec_per_device is 800, "
+                          r"where examples_per_sec 400 over the 1 device\(s\) .*softmax/"
+                          r"variant.json records is 400: one run writes both"),
     # a loss below 0, edited alike in every record and the curve
     ("negative-loss", r"softmax/metrics.json: train.loss_avg is -0.5, expected a loss: a "
                       r"number from 0 to 3.403e\+38"),
@@ -1614,6 +1624,12 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
     elif edit == "num-train-edited":
         v = json.loads((folder / "variant.json").read_text())
         (folder / "variant.json").write_text(json.dumps({**v, "num_train": 50_000}))
+    elif edit in ("speed-edited", "per-device-edited"):
+        m = json.loads((folder / "metrics.json").read_text())
+        m["train"].update({"examples_per_sec": 5e6, "examples_per_sec_per_device": 5e6}
+                          if edit == "speed-edited" else {"examples_per_sec_per_device": 800.0})
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
     else:
         m = json.loads((folder / "metrics.json").read_text())
         m["train"]["loss_avg"] = -0.5

@@ -56,6 +56,39 @@ def _refuse_other_size(described: Path, variant: dict, metrics: Path, train: dic
                             f"{variant.get('variant', described.parent.name)}`)")
 
 
+def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: dict) -> None:
+    """The run's speed against its own figures: its examples/sec are the examples of its
+    last session's steps (at most its ``step``, of ``global_batch_size``) over that
+    session's training time, which began with the ``time_to_first_batch_s`` before its
+    first step, so at most step x batch / that time; and each device's share is the
+    speed over ``world_size``. A speed beyond them was not measured by the run: the
+    report would compare it as one (the devices exercise)."""
+    numbers = [train.get(k) for k in ("step", "examples_per_sec", "examples_per_sec_per_device",
+                                      "time_to_first_batch_s")] + [
+        variant.get("global_batch_size"), variant.get("world_size")]
+    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
+               and n >= 0 for n in numbers):
+        return
+    steps, speed, per_device, first, batch, world = numbers
+    rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
+             f"{variant.get('variant', described.parent.name)}`)")
+    if first == 0 and speed > 0:  # no batch this session (a run resumed at its end): none
+        raise PipelineError(f"{metrics}: train.examples_per_sec is {speed:,.6g}, where its "
+                            f"time_to_first_batch_s 0 says its last session trained no step: "
+                            f"not a speed this run measured; {rerun}")
+    if speed * first > steps * batch * (1 + 1e-6):
+        raise PipelineError(f"{metrics}: train.examples_per_sec is {speed:,.6g}, beyond what "
+                            f"the run's {steps:,} steps of {batch:,} images allow in the "
+                            f"{first:.3g} s it took to its first batch (at most "
+                            f"{steps * batch / first:,.6g} a second): not a speed this run "
+                            f"measured; {rerun}")
+    if world > 0 and not math.isclose(per_device * world, speed, rel_tol=1e-6, abs_tol=1e-9):
+        raise PipelineError(f"{metrics}: train.examples_per_sec_per_device is "
+                            f"{per_device:,.6g}, where examples_per_sec {speed:,.6g} over the "
+                            f"{world} device(s) {described} records is {speed / world:,.6g}: "
+                            f"one run writes both; {rerun}")
+
+
 def load_variants(root: Path) -> pd.DataFrame:
     """One row per variant: what it is (variant.json) and its results (metrics.json: the
     train run's figures, ``loss_avg`` as ``final_loss_avg`` and ``step`` as ``steps``,
@@ -84,6 +117,7 @@ def load_variants(root: Path) -> pd.DataFrame:
         variant = _record(described, ("variant",))  # whose results, before what they say
         _typed(described, variant)
         _refuse_other_size(described, variant, path, m["train"])
+        _refuse_other_speed(described, variant, path, m["train"])
         check_one_evaluation(path.parent, m)
         folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
