@@ -506,6 +506,25 @@ def test_a_variant_cannot_take_the_name_of_another_run_in_the_mirror(name):
     assert check_variant_name("train2") == "train2"
 
 
+@pytest.mark.parametrize("variants, said", [
+    ({"ablations": {"baseline": {}, "Baseline": {"train": {"seed": 1}}}},
+     r"ablations.Baseline: differs from ablations.baseline only in case"),
+    ({"ablations": {"TRAIN": {"train": {"seed": 1}}}},
+     r"ablations.TRAIN: differs from the reserved name 'train' \(the main pipeline's run in "
+     r"the checkpoint mirror\) only in case"),
+    ({"ablations": {"a": {}}, "dataset_ablations": {"A": {"data": {"dataset": "svhn"}}}},
+     r"dataset_ablations.A: differs from ablations.a only in case, and a variant's name is "
+     r"its folders' name: one folder on a file system that ignores case"),
+], ids=["baseline", "reserved", "across-groups"])
+def test_variant_names_differing_only_in_case_are_refused(variants, said):
+    """On a file system that ignores case (macOS's, Windows'), names in other cases are
+    one folder: two variants would write one results folder, a name in another case of
+    the mirror's train/ another run's copy. One line naming both."""
+    with pytest.raises(ParamsError, match=said):
+        params_from_dict(variants)
+    params_from_dict({"ablations": {"baseline": {}, "Baseline2": {"train": {"seed": 1}}}})
+
+
 @pytest.mark.parametrize("value, expected", [
     ("exp-1a2b", "exp-1a2b"), ("../../../tmp/x", None), ("a/b", None), ("..", None),
     ("x" * 200, None), (None, None)])

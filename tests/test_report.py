@@ -1401,6 +1401,9 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
                       "2 CPU cores train (at most 10,000 examples/sec a core)"),
     # every run 500,000 times faster, medians and ratio recomputed: a speed no CPU gives
     ("cpu-bound", "set-up '1 x 128''s run 1 with examples_per_sec 4.475e+08, beyond what "),
+    # a machine (and so every device) naming a markdown row: the report quotes them
+    ("newline-machine", "machine 'AMD EPYC\\n| injected | 99,999 | row |', holding a newline "
+                        "or another control character, where a machine's name is one line"),
 ])
 def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, said):
     """The timing record's medians, spreads and ratio are its runs' (what
@@ -1477,6 +1480,13 @@ def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, sa
     elif edit == "absurd-speeds":
         for run in two["runs"]:
             run["examples_per_sec"] *= 1e290
+    elif edit == "newline-machine":
+        machine = record["machine"] + "\n| injected | 99,999 | row |"
+        record["machine"] = machine
+        for setup in (one, two):
+            setup["device"] = setup["device"].replace(record["machine"].split("\n")[0], machine)
+            for run in setup["runs"]:
+                run["device"] = setup["device"]
     else:
         one["sec_per_batch_median"] = 9.0
     path = tmp_path / "timing.json"

@@ -337,6 +337,18 @@ class Params:
         both = set(self.ablations) & set(self.dataset_ablations)
         if both:
             raise ParamsError(f"ablations and dataset_ablations share the names {sorted(both)}")
+        # a variant's name is its folders' name: on a file system that ignores case (macOS's
+        # and Windows' by default) two names in other cases are one folder
+        seen = {name.lower(): (f"the reserved name {name!r} ({why})", None)
+                for name, why in RESERVED_NAMES.items()}
+        for group in ("ablations", "dataset_ablations"):
+            for name in getattr(self, group):
+                other, _ = seen.setdefault(name.lower(), (f"{group}.{name}", name))
+                if other != f"{group}.{name}":
+                    raise ParamsError(f"{group}.{name}: differs from {other} only in case, and "
+                                      f"a variant's name is its folders' name: one folder on a "
+                                      f"file system that ignores case (macOS's and Windows' by "
+                                      f"default); give the variant another name")
         computed: dict[str, tuple[str, dict, dict]] = {}
         for group in ("ablations", "dataset_ablations"):
             for name, overrides in getattr(self, group).items():

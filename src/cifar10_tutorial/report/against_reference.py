@@ -157,7 +157,7 @@ def _evaluations(rec) -> list[tuple]:
                          "record names it)")
     if not (isinstance(md5, str) and re.fullmatch(r"[0-9a-f]{32}", md5)):
         raise ValueError(f"data.archive_md5 is {json.dumps(md5)[:40]}, expected the archive's "
-                         f"md5 (32 hexadecimal digits)")
+                         f"md5 (32 lower-case hexadecimal digits, as md5sum writes it)")
     planned = count(rec["steps_planned"], "steps_planned")
     if planned > STEPS_LIMIT:
         raise ValueError(f"steps_planned is a number of {len(str(planned))} digits, expected "
