@@ -1139,7 +1139,9 @@ def _compare(root: Path, against: str, short: str, data: Optional[Path],
             if record_for is not None:
                 _against_made_the_lock(root, trees["theirs"], record_for, short)
             on = _on(passes, own)
-            print(f"running {len(names)} variant(s) for {STEPS} steps each, with the code of "
+            ran = max(len(set(twin.get(n, n) for n in names)) for twin in as_twin.values())
+            rest = f" (of {len(names)}: the others as their twins)" if ran < len(names) else ""
+            print(f"running {ran} variant(s){rest} for {STEPS} steps each, with the code of "
                   f"{short}, then with the workspace's: on {on}", flush=True)
             for twin in {n: t for pass_ in as_twin.values() for n, t in pass_.items()
                          if n in names}.items():

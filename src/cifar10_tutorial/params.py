@@ -362,8 +362,7 @@ class Params:
                 except ParamsError as exc:
                     raise ParamsError(f"{group}.{name}: {exc}") from None
                 _refuse_unread(overrides, made, group, name)
-                _refuse_twin(_merged(self, name, trial=False), f"{group}.{name}", computed,
-                             group)
+                _refuse_twin(_merged(self, name, trial=False), f"{group}.{name}", computed)
 
 
 # what a variant may set that only one value of another setting reads: each schedule's
@@ -467,15 +466,6 @@ def _computes_key(made: "Params", num_train: Optional[int] = None,
     return repr(sorted(_dotted(_what_it_computes(made, num_train, flip)[0]).items()))
 
 
-def _data_flip(made: "Params") -> bool:
-    """Whether the variant's own data set flips by default (a data-set variant's: its data
-    section is its own; an ``ablations`` variant trains on the main pipeline's data, which
-    reports/params.yaml does not name)."""
-    from .data.datasets import DATASETS  # the data package imports this module
-
-    return DATASETS[made.data.dataset].flip
-
-
 def twins(raw: dict, num_train: Optional[int] = None,
           flip: Optional[bool] = None) -> dict[str, str]:
     """Of the variants of a parsed reports/params.yaml, each that trains and scores exactly
@@ -493,9 +483,7 @@ def twins(raw: dict, num_train: Optional[int] = None,
             try:
                 made = _merged(params_from_dict(one), name, trial=False)
                 keys = [_computes_key(made)]
-                if group == "dataset_ablations":
-                    keys.append(_computes_key(made, flip=_data_flip(made)))
-                elif num_train is not None:
+                if group == "ablations" and num_train is not None:
                     keys.append("on the data " + _computes_key(made, num_train, flip))
             except (ParamsError, TypeError, AttributeError):
                 return {}
@@ -521,25 +509,19 @@ def _twin_line(label: str, other: str, made: dict, other_made: dict, why: dict) 
             f"computes")
 
 
-def _refuse_twin(made: "Params", label: str, computed: dict, group: str) -> None:
+def _refuse_twin(made: "Params", label: str, computed: dict) -> None:
     """A variant that trains and scores exactly as another (:func:`_what_it_computes`: the
     same params but for :data:`RESULT_NEUTRAL`, settings never read or never reached at its
     budget, or none at all: a second ``{}`` beside the baseline's): its results would be the
     other's, read as its overrides' effect; one line naming both. Compared at the variants'
-    full budgets (a trial cuts every budget to one length), without the training set's size
-    (:func:`refuse_twin_on_data` compares with it, where the data are known); a data-set
-    variant's flips also as its data set's default."""
-    keys = [(None, _computes_key(made))]
-    if group == "dataset_ablations":
-        keys.append((_data_flip(made), _computes_key(made, flip=_data_flip(made))))
-    for flip, key in keys:
-        if key in computed:
-            other, other_made, other_why = computed[key]
-            why = {**other_why, **_what_it_computes(made, flip=flip)[1]}
-            raise ParamsError(_twin_line(label, other, dataclasses.asdict(made), other_made,
-                                         why))
-    for flip, key in keys:
-        computed[key] = (label, dataclasses.asdict(made), _what_it_computes(made, flip=flip)[1])
+    full budgets (a trial cuts every budget to one length), without the training data
+    (:func:`refuse_twin_on_data` compares with them, where the stage has loaded them)."""
+    key, why = _computes_key(made), _what_it_computes(made)[1]
+    if key in computed:
+        other, other_made, other_why = computed[key]
+        raise ParamsError(_twin_line(label, other, dataclasses.asdict(made), other_made,
+                                     {**other_why, **why}))
+    computed[key] = (label, dataclasses.asdict(made), why)
 
 
 def refuse_twin_on_data(params: "Params", name: str, num_train: int, flip: bool) -> None:
