@@ -1587,6 +1587,10 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
     ("per-device-edited", r"softmax/metrics.json: train.examples_per_sec_per_device is 800, "
                           r"where examples_per_sec 400 over the 1 device\(s\) .*softmax/"
                           r"variant.json records is 400: one run writes both"),
+    ("speed-infinite", r"softmax/metrics.json: train.examples_per_sec is inf, expected what "
+                       r"a run measures: a finite number from 0 up; rerun it"),
+    ("first-batch-negative", r"softmax/metrics.json: train.time_to_first_batch_s is -1.0, "
+                             r"expected what a run measures"),
     # a loss below 0, edited alike in every record and the curve
     ("negative-loss", r"softmax/metrics.json: train.loss_avg is -0.5, expected a loss: a "
                       r"number from 0 to 3.403e\+38"),
@@ -1634,10 +1638,16 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
     elif edit == "num-train-edited":
         v = json.loads((folder / "variant.json").read_text())
         (folder / "variant.json").write_text(json.dumps({**v, "num_train": 50_000}))
-    elif edit in ("speed-edited", "per-device-edited"):
+    elif edit in ("speed-edited", "per-device-edited", "speed-infinite",
+                  "first-batch-negative"):
         m = json.loads((folder / "metrics.json").read_text())
-        m["train"].update({"examples_per_sec": 5e6, "examples_per_sec_per_device": 5e6}
-                          if edit == "speed-edited" else {"examples_per_sec_per_device": 800.0})
+        m["train"].update({
+            "speed-edited": {"examples_per_sec": 5e6, "examples_per_sec_per_device": 5e6},
+            "per-device-edited": {"examples_per_sec_per_device": 800.0},
+            "speed-infinite": {"examples_per_sec": float("inf"),
+                               "examples_per_sec_per_device": float("inf")},
+            "first-batch-negative": {"examples_per_sec": 5e6, "examples_per_sec_per_device": 5e6,
+                                     "time_to_first_batch_s": -1.0}}[edit])
         (folder / "metrics.json").write_text(json.dumps(m))
         (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
     else:

@@ -63,15 +63,21 @@ def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: di
     first step, so at most step x batch / that time; and each device's share is the
     speed over ``world_size``. A speed beyond them was not measured by the run: the
     report would compare it as one (the devices exercise)."""
-    numbers = [train.get(k) for k in ("step", "examples_per_sec", "examples_per_sec_per_device",
-                                      "time_to_first_batch_s")] + [
+    rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
+             f"{variant.get('variant', described.parent.name)}`)")
+    timed = ("examples_per_sec", "examples_per_sec_per_device", "time_to_first_batch_s")
+    for key in timed:  # measured by the run: a finite number, none below 0
+        value = train.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and not (math.isfinite(value) and value >= 0):
+            raise PipelineError(f"{metrics}: train.{key} is {value}, expected what a run "
+                                f"measures: a finite number from 0 up; {rerun}")
+    numbers = [train.get(k) for k in ("step", *timed)] + [
         variant.get("global_batch_size"), variant.get("world_size")]
     if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
                and n >= 0 for n in numbers):
-        return
+        return  # a record of another kind: said by the checks of its kinds
     steps, speed, per_device, first, batch, world = numbers
-    rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
-             f"{variant.get('variant', described.parent.name)}`)")
     if first == 0 and speed > 0:  # no batch this session (a run resumed at its end): none
         raise PipelineError(f"{metrics}: train.examples_per_sec is {speed:,.6g}, where its "
                             f"time_to_first_batch_s 0 says its last session trained no step: "
