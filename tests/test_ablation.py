@@ -446,3 +446,19 @@ def test_the_variant_stage_refuses_a_twin_its_data_reveal_before_it_trains(synth
                          rf"ablations.baseline \(it differs only in {said}\)",
                          proc.stderr.strip().splitlines()[-1]), proc.stderr
         assert not (tmp_path / "work" / name).exists() and not (tmp_path / "out" / name).exists()
+
+
+def test_a_data_set_variant_flipping_as_its_default_is_refused_before_its_download(tmp_path):
+    """`input.flip: false` beside the same SVHN variant without it: SVHN's digits are never
+    flipped by default, so both train alike. Its data set says so before any data are
+    fetched: one line naming the twin, nothing downloaded or made."""
+    from cifar10_tutorial.exercises.dataset import prepare_variant_data
+
+    svhn = {"data": {"dataset": "svhn", "url": "http://127.0.0.1:9/nothing-here"}}
+    params = params_from_dict({"dataset_ablations": {
+        "svhn": svhn, "svhn_unflipped": {**svhn, "input": {"flip": False}}}})
+    with pytest.raises(ParamsError, match=r"dataset_ablations.svhn_unflipped trains and scores "
+                                          r"exactly as dataset_ablations.svhn \(it differs only "
+                                          r"in input.flip: null is false on this data set\)"):
+        prepare_variant_data(params, "svhn_unflipped", tmp_path / "work", tmp_path / "partial")
+    assert list(tmp_path.iterdir()) == []

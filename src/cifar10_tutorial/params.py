@@ -524,12 +524,13 @@ def _refuse_twin(made: "Params", label: str, computed: dict) -> None:
     computed[key] = (label, dataclasses.asdict(made), why)
 
 
-def refuse_twin_on_data(params: "Params", name: str, num_train: int, flip: bool) -> None:
+def refuse_twin_on_data(params: "Params", name: str, num_train: Optional[int],
+                        flip: Optional[bool]) -> None:
     """Where a variant's training data are known (``num_train`` images, flipped by default
-    or not): refuse it when a variant before it, training on the same data, computes what
-    it does at these data (a budget in epochs equal to another's steps, a learning-rate
-    decay that falls past its budget, flips written as the data set's default): one line
-    naming both, as the loader's (:func:`_refuse_twin`)."""
+    or not; None: not known yet): refuse it when a variant before it, training on the same
+    data, computes what it does at these data (a budget in epochs equal to another's
+    steps, a learning-rate decay that falls past its budget, flips written as the data
+    set's default): one line naming both, as the loader's (:func:`_refuse_twin`)."""
     group = "ablations" if name in params.ablations else "dataset_ablations"
     mine = _merged(params, name, trial=False)
     key = _computes_key(mine, num_train, flip)
