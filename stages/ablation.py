@@ -17,7 +17,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import (EXERCISE_PARAMS, add_continuation, given_path, run_stage,
                                   stage_parser)
-from cifar10_tutorial.data.prepared import load_prepared
+from cifar10_tutorial.data.prepared import load_prepared, prepared_size
 from cifar10_tutorial.exercises.ablation import run_variant_stage
 
 
@@ -32,7 +32,8 @@ def main() -> None:
     ap.add_argument("--out", type=given_path, required=True, help="the variant's results")
     add_continuation(ap)
     args = ap.parse_args()
-    run_variant_stage(args, __file__, lambda params: load_prepared(args.data), "ablations")
+    run_variant_stage(args, __file__, lambda params: load_prepared(args.data), "ablations",
+                      lambda params: prepared_size(args.data))
 
 
 if __name__ == "__main__":

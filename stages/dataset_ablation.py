@@ -11,7 +11,7 @@ import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 from cifar10_tutorial.cli import (EXERCISE_PARAMS, add_continuation, given_path, run_stage,
                                   stage_parser)
 from cifar10_tutorial.exercises.ablation import run_variant_stage
-from cifar10_tutorial.exercises.dataset import prepare_variant_data
+from cifar10_tutorial.exercises.dataset import prepare_variant_data, variant_data_size
 
 
 def main() -> None:
@@ -26,7 +26,8 @@ def main() -> None:
     add_continuation(ap)
     args = ap.parse_args()
     run_variant_stage(args, __file__, lambda params: prepare_variant_data(
-        params, args.name, args.work, args.partial), "dataset_ablations")
+        params, args.name, args.work, args.partial), "dataset_ablations",
+        lambda params: variant_data_size(params, args.name))
 
 
 if __name__ == "__main__":

@@ -409,56 +409,75 @@ def test_a_folder_where_the_train_stage_writes_a_file_is_refused_before_it_train
 def test_the_variant_stage_refuses_a_twin_its_data_reveal_before_it_trains(synth_data, tmp_path):
     """A budget in epochs that comes to the baseline's steps on these data (1,000 images in
     batches of 32: 0.64 epochs are 20 steps), or flips written as the data set's default:
-    the loader cannot tell without the data, the stage refuses once it has read them, in
-    one line naming the variant it copies, before any model or result is written."""
-    import shutil
-
+    the loader cannot tell without the data, the stage refuses once it has read their
+    meta.json, in one line naming the variant it copies, before it locks, launches its
+    processes or writes anything."""
     import yaml
 
-    from conftest import write_prepared
+    from conftest import copy_project, write_prepared
 
-    shutil.copytree(ROOT / "stages", tmp_path / "stages",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
-    (tmp_path / "reports").mkdir()
-    shutil.copy2(ROOT / "reports" / "dvc.yaml", tmp_path / "reports" / "dvc.yaml")
-    write_prepared(synth_data, tmp_path / "prepared")
-    (tmp_path / "reports" / "params.yaml").write_text(yaml.safe_dump({
+    project = copy_project(tmp_path / "p")  # its own src/: the stage runs this tree's code
+    write_prepared(synth_data, project / "prepared")
+    (project / "reports" / "params.yaml").write_text(yaml.safe_dump({
         "ablation": {"max_steps": 20}, "train": {"batch_size": 32, "device": "cpu"},
         "ablations": {"baseline": {}, "epochs": {"train": {"max_epochs": 0.64}},
-                      "flips": {"input": {"flip": True}}},
-        "dataset_ablations": {}}))
+                      "flips": {"input": {"flip": True}},
+                      "two": {"train": {"num_devices": 2, "batch_size": 16}},
+                      "epochs_on_two": {"train": {"num_devices": 2, "batch_size": 16,
+                                                  "max_epochs": 0.64}}},
+        "dataset_ablations": {}}, sort_keys=False))  # the first of two twins is the one
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("DVC_STAGE", None)
 
     def stage(name):
         return subprocess.run([sys.executable, "stages/ablation.py", name, "--params",
                                "reports/params.yaml", "--data", "prepared", "--work",
-                               f"work/{name}", "--out", f"out/{name}"], cwd=tmp_path, env=env,
+                               f"work/{name}", "--out", f"out/{name}"], cwd=project, env=env,
                               capture_output=True, text=True, timeout=300)
 
-    for name, said in [("epochs", r"train.max_epochs: the same 20 steps of 1,000 training "
-                                  r"images"),
-                       ("flips", r"input.flip: null is true on this data set")]:
+    for name, other, said in [
+            ("epochs", "baseline", r"train.max_epochs: the same 20 steps of 1,000 training "
+                                   r"images"),
+            ("flips", "baseline", r"input.flip: null is true on this data set"),
+            # on two devices: said before torchrun starts its processes
+            ("epochs_on_two", "two", r"train.max_epochs: the same 20 steps of 1,000 training "
+                                     r"images")]:
         proc = stage(name)
         assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
         assert re.search(rf"^error: ablations.{name} trains and scores exactly as "
-                         rf"ablations.baseline \(it differs only in {said}\)",
+                         rf"ablations.{other} \(it differs only in {said}\)",
                          proc.stderr.strip().splitlines()[-1]), proc.stderr
-        assert not (tmp_path / "work" / name).exists() and not (tmp_path / "out" / name).exists()
+        assert not (project / "work").exists() and not (project / "out").exists()
+        assert "launching:" not in proc.stderr
 
 
 def test_a_data_set_variant_flipping_as_its_default_is_refused_before_its_download(tmp_path):
     """`input.flip: false` beside the same SVHN variant without it: SVHN's digits are never
     flipped by default, so both train alike. Its data set says so before any data are
-    fetched: one line naming the twin, nothing downloaded or made."""
-    from cifar10_tutorial.exercises.dataset import prepare_variant_data
+    fetched: the stage's one line naming the twin, nothing downloaded, locked or made."""
+    import yaml
 
+    from conftest import copy_project
+
+    project = copy_project(tmp_path / "p")  # its own src/: the stage runs this tree's code
     svhn = {"data": {"dataset": "svhn", "url": "http://127.0.0.1:9/nothing-here"}}
-    params = params_from_dict({"dataset_ablations": {
-        "svhn": svhn, "svhn_unflipped": {**svhn, "input": {"flip": False}}}})
-    with pytest.raises(ParamsError, match=r"dataset_ablations.svhn_unflipped trains and scores "
-                                          r"exactly as dataset_ablations.svhn \(it differs only "
-                                          r"in input.flip: null is false on this data set\)"):
-        prepare_variant_data(params, "svhn_unflipped", tmp_path / "work", tmp_path / "partial")
-    assert list(tmp_path.iterdir()) == []
+    (project / "reports" / "params.yaml").write_text(yaml.safe_dump({
+        "ablations": {}, "dataset_ablations": {
+            "svhn": svhn, "svhn_unflipped": {"data": dict(svhn["data"]),
+                                             "input": {"flip": False}}}}))
+    before = sorted(p.relative_to(project) for p in project.rglob("*")
+                    if "__pycache__" not in p.parts)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("DVC_STAGE", None)
+    proc = subprocess.run([sys.executable, "stages/dataset_ablation.py", "svhn_unflipped",
+                           "--params", "reports/params.yaml", "--work", "work", "--out", "out",
+                           "--partial", "partial"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: dataset_ablations.svhn_unflipped trains and scores exactly as "
+        "dataset_ablations.svhn (it differs only in input.flip: null is false on this data "
+        "set): its results would be dataset_ablations.svhn's, read as an effect; drop the "
+        "variant, or change a setting that computes"), proc.stderr
+    assert sorted(p.relative_to(project) for p in project.rglob("*")
+                  if "__pycache__" not in p.parts) == before

@@ -11,6 +11,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -104,6 +105,20 @@ def _check_split(out_dir: Path, split: str, images: np.ndarray, labels: np.ndarr
         raise PrepareError(f"{out_dir / f'{split}_labels.npy'}: expected labels 0 to "
                            f"{meta['num_classes'] - 1} ({meta['num_classes']} classes), found "
                            f"{lo if lo < 0 else hi}; {REDO}.")
+
+
+def prepared_size(out_dir: Path | str) -> tuple[Optional[int], Optional[bool]]:
+    """The training images of prepared data and whether its data set flips by default,
+    from its meta.json alone (what a run's params are compared with before the run loads
+    the tensors); (None, None) where it cannot be read: :func:`load_prepared` says why."""
+    path = Path(out_dir) / META_NAME
+    try:
+        if not path.is_file():  # a FIFO there would wait forever: no size then
+            return None, None
+        meta = _meta(path)
+        return meta["counts"]["train"], bool(meta.get("flip", True))
+    except (PrepareError, OSError, KeyError, TypeError):
+        return None, None
 
 
 def load_prepared(out_dir: Path | str) -> Prepared:

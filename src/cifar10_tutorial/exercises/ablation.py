@@ -139,7 +139,9 @@ def _apart(args, mirror: Optional[str] = None, stage: str = "") -> None:
 
 
 def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared],
-                      group: str = "ablations") -> None:
+                      group: str = "ablations",
+                      data_size: Callable[[Params], tuple] = lambda params: (None, None)
+                      ) -> None:
     """The body of the stages ``ablation@NAME`` and ``dataset_ablation@NAME`` (``group``:
     the params section of their variants): hold the run's lock on the folders it writes,
     relaunch under torchrun when the variant asks for several devices, get its data
@@ -149,7 +151,9 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     (:func:`variant_name`), and ``{variant}`` in a path stands for it. A trial trains in
     ``trial_work`` (:func:`.paths.training_work`), a queued
     DVC experiment below the repository's folder (:func:`.paths.kept_past_workspace`);
-    ``script``: the stage script's ``__file__``, which torchrun runs again."""
+    ``script``: the stage script's ``__file__``, which torchrun runs again;
+    ``data_size(params)``: what is known of its data before it loads them (training
+    images, default flips; None where not known), to refuse a twin before anything runs."""
     args.name = variant_name(args.name, group)
     for option in ("work", "trial_work", "out"):
         setattr(args, option, _for_variant(getattr(args, option), args.name))
@@ -176,6 +180,8 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     # a mirror among the results would be committed with them
     _apart(args, cont.mirror, f"{STAGES[group][0]}@{args.name}")
     variant = variant_params(params, args.name)
+    # before a lock, a launch or a download: a twin what is known of its data reveals
+    refuse_twin_on_data(params, args.name, *data_size(params))
     if (kept := kept_past_workspace(work)) != work:
         log.info("queued experiment %s: model, checkpoints and TensorBoard logs in %s (they "
                  "outlive DVC's temporary workspace)", kept.name, kept)

@@ -10,16 +10,20 @@ from ..data.datasets import get_dataset
 from ..data.download import fetch_dataset
 from ..data.prepared import Prepared, load_prepared
 from ..data.preprocess import prepare_dataset
-from ..params import Params, refuse_twin_on_data, variant_params
+from ..params import Params, variant_params
 from ..training.distributed import this_process
+
+
+def variant_data_size(params: Params, name: str) -> tuple[None, bool]:
+    """What is known of a data-set variant's data before they are fetched: not their
+    size, but whether its data set flips by default (:func:`.run_variant_stage`)."""
+    return None, get_dataset(variant_params(params, name).data.dataset).flip
 
 
 def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -> Prepared:
     """Download and preprocess the data set of a data-set variant into ``work``/raw and
     ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
     data = variant_params(params, name).data
-    # a twin that flips written as its data set's default reveal: said before a download
-    refuse_twin_on_data(params, name, None, get_dataset(data.dataset).flip)
     if this_process().main:
         fetch_dataset(data, work / "raw", partial)
         prepare_dataset(work / "raw", work / "prepared", data)
