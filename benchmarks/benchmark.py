@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from speed.benchmark import format_table, run_benchmark
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.ownership import json_with, refuse_foreign_file
-from cifar10_tutorial.cli import run_stage, stage_output, stage_parser
+from cifar10_tutorial.cli import given_path, run_stage, stage_output, stage_parser
 from cifar10_tutorial.params import load_params
 from cifar10_tutorial.data.prepared import load_prepared
 
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40, help="steps per window")
     ap.add_argument("--data", type=Path, help="prepared data (default: the preprocess stage's "
                     "output in dvc.yaml)")
-    ap.add_argument("--out", type=Path, default=Path("reports/benchmark.json"))
+    ap.add_argument("--out", type=given_path, default=Path("reports/benchmark.json"))
     ap.add_argument("--tf-python", help="a Python with TensorFlow, for the TensorFlow baseline")
     ap.add_argument("--no-compiled", action="store_true",
                     help="skip torch.compile against eager (about 3 minutes on 2 CPU cores)")

@@ -32,7 +32,7 @@ import tempfile
 from datetime import datetime, timezone
 from typing import Optional
 
-from cifar10_tutorial.cli import run_stage
+from cifar10_tutorial.cli import given_path, run_stage
 from scratch import package_env, scratch_train_project
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.param_types import load_yaml12
@@ -107,7 +107,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--data", type=Path, required=True, help="the prepared data (the preprocess stage's output)")
-    ap.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    ap.add_argument("--out", type=given_path, required=True, help="the JSON file to write")
     ap.add_argument("--steps", type=int, default=400, help="steps of each run")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each set-up")
     args = ap.parse_args(argv)

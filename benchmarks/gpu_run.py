@@ -59,7 +59,7 @@ from typing import Optional
 import torch
 
 from speed.steps import window
-from cifar10_tutorial.cli import run_stage, stage_output
+from cifar10_tutorial.cli import given_path, run_stage, stage_output
 from scratch import package_env, scratch_train_project
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.param_types import load_yaml12
@@ -318,7 +318,7 @@ def main(argv=None, built: Optional[tuple[Path, dict]] = None, t0: Optional[floa
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --dry)")
     ap.add_argument("--dry", action="store_true", help="tiny sizes: checks the script end to end")
-    ap.add_argument("--out", type=Path, default=Path("reports/gpu"))
+    ap.add_argument("--out", type=given_path, default=Path("reports/gpu"))
     a = ap.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         raise PipelineError("no CUDA device here: run this where a CUDA GPU is visible, or "

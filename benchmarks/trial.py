@@ -31,7 +31,7 @@ import subprocess
 import time
 from typing import Optional
 
-from cifar10_tutorial.cli import EXERCISE_PARAMS, dvc_executable, stage_output
+from cifar10_tutorial.cli import EXERCISE_PARAMS, dvc_executable, given_path, stage_output
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import scratch_folder, write_text_atomic
 
@@ -119,7 +119,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="cifar10 trial", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=5, help="ablation.trial_steps (default 5)")
-    ap.add_argument("--out", type=Path, help="write the figures here (JSON)")
+    ap.add_argument("--out", type=given_path, help="write the figures here (JSON)")
     ap.add_argument("--keep", action="store_true", help="keep the clone (its path is printed)")
     args = ap.parse_args(argv)
     from cifar10_tutorial.params import STEPS

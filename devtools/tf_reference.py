@@ -22,14 +22,18 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import re
 import shutil
 import statistics
+import tempfile
 from pathlib import Path
 from typing import Optional
 
+from cifar10_tutorial.cli import given_path
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import md5_of, write_text_atomic
+from cifar10_tutorial.ownership import refuse_foreign_file
 
 UPSTREAM = {"repository": "tensorflow/models", "path": "tutorials/image/cifar10",
             "files": {"cifar10.py": "05a434d67506f31dc8a83399ae3291b4aef75c34",
@@ -38,6 +42,7 @@ UPSTREAM = {"repository": "tensorflow/models", "path": "tutorials/image/cifar10"
                       "cifar10_input.py": "b1054c5a6a471221083dab6618d3ac668322f42b"},
             "changes": "docs/reference.md, 'The reference implementation on the dev split'"}
 RECORDS = ("evals.tsv", "segments.tsv", "losses.tsv")
+NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # a record's name: its file's, no path
 STEP_LINE = re.compile(r"step (\d+), loss = ([\d.naninf]+) \(([\d.]+) examples/sec")
 
 
@@ -86,32 +91,68 @@ def losses(run: Path) -> list[tuple[int, float, Optional[float]]]:
 
 
 def newest_checkpoint(train: Path) -> str:
-    text = (train / "checkpoint").read_text()
+    if not (train / "checkpoint").is_file():
+        raise PipelineError(f"{train / 'checkpoint'}: not found, where a run of the reference "
+                            f"code names its newest checkpoint; give the folder of such a run "
+                            f"(its train/ holds checkpoint)")
+    text = (train / "checkpoint").read_text(errors="replace")
     m = re.search(r'^model_checkpoint_path: "(.+)"$', text, flags=re.M)
     if not m:
         raise PipelineError(f"{train / 'checkpoint'}: names no checkpoint")
     return Path(m.group(1)).name
 
 
+# what keep writes in its folder: the checkpoint's files and the run's records, nothing else
+KEPT = re.compile(r"train/checkpoint|train/model\.ckpt-\d+\.[A-Za-z0-9_-]+|"
+                  + "|".join(map(re.escape, RECORDS)))
+
+
+def _not_kept(dest: Path) -> Optional[str]:
+    """The first entry of ``dest`` that keep does not write there (None: a kept run's)."""
+    if dest.is_symlink() or not dest.is_dir():
+        return "itself, which is not a folder" if os.path.lexists(dest) else None
+    for path in sorted(dest.rglob("*")):
+        name = path.relative_to(dest).as_posix()
+        if path.is_symlink() or (path.is_dir() and name != "train") or \
+                (not path.is_dir() and not KEPT.fullmatch(name)):
+            return name
+    return None
+
+
 def keep(run: Path, dest: Path) -> str:
     """The newest checkpoint (index, data, meta) and the records into ``dest``, replacing
-    what was there."""
+    a run kept there before (a folder of only what keep writes); anything else there is
+    refused, naming it. Built aside, then swapped in."""
     ckpt = newest_checkpoint(run / "train")
-    tmp = dest.with_name(dest.name + ".new")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "train").mkdir(parents=True)
-    for f in sorted((run / "train").glob(ckpt + ".*")):
-        shutil.copy2(f, tmp / "train" / f.name)
-    (tmp / "train" / "checkpoint").write_text(
-        f'model_checkpoint_path: "{ckpt}"\nall_model_checkpoint_paths: "{ckpt}"\n')
-    write_text_atomic(run / "losses.tsv", "".join(
-        f"{s}\t{loss}\t{'' if v is None else v}\n" for s, loss, v in losses(run)))
-    for name in RECORDS:
-        if (run / name).is_file():
-            shutil.copy2(run / name, tmp / name)
-    if dest.exists():
-        shutil.rmtree(dest)
-    tmp.rename(dest)
+    other = _not_kept(dest)
+    if other is not None:
+        raise PipelineError(f"{dest}: holds {other}, which keep did not write there (it writes "
+                            f"train/checkpoint, the checkpoint's files and {', '.join(RECORDS)}) "
+                            f"and would delete; give another folder, or move it away. Nothing "
+                            f"was changed.")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.keeping-", dir=dest.parent))
+    try:
+        (tmp / "train").mkdir()
+        for f in sorted((run / "train").glob(ckpt + ".*")):
+            shutil.copy2(f, tmp / "train" / f.name)
+        (tmp / "train" / "checkpoint").write_text(
+            f'model_checkpoint_path: "{ckpt}"\nall_model_checkpoint_paths: "{ckpt}"\n')
+        write_text_atomic(run / "losses.tsv", "".join(
+            f"{s}\t{loss}\t{'' if v is None else v}\n" for s, loss, v in losses(run)))
+        for name in RECORDS:
+            if (run / name).is_file():
+                shutil.copy2(run / name, tmp / name)
+        old = None
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.replaced-", dir=dest.parent))
+            dest.rename(old / dest.name)
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old)
     return ckpt
 
 
@@ -130,7 +171,7 @@ def main(argv=None) -> None:
     c.add_argument("--tensorflow", required=True)
     c.add_argument("--archive", type=Path, required=True)
     c.add_argument("--steps-planned", type=int, required=True, help="10000 or 100000")
-    c.add_argument("--out", type=Path, default=Path("reports/tf_reference"))
+    c.add_argument("--out", type=given_path, default=Path("reports/tf_reference"))
     k = sub.add_parser("keep")
     k.add_argument("run", type=Path)
     k.add_argument("dest", type=Path)
@@ -138,7 +179,25 @@ def main(argv=None) -> None:
     r.add_argument("src", type=Path)
     r.add_argument("run", type=Path)
     a = ap.parse_args(argv)
+    try:
+        _main(a)
+    except PipelineError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _is_record(text: str) -> bool:
+    """Whether ``text`` is a reference run's record (what collect writes)."""
+    rec = json.loads(text)
+    return isinstance(rec, dict) and rec.get("upstream") == UPSTREAM and "run" in rec
+
+
+def _main(a) -> None:
     if a.cmd == "collect":
+        if not NAME.fullmatch(a.name):  # it names the record's file in --out
+            raise PipelineError(f"NAME {a.name!r}: expected a run's name (a letter, then "
+                                f"letters, digits, '_' or '-', at most 64), not a path")
+        refuse_foreign_file(a.out / f"{a.name}.json", "NAME", "a reference run's record",
+                            _is_record)
         rec = collect(a.run, a.name, a.tensorflow, a.archive, a.steps_planned)
         write_text_atomic(a.out / f"{a.name}.json", json.dumps(rec, indent=2) + "\n")
         last = (rec["evaluations"] or [None])[-1]

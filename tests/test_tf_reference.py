@@ -436,3 +436,54 @@ def test_a_fifo_among_the_runs_or_a_damaged_opcheck_is_one_line(tmp_path):
     with pytest.raises(PipelineError, match=r"zz.json: expected a reference run's record, "
                                             r"found not a regular file"):
         against_reference(r, tf)
+
+
+def test_keep_replaces_only_a_run_it_kept(tmp_path):
+    """keep replaces its destination whole: a folder holding anything keep does not write
+    there (a user's file, a link) is refused naming it, and nothing is changed; a folder of
+    only what it writes (the committed runs/ copy) is replaced, built aside first."""
+    run = _run(tmp_path, (10000, 20000))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.txt").write_text("my thesis\n")
+    with pytest.raises(PipelineError, match=rf"^{mine}: holds thesis.txt, which keep did not "
+                                            r"write there .* Nothing was changed."):
+        tool.keep(run, mine)
+    assert (mine / "thesis.txt").read_text() == "my thesis\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "run"]
+    kept = tmp_path / "kept"
+    tool.keep(run, kept)
+    (kept / "train" / "notes").mkdir()
+    with pytest.raises(PipelineError, match=r"holds train/notes, which keep did not write"):
+        tool.keep(run, kept)
+    (kept / "train" / "notes").rmdir()
+    assert tool.keep(run, kept) == "model.ckpt-20000"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left aside
+
+
+@pytest.mark.parametrize("name, said", [
+    ("../devices_timing", r"NAME '../devices_timing': expected a run's name \(a letter, then "
+                          r"letters, digits, '_' or '-', at most 64\), not a path"),
+    ("notes", r"NAME .*notes.json: holds a file that is not a reference run's record"),
+])
+def test_collect_writes_only_a_record_of_its_own_name(tmp_path, name, said, capsys):
+    """collect's NAME names its record's file in --out: a path in it, or a file there that
+    is no reference record (the devices timing beside them, a user's notes), is refused in
+    one line, the file kept; a run folder without its checkpoint is one line too."""
+    run = _run(tmp_path)
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(b"archive")
+    out = tmp_path / "records"
+    out.mkdir()
+    (out / "notes.json").write_text('{"mine": 1}\n')
+    (tmp_path / "devices_timing.json").write_text('{"machine": "x"}\n')
+    args = ["collect", str(run), name, "--tensorflow", "2.21.0", "--archive", str(archive),
+            "--steps-planned", "10000", "--out", str(out)]
+    with pytest.raises(SystemExit, match=r"^error: " + said):
+        tool.main(args)
+    assert (out / "notes.json").read_text() == '{"mine": 1}\n'
+    assert (tmp_path / "devices_timing.json").read_text() == '{"machine": "x"}\n'
+    shutil.rmtree(run / "train")
+    with pytest.raises(SystemExit, match=r"^error: .*run/train/checkpoint: not found, where a "
+                                         r"run of the reference code names its newest"):
+        tool.main(args[:2] + ["fresh"] + args[3:])
