@@ -67,6 +67,9 @@ def write_variant(root: Path, name: str, precision: float, steps: int, seed: int
     # the run's final loss_avg is its curve's last point (one run logs both)
     _tsv(plots / "train" / "loss_avg.tsv", "loss_avg",
          [(s, 2.0 + precision - s / steps) for s in (steps // 2, steps)])
+    # its speed at each log step: the intervals around the session's average
+    _tsv(plots / "train" / "examples_per_sec.tsv", "examples_per_sec",
+         [(steps // 2, speed * 1.2), (steps, speed * 0.9)])
     if curve_every:
         points = range(curve_every, steps + 1, curve_every)
         _tsv(plots / "held_out" / "precision_at_1.tsv", "precision_at_1",
@@ -1584,6 +1587,15 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
                      r"the run's 10,000 steps of 128 images allow in the 1 s it took to its "
                      r"first batch \(at most 1.28e\+06 a second\): not a speed this run "
                      r"measured; rerun it"),
+    # a speed below the first-batch bound, beyond the run's own speed curve (400/s, its
+    # fastest interval 480/s; 500,000 as a hostile pass wrote it)
+    ("speed-beyond-curve", r"softmax/metrics.json: train.examples_per_sec is 500,000, where "
+                           r".*softmax/train/plots/metrics/train/examples_per_sec.tsv, the "
+                           r"speeds the same run logged, allows at most 611.25 \(its fastest "
+                           r"logged interval ran 480 a second\): not a speed this run "
+                           r"measured; rerun it"),
+    ("speed-curve-deleted", r"softmax/train/plots/metrics/train/examples_per_sec.tsv: missing "
+                            r"beside .*softmax/metrics.json"),
     ("per-device-edited", r"softmax/metrics.json: train.examples_per_sec_per_device is 800, "
                           r"where examples_per_sec 400 over the 1 device\(s\) .*softmax/"
                           r"variant.json records is 400: one run writes both"),
@@ -1638,11 +1650,14 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
     elif edit == "num-train-edited":
         v = json.loads((folder / "variant.json").read_text())
         (folder / "variant.json").write_text(json.dumps({**v, "num_train": 50_000}))
+    elif edit == "speed-curve-deleted":
+        (folder / "train/plots/metrics/train/examples_per_sec.tsv").unlink()
     elif edit in ("speed-edited", "per-device-edited", "speed-infinite",
-                  "first-batch-negative"):
+                  "first-batch-negative", "speed-beyond-curve"):
         m = json.loads((folder / "metrics.json").read_text())
         m["train"].update({
             "speed-edited": {"examples_per_sec": 5e6, "examples_per_sec_per_device": 5e6},
+            "speed-beyond-curve": {"examples_per_sec": 5e5, "examples_per_sec_per_device": 5e5},
             "per-device-edited": {"examples_per_sec_per_device": 800.0},
             "speed-infinite": {"examples_per_sec": float("inf"),
                                "examples_per_sec_per_device": float("inf")},

@@ -88,11 +88,63 @@ def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: di
                             f"{first:.3g} s it took to its first batch (at most "
                             f"{steps * batch / first:,.6g} a second): not a speed this run "
                             f"measured; {rerun}")
+    if speed > 0:
+        _refuse_speed_beyond_curve(described.parent, train, metrics, speed, rerun)
     if world > 0 and not math.isclose(per_device * world, speed, rel_tol=1e-6, abs_tol=1e-9):
         raise PipelineError(f"{metrics}: train.examples_per_sec_per_device is "
                             f"{per_device:,.6g}, where examples_per_sec {speed:,.6g} over the "
                             f"{world} device(s) {described} records is {speed / world:,.6g}: "
                             f"one run writes both; {rerun}")
+
+
+# the run's speed against its own speed curve: the session's average lies within the
+# speeds of its log intervals, which count the held-out evaluations' time too (hence that
+# share added), with room for the intervals' own start and end
+SPEED_ROOM = 1.25
+
+
+def _refuse_speed_beyond_curve(folder: Path, train: dict, metrics: Path, speed: float,
+                               rerun: str) -> None:
+    """``speed`` (train.examples_per_sec: the examples of the run's last session over its
+    training time) against the speeds the same run logged at its log steps
+    (train/plots/metrics/train/examples_per_sec.tsv: each interval's examples over its
+    time, held-out evaluations included): the session's average is no faster than its
+    fastest interval, but for the evaluations' share. A speed beyond that was not
+    measured by the run; one line naming both files."""
+    from ..files import read_small_file
+
+    path = folder / "train" / "plots" / "metrics" / "train" / "examples_per_sec.tsv"
+    if not os.path.lexists(path):
+        raise PipelineError(f"{path}: missing beside {metrics}, whose train.examples_per_sec "
+                            f"the run measured over the steps it logs there (the run writes "
+                            f"both); {rerun}")
+    try:
+        lines = read_small_file(path, 64 << 20).decode("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        found = ("a folder" if isinstance(exc, IsADirectoryError) else
+                 getattr(exc, "strerror", None) or f"{type(exc).__name__}: {str(exc)[:60]}")
+        raise PipelineError(f"{path}: expected the training run's speed curve (step, "
+                            f"examples_per_sec), found {found}; {rerun}") from None
+    logged = []
+    for line in lines[1:]:
+        fields = line.split("\t")
+        try:
+            value = float(fields[1]) if len(fields) == 2 else math.nan
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and value > 0:
+            logged.append(value)
+    trained, evaluating = train.get("train_seconds"), train.get("held_out_eval_seconds")
+    share = (evaluating / trained if all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                         and math.isfinite(v) and v >= 0 for v in
+                                         (trained, evaluating)) and trained > 0 else 0.0)
+    most = max(logged, default=0.0) * (1 + share) * SPEED_ROOM
+    if speed > most:
+        fastest = (f"its fastest logged interval ran {max(logged):,.6g} a second"
+                   if logged else "it logs no speed")
+        raise PipelineError(f"{metrics}: train.examples_per_sec is {speed:,.6g}, where {path}, "
+                            f"the speeds the same run logged, allows at most {most:,.6g} "
+                            f"({fastest}): not a speed this run measured; {rerun}")
 
 
 def load_variants(root: Path) -> pd.DataFrame:
