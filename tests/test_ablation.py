@@ -481,3 +481,36 @@ def test_a_data_set_variant_flipping_as_its_default_is_refused_before_its_downlo
         "variant, or change a setting that computes"), proc.stderr
     assert sorted(p.relative_to(project) for p in project.rglob("*")
                   if "__pycache__" not in p.parts) == before
+
+
+@pytest.mark.parametrize("files, whose", [
+    ({"metrics.json": "my own metrics\n", "variant.json": '{"seed": "my notes"}\n'},
+     r"its variant.json names no variant"),
+    ({"metrics.json": "my own metrics\n"}, r"no variant.json naming a variant"),
+    ({"metrics.json": "{}\n", "variant.json": '{"variant": "softmax"}\n'},
+     r"its variant.json names 'softmax'"),
+], ids=["users-files", "users-metrics", "another-variants"])
+def test_results_of_no_run_of_the_variant_in_its_out_are_refused_before_it_trains(
+        synth_data, tmp_path, files, whose):
+    """--out's metrics.json and variant.json are replaced when the run ends: files of a
+    user's, or another variant's results, there are refused in one line before anything
+    trains, and kept; the variant's own earlier results (DVC keeps them in place) are
+    not."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.exercises.ablation import _refuse_other_results, run_variant
+    from cifar10_tutorial.training.paths import VariantPaths
+    from conftest import tiny_params as params_for
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    for name, text in files.items():
+        (out / name).write_text(text)
+    params = dataclasses.replace(params_for(), ablations={"mine": {}})
+    with pytest.raises(PipelineError, match=rf"^{out}: holds .*, not the results of a run of "
+                                            rf"mine \({whose}\), which the ablation@mine stage "
+                                            rf"would replace; .* Nothing was changed.$"):
+        run_variant(params, "mine", synth_data, VariantPaths(tmp_path / "work", out))
+    assert not (tmp_path / "work").exists()
+    assert {p.name: p.read_text() for p in out.iterdir()} == files
+    (out / "variant.json").write_text('{"variant": "mine"}\n')  # its own: replaced when done
+    _refuse_other_results(VariantPaths(tmp_path / "work", out), "mine")

@@ -17,7 +17,7 @@ from ..training.deadline import NONE, Continuation, from_stage
 from ..training.mirror import run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
 from ..evaluation.evaluate import EVAL_NAMES, evaluate
-from ..files import write_text_atomic
+from ..files import read_small_file, write_text_atomic
 from ..ownership import (folders_apart, hold_run_lock, local_folder, refuse_foreign,
                          refuse_foreign_place, refuse_in_the_way)
 from ..errors import PipelineError
@@ -44,6 +44,28 @@ def trial_held_out(ablation: AblationParams, data: Prepared) -> Prepared:
                                meta={**data.meta, "counts": counts})
 
 
+def _refuse_other_results(paths: VariantPaths, name: str) -> None:
+    """--out's metrics.json and variant.json, which the run replaces: a run of this
+    variant's (its variant.json names it: DVC keeps the results in place until the stage
+    has run), or refused in one line naming them, before anything runs (a user's files of
+    those names, or another variant's results)."""
+    present = [p.name for p in (paths.metrics, paths.variant) if os.path.lexists(p)]
+    if not present:
+        return
+    try:
+        named = json.loads(read_small_file(paths.variant, 1 << 20).decode("utf-8")).get("variant")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
+        named = None
+    if named != name:
+        whose = (f"its variant.json names {str(named)[:64]!r}" if isinstance(named, str)
+                 else "no variant.json naming a variant" if "variant.json" not in present
+                 else "its variant.json names no variant")
+        raise PipelineError(f"{paths.out}: holds {' and '.join(present)}, not the results of a "
+                            f"run of {name} ({whose}), which the ablation@{name} stage would "
+                            f"replace; give --out a folder of its own (as reports/dvc.yaml "
+                            f"gives it), or move them away. Nothing was changed.")
+
+
 def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
                 progress=None, continuation: Continuation = NONE) -> dict | None:
     """Train and evaluate variant ``name``; rank 0 returns (and writes) its metrics.
@@ -54,6 +76,7 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
     # then records the folder whole: a file the evaluation does not write is refused
     refuse_foreign(paths.eval_dir, EVAL_NAMES, f"ablation@{name}", "--out", EVAL_NAMES)
     refuse_in_the_way([paths.metrics, paths.variant], f"ablation@{name}")
+    _refuse_other_results(paths, name)
     data = trial_held_out(params.ablation, data)
     made: dict = {}  # the held-out evaluation of the last step: the eval below need not repeat it
     tm = train(vp, data, paths.train, progress=progress, continuation=continuation,
