@@ -665,7 +665,12 @@ def test_a_variant_that_computes_what_another_does_is_refused(twin, said):
     ({"input": {"flip": True}}, 40000, True, r"differs only in input.flip: null is true on "
                                              r"this data set"),
     ({"input": {"flip": False}}, 40000, False, r"differs only in input.flip: null is false"),
-], ids=["epochs-as-steps", "decay-past-budget", "factor-never-applied", "flip-cifar", "flip-svhn"])
+    # the queue holds whole records: int(0.40001 x 40,000) = int(0.4 x 40,000) = 16,000
+    ({"input": {"min_fraction_of_examples_in_queue": 0.40001}}, 40000, True,
+     r"differs only in input.min_fraction_of_examples_in_queue: the same queue of 16,000 "
+     r"records of 40,000"),
+], ids=["epochs-as-steps", "decay-past-budget", "factor-never-applied", "flip-cifar", "flip-svhn",
+        "queue-of-one-size"])
 def test_a_variant_that_computes_what_another_does_on_its_data_is_refused(twin, num_train, flip,
                                                                           said):
     """What a variant computes may depend on its training data: a budget in epochs comes to
@@ -680,10 +685,11 @@ def test_a_variant_that_computes_what_another_does_on_its_data_is_refused(twin, 
                                           r"ablations.baseline \(it " + said):
         refuse_twin_on_data(params, "v", num_train, flip)
     refuse_twin_on_data(params, "baseline", num_train, flip)  # the first of two is the one
-    if "input" in twin:  # the other default: a variant that flips otherwise
+    if "flip" in twin.get("input", {}):  # the other default: a variant that flips otherwise
         refuse_twin_on_data(params, "v", num_train, not flip)
-    else:  # 3,000 images: 750 steps in 32 epochs, a decay within 10,000 steps
-        refuse_twin_on_data(params, "v", 3000, flip)
+    else:  # 3,000 images: 750 steps in 32 epochs, a decay within 10,000 steps; 100,000: a
+        # queue of 40,001 records, not 40,000
+        refuse_twin_on_data(params, "v", 3000 if "train" in twin else 100_000, flip)
     # data-set variants compare with those of the same data only (their stage's)
     name = "svhn" if not flip else "cifar100"
     params = params_from_dict({"dataset_ablations": {

@@ -447,6 +447,13 @@ def _what_it_computes(made: "Params", num_train: Optional[int] = None,
         else:
             tr["epochs_per_decay"] = ("steps", decay_steps)
             why["train.epochs_per_decay"] = f"the same decay every {decay_steps:,} steps"
+    if num_train is not None and raw["input"]["shuffle"] == "queue" and tr["num_devices"] == 1:
+        # the queue holds a whole number of records: fills within one record are one queue
+        queue = queue_sizes(raw["input"]["min_fraction_of_examples_in_queue"], num_train,
+                            tr["batch_size"])
+        raw["input"]["min_fraction_of_examples_in_queue"] = ("records", queue)
+        why["input.min_fraction_of_examples_in_queue"] = \
+            f"the same queue of {queue[0]:,} records of {num_train:,}"
     if num_train is not None and tr["schedule"] == "fast":
         warmup = min(fast["warmup_epochs"] * num_train / global_batch, steps - 1)
         fast["warmup_epochs"] = ("steps", warmup)
