@@ -1600,9 +1600,12 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
                           r"where examples_per_sec 400 over the 1 device\(s\) .*softmax/"
                           r"variant.json records is 400: one run writes both"),
     ("speed-infinite", r"softmax/metrics.json: train.examples_per_sec is inf, expected what "
-                       r"a run measures: a finite number from 0 up; rerun it"),
+                       r"a run measures and writes: a finite number from 0 up; rerun it"),
     ("first-batch-negative", r"softmax/metrics.json: train.time_to_first_batch_s is -1.0, "
                              r"expected what a run measures"),
+    # removed from both files: the queue exercise's verdict would read a NaN
+    ("first-batch-missing", r"softmax/metrics.json: train.time_to_first_batch_s is missing, "
+                            r"expected what a run measures and writes"),
     # a loss below 0, edited alike in every record and the curve
     ("negative-loss", r"softmax/metrics.json: train.loss_avg is -0.5, expected a loss: a "
                       r"number from 0 to 3.403e\+38"),
@@ -1650,6 +1653,11 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
     elif edit == "num-train-edited":
         v = json.loads((folder / "variant.json").read_text())
         (folder / "variant.json").write_text(json.dumps({**v, "num_train": 50_000}))
+    elif edit == "first-batch-missing":
+        m = json.loads((folder / "metrics.json").read_text())
+        del m["train"]["time_to_first_batch_s"]
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
     elif edit == "speed-curve-deleted":
         (folder / "train/plots/metrics/train/examples_per_sec.tsv").unlink()
     elif edit in ("speed-edited", "per-device-edited", "speed-infinite",

@@ -66,12 +66,16 @@ def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: di
     rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
              f"{variant.get('variant', described.parent.name)}`)")
     timed = ("examples_per_sec", "examples_per_sec_per_device", "time_to_first_batch_s")
-    for key in timed:  # measured by the run: a finite number, none below 0
-        value = train.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and not (math.isfinite(value) and value >= 0):
-            raise PipelineError(f"{metrics}: train.{key} is {value}, expected what a run "
-                                f"measures: a finite number from 0 up; {rerun}")
+    for key in timed:  # measured by the run, which writes each: a finite number from 0
+        value = train.get(key, "missing")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not (math.isfinite(value) and value >= 0):
+            found = "missing" if value == "missing" else f"{str(value)[:40]}"
+            raise PipelineError(f"{metrics}: train.{key} is {found}, expected what a run "
+                                f"measures and writes: a finite number from 0 up; {rerun}")
+    if train["examples_per_sec"] > 0:
+        _refuse_speed_beyond_curve(described.parent, train, metrics, train["examples_per_sec"],
+                                   rerun)
     numbers = [train.get(k) for k in ("step", *timed)] + [
         variant.get("global_batch_size"), variant.get("world_size")]
     if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
@@ -88,8 +92,6 @@ def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: di
                             f"{first:.3g} s it took to its first batch (at most "
                             f"{steps * batch / first:,.6g} a second): not a speed this run "
                             f"measured; {rerun}")
-    if speed > 0:
-        _refuse_speed_beyond_curve(described.parent, train, metrics, speed, rerun)
     if world > 0 and not math.isclose(per_device * world, speed, rel_tol=1e-6, abs_tol=1e-9):
         raise PipelineError(f"{metrics}: train.examples_per_sec_per_device is "
                             f"{per_device:,.6g}, where examples_per_sec {speed:,.6g} over the "
