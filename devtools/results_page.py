@@ -131,8 +131,20 @@ def _compiled(path: Path, root: Path) -> list[str]:
 
 
 def _baselines(root: Path) -> str:
+    """The CI baselines, each read as the gate reads it: a regular file (a FIFO would wait
+    forever) holding a baseline (a JSON object of gated metrics, each key once), of
+    figures a run can give (a precision from 0 to 1, a loss from 0 up): one line naming
+    the file otherwise."""
+    from cifar10_tutorial.regression import impossible_in, not_a_baseline
+
     lines = ["| configuration | metric | baseline |", "|---|---|---|"]
     for path in sorted((root / "reports/baseline").glob("ci-*.json")):
+        why = not_a_baseline(path) or impossible_in(path)
+        if why:
+            raise PipelineError(f"{path.relative_to(root)}: {why}, where the results page "
+                                f"states the CI's baselines; restore it (`git checkout -- "
+                                f"{path.relative_to(root)}`) or remake it (`python .ci/ci.py "
+                                f"NAME --update-baseline`). Nothing was written.")
         for metric, value in json.loads(path.read_text()).items():
             lines.append(f"| `{path.stem[3:]}` (`{path.relative_to(root)}`) | {metric} | {value:.4f} |")
     return "\n".join(lines)

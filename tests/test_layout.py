@@ -4,6 +4,7 @@ files of the repository, and figures generated from the committed reports. Modul
 split at their seams, not at a line count: no test caps their length."""
 import ast
 import json
+import os
 import re
 from pathlib import Path
 
@@ -694,3 +695,32 @@ def test_a_fifo_among_the_reports_outputs_is_one_line_from_the_results_page(tmp_
     with pytest.raises(PipelineError, match=rf"{re.escape(where)}: expected a file the report "
                                             rf"wrote, found a FIFO"):
         _refuse_special_files(tmp_path, Path("reports/dvc.yaml"))
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("beyond", r"eval.precision_at_1 is 1.5, expected a fraction from 0 to 1"),
+    ("negative-loss", r"train.loss_avg is -3, expected a number from 0"),
+    ("twice", r"a file that is not a baseline \(the key 'eval.precision_at_1' twice\)"),
+    ("fifo", r"a folder or special file, not a baseline file"),
+])
+def test_the_results_page_states_only_baselines_a_run_can_give(tmp_path, kind, said):
+    """The page states the CI's baselines as the gate reads them: a precision of 1.5, a
+    loss below 0, a key twice (the gate refuses each) or a FIFO (read, it would wait
+    forever) is one line naming the file, at once."""
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import _baselines
+
+    folder = tmp_path / "reports" / "baseline"
+    folder.mkdir(parents=True)
+    path = folder / "ci-real.json"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text({"beyond": '{"eval.precision_at_1": 1.5}',
+                         "negative-loss": '{"train.loss_avg": -3}',
+                         "twice": '{"eval.precision_at_1": 0.5, "eval.precision_at_1": 0.6}'
+                         }[kind])
+    with pytest.raises(PipelineError, match=r"^reports/baseline/ci-real.json: " + said +
+                                            r".*, where the results page states the CI's "
+                                            r"baselines"):
+        _baselines(tmp_path)
