@@ -1405,8 +1405,11 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
     # every run 500,000 times faster, medians and ratio recomputed: a speed no CPU gives
     ("cpu-bound", "set-up '1 x 128''s run 1 with examples_per_sec 4.475e+08, beyond what "),
     # a machine (and so every device) naming a markdown row: the report quotes them
-    ("newline-machine", "machine 'AMD EPYC\\n| injected | 99,999 | row |', holding a newline "
-                        "or another control character, where a machine's name is one line"),
+    ("newline-machine", "machine 'AMD EPYC\\n| injected | 99,999 | row |', holding a newline, "
+                        "another control character or a '|', where a machine's name is one "
+                        "line, and one cell of the report's tables"),
+    ("pipe-machine", "machine 'AMD | EPYC', holding a newline, another control character or "
+                     "a '|'"),
 ])
 def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, said):
     """The timing record's medians, spreads and ratio are its runs' (what
@@ -1483,11 +1486,13 @@ def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, sa
     elif edit == "absurd-speeds":
         for run in two["runs"]:
             run["examples_per_sec"] *= 1e290
-    elif edit == "newline-machine":
-        machine = record["machine"] + "\n| injected | 99,999 | row |"
+    elif edit in ("newline-machine", "pipe-machine"):
+        was = record["machine"]
+        machine = (was + "\n| injected | 99,999 | row |" if edit == "newline-machine"
+                   else "AMD | EPYC")
         record["machine"] = machine
         for setup in (one, two):
-            setup["device"] = setup["device"].replace(record["machine"].split("\n")[0], machine)
+            setup["device"] = setup["device"].replace(was, machine)
             for run in setup["runs"]:
                 run["device"] = setup["device"]
     else:
@@ -1581,8 +1586,9 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
     ("num-train-edited", r"softmax/variant.json: num_train is 50,000 and global_batch_size "
                          r"128, where .*softmax/metrics.json gives 10,000 steps as 32.0 epochs "
                          r"\(40,000 training images\)"),
-    # a speed edited alike in both metrics files: beyond its steps over its time to the
-    # first batch (1 s here: at most 10,000 x 128 a second); a device's share edited alone
+    # a speed edited alike in both metrics files and its speed curve: beyond its steps over
+    # its time to the first batch (1 s here: at most 10,000 x 128 a second); a device's
+    # share edited alone
     ("speed-edited", r"softmax/metrics.json: train.examples_per_sec is 5e\+06, beyond what "
                      r"the run's 10,000 steps of 128 images allow in the 1 s it took to its "
                      r"first batch \(at most 1.28e\+06 a second\): not a speed this run "
@@ -1603,6 +1609,10 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
                        r"a run measures and writes: a finite number from 0 up; rerun it"),
     ("first-batch-negative", r"softmax/metrics.json: train.time_to_first_batch_s is -1.0, "
                              r"expected what a run measures"),
+    # a precision that is no count of right images over the test images
+    ("flip-not-whole", r"softmax/metrics.json: eval.precision_at_1_flip is 0.951234, "
+                       r"9,512.34 of its 10,000 test images, where a precision counts whole "
+                       r"images right"),
     # removed from both files: the queue exercise's verdict would read a NaN
     ("first-batch-missing", r"softmax/metrics.json: train.time_to_first_batch_s is missing, "
                             r"expected what a run measures and writes"),
@@ -1653,6 +1663,11 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
     elif edit == "num-train-edited":
         v = json.loads((folder / "variant.json").read_text())
         (folder / "variant.json").write_text(json.dumps({**v, "num_train": 50_000}))
+    elif edit == "flip-not-whole":
+        m = json.loads((folder / "metrics.json").read_text())
+        m["eval"]["precision_at_1_flip"] = 0.951234
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
     elif edit == "first-batch-missing":
         m = json.loads((folder / "metrics.json").read_text())
         del m["train"]["time_to_first_batch_s"]
@@ -1673,6 +1688,9 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
                                      "time_to_first_batch_s": -1.0}}[edit])
         (folder / "metrics.json").write_text(json.dumps(m))
         (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
+        if edit == "speed-edited":
+            _tsv(folder / "train/plots/metrics/train/examples_per_sec.tsv", "examples_per_sec",
+                 [(5000, 6e6), (10_000, 5e6)])
     else:
         m = json.loads((folder / "metrics.json").read_text())
         m["train"]["loss_avg"] = -0.5

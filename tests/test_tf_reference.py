@@ -487,3 +487,22 @@ def test_collect_writes_only_a_record_of_its_own_name(tmp_path, name, said, caps
     with pytest.raises(SystemExit, match=r"^error: .*run/train/checkpoint: not found, where a "
                                          r"run of the reference code names its newest"):
         tool.main(args[:2] + ["fresh"] + args[3:])
+
+
+def test_evaluations_out_of_step_order_are_one_line(tmp_path):
+    """collect writes a run's evaluations in the order it made them, step by step: two
+    swapped would be listed as they stand in the section's table. One line naming them."""
+    from conftest import ROOT
+
+    tf = tmp_path / "tf"
+    shutil.copytree(ROOT / "reports/tf_reference", tf)
+    rec = json.loads((tf / "tf_reference_100k.json").read_text())
+    first, second = rec["evaluations"][:2]
+    rec["evaluations"][:2] = [second, first]
+    (tf / "tf_reference_100k.json").write_text(json.dumps(rec))
+    with pytest.raises(PipelineError, match=rf"tf_reference_100k.json: expected a reference "
+                                            rf"run's record .*: an evaluation at step "
+                                            rf"{first['step']:,} after one at step "
+                                            rf"{second['step']:,}, where a run evaluates in "
+                                            rf"step order"):
+        load_reference_runs(tf)

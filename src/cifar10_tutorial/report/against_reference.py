@@ -178,6 +178,10 @@ def _evaluations(rec) -> list[tuple]:
     if late or len(set(steps)) != len(steps):
         raise ValueError(f"an evaluation at step {late[0]}, past the step the run reached "
                          f"({reached})" if late else "two evaluations of one step")
+    if steps != sorted(steps):  # collect writes them as the run made them, step by step
+        back = next(i for i in range(1, len(steps)) if steps[i] < steps[i - 1])
+        raise ValueError(f"an evaluation at step {steps[back]:,} after one at step "
+                         f"{steps[back - 1]:,}, where a run evaluates in step order")
     return evals
 
 

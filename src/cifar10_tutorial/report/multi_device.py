@@ -94,9 +94,10 @@ def _inconsistent(timed: dict) -> Optional[str]:
         (f"set-up {name!r}'s device", st.get("device")) for name, st in timed["setups"].items()
         if isinstance(st, dict) and isinstance(st.get("device"), str)]
     for what, text in texts:  # the report quotes them in its lines and table rows
-        if any(ord(c) < 32 or ord(c) == 127 for c in text):
-            return (f"{what} {text[:60]!r}, holding a newline or another control character, "
-                    f"where a machine's name is one line")
+        if any(ord(c) < 32 or ord(c) == 127 or c == "|" for c in text):
+            return (f"{what} {text[:60]!r}, holding a newline, another control character or "
+                    f"a '|', where a machine's name is one line, and one cell of the "
+                    f"report's tables")
     extra = sorted(set(timed["setups"]) - {"1 x 128", "2 x 64"})
     if extra:  # the report states two set-ups' figures: a third would go unsaid
         return (f"set-up {extra[0]!r}, where the record holds the set-ups '1 x 128' and "

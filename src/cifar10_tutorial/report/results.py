@@ -220,6 +220,14 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
                 isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1):
             raise PipelineError(f"{folder / 'metrics.json'}: eval.{key} is {value}, expected a "
                                 f"fraction of the test images from 0 to 1; {rerun}.")
+    images = metrics["eval"].get("num_examples")
+    if isinstance(images, int) and not isinstance(images, bool) and images > 0:
+        for key, value in metrics["eval"].items():  # each a count of right images over them
+            if key.startswith("precision_at_1") and \
+                    abs(value * images - round(value * images)) > 0.01:
+                raise PipelineError(f"{folder / 'metrics.json'}: eval.{key} is {value}, "
+                                    f"{value * images:,.2f} of its {images:,} test images, "
+                                    f"where a precision counts whole images right; {rerun}.")
     # a loss, computed in float32, lies from 0 to its largest number (a run that diverged
     # records inf or NaN: stated as it is)
     for part in ("train", "eval"):
