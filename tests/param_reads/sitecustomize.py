@@ -109,8 +109,15 @@ def patch(params_mod) -> None:
         record(f"{group}.{name}")  # the variant's entry is read, even when it is empty
         return merged
 
+    twin_check = params_mod.refuse_twin_on_data
+
+    def refuse_twin_on_data(params, name, num_train, flip):
+        with paused():  # a check of the variants against each other, as the loader's
+            return twin_check(params, name, num_train, flip)
+
     params_mod.params_from_dict = params_from_dict
     params_mod.variant_params = variant_params
+    params_mod.refuse_twin_on_data = refuse_twin_on_data
 
 
 def flush() -> None:
