@@ -451,6 +451,51 @@ def test_the_variant_stage_refuses_a_twin_its_data_reveal_before_it_trains(synth
         assert "launching:" not in proc.stderr
 
 
+@pytest.mark.parametrize("files, said", [
+    ({"out/two/metrics.json": "{}\n"},
+     r"out/two: holds metrics.json, not the results of a run of two \(no variant.json naming "
+     r"a variant\), which the ablation@two stage would replace; give --out a folder"),
+    ({"out/two/train/notes.txt": "mine\n"},
+     r"out/two/train: holds notes.txt, which the ablation@two stage did not make and would "
+     r"delete; give --out a folder of its own"),
+    ({"work/two/notes.txt": "mine\n"},
+     r"work/two: holds notes.txt, which the ablation@two stage did not make and would "
+     r"delete; give --work a folder of its own"),
+], ids=["users-metrics", "users-file-in-train", "users-file-in-work"])
+def test_a_several_device_variant_refuses_files_not_its_own_before_torchrun(
+        synth_data, tmp_path, files, said):
+    """On two devices, what is in the way of the variant's results is said by the
+    launching process, in one line naming the stage and its option, before torchrun
+    starts its processes (each of which would refuse, be restarted, and end in torchrun's
+    traceback); the files stay as they were."""
+    import yaml
+
+    from conftest import copy_project, write_prepared
+
+    project = copy_project(tmp_path / "p")
+    write_prepared(synth_data, project / "prepared")
+    (project / "reports" / "params.yaml").write_text(yaml.safe_dump({
+        "ablation": {"max_steps": 2}, "train": {"batch_size": 16, "device": "cpu"},
+        "ablations": {"two": {"train": {"num_devices": 2}}}, "dataset_ablations": {}}))
+    for where, text in files.items():
+        (project / where).parent.mkdir(parents=True, exist_ok=True)
+        (project / where).write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("DVC_STAGE", None)
+    proc = subprocess.run([sys.executable, "stages/ablation.py", "two", "--params",
+                           "reports/params.yaml", "--data", "prepared", "--work", "work/two",
+                           "--out", "out/two"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "launching:" not in proc.stderr
+    assert re.search(said, proc.stderr.strip().splitlines()[-1]), proc.stderr
+    for where, text in files.items():
+        assert (project / where).read_text() == text
+    made = {p.name for p in (project / "out" / "two").rglob("*")} | {
+        p.name for p in (project / "work").rglob("*")}
+    assert made <= {Path(w).name for w in files} | {"two", "train", ".two.run-lock"}, made
+
+
 def test_a_data_set_variant_flipping_as_its_default_is_refused_before_its_download(tmp_path):
     """`input.flip: false` beside the same SVHN variant without it: SVHN's digits are never
     flipped by default, so both train alike. Its data set says so before any data are

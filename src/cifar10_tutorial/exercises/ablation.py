@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..training.paths import VariantPaths, kept_past_workspace, training_work
+from ..training.paths import (VariantPaths, kept_past_workspace, refuse_foreign_outputs,
+                              training_work)
 from ..training.deadline import NONE, Continuation, from_stage
 from ..training.mirror import run_ended
 from ..training.distributed import launched_by_torchrun, relaunch_on_devices, this_process
@@ -61,9 +62,25 @@ def _refuse_other_results(paths: VariantPaths, name: str) -> None:
                  else "no variant.json naming a variant" if "variant.json" not in present
                  else "its variant.json names no variant")
         raise PipelineError(f"{paths.out}: holds {' and '.join(present)}, not the results of a "
-                            f"run of {name} ({whose}), which the ablation@{name} stage would "
+                            f"run of {name} ({whose}), which the "
+                            f"{paths.owner or 'ablation@' + name} stage would "
                             f"replace; give --out a folder of its own (as reports/dvc.yaml "
                             f"gives it), or move them away. Nothing was changed.")
+
+
+def _refuse_what_is_not_its_own(paths: VariantPaths, name: str) -> None:
+    """What the run replaces in --out, checked before it writes anything (and by the
+    launching process before torchrun starts its ranks, which would each refuse and be
+    restarted): DVC leaves the variant's results in place until it has run (persist
+    outputs) and then records the folder whole, so a file the evaluation does not write,
+    something in the way of metrics.json or variant.json, or results that are no run of
+    this variant's are refused in one line; so are files in its training folders (--out's
+    train/, --work) that no run made."""
+    stage = paths.owner or f"ablation@{name}"
+    refuse_foreign_outputs(paths.train)
+    refuse_foreign(paths.eval_dir, EVAL_NAMES, stage, "--out", EVAL_NAMES)
+    refuse_in_the_way([paths.metrics, paths.variant], stage)
+    _refuse_other_results(paths, name)
 
 
 def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
@@ -72,11 +89,8 @@ def run_variant(params: Params, name: str, data: Prepared, paths: VariantPaths,
     ``continuation``: the train run's deadline and mirror (:mod:`.deadline`); the
     mirror is cleared once the results are written."""
     vp = variant_params(params, name)
-    # DVC leaves the variant's results in place until it has run (persist outputs) and
-    # then records the folder whole: a file the evaluation does not write is refused
-    refuse_foreign(paths.eval_dir, EVAL_NAMES, f"ablation@{name}", "--out", EVAL_NAMES)
-    refuse_in_the_way([paths.metrics, paths.variant], f"ablation@{name}")
-    _refuse_other_results(paths, name)
+    if this_process().main:  # rank 0 writes them; other ranks could see its writes begun
+        _refuse_what_is_not_its_own(paths, name)
     data = trial_held_out(params.ablation, data)
     made: dict = {}  # the held-out evaluation of the last step: the eval below need not repeat it
     tm = train(vp, data, paths.train, progress=progress, continuation=continuation,
@@ -217,12 +231,13 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
         # and --out's, which two variants of other --work must not share
         for folder in dict.fromkeys((args.work, work, args.out)):
             hold_run_lock(folder, command)
+    paths = VariantPaths(work, args.out, f"{STAGES[group][0]}@{args.name}")
+    if not launched_by_torchrun():
+        _refuse_what_is_not_its_own(paths, args.name)
     relaunch_on_devices(variant.train, variant.run, script, sys.argv[1:])
     data = load_data(params)
     # the loader compares the variants without their data; with them, a budget in epochs,
     # a decay interval and the data set's flips are known too
     refuse_twin_on_data(params, args.name, len(data.train_labels),
                         bool(data.meta.get("flip", True)))
-    run_variant(params, args.name, data,
-                VariantPaths(work, args.out, f"{STAGES[group][0]}@{args.name}"),
-                continuation=cont)
+    run_variant(params, args.name, data, paths, continuation=cont)

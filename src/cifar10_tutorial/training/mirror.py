@@ -197,7 +197,8 @@ class Mirror:
         if not self.local:
             return
         root = Path(os.path.realpath(self.root))
-        for name, out in (("--out", paths.out_dir), ("--live", paths.live_dir),
+        out_option, live_option = paths.options
+        for name, out in ((out_option, paths.out_dir), (live_option, paths.live_dir),
                           ("checkpoints", paths.checkpoints), ("TensorBoard", paths.tensorboard)):
             out = Path(os.path.realpath(out))
             if root == out or root in out.parents or out in root.parents:

@@ -33,6 +33,8 @@ class TrainPaths:
     tensorboard_dir: Optional[Path] = None  # None: out_dir/tensorboard
     speed_file: Optional[Path] = None  # the speeds and times, apart from metrics.json
     owner: Optional[str] = None  # the stage whose run the folder is (train, ablation@NAME)
+    # the stage's options naming out_dir and live_dir, for its messages
+    options: tuple[str, str] = ("--out", "--live")
 
     @property
     def checkpoints(self) -> Path:
@@ -118,7 +120,8 @@ class VariantPaths:
 
     @property
     def train(self) -> TrainPaths:
-        return TrainPaths(self.work, self.out / "train", owner=self.owner)
+        return TrainPaths(self.work, self.out / "train", owner=self.owner,
+                          options=("--work", "--out"))
 
     @property
     def eval_dir(self) -> Path:
@@ -200,9 +203,11 @@ def claim_checkpoints(paths: TrainPaths) -> None:
 
 def refuse_foreign_outputs(paths: TrainPaths) -> None:
     same = Path(paths.out_dir).resolve() == Path(paths.live_dir).resolve()
-    refuse_foreign(paths.out_dir, OUT_NAMES | (LIVE_NAMES if same else set()), "train", "--out",
+    stage = paths.owner or "train"
+    out, live = paths.options
+    refuse_foreign(paths.out_dir, OUT_NAMES | (LIVE_NAMES if same else set()), stage, out,
                    OUT_FILES)
-    refuse_foreign(paths.live_dir, LIVE_NAMES | (OUT_NAMES if same else set()), "train", "--live",
+    refuse_foreign(paths.live_dir, LIVE_NAMES | (OUT_NAMES if same else set()), stage, live,
                    LIVE_FILES)
     refuse_foreign_curves(Path(paths.live_dir) / "plots")
 
