@@ -67,7 +67,16 @@ def test_a_damaged_record_is_one_clear_line(tmp_path):
     runs = [{"digest": "a" * 64}, {"digest": "b" * 64}]
     for check, said in (({"runs": runs}, r"says identical: true, where its runs' digests differ"),
                         ({}, r"records no two runs with their digests"),
-                        ({"runs": runs[:1]}, r"records no two runs with their digests")):
+                        ({"runs": runs[:1]}, r"records no two runs with their digests"),
+                        # one digest is one set of weights: they score alike, from 0 to 1
+                        ({"runs": [{"digest": "a" * 64, "precision_at_1": 0.554},
+                                   {"digest": "a" * 64, "precision_at_1": 0.9}]},
+                         r"records precision_at_1 0.554 and 0.9 for one digest: the same "
+                         r"weights on the same images score alike"),
+                        ({"runs": [{"digest": "a" * 64, "precision_at_1_raw": 1.5},
+                                   {"digest": "a" * 64, "precision_at_1_raw": 1.5}]},
+                         r"records precision_at_1_raw 1.5, 1.5, where each run records a "
+                         r"fraction of its test images from 0 to 1")):
         bad.write_text(json.dumps([{"commits": ["1" * 40, "2" * 40], "identical": True,
                                     **check}]))
         with pytest.raises(PipelineError, match=r"r.json: check 1 \(1111111111..2222222222\) "

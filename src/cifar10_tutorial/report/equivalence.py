@@ -51,7 +51,20 @@ def _unheld(check: dict) -> Optional[str]:
     if check["identical"] != same:
         return (f"says identical: {str(check['identical']).lower()}, where its runs' digests "
                 f"{'agree' if same else 'differ'}")
+    for key in PRECISIONS:  # where recorded: each run's evaluation of its weights
+        said = [r[key] for r in runs if key in r]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1
+                   for v in said):
+            return (f"records {key} {', '.join(str(v)[:20] for v in said)}, where each run "
+                    f"records a fraction of its test images from 0 to 1")
+        if same and len(said) == 2 and said[0] != said[1]:
+            return (f"records {key} {said[0]} and {said[1]} for one digest: the same weights "
+                    f"on the same images score alike")
     return None
+
+
+# what each run of a check records of its evaluation beside its digest
+PRECISIONS = ("precision_at_1", "precision_at_1_raw")
 
 
 def same_training(commits: set, record: list[dict]) -> bool:
