@@ -67,6 +67,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
         read_timing(Path(devices_timing))
     refuse_inside_published(out, "--out")  # its card and manifest list what it holds
     _refuse_inside_own_outputs(out)
+    _refuse_inside_a_run(out, ablations_root)
     for name in FOLDERS:  # the report's own folders: never a link it would write through
         if (out / name).is_symlink() or ((out / name).exists() and not (out / name).is_dir()):
             raise PipelineError(f"{out / name}: a {'link' if (out / name).is_symlink() else 'file'}"
@@ -196,6 +197,21 @@ def _refuse_inside_own_outputs(out: Path) -> None:
                                 f"{at.name}/ (an output of it), where a report is none of "
                                 f"its files; give --out the folder that holds it, or one of "
                                 f"your own. Nothing was changed.")
+
+
+def _refuse_inside_a_run(out: Path, ablations_root: Path) -> None:
+    """--out in (or being) one variant's folder of --ablations: the report's files would
+    join that run's record, which the report and publishing read as one run's (a copy of
+    the results outside DVC too, whose stages would not refuse it)."""
+    where = Path(os.path.realpath(out))
+    for folder in sorted(Path(ablations_root).iterdir()):
+        if (folder / "variant.json").is_file():
+            run = Path(os.path.realpath(folder))
+            if where == run or run in where.parents:
+                raise PipelineError(f"--out {out}: inside {folder}, one variant's results "
+                                    f"(its run's record, which the report reads); give --out "
+                                    f"a folder of its own (reports, as reports/dvc.yaml "
+                                    f"gives it). Nothing was changed.")
 
 
 def _as_written(text: str) -> bool:
