@@ -1788,3 +1788,49 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
         return
     with pytest.raises(PipelineError, match=r"schedule_fast/metrics.json: " + said):
         make_report(root, tmp_path / "out", overrides)
+
+
+@pytest.mark.parametrize("damage, said", [
+    (("precision_at_1", lambda lines: lines[:-1] + [lines[-1].split("\t")[0] + "\tnan"]),
+     r"held_out/precision_at_1.tsv: expected the run's held-out precision_at_1 at each step "
+     r"it evaluated \(a fraction from 0 to 1\), found nan at step 7038"),
+    (("precision_at_1_raw", lambda lines: [lines[0], "782\t1.5"] + lines[2:]),
+     r"held_out/precision_at_1_raw.tsv: .* found 1.5 at step 782"),
+    (("precision_at_1", lambda lines: ["step\tsomething_else"] + lines[1:]),
+     r"held_out: expected the run's held-out curves \(step<TAB>metric per line, as the run "
+     r"writes them\), found what cannot be read \(KeyError"),
+], ids=["last-point-nan", "raw-above-one", "other-header"])
+def test_a_damaged_held_out_curve_is_refused_not_skipped(tmp_path, damage, said):
+    """The held-out curve is checked against the evaluation and the times to targets: a
+    point that is no precision (nan, 1.5), or a curve that cannot be read, is one line
+    naming its file, not a point skipped as if it were absent (the report would then
+    compare nothing and state the edited figures)."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
+    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
+    make_report(root, tmp_path / "out", overrides)  # undamaged: read
+    metric, edit = damage
+    path = root / "schedule_fast/train/plots/metrics/held_out" / f"{metric}.tsv"
+    path.write_text("\n".join(edit(path.read_text().splitlines())) + "\n")
+    with pytest.raises(PipelineError, match=said) as err:
+        make_report(root, tmp_path / "out2", overrides)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("inside", ["baseline", "baseline/eval", "softmax/train/plots"])
+def test_the_reports_out_inside_a_variants_results_is_refused(tmp_path, inside):
+    """A copy of the results outside DVC: --out in one variant's folder would add the
+    report's files to that run's record; one line naming it, and nothing written."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    with pytest.raises(PipelineError, match=rf"^--out .*{inside}: inside .*a/{inside.split('/')[0]}"
+                                            rf", one variant's results"):
+        make_report(root, root / inside, OVERRIDES)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    make_report(root, tmp_path / "out", OVERRIDES)  # beside them: written

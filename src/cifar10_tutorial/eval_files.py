@@ -125,6 +125,27 @@ def _compare(path: Path, found: list, images, said: dict, within: float, metrics
                                 f"not this run's (edited, or two runs' records mixed); {rerun}.")
 
 
+def logged_curve(live: Path, metric: str, metrics: Path, why: str, rerun: str
+                 ) -> tuple[Path, list[list[str]]]:
+    """The rows (``step``, value: each line's fields) of the curve of ``metric`` that the
+    run logged in ``live`` (plots/metrics/train/<metric>.tsv) beside ``metrics``, which
+    states a figure of it (``why``: which, and how the curve gives it). The curve is
+    required beside the figure, as the evaluation's CSVs are beside its: without it an
+    edited figure could not be told; missing or unreadable is one line naming it."""
+    path = Path(live) / "plots" / "metrics" / "train" / f"{metric}.tsv"
+    if not os.path.lexists(path):
+        raise PipelineError(f"{path}: missing beside {metrics}, whose {why} (the run writes "
+                            f"both); {rerun}.")
+    try:
+        lines = read_small_file(path, 64 << 20).decode("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        found = ("a folder" if isinstance(exc, IsADirectoryError) else
+                 getattr(exc, "strerror", None) or f"{type(exc).__name__}: {str(exc)[:60]}")
+        raise PipelineError(f"{path}: expected the training run's curve (step, {metric}), "
+                            f"found {found}; {rerun}.") from None
+    return path, [line.split("\t") for line in lines[1:]]
+
+
 def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> None:
     """``train``'s ``loss_avg`` and ``step`` (as ``metrics`` states them) against what the
     same run wrote beside them in ``live``: its loss curve (plots/metrics/train/
@@ -156,21 +177,10 @@ def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> Non
             raise PipelineError(f"{metrics}: train.epochs is {said_epochs}, where {record} "
                                 f"records {epochs} epochs: the figures are not this run's; "
                                 f"{rerun}.")
-    path = Path(live) / "plots" / "metrics" / "train" / "loss_avg.tsv"
-    if not os.path.lexists(path):
-        raise PipelineError(f"{path}: missing beside {metrics}, whose train.loss_avg is the "
-                            f"curve's point at the run's last step (the run writes both); "
-                            f"{rerun}.")
-    try:
-        lines = read_small_file(path, 64 << 20).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        found = ("a folder" if isinstance(exc, IsADirectoryError) else
-                 getattr(exc, "strerror", None) or f"{type(exc).__name__}: {str(exc)[:60]}")
-        raise PipelineError(f"{path}: expected the training run's loss curve (step, loss_avg), "
-                            f"found {found}; {rerun}.") from None
+    path, rows = logged_curve(live, "loss_avg", metrics, "train.loss_avg is the curve's "
+                              "point at the run's last step", rerun)
     value = None
-    for line in reversed(lines[1:]):
-        fields = line.split("\t")
+    for fields in reversed(rows):
         try:
             if len(fields) == 2 and int(float(fields[0])) == step:
                 value = float(fields[1])

@@ -16,8 +16,8 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import restore_from_git, save_figure_atomic
 from ..curves import read_curve
-from ..eval_files import (FLOAT32_MAX, loads_once, refuse_other_loss, refuse_other_model,
-                          refuse_other_predictions)
+from ..eval_files import (FLOAT32_MAX, loads_once, logged_curve, refuse_other_loss,
+                          refuse_other_model, refuse_other_predictions)
 
 
 def _shown(path) -> str:
@@ -113,23 +113,11 @@ def _refuse_speed_beyond_curve(folder: Path, train: dict, metrics: Path, speed: 
     time, held-out evaluations included): the session's average is no faster than its
     fastest interval, but for the evaluations' share. A speed beyond that was not
     measured by the run; one line naming both files."""
-    from ..files import read_small_file
-
-    path = folder / "train" / "plots" / "metrics" / "train" / "examples_per_sec.tsv"
-    if not os.path.lexists(path):
-        raise PipelineError(f"{path}: missing beside {metrics}, whose train.examples_per_sec "
-                            f"the run measured over the steps it logs there (the run writes "
-                            f"both); {rerun}")
-    try:
-        lines = read_small_file(path, 64 << 20).decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        found = ("a folder" if isinstance(exc, IsADirectoryError) else
-                 getattr(exc, "strerror", None) or f"{type(exc).__name__}: {str(exc)[:60]}")
-        raise PipelineError(f"{path}: expected the training run's speed curve (step, "
-                            f"examples_per_sec), found {found}; {rerun}") from None
+    path, rows = logged_curve(folder / "train", "examples_per_sec", metrics,
+                              "train.examples_per_sec the run measured over the steps it logs "
+                              "there", rerun)
     logged = []
-    for line in lines[1:]:
-        fields = line.split("\t")
+    for fields in rows:
         try:
             value = float(fields[1]) if len(fields) == 2 else math.nan
         except ValueError:
@@ -285,14 +273,40 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
 SAME_EVALUATION = 1e-3
 
 
+def _held_out(folder: Path, rerun: str):
+    """The run's held-out curve (:func:`.curves.held_out_curve`; None where it logs none),
+    its precisions fractions from 0 to 1 as the run logs them: a damaged curve, or a point
+    that is not a fraction (``nan``, 1.5), is one line naming it, not a point skipped as if
+    absent."""
+    from ..curves import held_out_curve
+
+    where = folder / "train" / "plots" / "metrics" / "held_out"
+    try:
+        curve = held_out_curve(folder / "train")
+    except (OSError, ValueError, KeyError) as exc:
+        raise PipelineError(f"{where}: expected the run's held-out curves (step<TAB>metric "
+                            f"per line, as the run writes them), found what cannot be read "
+                            f"({type(exc).__name__}: {str(exc)[:60]}); {rerun}.") from None
+    for key in ("precision_at_1", "precision_at_1_raw"):
+        logged = read_curve(folder / "train", key, "held_out") if curve is not None else None
+        if logged is None or key not in logged:
+            continue
+        values = pd.to_numeric(logged[key], errors="coerce")
+        bad = logged[~((values >= 0) & (values <= 1))]
+        if len(bad):
+            raise PipelineError(f"{where / (key + '.tsv')}: expected the run's held-out {key} "
+                                f"at each step it evaluated (a fraction from 0 to 1), found "
+                                f"{str(bad[key].iloc[0])[:20]} at step {bad['step'].iloc[0]}; "
+                                f"{rerun}.")
+    return curve
+
+
 def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> None:
     """The run's own held-out evaluation of its last step (train.held_out, and its curve's
     point at that step) against the evaluation's figures: the same model on the same
     images; and its step against the one its provenance records. A copy whose figures
     were edited (the curves left as they were) states figures its own records contradict;
     one line naming the two."""
-    from ..curves import held_out_curve
-
     step = metrics["train"].get("step")
     try:  # the run's own record of its length (a damaged one: the model card names it)
         steps = json.loads((folder / "train" / "provenance.json").read_text()).get("steps")
@@ -312,10 +326,7 @@ def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> N
     found = []
     if isinstance(held, dict):
         found += [(f"train.held_out.{k}", held.get(k), k) for k in said]
-    try:
-        curve = held_out_curve(folder / "train")
-    except (OSError, ValueError, KeyError):  # a damaged curve: the model card names it
-        curve = None
+    curve = _held_out(folder, rerun)
     if curve is not None and isinstance(step, (int, float)):
         at = curve[curve["step"] == step]
         found += [(f"its held-out curve at step {int(step):,} ({k})", at[k].iloc[-1], k)
@@ -335,15 +346,10 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
     against the held-out curve of the same evaluations (training/monitoring.py HeldOut
     times the targets on them): each target reached at the first point of the curve at or
     above it. A time moved or a target added that the curve contradicts is one line."""
-    from ..curves import held_out_curve
-
     reached = metrics["train"].get("time_to_target")
     if not isinstance(reached, dict) or not reached:
         return
-    try:
-        curve = held_out_curve(folder / "train")
-    except (OSError, ValueError, KeyError):  # a damaged curve: the model card names it
-        return
+    curve = _held_out(folder, rerun)
     said = folder / "metrics.json"
     if curve is None:
         raise PipelineError(f"{said}: train.time_to_target times held-out precisions "
