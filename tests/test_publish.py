@@ -984,3 +984,21 @@ def test_a_full_disk_at_out_names_out_not_the_model(finished, tmp_path):
     line = _one_error_line(proc)
     assert f"{out}: No space left on device" in line and "model.pt" not in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_at_the_first_write_names_out(finished, tmp_path):
+    """The disk of --out full from publish's first write on (its building mark), raised as
+    a full disk is by a plain write, without a file name: the line names --out, not "an
+    output file"; nothing is left at --out."""
+    out = tmp_path / "pub"
+    code = ("import errno, os, pathlib, runpy, sys\n"
+            "def full(self, *a, **k):\n"
+            "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+            "pathlib.Path.write_text = full\n"
+            "sys.path.insert(0, 'tools')\n"
+            f"sys.argv = ['tools/publish.py', 'baseline', '--out', {str(out)!r}]\n"
+            "runpy.run_path('tools/publish.py', run_name='__main__')\n")
+    proc = _run(finished, "-c", code)
+    line = _one_error_line(proc)
+    assert line.startswith(f"error: {out}: No space left on device"), line
+    assert list(tmp_path.iterdir()) == []

@@ -359,7 +359,8 @@ def _stage_and_swap(staged: Path, r: Records, out: Path, curve: list[str],
     """Build the folder in ``staged``, then swap it in at ``out``; a staged folder not
     swapped in is removed whatever ends this."""
     try:
-        (staged / BUILDING).write_text("a folder cifar10 publish is building\n")  # first
+        with writing(staged, out):  # a full disk: --out named, not "an output file"
+            (staged / BUILDING).write_text("a folder cifar10 publish is building\n")  # first
         _write_folder(staged, r, out, curve, unchecked)
         (staged / BUILDING).unlink()  # complete: its manifest says what is publish's now
         own, held = _held(out)  # again: what a user put there meanwhile is not replaced either
