@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cifar10_tutorial.cli import EXERCISE_PARAMS, given_path, run_stage, stage_parser
-from cifar10_tutorial.params import EXERCISES, load_params
+from cifar10_tutorial.params import EXERCISES, load_params, to_dict
 from cifar10_tutorial.report.report import make_report
 from cifar10_tutorial.report.results import (refuse_not_a_file, refuse_stale_definitions,
                                              refuse_stale_results)
@@ -37,10 +37,14 @@ def main() -> None:
         print(f"note: {unchecked}", file=sys.stderr)
     params = load_params(args.params, EXERCISES)
     refuse_stale_definitions(args.ablations, {**params.ablations, **params.dataset_ablations})
+    # each variant's network: the model section with its overrides (as the run builds it)
+    base = to_dict(params.model)
+    networks = {name: {**base, **((overrides or {}).get("model") or {})} for name, overrides
+                in {**params.ablations, **params.dataset_ablations}.items()}
     path = make_report(args.ablations, args.out, dict(params.ablations),
                        dict(params.dataset_ablations), args.search, args.equivalence,
                        args.devices_timing, args.tf_reference, params.ablation.trial_steps,
-                       unchecked)
+                       unchecked, networks)
     print(f"wrote {path}")
 
 

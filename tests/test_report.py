@@ -1834,3 +1834,51 @@ def test_the_reports_out_inside_a_variants_results_is_refused(tmp_path, inside):
         make_report(root, root / inside, OVERRIDES)
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
     make_report(root, tmp_path / "out", OVERRIDES)  # beside them: written
+
+
+@pytest.mark.parametrize("edit, said", [
+    (None, None),  # each variant's figures as its network gives them
+    (("baseline", "num_params", 999), r"baseline/metrics.json: train.num_params is 999, "
+                                      r"where baseline's network .* has 1,066,754"),
+    (("local_head", "macs_per_image", 18_469_248),
+     r"local_head/metrics.json: train.macs_per_image is 18469248, where local_head's network "
+     r"\(reports/params.yaml's model section with its overrides, .*\"head\": \"local\".*, for "
+     r"the 2 classes of eval/per_class.csv\) has 19,503,360"),
+    # the model section's own setting reaches every variant: batch norm's 256 more
+    (("model", "batch_norm", True), r"baseline/metrics.json: train.num_params is 1066754, "
+                                    r"where baseline's network .* has 1,067,010"),
+], ids=["as-run", "params-edited", "macs-edited", "other-model-section"])
+def test_a_variants_size_its_network_does_not_give_is_refused(tmp_path, edit, said):
+    """train.num_params and train.macs_per_image follow from the network alone (the model
+    section, the variant's overrides, the classes it scored): a figure its network does
+    not give is one line naming the file, not stated in the tables (these two-class runs:
+    1,066,754 parameters and 18,469,248 multiply-adds an image with the tutorial's head,
+    2,103,746 and 19,503,360 with the locally connected one)."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.params import ModelParams, to_dict
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    sizes = {"fc": (1_066_754, 18_469_248), "local": (2_103_746, 19_503_360)}
+    model = to_dict(ModelParams())
+    for name, overrides in OVERRIDES.items():  # the fixture's runs, sized as two-class ones
+        params, macs = sizes[overrides.get("model", {}).get("head", "fc")]
+        for path in (root / name / "metrics.json", root / name / "train" / "metrics.json"):
+            m = json.loads(path.read_text())
+            (m["train"] if "train" in m else m).update(num_params=params, macs_per_image=macs)
+            path.write_text(json.dumps(m))
+    if edit is not None and edit[0] == "model":
+        model[edit[1]] = edit[2]
+    elif edit is not None:
+        name, key, value = edit
+        for path in (root / name / "metrics.json", root / name / "train" / "metrics.json"):
+            m = json.loads(path.read_text())
+            (m["train"] if "train" in m else m)[key] = value
+            path.write_text(json.dumps(m))
+    networks = {name: {**model, **o.get("model", {})} for name, o in OVERRIDES.items()}
+    if said is None:
+        make_report(root, tmp_path / "out", OVERRIDES, networks=networks)
+        return
+    with pytest.raises(PipelineError, match=said) as err:
+        make_report(root, tmp_path / "out", OVERRIDES, networks=networks)
+    assert "\n" not in str(err.value)

@@ -26,7 +26,8 @@ from ..files import (ending_signals_unwind, listed_as_written, read_small_file,
 from ..params import queue_sizes
 from .reference import ref, reference_markdown
 from .results import (Results, banner, load_curve, load_variants, make_results, marker,
-                          markdown_table, pct, plot, provenance_section, speed_ratio)
+                          markdown_table, pct, plot, provenance_section, refuse_other_network,
+                          speed_ratio)
 from .against_reference import against_reference, read_reference
 from .multi_device import exercise5_devices, read_timing
 from .schedules import reproduction, time_to_accuracy
@@ -37,7 +38,8 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                 dataset_variants: Optional[list[str]] = None,
                 search: Optional[Path] = None, equivalence: Optional[Path] = None,
                 devices_timing: Optional[Path] = None, tf_reference: Optional[Path] = None,
-                trial_steps: Optional[int] = None, unchecked: Optional[str] = None) -> Path:
+                trial_steps: Optional[int] = None, unchecked: Optional[str] = None,
+                networks: Optional[dict] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
     results under ``ablations_root`` (data-set variants' results are there too);
     ``variants``: reports/params.yaml's ``ablations`` (name -> overrides), which sorts them into
@@ -47,8 +49,11 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     the folder of the reference implementation's runs (:mod:`.against_reference`);
     ``trial_steps``: reports/params.yaml ``ablation.trial_steps``, named in the banner when set;
     ``unchecked``: why the results could not be checked against their stages (a copy of
-    them), said at the top."""
+    them), said at the top; ``networks``: each variant's ``model`` section (name -> the
+    section with its overrides), whose parameters and multiply-adds its results state."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
+    if networks is not None:
+        refuse_other_network(ablations_root, every, networks)
     not_run = []
     if variants is not None:
         # a variant without results is named at the top and its sections say so

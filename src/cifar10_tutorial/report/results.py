@@ -3,6 +3,8 @@ loaded as tables, percentages, Markdown tables and plots written atomically; and
 report's first section, which says how the results were made."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -14,7 +16,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from ..errors import PipelineError
-from ..files import restore_from_git, save_figure_atomic
+from ..files import read_small_file, restore_from_git, save_figure_atomic
 from ..curves import read_curve
 from ..eval_files import (FLOAT32_MAX, loads_once, logged_curve, refuse_other_loss,
                           refuse_other_model, refuse_other_predictions)
@@ -135,6 +137,33 @@ def _refuse_speed_beyond_curve(folder: Path, train: dict, metrics: Path, speed: 
         raise PipelineError(f"{metrics}: train.examples_per_sec is {speed:,.6g}, where {path}, "
                             f"the speeds the same run logged, allows at most {most:,.6g} "
                             f"({fastest}): not a speed this run measured; {rerun}")
+
+
+def refuse_other_network(root: Path, df: pd.DataFrame, networks: dict) -> None:
+    """Each variant's train.num_params and train.macs_per_image against its network: the
+    ``model`` section of reports/params.yaml with the variant's overrides (``networks``:
+    name -> that section), built for the classes its evaluation scored (eval/per_class.csv,
+    one row each) as the run builds it. Both figures follow from the network alone, so a
+    figure the network does not give is not the run's: one line naming the file."""
+    from ..model import build_model, macs_per_image, num_params
+
+    for name, model in networks.items():
+        if name not in df.index:
+            continue
+        folder = Path(root) / name
+        text = read_small_file(folder / "eval" / "per_class.csv", 64 << 20).decode("utf-8")
+        classes = len(list(csv.reader(io.StringIO(text)))) - 1  # checked as the row was read
+        net = build_model(classes, **model)
+        want = {"num_params": num_params(net), "macs_per_image": macs_per_image(net)}
+        for key, value in want.items():
+            said = df.at[name, key]
+            if said != value:
+                raise PipelineError(
+                    f"{folder / 'metrics.json'}: train.{key} is {said}, where {name}'s network "
+                    f"(reports/params.yaml's model section with its overrides, "
+                    f"{json.dumps(model, sort_keys=True)[:200]}, for the {classes} classes of "
+                    f"eval/per_class.csv) has {value:,}: the figure is not its run's; rerun it "
+                    f"(`dvc repro reports/dvc.yaml:ablation@{name}`, or dataset_ablation@{name})")
 
 
 def load_variants(root: Path) -> pd.DataFrame:
