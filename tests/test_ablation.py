@@ -374,6 +374,32 @@ def test_a_file_the_evaluation_does_not_write_in_a_variants_eval_folder_is_refus
     assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.parametrize("where", ["metrics.json", "variant.json", "eval/metrics.json",
+                                   "train/metrics.json"])
+def test_a_link_where_a_variant_writes_a_file_is_refused_before_it_trains(
+        synth_data, tmp_path, where):
+    """A file the run writes as it ends is replaced whole, never through a link: a link
+    there (to a user's file, even one naming the variant) is refused in one line before
+    anything trains, not after the whole budget; the file it points to is kept."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.exercises.ablation import run_variant
+    from cifar10_tutorial.training.paths import VariantPaths
+    from conftest import tiny_params as params_for
+
+    out = tmp_path / "mine"
+    (out / where).parent.mkdir(parents=True)
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text('{"variant": "mine", "notes": "of my own"}\n')
+    (out / where).symlink_to(theirs)
+    params = dataclasses.replace(params_for(), ablations={"mine": {}})
+    with pytest.raises(PipelineError, match=rf"^{out / where}: a link \(to {theirs}\), where "
+                                            rf"the ablation@mine stage writes a file of its own"):
+        run_variant(params, "mine", synth_data,
+                    VariantPaths(tmp_path / "work", out, "ablation@mine"))
+    assert not (tmp_path / "work").exists()
+    assert theirs.read_text() == '{"variant": "mine", "notes": "of my own"}\n'
+
+
 @pytest.mark.parametrize("where", ["eval/predictions.csv", "eval/metrics.json", "metrics.json",
                                    "variant.json"])
 def test_a_folder_where_a_variant_writes_a_file_is_refused_before_it_trains(
@@ -496,6 +522,50 @@ def test_a_several_device_variant_refuses_files_not_its_own_before_torchrun(
     assert made <= {Path(w).name for w in files} | {"two", "train", ".two.run-lock"}, made
 
 
+@pytest.mark.parametrize("damage, said", [
+    ("counts", r"prepared: train has 1000 images and 1000 labels; meta.json says 2000; rerun "
+               r"the preprocess stage"),
+    ("fifo", r"prepared/meta.json: not a file \(a folder, FIFO or link to nothing\), where the "
+             r"preprocess stage writes its record"),
+], ids=["meta-says-more-images", "meta-a-fifo"])
+def test_damaged_prepared_data_are_named_before_the_twin_check(synth_data, tmp_path, damage,
+                                                               said):
+    """The twin check compares a budget in epochs with the data's size before any lock or
+    launch: the data are checked as the loader checks them first, so a meta.json that
+    says 2,000 images (the arrays hold 1,000) is named, not taken at its word (0.32 epochs
+    of 2,000 images in batches of 32 would be the baseline's 20 steps), and a FIFO in its
+    place is "not a file", not "not found", and never opened."""
+    import json
+
+    import yaml
+
+    from conftest import copy_project, write_prepared
+
+    project = copy_project(tmp_path / "p")
+    write_prepared(synth_data, project / "prepared")
+    meta = project / "prepared" / "meta.json"
+    if damage == "counts":
+        record = json.loads(meta.read_text())
+        record["counts"]["train"] = 2000
+        meta.write_text(json.dumps(record))
+    else:
+        meta.unlink()
+        os.mkfifo(meta)
+    (project / "reports" / "params.yaml").write_text(yaml.safe_dump({
+        "ablation": {"max_steps": 20}, "train": {"batch_size": 32, "device": "cpu"},
+        "ablations": {"baseline": {}, "epochs": {"train": {"max_epochs": 0.32}}},
+        "dataset_ablations": {}}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("DVC_STAGE", None)
+    proc = subprocess.run([sys.executable, "stages/ablation.py", "epochs", "--params",
+                           "reports/params.yaml", "--data", "prepared", "--work", "work/epochs",
+                           "--out", "out/epochs"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(said, proc.stderr.strip().splitlines()[-1]), proc.stderr
+    assert not (project / "work").exists() and not (project / "out").exists()
+
+
 def test_a_data_set_variant_flipping_as_its_default_is_refused_before_its_download(tmp_path):
     """`input.flip: false` beside the same SVHN variant without it: SVHN's digits are never
     flipped by default, so both train alike. Its data set says so before any data are
@@ -526,6 +596,36 @@ def test_a_data_set_variant_flipping_as_its_default_is_refused_before_its_downlo
         "variant, or change a setting that computes"), proc.stderr
     assert sorted(p.relative_to(project) for p in project.rglob("*")
                   if "__pycache__" not in p.parts) == before
+
+
+def test_a_data_set_variants_missing_archive_names_its_own_url(tmp_path):
+    """A data-set variant's archive comes from its own data.url in reports/params.yaml: a
+    path that is not there is one line naming that key and how to set it there, not the
+    main pipeline's data.url (setting which would change the main pipeline's data)."""
+    import yaml
+
+    from conftest import copy_project
+
+    project = copy_project(tmp_path / "p")
+    missing = tmp_path / "nowhere.tar.gz"
+    (project / "reports" / "params.yaml").write_text(yaml.safe_dump({
+        "ablations": {}, "dataset_ablations": {"svhn": {"data": {
+            "dataset": "svhn", "url": str(missing)}}}}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("DVC_STAGE", None)
+    proc = subprocess.run([sys.executable, "stages/dataset_ablation.py", "svhn", "--params",
+                           "reports/params.yaml", "--work", "work", "--out", "out",
+                           "--partial", "partial"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    # (SVHN's url is the folder of its files: the first, train_32x32.mat, is named)
+    assert line.startswith(f"error: dataset_ablations.svhn.data.url: {missing}") \
+        and "does not exist" in line, line
+    assert line.endswith("Set dataset_ablations.svhn.data.url in reports/params.yaml to a "
+                         "mirror or to a local copy (file:///path/to/archive or a plain "
+                         "path), e.g. `dvc exp run -S 'reports/params.yaml:dataset_ablations"
+                         ".svhn.data.url=/path/to/archive'`."), line
 
 
 @pytest.mark.parametrize("files, whose", [

@@ -701,6 +701,34 @@ def test_a_variant_that_computes_what_another_does_on_its_data_is_refused(twin, 
     refuse_twin_on_data(params, "c", num_train, flip)
 
 
+def test_a_queue_fill_that_comes_to_the_same_queues_on_several_devices_is_a_twin():
+    """On two devices each process fills its queue from its share of the records (every
+    second record of each training file): fills that come to the same whole records in
+    every process are one queue, named with each process's records; the shares follow the
+    files a run reads."""
+    from cifar10_tutorial.params import refuse_twin_on_data, twins
+
+    two = {"train": {"num_devices": 2, "batch_size": 64}}
+    params = params_from_dict({"ablations": {
+        "devices": two, "fill": {**two, "input": {"min_fraction_of_examples_in_queue": 0.40001}},
+        "apart": {**two, "input": {"min_fraction_of_examples_in_queue": 0.45}}}})
+    with pytest.raises(ParamsError, match=r"ablations.fill trains and scores exactly as "
+                                          r"ablations.devices \(it differs only in "
+                                          r"input.min_fraction_of_examples_in_queue: the same "
+                                          r"queues of 8,000, 8,000 records of the 20,000, "
+                                          r"20,000 each of the 2 processes trains on\)"):
+        refuse_twin_on_data(params, "fill", 40000, True, [8000] * 5)
+    refuse_twin_on_data(params, "apart", 40000, True, [8000] * 5)
+    # five files of 101 records: the first process takes 51 of each (255), the second 50
+    # (250); as one file of 505, 253 and 252. A fill of 0.3 holds 76 and 75 records (75
+    # and 75 of one file), 0.2985 holds 76 and 74 (75 and 75), 0.3001 76 and 75 (75 and 75)
+    fills = {"a": 0.3, "b": 0.2985, "c": 0.3001}
+    raw = {"ablations": {k: {**two, "input": {"min_fraction_of_examples_in_queue": v}}
+                         for k, v in fills.items()}}
+    assert twins(raw, 505, True, [101] * 5) == {"c": "a"}
+    assert twins(raw, 505, True) == {"b": "a", "c": "a"}
+
+
 def test_twins_are_named_for_a_tool_that_cuts_every_budget_to_one():
     """params.twins: what tools/check_code.py leaves out of a pass where its one short
     budget makes a variant of a budget of its own its baseline's twin; none at budgets

@@ -1207,14 +1207,16 @@ def _sizes(prepared: Path) -> tuple[int, int]:
         return 0, 0
 
 
-def _what_data(prepared: Path) -> tuple[Optional[int], Optional[bool]]:
-    """The training images of prepared data and whether its data set flips by default (its
-    meta.json), what a variant's stage compares the variants with; None where unread."""
+def _what_data(prepared: Path) -> tuple:
+    """The training images of prepared data, whether its data set flips by default and
+    its records per training file (:func:`.data.prepared.prepared_size`), what a variant's
+    stage compares the variants with; None where unread."""
+    from cifar10_tutorial.data.prepared import prepared_size
+
     try:
-        meta = json.loads((prepared / "meta.json").read_text())
-        return int(meta["counts"]["train"]), bool(meta.get("flip", True))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, None
+        return prepared_size(prepared)
+    except PipelineError:
+        return None, None, None
 
 
 def _on(passes: list, own: Optional[Path]) -> str:

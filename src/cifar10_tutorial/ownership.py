@@ -116,10 +116,15 @@ def folders_apart(named: list, kinds: str) -> None:
 
 def refuse_in_the_way(paths: list[Path], stage: str) -> None:
     """Stop before a run starts when one of the files it writes at its end (``paths``)
-    has a folder, or anything but a file, at its place: the run would fail only then."""
+    has a folder, a link, or anything but a file, at its place: the run would fail only
+    then (a file is replaced whole, never through a link: :func:`.files.write_text_atomic`)."""
     from .errors import PipelineError
 
     for path in map(Path, paths):
+        if path.is_symlink():
+            raise PipelineError(f"{path}: a link (to {os.path.realpath(path)}), where the "
+                                f"{stage} stage writes a file of its own when it finishes; "
+                                f"move the link away, then rerun. Nothing was changed.")
         if path.is_dir() or (path.exists() and not path.is_file()):
             what = "a folder" if path.is_dir() else "not a regular file"
             raise PipelineError(f"{path}: {what}, where the {stage} stage writes a file when "

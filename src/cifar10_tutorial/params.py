@@ -137,6 +137,11 @@ def queue_capacity(min_after_dequeue: int, batch_size: int) -> int:
     return min_after_dequeue + 3 * batch_size
 
 
+def shard_file_counts(file_counts: list[int], rank: int, world: int) -> list[int]:
+    """Records per file that rank ``rank`` gets when it takes every ``world``-th record."""
+    return [len(range(rank, c, world)) for c in file_counts]
+
+
 
 @dataclass(frozen=True)
 class TrainParams:
@@ -392,7 +397,8 @@ RESULT_NEUTRAL = {"run": None, "train": ("device", "log_every"),
 
 
 def _what_it_computes(made: "Params", num_train: Optional[int] = None,
-                      flip: Optional[bool] = None) -> tuple[dict, dict]:
+                      flip: Optional[bool] = None,
+                      file_counts: Optional[list[int]] = None) -> tuple[dict, dict]:
     """``made`` as its run computes it, and why each setting left out or rewritten computes
     nothing of its own (dotted key -> the reason in words). What a run computes, the same
     however written: :data:`RESULT_NEUTRAL` left out; ``input.flip`` null as the data set's
@@ -402,7 +408,9 @@ def _what_it_computes(made: "Params", num_train: Optional[int] = None,
     evaluated); the averages' decay where the TF rule's step term (1 + n) / (10 + n) stays
     below it for the whole budget; and with ``num_train`` (the training images) a budget in
     epochs as its steps, and the tutorial's decay interval as steps, or left out where no
-    decay falls within the budget (training/optimization.py's formulas)."""
+    decay falls within the budget (training/optimization.py's formulas), and the queue's
+    fill as the records each process's queue holds (``file_counts``: the records of each
+    training file, which the processes share out record by record; by default one file)."""
     raw = dataclasses.asdict(made)
     why: dict[str, str] = {}
     for section, keys in RESULT_NEUTRAL.items():
@@ -447,13 +455,18 @@ def _what_it_computes(made: "Params", num_train: Optional[int] = None,
         else:
             tr["epochs_per_decay"] = ("steps", decay_steps)
             why["train.epochs_per_decay"] = f"the same decay every {decay_steps:,} steps"
-    if num_train is not None and raw["input"]["shuffle"] == "queue" and tr["num_devices"] == 1:
-        # the queue holds a whole number of records: fills within one record are one queue
-        queue = queue_sizes(raw["input"]["min_fraction_of_examples_in_queue"], num_train,
-                            tr["batch_size"])
-        raw["input"]["min_fraction_of_examples_in_queue"] = ("records", queue)
-        why["input.min_fraction_of_examples_in_queue"] = \
-            f"the same queue of {queue[0]:,} records of {num_train:,}"
+    if num_train is not None and raw["input"]["shuffle"] == "queue":
+        # each process's queue holds a whole number of records of its share of the data
+        # (training/inputs.py run_shape): fills within one record are the same queues
+        world, counts = tr["num_devices"], file_counts or [num_train]
+        shards = [sum(shard_file_counts(counts, rank, world)) for rank in range(world)]
+        queues = tuple(queue_sizes(raw["input"]["min_fraction_of_examples_in_queue"], shard,
+                                   tr["batch_size"]) for shard in shards)
+        raw["input"]["min_fraction_of_examples_in_queue"] = ("records", queues)
+        why["input.min_fraction_of_examples_in_queue"] = (
+            f"the same queue of {queues[0][0]:,} records of {num_train:,}" if world == 1 else
+            f"the same queues of {', '.join(f'{q[0]:,}' for q in queues)} records of the "
+            f"{', '.join(f'{n:,}' for n in shards)} each of the {world} processes trains on")
     if num_train is not None and tr["schedule"] == "fast":
         warmup = min(fast["warmup_epochs"] * num_train / global_batch, steps - 1)
         fast["warmup_epochs"] = ("steps", warmup)
@@ -469,12 +482,13 @@ def _dotted(raw: dict, prefix: str = "") -> dict:
 
 
 def _computes_key(made: "Params", num_train: Optional[int] = None,
-                  flip: Optional[bool] = None) -> str:
-    return repr(sorted(_dotted(_what_it_computes(made, num_train, flip)[0]).items()))
+                  flip: Optional[bool] = None, file_counts: Optional[list[int]] = None) -> str:
+    return repr(sorted(_dotted(_what_it_computes(made, num_train, flip,
+                                                 file_counts)[0]).items()))
 
 
-def twins(raw: dict, num_train: Optional[int] = None,
-          flip: Optional[bool] = None) -> dict[str, str]:
+def twins(raw: dict, num_train: Optional[int] = None, flip: Optional[bool] = None,
+          file_counts: Optional[list[int]] = None) -> dict[str, str]:
     """Of the variants of a parsed reports/params.yaml, each that trains and scores exactly
     as one before it -> that one (what :class:`Params` refuses, and with ``num_train`` and
     ``flip``, those of the data the ``ablations`` variants train on, what their stages
@@ -491,7 +505,8 @@ def twins(raw: dict, num_train: Optional[int] = None,
                 made = _merged(params_from_dict(one), name, trial=False)
                 keys = [_computes_key(made)]
                 if group == "ablations" and num_train is not None:
-                    keys.append("on the data " + _computes_key(made, num_train, flip))
+                    keys.append("on the data " + _computes_key(made, num_train, flip,
+                                                               file_counts))
             except (ParamsError, TypeError, AttributeError):
                 return {}
             other = next((seen[key] for key in keys if key in seen), None)
@@ -532,22 +547,25 @@ def _refuse_twin(made: "Params", label: str, computed: dict) -> None:
 
 
 def refuse_twin_on_data(params: "Params", name: str, num_train: Optional[int],
-                        flip: Optional[bool]) -> None:
+                        flip: Optional[bool], file_counts: Optional[list[int]] = None) -> None:
     """Where a variant's training data are known (``num_train`` images, flipped by default
     or not; None: not known yet): refuse it when a variant before it, training on the same
     data, computes what it does at these data (a budget in epochs equal to another's
     steps, a learning-rate decay that falls past its budget, flips written as the data
-    set's default): one line naming both, as the loader's (:func:`_refuse_twin`)."""
+    set's default, a queue fill that comes to the same records; ``file_counts``: the
+    records of each training file, which the processes of several devices share out): one
+    line naming both, as the loader's (:func:`_refuse_twin`)."""
     group = "ablations" if name in params.ablations else "dataset_ablations"
     mine = _merged(params, name, trial=False)
-    key = _computes_key(mine, num_train, flip)
+    key = _computes_key(mine, num_train, flip, file_counts)
     for other in getattr(params, group):
         if other == name:
             return
         theirs = _merged(params, other, trial=False)
-        if theirs.data == mine.data and _computes_key(theirs, num_train, flip) == key:
-            why = {**_what_it_computes(theirs, num_train, flip)[1],
-                   **_what_it_computes(mine, num_train, flip)[1]}
+        if theirs.data == mine.data and _computes_key(theirs, num_train, flip,
+                                                       file_counts) == key:
+            why = {**_what_it_computes(theirs, num_train, flip, file_counts)[1],
+                   **_what_it_computes(mine, num_train, flip, file_counts)[1]}
             raise ParamsError(_twin_line(f"{group}.{name}", f"{group}.{other}",
                                          dataclasses.asdict(mine), dataclasses.asdict(theirs),
                                          why))

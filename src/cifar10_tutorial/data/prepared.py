@@ -107,23 +107,32 @@ def _check_split(out_dir: Path, split: str, images: np.ndarray, labels: np.ndarr
                            f"{lo if lo < 0 else hi}; {REDO}.")
 
 
-def prepared_size(out_dir: Path | str) -> tuple[Optional[int], Optional[bool]]:
-    """The training images of prepared data and whether its data set flips by default,
-    from its meta.json alone (what a run's params are compared with before the run loads
-    the tensors); (None, None) where it cannot be read: :func:`load_prepared` says why."""
-    path = Path(out_dir) / META_NAME
-    try:
-        if not path.is_file():  # a FIFO there would wait forever: no size then
-            return None, None
-        meta = _meta(path)
-        return meta["counts"]["train"], bool(meta.get("flip", True))
-    except (PrepareError, OSError, KeyError, TypeError):
-        return None, None
+def prepared_size(out_dir: Path | str) -> tuple[int, bool, Optional[list[int]]]:
+    """The training images of prepared data, whether its data set flips by default, and
+    the records of each training file (None where not recorded): what a run's params are
+    compared with before the run loads the tensors, checked as :func:`load_prepared`
+    checks them (the arrays' headers and labels only: the images are mapped, not read), so
+    that damaged data are named, before any lock or launch, not taken at meta.json's word."""
+    data = load_prepared(out_dir, mapped=True)
+    return len(data.train_labels), bool(data.meta.get("flip", True)), train_file_counts(data)
 
 
-def load_prepared(out_dir: Path | str) -> Prepared:
+def train_file_counts(data: Prepared) -> Optional[list[int]]:
+    """The records of each training file that meta.json records (the processes of a run
+    on several devices share each out record by record); None where it records none."""
+    files = data.meta.get("file_counts", {})
+    counts = files.get("train") if isinstance(files, dict) else None
+    if isinstance(counts, list) and all(isinstance(c, int) and not isinstance(c, bool)
+                                        and c >= 0 for c in counts) \
+            and sum(counts) == len(data.train_labels):
+        return counts
+    return None
+
+
+def load_prepared(out_dir: Path | str, mapped: bool = False) -> Prepared:
     """Load what :func:`prepare` wrote (no pickles); clear errors if it is missing or damaged:
-    meta.json's fields, each array's type, shape and length, the labels' range."""
+    meta.json's fields, each array's type, shape and length, the labels' range.
+    ``mapped``: the arrays memory-mapped, read only where used."""
     out_dir = Path(out_dir)
     meta_path = out_dir / META_NAME
     if os.path.lexists(out_dir) and not out_dir.is_dir():  # never a path inside a file
@@ -137,6 +146,9 @@ def load_prepared(out_dir: Path | str) -> Prepared:
                            f"expected; give its path (a mistyped path?), or prepare it first "
                            f"(`dvc repro preprocess`).")
     if not meta_path.is_file():
+        if os.path.lexists(meta_path):  # a FIFO would block the read: never opened
+            raise PrepareError(f"{meta_path}: not a file (a folder, FIFO or link to nothing), "
+                               f"where the preprocess stage writes its record; {REDO}.")
         raise PrepareError(f"{meta_path}: not found; run the preprocess stage first "
                            f"(`dvc repro preprocess`).")
     meta = _meta(meta_path)
@@ -145,7 +157,7 @@ def load_prepared(out_dir: Path | str) -> Prepared:
         for kind, dtype, ndim in (("images", np.uint8, 4), ("labels", np.int64, 1)):
             path = out_dir / f"{split}_{kind}.npy"
             try:
-                arr = np.load(path, allow_pickle=False)
+                arr = np.load(path, allow_pickle=False, mmap_mode="r" if mapped else None)
             except (OSError, ValueError) as exc:
                 raise PrepareError(f"{path}: cannot be read ({exc}); rerun `dvc repro preprocess`.") from None
             if arr.dtype != dtype or arr.ndim != ndim:

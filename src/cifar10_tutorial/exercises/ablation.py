@@ -25,7 +25,7 @@ from ..errors import PipelineError
 from ..param_types import read_params_yaml
 from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
                       refuse_twin_on_data, variant_params)
-from ..data.prepared import Prepared
+from ..data.prepared import Prepared, train_file_counts
 from ..training.train import train
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,8 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     DVC experiment below the repository's folder (:func:`.paths.kept_past_workspace`);
     ``script``: the stage script's ``__file__``, which torchrun runs again;
     ``data_size(params)``: what is known of its data before it loads them (training
-    images, default flips; None where not known), to refuse a twin before anything runs."""
+    images, default flips, records per training file; None where not known), to refuse a
+    twin before anything runs."""
     args.name = variant_name(args.name, group)
     for option in ("work", "trial_work", "out"):
         setattr(args, option, _for_variant(getattr(args, option), args.name))
@@ -239,5 +240,5 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     # the loader compares the variants without their data; with them, a budget in epochs,
     # a decay interval and the data set's flips are known too
     refuse_twin_on_data(params, args.name, len(data.train_labels),
-                        bool(data.meta.get("flip", True)))
+                        bool(data.meta.get("flip", True)), train_file_counts(data))
     run_variant(params, args.name, data, paths, continuation=cont)

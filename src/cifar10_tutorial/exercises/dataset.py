@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..data.datasets import get_dataset
 from ..data.download import fetch_dataset
+from ..data.transfer import MIRROR_HINT, DownloadError
 from ..data.prepared import Prepared, load_prepared
 from ..data.preprocess import prepare_dataset
 from ..params import Params, variant_params
@@ -25,7 +26,15 @@ def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -
     ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
     data = variant_params(params, name).data
     if this_process().main:
-        fetch_dataset(data, work / "raw", partial)
+        try:
+            fetch_dataset(data, work / "raw", partial)
+        except DownloadError as exc:  # the variant's own url, in reports/params.yaml
+            key = f"dataset_ablations.{name}.data.url"
+            hint = (f"Set {key} in reports/params.yaml to a mirror or to a local copy "
+                    f"(file:///path/to/archive or a plain path), e.g. `dvc exp run -S "
+                    f"'reports/params.yaml:{key}=/path/to/archive'`.")
+            said = [part.replace("data.url", key) for part in str(exc).split(MIRROR_HINT)]
+            raise DownloadError(hint.join(said)) from None
         prepare_dataset(work / "raw", work / "prepared", data)
     else:
         while not (work / "prepared" / "meta.json").is_file():

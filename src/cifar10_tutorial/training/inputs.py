@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import torch
 
-from ..params import queue_capacity, queue_sizes
+from ..params import queue_capacity, queue_sizes, shard_file_counts
 from .distortions import (COLUMNS, Draws, cpu_generator, crop_windows, derive_seed,
                           distort_batch, draw_distortions, pack_draws, to_device)
 
@@ -318,11 +318,6 @@ class ShuffleQueue:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-def shard_file_counts(file_counts: list[int], rank: int, world: int) -> list[int]:
-    """Records per file that rank ``rank`` gets when it takes every ``world``-th record."""
-    return [len(range(rank, c, world)) for c in file_counts]
 
 
 def input_options(params: "Params", data: "Prepared", shape: Optional[RunShape] = None) -> dict:
