@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import argparse
 import csv
+import glob
 import json
 import os
 import re
 import shutil
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 from cifar10_tutorial.cli import given_path
 from cifar10_tutorial.errors import PipelineError
-from cifar10_tutorial.files import md5_of, write_text_atomic
+from cifar10_tutorial.files import folder_held, hold_folder, md5_of, write_text_atomic
 from cifar10_tutorial.ownership import refuse_foreign_file
 
 UPSTREAM = {"repository": "tensorflow/models", "path": "tutorials/image/cifar10",
@@ -110,13 +112,36 @@ KEPT = re.compile(r"train/checkpoint|train/model\.ckpt-\d+\.[A-Za-z0-9_-]+|"
 def _not_kept(dest: Path) -> Optional[str]:
     """The first entry of ``dest`` that keep does not write there (None: a kept run's)."""
     if dest.is_symlink() or not dest.is_dir():
-        return "itself, which is not a folder" if os.path.lexists(dest) else None
+        if not os.path.lexists(dest):
+            return None
+        kind = ("a link" if dest.is_symlink() else "a file" if dest.is_file()
+                else "not a folder")
+        raise PipelineError(f"{dest}: {kind}, where keep writes a folder of its own (replaced "
+                            f"whole); give DEST a folder's path. Nothing was changed.")
     for path in sorted(dest.rglob("*")):
         name = path.relative_to(dest).as_posix()
         if path.is_symlink() or (path.is_dir() and name != "train") or \
                 (not path.is_dir() and not KEPT.fullmatch(name)):
             return name
     return None
+
+
+def _clear_killed_keeps(dest: Path) -> None:
+    """What a keep into ``dest`` stopped before its swap left beside it, a folder
+    ``.DEST.keeping-*`` that no running keep holds: removed with a note where it holds only
+    what keep writes; else kept, and named."""
+    for left in sorted(dest.parent.glob(f".{glob.escape(dest.name)}.keeping-*")):
+        if left.is_symlink() or not left.is_dir() or folder_held(left):
+            continue  # not a folder keep made, or one a running keep is building
+        other = _not_kept(left)
+        if other is None:
+            shutil.rmtree(left)
+            print(f"note: removed {left}, left by a keep into {dest} that was stopped",
+                  file=sys.stderr)
+        else:
+            print(f"note: {left}: left by a keep that was stopped, and holds {other}, which "
+                  f"keep does not write: left as it is; move it away once you have looked",
+                  file=sys.stderr)
 
 
 def keep(run: Path, dest: Path) -> str:
@@ -131,7 +156,9 @@ def keep(run: Path, dest: Path) -> str:
                             f"and would delete; give another folder, or move it away. Nothing "
                             f"was changed.")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    _clear_killed_keeps(dest)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.keeping-", dir=dest.parent))
+    hold_folder(tmp)  # in use while this process lives: another keep leaves it alone
     try:
         (tmp / "train").mkdir()
         for f in sorted((run / "train").glob(ckpt + ".*")):
@@ -196,9 +223,15 @@ def _main(a) -> None:
         if not NAME.fullmatch(a.name):  # it names the record's file in --out
             raise PipelineError(f"NAME {a.name!r}: expected a run's name (a letter, then "
                                 f"letters, digits, '_' or '-', at most 64), not a path")
+        # the report stage reads the records there (reports/tf_reference): its input
         refuse_foreign_file(a.out / f"{a.name}.json", "NAME", "a reference run's record",
-                            _is_record)
+                            _is_record, feeds=(("report", "--tf-reference"),))
         rec = collect(a.run, a.name, a.tensorflow, a.archive, a.steps_planned)
+        if not 1 <= a.steps_planned or rec["reached_step"] > a.steps_planned:
+            raise PipelineError(f"--steps-planned {a.steps_planned}: the run's budget, where "
+                                f"{a.run} reached step {rec['reached_step']:,}, within it; give "
+                                f"the budget the run was started with (10000 or 100000). "
+                                f"Nothing was written.")
         write_text_atomic(a.out / f"{a.name}.json", json.dumps(rec, indent=2) + "\n")
         last = (rec["evaluations"] or [None])[-1]
         print(f"{a.name}: reached step {rec['reached_step']}" + (

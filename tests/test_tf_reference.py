@@ -506,3 +506,72 @@ def test_evaluations_out_of_step_order_are_one_line(tmp_path):
                                             rf"{second['step']:,}, where a run evaluates in "
                                             rf"step order"):
         load_reference_runs(tf)
+
+
+def test_collect_writes_where_the_report_reads_the_records(tmp_path, monkeypatch, capsys):
+    """collect's default --out is reports/tf_reference, the folder the report stage reads
+    (kept in git, made by no stage): the records it exists to write go there, not refused
+    as another stage's input; a budget below the step the run reached is refused before
+    anything is written (the report would refuse the record)."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "reports" / "tf_reference").mkdir(parents=True)
+    shutil.copy(ROOT / "reports" / "dvc.yaml", repo / "reports" / "dvc.yaml")
+    shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    run = _run(tmp_path)
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(b"archive")
+    monkeypatch.chdir(repo)
+    args = ["collect", str(run), "tf_10k_a", "--tensorflow", "2.21.0", "--archive",
+            str(archive), "--steps-planned"]
+    with pytest.raises(SystemExit, match=r"^error: --steps-planned 5000: the run's budget, "
+                                         r"where .*run reached step 10,000, within it"):
+        tool.main(args + ["5000"])
+    assert list((repo / "reports" / "tf_reference").iterdir()) == []
+    tool.main(args + ["10000"])
+    record = json.loads((repo / "reports" / "tf_reference" / "tf_10k_a.json").read_text())
+    assert record["run"] == "tf_10k_a" and record["reached_step"] == 10000
+    assert "-> reports/tf_reference/tf_10k_a.json" in capsys.readouterr().out
+
+
+def test_keep_into_a_link_or_a_file_and_after_a_stopped_keep(tmp_path, capsys):
+    """DEST a link (to a user's folder) or a file: one line saying so, both kept. A keep
+    stopped before its swap leaves .DEST.keeping-*: the next keep removes it with a note
+    when it holds only what keep writes, and names it otherwise; one a running keep holds
+    is left alone."""
+    from cifar10_tutorial.files import hold_folder, release_folder
+
+    run = _run(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "thesis.txt").write_text("mine\n")
+    link = tmp_path / "link"
+    link.symlink_to(theirs)
+    with pytest.raises(PipelineError, match=rf"^{link}: a link, where keep writes a folder of "
+                                            r"its own"):
+        tool.keep(run, link)
+    (tmp_path / "file").write_text("mine\n")
+    with pytest.raises(PipelineError, match=r"file: a file, where keep writes a folder"):
+        tool.keep(run, tmp_path / "file")
+    assert (theirs / "thesis.txt").read_text() == "mine\n" and link.is_symlink()
+    kept = tmp_path / "kept"
+    half = tmp_path / ".kept.keeping-abc123"  # a stopped keep's, half copied
+    (half / "train").mkdir(parents=True)
+    (half / "train" / "model.ckpt-10000.data-00000-of-00001").write_bytes(b"ne")
+    other = tmp_path / ".kept.keeping-def456"  # one holding a file of someone's
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
+    running = tmp_path / ".kept.keeping-ghi789"  # a keep at work now
+    running.mkdir()
+    hold_folder(running)
+    try:
+        tool.keep(run, kept)
+    finally:
+        release_folder(running)
+    err = capsys.readouterr().err
+    assert not half.exists() and f"note: removed {half}" in err
+    assert (other / "notes.txt").read_text() == "mine\n" and f"{other}: left by a keep" in err
+    assert running.is_dir() and str(running) not in err
+    assert (kept / "train" / "checkpoint").is_file()
