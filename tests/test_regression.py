@@ -245,7 +245,7 @@ def test_a_lone_eval_metrics_file_passes_no_gate(tmp_path):
     ("no-last-point", r"loss_avg.tsv: no point at the run's last step \(6\), where the run logs "
                       r"its loss and .*metrics.json states 1.0000"),
     ("not-text", r"loss_avg.tsv: expected the training run's curve \(step, loss_avg\), "
-                 r"found UnicodeDecodeError"),
+                 r"found bytes that are not UTF-8 text"),
     ("a-folder", r"loss_avg.tsv: expected the training run's curve \(step, loss_avg\), "
                  r"found a folder"),
     ("step-edited", r"train/metrics.json: train.step is 7, where .*train/provenance.json "

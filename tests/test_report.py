@@ -1410,6 +1410,9 @@ def test_a_damaged_devices_timing_is_one_line_naming_it(tmp_path, text):
                         "line, and one cell of the report's tables"),
     ("pipe-machine", "machine 'AMD | EPYC', holding a newline, another control character or "
                      "a '|'"),
+    # a line break of Unicode's (NEL, U+0085), and no name at all
+    ("nel-machine", "machine 'AMD\\x85EPYC', holding a newline, another control character"),
+    ("empty-machine", "machine '', where the name of what was timed is expected"),
 ])
 def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, said):
     """The timing record's medians, spreads and ratio are its runs' (what
@@ -1486,10 +1489,11 @@ def test_a_devices_timing_its_own_runs_contradict_is_one_line(tmp_path, edit, sa
     elif edit == "absurd-speeds":
         for run in two["runs"]:
             run["examples_per_sec"] *= 1e290
-    elif edit in ("newline-machine", "pipe-machine"):
+    elif edit in ("newline-machine", "pipe-machine", "nel-machine", "empty-machine"):
         was = record["machine"]
-        machine = (was + "\n| injected | 99,999 | row |" if edit == "newline-machine"
-                   else "AMD | EPYC")
+        machine = {"newline-machine": was + "\n| injected | 99,999 | row |",
+                   "pipe-machine": "AMD | EPYC", "nel-machine": "AMD\x85EPYC",
+                   "empty-machine": ""}[edit]
         record["machine"] = machine
         for setup in (one, two):
             setup["device"] = setup["device"].replace(was, machine)
@@ -1602,6 +1606,9 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
                            r"measured; rerun it"),
     ("speed-curve-deleted", r"softmax/train/plots/metrics/train/examples_per_sec.tsv: missing "
                             r"beside .*softmax/metrics.json"),
+    ("speed-curve-empty", r"softmax/train/plots/metrics/train/examples_per_sec.tsv: holds no "
+                          r"examples_per_sec \(only a header\), where the run logs one at "
+                          r"each of its log steps"),
     ("per-device-edited", r"softmax/metrics.json: train.examples_per_sec_per_device is 800, "
                           r"where examples_per_sec 400 over the 1 device\(s\) .*softmax/"
                           r"variant.json records is 400: one run writes both"),
@@ -1610,12 +1617,35 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
     ("first-batch-negative", r"softmax/metrics.json: train.time_to_first_batch_s is -1.0, "
                              r"expected what a run measures"),
     # a precision that is no count of right images over the test images
+    ("count-not-whole", r"softmax/metrics.json: eval.num_examples is 10000.0, expected the "
+                        r"count of test images the run evaluated \(a whole number from 1\)"),
     ("flip-not-whole", r"softmax/metrics.json: eval.precision_at_1_flip is 0.951234, "
                        r"9,512.34 of its 10,000 test images, where a precision counts whole "
                        r"images right"),
     # removed from both files: the queue exercise's verdict would read a NaN
     ("first-batch-missing", r"softmax/metrics.json: train.time_to_first_batch_s is missing, "
                             r"expected what a run measures and writes"),
+    # a speed within the curve's room, but not the run's steps over its training time
+    # (10,000 x 128 in 3,200 s: 400 a second), as a hostile pass wrote 1,000 for 529
+    ("speed-not-its-time", r"softmax/metrics.json: train.examples_per_sec is 500, where the "
+                           r"run's 10,000 steps of 128 images in its 3,200 s of training "
+                           r"\(its train_seconds\) give 400 a second, as the run computes it"),
+    # the evaluations' time inflated, which the curve's room would count
+    ("eval-seconds-inflated", r"softmax/metrics.json: train.train_seconds 3200.0 and "
+                              r"held_out_eval_seconds 10000000.0 do not add up to its "
+                              r"wall_time_s 3,260"),
+    ("speed-zero", r"softmax/metrics.json: train.examples_per_sec is 0, where its "
+                   r"time_to_first_batch_s 1 says its last session trained"),
+    # what variant.json copies from the run's record, edited in one of them
+    ("world-size-edited", r"softmax/variant.json: world_size is 1, where .*softmax/train/"
+                          r"provenance.json records 2: the stage writes one from the other"),
+    ("wall-time-edited", r"softmax/metrics.json: train.wall_time_s is 3,260, where .*softmax/"
+                         r"train/provenance.json records 9999"),
+    # a resumed run: its last session trained 5,000 steps in 1,000 s (640 a second, less
+    # at most 60 s of evaluations: 681), not 400
+    ("resumed-speed", r"softmax/metrics.json: train.examples_per_sec is 400, where the last "
+                      r"session .*provenance.json records \(5,000 steps of 128 images in "
+                      r"1,000 s, evaluations included\) allows 633.6 to 687.66 a second"),
     # a loss below 0, edited alike in every record and the curve
     ("negative-loss", r"softmax/metrics.json: train.loss_avg is -0.5, expected a loss: a "
                       r"number from 0 to 3.403e\+38"),
@@ -1663,6 +1693,11 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
     elif edit == "num-train-edited":
         v = json.loads((folder / "variant.json").read_text())
         (folder / "variant.json").write_text(json.dumps({**v, "num_train": 50_000}))
+    elif edit == "count-not-whole":
+        m = json.loads((folder / "metrics.json").read_text())
+        m["eval"]["num_examples"] = 10000.0
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
     elif edit == "flip-not-whole":
         m = json.loads((folder / "metrics.json").read_text())
         m["eval"]["precision_at_1_flip"] = 0.951234
@@ -1675,6 +1710,27 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
         (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
     elif edit == "speed-curve-deleted":
         (folder / "train/plots/metrics/train/examples_per_sec.tsv").unlink()
+    elif edit == "speed-curve-empty":
+        (folder / "train/plots/metrics/train/examples_per_sec.tsv").write_text(
+            "step\texamples_per_sec\n")
+    elif edit in ("speed-not-its-time", "eval-seconds-inflated", "speed-zero"):
+        m = json.loads((folder / "metrics.json").read_text())
+        m["train"].update({
+            "speed-not-its-time": {"examples_per_sec": 500.0,
+                                   "examples_per_sec_per_device": 500.0},
+            "eval-seconds-inflated": {"held_out_eval_seconds": 1e7},
+            "speed-zero": {"examples_per_sec": 0.0, "examples_per_sec_per_device": 0.0}}[edit])
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
+    elif edit in ("world-size-edited", "wall-time-edited", "resumed-speed"):
+        record = folder / "train/provenance.json"
+        made = json.loads(record.read_text())
+        made.update({"world-size-edited": {"world_size": 2},
+                     "wall-time-edited": {"wall_time_s": 9999},
+                     "resumed-speed": {"segments": [
+                         {"from_step": 0, "to_step": 5000, "wall_time_s": 2260.0},
+                         {"from_step": 5000, "to_step": 10_000, "wall_time_s": 1000.0}]}}[edit])
+        record.write_text(json.dumps(made))
     elif edit in ("speed-edited", "per-device-edited", "speed-infinite",
                   "first-batch-negative", "speed-beyond-curve"):
         m = json.loads((folder / "metrics.json").read_text())
@@ -1793,13 +1849,22 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
 @pytest.mark.parametrize("damage, said", [
     (("precision_at_1", lambda lines: lines[:-1] + [lines[-1].split("\t")[0] + "\tnan"]),
      r"held_out/precision_at_1.tsv: expected the run's held-out precision_at_1 at each step "
-     r"it evaluated \(a fraction from 0 to 1\), found nan at step 7038"),
+     r"it evaluated \(precision_at_1: a fraction from 0 to 1\), found nan in row 10"),
     (("precision_at_1_raw", lambda lines: [lines[0], "782\t1.5"] + lines[2:]),
-     r"held_out/precision_at_1_raw.tsv: .* found 1.5 at step 782"),
+     r"held_out/precision_at_1_raw.tsv: .* found 1.5 in row 2"),
     (("precision_at_1", lambda lines: ["step\tsomething_else"] + lines[1:]),
-     r"held_out: expected the run's held-out curves \(step<TAB>metric per line, as the run "
-     r"writes them\), found what cannot be read \(KeyError"),
-], ids=["last-point-nan", "raw-above-one", "other-header"])
+     r"held_out/precision_at_1.tsv: expected the header step<TAB>precision_at_1 \(as the "
+     r"run writes it\), found step<TAB>something_else"),
+    # a line without its tab, an epoch that is no number, bytes that are not text
+    (("precision_at_1", lambda lines: lines[:3] + ["1564 0.1"] + lines[4:]),
+     r"held_out/precision_at_1.tsv: .* \(step: a whole step from 0\), found 1564 0.1 in "
+     r"row 4"),
+    (("epoch", lambda lines: lines[:2] + ["1564\tsome"] + lines[3:]),
+     r"held_out/epoch.tsv: .* \(epoch: the epochs trained, from 0\), found some in row 3"),
+    (("epoch", None), r"held_out/epoch.tsv: expected the run's held-out epoch \(step<TAB>epoch "
+                      r"per line, as the run writes them\), found bytes that are not UTF-8"),
+], ids=["last-point-nan", "raw-above-one", "other-header", "no-tab", "epoch-not-number",
+        "not-text"])
 def test_a_damaged_held_out_curve_is_refused_not_skipped(tmp_path, damage, said):
     """The held-out curve is checked against the evaluation and the times to targets: a
     point that is no precision (nan, 1.5), or a curve that cannot be read, is one line
@@ -1814,10 +1879,25 @@ def test_a_damaged_held_out_curve_is_refused_not_skipped(tmp_path, damage, said)
     make_report(root, tmp_path / "out", overrides)  # undamaged: read
     metric, edit = damage
     path = root / "schedule_fast/train/plots/metrics/held_out" / f"{metric}.tsv"
-    path.write_text("\n".join(edit(path.read_text().splitlines())) + "\n")
+    if edit is None:
+        path.write_bytes(b"\xff\xfe")
+    else:
+        path.write_text("\n".join(edit(path.read_text().splitlines())) + "\n")
     with pytest.raises(PipelineError, match=said) as err:
         make_report(root, tmp_path / "out2", overrides)
     assert "\n" not in str(err.value)
+
+
+def test_the_reports_out_as_the_variants_folder_is_refused(tmp_path):
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    with pytest.raises(PipelineError, match=r"^--out .*a: the folder of the variants' results "
+                                            r"\(--ablations\)"):
+        make_report(root, root, OVERRIDES)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
 
 
 @pytest.mark.parametrize("inside", ["baseline", "baseline/eval", "softmax/train/plots"])
@@ -1882,3 +1962,21 @@ def test_a_variants_size_its_network_does_not_give_is_refused(tmp_path, edit, sa
     with pytest.raises(PipelineError, match=said) as err:
         make_report(root, tmp_path / "out", OVERRIDES, networks=networks)
     assert "\n" not in str(err.value)
+
+
+def test_a_resumed_runs_speed_is_its_last_sessions(tmp_path):
+    """A resumed run's speed is its last session's (training/train.py): that session's
+    steps over its wall time, less its evaluations'; not all steps over all training time.
+    Its record's segments give it: 5,000 steps of 128 in 1,600 s are 400 a second, the
+    fixture's speed, which the whole run's 10,000 steps in 3,200 s give too; and the same
+    speed after a last session of 2,000 steps in 640 s (a first one slower)."""
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    record = root / "softmax/train/provenance.json"
+    made = json.loads(record.read_text())
+    for segments in ([{"from_step": 0, "to_step": 5000, "wall_time_s": 1660.0},
+                      {"from_step": 5000, "to_step": 10_000, "wall_time_s": 1600.0}],
+                     [{"from_step": 0, "to_step": 8000, "wall_time_s": 2620.0},
+                      {"from_step": 8000, "to_step": 10_000, "wall_time_s": 640.0}]):
+        record.write_text(json.dumps({**made, "segments": segments}))
+        make_report(root, tmp_path / "out", OVERRIDES)

@@ -140,10 +140,16 @@ def logged_curve(live: Path, metric: str, metrics: Path, why: str, rerun: str
         lines = read_small_file(path, 64 << 20).decode("utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         found = ("a folder" if isinstance(exc, IsADirectoryError) else
+                 "bytes that are not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else
                  getattr(exc, "strerror", None) or f"{type(exc).__name__}: {str(exc)[:60]}")
         raise PipelineError(f"{path}: expected the training run's curve (step, {metric}), "
                             f"found {found}; {rerun}.") from None
-    return path, [line.split("\t") for line in lines[1:]]
+    rows = [line.split("\t") for line in lines[1:]]
+    if not rows:  # the run logs its last step at least
+        raise PipelineError(f"{path}: holds no {metric} (only "
+                            f"{'a header' if lines else 'nothing'}), where the run logs one at "
+                            f"each of its log steps, its last included; {rerun}.")
+    return path, rows
 
 
 def refuse_other_loss(live: Path, train: dict, metrics: Path, rerun: str) -> None:

@@ -94,7 +94,9 @@ def _inconsistent(timed: dict) -> Optional[str]:
         (f"set-up {name!r}'s device", st.get("device")) for name, st in timed["setups"].items()
         if isinstance(st, dict) and isinstance(st.get("device"), str)]
     for what, text in texts:  # the report quotes them in its lines and table rows
-        if any(ord(c) < 32 or ord(c) == 127 or c == "|" for c in text):
+        if not text.strip():
+            return f"{what} {text!r}, where the name of what was timed is expected"
+        if not text.isprintable() or "|" in text:  # control, line and paragraph characters
             return (f"{what} {text[:60]!r}, holding a newline, another control character or "
                     f"a '|', where a machine's name is one line, and one cell of the "
                     f"report's tables")

@@ -205,10 +205,17 @@ def _refuse_inside_own_outputs(out: Path) -> None:
 
 
 def _refuse_inside_a_run(out: Path, ablations_root: Path) -> None:
-    """--out in (or being) one variant's folder of --ablations: the report's files would
-    join that run's record, which the report and publishing read as one run's (a copy of
-    the results outside DVC too, whose stages would not refuse it)."""
+    """--out being the folder of the variants' results, or in (or being) one variant's
+    folder there: the report's files would lie among the variants' folders, or join one
+    run's record, which the report and publishing read as one run's (a copy of the
+    results outside DVC too, whose stages would not refuse it)."""
     where = Path(os.path.realpath(out))
+    root = Path(os.path.realpath(ablations_root))
+    if where == root:  # beside the variants' folders, its own read as results
+        raise PipelineError(f"--out {out}: the folder of the variants' results (--ablations), "
+                            f"where the report's folders would lie among the variants'; give "
+                            f"--out a folder of its own (reports, as reports/dvc.yaml gives "
+                            f"it). Nothing was changed.")
     for folder in sorted(Path(ablations_root).iterdir()):
         if (folder / "variant.json").is_file():
             run = Path(os.path.realpath(folder))

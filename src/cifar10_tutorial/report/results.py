@@ -99,6 +99,94 @@ def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: di
                             f"{per_device:,.6g}, where examples_per_sec {speed:,.6g} over the "
                             f"{world} device(s) {described} records is {speed / world:,.6g}: "
                             f"one run writes both; {rerun}")
+    if first > 0 and speed == 0:  # its last session trained steps: in some time
+        raise PipelineError(f"{metrics}: train.examples_per_sec is 0, where its "
+                            f"time_to_first_batch_s {first:.3g} says its last session trained: "
+                            f"not a speed this run measured; {rerun}")
+
+
+# what a run's provenance.json and its variant.json both record (the stage writes the
+# second from the first)
+RECORDED_TWICE = ("world_size", "global_batch_size", "schedule", "device_type", "device")
+# a resumed run's speed is its last session's: that session's steps over its wall time,
+# less at most every held-out evaluation's; room for the moments each is taken at
+SESSION_ROOM = 0.01
+
+
+def _refuse_other_timing(described: Path, variant: dict, metrics: Path, train: dict) -> None:
+    """The run's times and speed against each other and its record (train/
+    provenance.json), as training/train.py computes them: its wall time is its training
+    time plus its held-out evaluations', and the record's; a run of one session (no
+    segments, or the last from step 0) trained its steps in its training time, so its
+    speed is steps x global batch over that time; a resumed run's speed is its last
+    segment's steps over that segment's wall time, less at most all its evaluations'. And
+    what variant.json copies from the record (world size, batch, schedule, device) is the
+    record's. A figure they contradict is not the run's: one line naming both."""
+    rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
+             f"{variant.get('variant', described.parent.name)}`)")
+    steps, batch = train.get("step"), variant.get("global_batch_size")
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (steps, batch)):
+        return  # a record of another kind: said by the checks of its kinds
+    record = described.parent / "train" / "provenance.json"
+    try:
+        made = json.loads(read_small_file(record, 1 << 20).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        made = None  # missing or damaged: said where the record is read as a whole
+    made = made if isinstance(made, dict) else {}
+    for key in RECORDED_TWICE:
+        if key in made and key in variant and made[key] != variant[key] \
+                and type(made[key]) is type(variant[key]):  # else its kind is said
+            raise PipelineError(f"{described}: {key} is {json.dumps(variant[key])[:60]}, where "
+                                f"{record} records {json.dumps(made[key])[:60]}: the stage "
+                                f"writes one from the other, so the records are not one "
+                                f"run's; {rerun}")
+
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value) and value >= 0
+
+    wall, trained, evaluating = (train.get(k) for k in ("wall_time_s", "train_seconds",
+                                                         "held_out_eval_seconds"))
+    for key, value in (("wall_time_s", wall), ("train_seconds", trained),
+                       ("held_out_eval_seconds", evaluating)):
+        if (key == "wall_time_s" or value is not None) and not number(value):
+            raise PipelineError(f"{metrics}: train.{key} is {str(value)[:40]}, expected what "
+                                f"a run measures and writes: a finite number from 0 up; "
+                                f"{rerun}")
+    if "wall_time_s" in made and made["wall_time_s"] != wall:
+        raise PipelineError(f"{metrics}: train.wall_time_s is {wall:,.6g}, where {record} "
+                            f"records {str(made['wall_time_s'])[:40]}: one run writes both; "
+                            f"{rerun}")
+    if (trained is None) != (evaluating is None) or (trained is not None and not math.isclose(
+            trained + evaluating, wall, rel_tol=1e-9, abs_tol=1e-6)):
+        raise PipelineError(f"{metrics}: train.train_seconds {trained} and "
+                            f"held_out_eval_seconds {evaluating} do not add up to its "
+                            f"wall_time_s {wall:,.6g}, as the run writes them; {rerun}")
+    speed, time = train["examples_per_sec"], trained if trained is not None else wall
+    segments = made.get("segments")
+    last = segments[-1] if isinstance(segments, list) and segments else None
+    if last is None or (isinstance(last, dict) and last.get("from_step") == 0):
+        expected = steps * batch / time if time > 0 else math.inf
+        if not math.isclose(speed, expected, rel_tol=1e-4):
+            raise PipelineError(f"{metrics}: train.examples_per_sec is {speed:,.6g}, where the "
+                                f"run's {steps:,} steps of {batch:,} images in its "
+                                f"{time:,.6g} s of training (its "
+                                f"{'train_seconds' if trained is not None else 'wall_time_s'}) "
+                                f"give {expected:,.6g} a second, as the run computes it: not "
+                                f"a speed this run measured; {rerun}")
+        return
+    try:
+        done, seconds = last["to_step"] - last["from_step"], float(last["wall_time_s"])
+        lowest = done * batch / seconds * (1 - SESSION_ROOM)
+        highest = done * batch / max(seconds - (evaluating or 0.0), 1e-9) * (1 + SESSION_ROOM)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return  # a damaged record: said where it is read as a whole
+    if not lowest <= speed <= highest:
+        raise PipelineError(f"{metrics}: train.examples_per_sec is {speed:,.6g}, where the "
+                            f"last session {record} records ({done:,} steps of {batch:,} "
+                            f"images in {seconds:,.6g} s, evaluations included) allows "
+                            f"{lowest:,.6g} to {highest:,.6g} a second: not a speed this run "
+                            f"measured; {rerun}")
 
 
 # the run's speed against its own speed curve: the session's average lies within the
@@ -196,6 +284,7 @@ def load_variants(root: Path) -> pd.DataFrame:
         _refuse_other_size(described, variant, path, m["train"])
         _refuse_other_speed(described, variant, path, m["train"])
         check_one_evaluation(path.parent, m)
+        _refuse_other_timing(described, variant, path, m["train"])
         folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
         train["steps"], train["final_loss_avg"] = train.pop("step"), train.pop("loss_avg")
@@ -238,7 +327,12 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
             raise PipelineError(f"{folder / 'metrics.json'}: eval.{key} is {value}, expected a "
                                 f"fraction of the test images from 0 to 1; {rerun}.")
     images = metrics["eval"].get("num_examples")
-    if isinstance(images, int) and not isinstance(images, bool) and images > 0:
+    if images is not None and not (isinstance(images, int) and not isinstance(images, bool)
+                                   and images > 0):
+        raise PipelineError(f"{folder / 'metrics.json'}: eval.num_examples is "
+                            f"{str(images)[:40]}, expected the count of test images the run "
+                            f"evaluated (a whole number from 1); {rerun}.")
+    if images is not None:
         for key, value in metrics["eval"].items():  # each a count of right images over them
             if key.startswith("precision_at_1") and \
                     abs(value * images - round(value * images)) > 0.01:
@@ -304,30 +398,46 @@ SAME_EVALUATION = 1e-3
 
 def _held_out(folder: Path, rerun: str):
     """The run's held-out curve (:func:`.curves.held_out_curve`; None where it logs none),
-    its precisions fractions from 0 to 1 as the run logs them: a damaged curve, or a point
-    that is not a fraction (``nan``, 1.5), is one line naming it, not a point skipped as if
-    absent."""
+    each of its files checked first: readable, a step at each point, its precisions
+    fractions from 0 to 1 and its epochs from 0, as the run logs them. A damaged file, or
+    a point that is none of those (``nan``, 1.5, a line without its tab), is one line
+    naming it, not a point skipped as if absent."""
     from ..curves import held_out_curve
 
     where = folder / "train" / "plots" / "metrics" / "held_out"
+    for key, what, most in (("precision_at_1", "a fraction from 0 to 1", 1.0),
+                            ("precision_at_1_raw", "a fraction from 0 to 1", 1.0),
+                            ("epoch", "the epochs trained, from 0", math.inf)):
+        path = where / f"{key}.tsv"
+        try:
+            logged = read_curve(folder / "train", key, "held_out")
+        except (OSError, ValueError) as exc:
+            found = ("bytes that are not UTF-8 text" if isinstance(exc, UnicodeDecodeError)
+                     else f"what cannot be read ({type(exc).__name__}: {str(exc)[:60]})")
+            raise PipelineError(f"{path}: expected the run's held-out {key} (step<TAB>{key} "
+                                f"per line, as the run writes them), found {found}; "
+                                f"{rerun}.") from None
+        if logged is None:
+            continue
+        if list(logged.columns) != ["step", key]:
+            raise PipelineError(f"{path}: expected the header step<TAB>{key} (as the run "
+                                f"writes it), found {'<TAB>'.join(map(str, logged.columns))[:60]}"
+                                f"; {rerun}.")
+        for column in ("step", key):  # a step at each point, and its figure
+            values = pd.to_numeric(logged[column], errors="coerce")
+            bad = logged[~((values >= 0) & (values <= (most if column == key else math.inf)))]
+            if len(bad):
+                said = "a whole step from 0" if column == "step" else what
+                raise PipelineError(f"{path}: expected the run's held-out {key} at each step "
+                                    f"it evaluated ({column}: {said}), found "
+                                    f"{str(bad[column].iloc[0])[:20]} in row "
+                                    f"{int(bad.index[0]) + 2}; {rerun}.")
     try:
-        curve = held_out_curve(folder / "train")
-    except (OSError, ValueError, KeyError) as exc:
+        return held_out_curve(folder / "train")
+    except (OSError, ValueError, KeyError) as exc:  # files of different steps' kinds
         raise PipelineError(f"{where}: expected the run's held-out curves (step<TAB>metric "
                             f"per line, as the run writes them), found what cannot be read "
                             f"({type(exc).__name__}: {str(exc)[:60]}); {rerun}.") from None
-    for key in ("precision_at_1", "precision_at_1_raw"):
-        logged = read_curve(folder / "train", key, "held_out") if curve is not None else None
-        if logged is None or key not in logged:
-            continue
-        values = pd.to_numeric(logged[key], errors="coerce")
-        bad = logged[~((values >= 0) & (values <= 1))]
-        if len(bad):
-            raise PipelineError(f"{where / (key + '.tsv')}: expected the run's held-out {key} "
-                                f"at each step it evaluated (a fraction from 0 to 1), found "
-                                f"{str(bad[key].iloc[0])[:20]} at step {bad['step'].iloc[0]}; "
-                                f"{rerun}.")
-    return curve
 
 
 def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> None:
