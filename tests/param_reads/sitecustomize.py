@@ -111,9 +111,9 @@ def patch(params_mod) -> None:
 
     twin_check = params_mod.refuse_twin_on_data
 
-    def refuse_twin_on_data(params, name, num_train, flip):
+    def refuse_twin_on_data(params, name, *data):
         with paused():  # a check of the variants against each other, as the loader's
-            return twin_check(params, name, num_train, flip)
+            return twin_check(params, name, *data)
 
     params_mod.params_from_dict = params_from_dict
     params_mod.variant_params = variant_params
