@@ -400,6 +400,39 @@ def test_a_link_where_a_variant_writes_a_file_is_refused_before_it_trains(
     assert theirs.read_text() == '{"variant": "mine", "notes": "of my own"}\n'
 
 
+@pytest.mark.parametrize("where", ["train", "eval"])
+@pytest.mark.parametrize("behind", ["another-run", "empty"])
+def test_a_link_at_a_folder_the_variant_writes_is_refused_before_it_trains(
+        synth_data, tmp_path, where, behind):
+    """train/ and eval/ in --out are the run's own folders, emptied and written whole: a
+    link there to another variant's folder (its record, files named as this run's own)
+    or to a user's empty folder would have the run replace or write what lies outside
+    --out. Refused in one line before anything trains; what the link points to is kept."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.exercises.ablation import run_variant
+    from cifar10_tutorial.training.paths import VariantPaths
+    from conftest import tiny_params as params_for
+
+    theirs = tmp_path / "other" / where
+    theirs.mkdir(parents=True)
+    if behind == "another-run":
+        for name in ("metrics.json", "provenance.json") if where == "train" else (
+                "metrics.json", "per_class.csv"):
+            (theirs / name).write_text(f"{name} of the other run\n")
+    before = {p.name: p.read_bytes() for p in theirs.iterdir()}
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / where).symlink_to(theirs)
+    params = dataclasses.replace(params_for(), ablations={"mine": {}})
+    with pytest.raises(PipelineError, match=rf"^{out / where}: a link \(to {theirs}\), where "
+                                            rf"the ablation@mine stage makes a folder of its "
+                                            rf"own in its --out"):
+        run_variant(params, "mine", synth_data,
+                    VariantPaths(tmp_path / "work", out, "ablation@mine"))
+    assert not (tmp_path / "work").exists()
+    assert {p.name: p.read_bytes() for p in theirs.iterdir()} == before
+
+
 @pytest.mark.parametrize("where", ["eval/predictions.csv", "eval/metrics.json", "metrics.json",
                                    "variant.json"])
 def test_a_folder_where_a_variant_writes_a_file_is_refused_before_it_trains(
@@ -527,7 +560,9 @@ def test_a_several_device_variant_refuses_files_not_its_own_before_torchrun(
                r"the preprocess stage"),
     ("fifo", r"prepared/meta.json: not a file \(a folder, FIFO or link to nothing\), where the "
              r"preprocess stage writes its record"),
-], ids=["meta-says-more-images", "meta-a-fifo"])
+    ("images-fifo", r"prepared/train_images.npy: not a file \(a folder, FIFO or link to "
+                    r"nothing\), where the preprocess stage writes its tensors"),
+], ids=["meta-says-more-images", "meta-a-fifo", "images-a-fifo"])
 def test_damaged_prepared_data_are_named_before_the_twin_check(synth_data, tmp_path, damage,
                                                                said):
     """The twin check compares a budget in epochs with the data's size before any lock or
@@ -548,9 +583,10 @@ def test_damaged_prepared_data_are_named_before_the_twin_check(synth_data, tmp_p
         record = json.loads(meta.read_text())
         record["counts"]["train"] = 2000
         meta.write_text(json.dumps(record))
-    else:
-        meta.unlink()
-        os.mkfifo(meta)
+    else:  # a FIFO opened would block the stage for good
+        where = meta if damage == "fifo" else project / "prepared" / "train_images.npy"
+        where.unlink()
+        os.mkfifo(where)
     (project / "reports" / "params.yaml").write_text(yaml.safe_dump({
         "ablation": {"max_steps": 20}, "train": {"batch_size": 32, "device": "cpu"},
         "ablations": {"baseline": {}, "epochs": {"train": {"max_epochs": 0.32}}},

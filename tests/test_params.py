@@ -729,6 +729,29 @@ def test_a_queue_fill_that_comes_to_the_same_queues_on_several_devices_is_a_twin
     assert twins(raw, 505, True) == {"b": "a", "c": "a"}
 
 
+@pytest.mark.parametrize("a, b, said", [
+    ({"url": "/data/syn.tar.gz", "md5": None}, {"url": "file:///data/syn.tar.gz", "md5": None},
+     r"data.url: the same file, as a file:// URL or its path"),
+    ({"url": "/data/syn.tar.gz", "md5": None}, {"url": "/data/./x/../syn.tar.gz", "md5": None},
+     r"data.url: the same file, as a file:// URL or its path"),
+    ({"url": "/data/syn.tar.gz", "md5": "d4effccd37c83496e8a393e25644a9b2"},
+     {"url": "https://mirror.example/syn.tar.gz", "md5": "D4EFFCCD37C83496E8A393E25644A9B2"},
+     r"data.md5, data.url: the same archive: data.md5 fixes its bytes, wherever it comes "
+     r"from"),
+], ids=["file-url", "path-spelling", "mirror-same-md5"])
+def test_data_set_variants_of_one_archive_spelled_two_ways_are_twins(a, b, said):
+    """A data-set variant fetches its archive from data.url: the same file written as a
+    file:// URL or a path, or any source of an archive whose md5 data.md5 fixes, gives the
+    same bytes, and the variant would train exactly as the other. Refused by the loader,
+    naming why; another md5, or another file without one, is another data set."""
+    raw = {"dataset_ablations": {"a": {"data": a}, "b": {"data": b}}}
+    with pytest.raises(ParamsError, match=r"dataset_ablations.b trains and scores exactly as "
+                                          r"dataset_ablations.a \(it differs only in " + said):
+        params_from_dict(raw)
+    other = {**b, "md5": "0" * 32} if b["md5"] else {**b, "url": "file:///data/other.tar.gz"}
+    params_from_dict({"dataset_ablations": {"a": {"data": a}, "b": {"data": other}}})
+
+
 def test_twins_are_named_for_a_tool_that_cuts_every_budget_to_one():
     """params.twins: what tools/check_code.py leaves out of a pass where its one short
     budget makes a variant of a budget of its own its baseline's twin; none at budgets

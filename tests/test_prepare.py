@@ -350,6 +350,17 @@ def _set(arr, value):
     (_meta_edit(counts=None), r"meta.json: expected counts of train and test \(found None\)"),
     (_meta_edit(classes=["a", "b"]), r"meta.json: expected num_classes 2, one per class name \(found 10\)"),
     (_meta_edit(image_shape=[1, 32, 32]), r"expected image_shape \[3, height, width\]"),
+    # the processes of a run on several devices share each file out: counts that do not
+    # add up would give them other shares than the twin rule and the run assume
+    (_meta_edit(file_counts={"train": [100, 100, 100, 100, 99], "test": [100]}),
+     r"meta.json: file_counts.train \[100, 100, 100, 100, 99\] adds up to 499 records, "
+     r"where train has \d+ images"),
+    (_meta_edit(file_counts={"train": "five"}),
+     r"meta.json: expected file_counts.train the records of each train file \(found five\)"),
+    (_meta_edit(file_counts=[1, 2]), r"file_counts.train the records .*\(found \[1, 2\]\)"),
+    (lambda out: ((out / "train_images.npy").unlink(), os.mkfifo(out / "train_images.npy")),
+     r"train_images.npy: not a file \(a folder, FIFO or link to nothing\), where the "
+     r"preprocess stage writes its tensors"),
     (_array_edit("test_labels.npy", lambda a: _set(a, 99)),
      r"test_labels.npy: expected labels 0 to 9 \(10 classes\), found 99"),
     (_array_edit("train_labels.npy", lambda a: _set(a, -1)),

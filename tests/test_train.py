@@ -537,6 +537,26 @@ def test_metrics_hold_numbers_only_each_once(synth_data, tmp_path):
     assert made["world_size"] == 1 and made["global_batch_size"] == 32 and made["steps"] == 10
 
 
+def test_targets_never_timed_are_said(synth_data, tmp_path, caplog):
+    """eval.targets with eval.every_steps 0 (no held-out evaluation while training, a
+    setting of the whole params file) are never timed: a warning says so, naming both,
+    and the run records no time_to_target; with evaluations, nothing is said."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        train(tiny_params(train={"max_steps": 4}, eval={"every_steps": 0, "targets": [0.5]}),
+              synth_data, paths(tmp_path), progress=False)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("eval.targets [0.5] are not timed: eval.every_steps is 0" in m for m in said)
+    assert "time_to_target" not in json.loads((paths(tmp_path).live_dir / "metrics.json")
+                                              .read_text())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        train(tiny_params(train={"max_steps": 4}, eval={"every_steps": 2, "targets": [0.5]}),
+              synth_data, paths(tmp_path / "b"), progress=False)
+    assert not any("not timed" in r.getMessage() for r in caplog.records)
+
+
 def test_provenance_names_the_code_the_run_started_with(synth_data, tmp_path, monkeypatch):
     """The provenance's commit and dirty flag are those read when the run started: code
     edited or committed while a run trains does not run (Python has imported it)."""

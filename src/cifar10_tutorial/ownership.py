@@ -132,6 +132,20 @@ def refuse_in_the_way(paths: list[Path], stage: str) -> None:
                                 f"changed.")
 
 
+def refuse_linked_folders(folders: list[Path], stage: str, option: str = "--out") -> None:
+    """Stop before a run starts when a folder it makes inside its ``option`` folder (and
+    empties or replaces there) is a link: the run would write, and delete, where the link
+    points (another run's results, a user's folder), outside the folder it was given."""
+    from .errors import PipelineError
+
+    for path in map(Path, folders):
+        if path.is_symlink():
+            raise PipelineError(f"{path}: a link (to {os.path.realpath(path)}), where the "
+                                f"{stage} stage makes a folder of its own in its {option} and "
+                                f"replaces what it holds; move the link away (the folder it "
+                                f"points to stays as it is), then rerun. Nothing was changed.")
+
+
 def ensure_writable(*folders: Path) -> None:
     """Stop before a run removes or replaces anything when it could not write its outputs
     back: each folder (or, where it does not exist yet, the nearest folder above it that

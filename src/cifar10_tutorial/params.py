@@ -16,6 +16,7 @@ import math
 import os
 import re
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
@@ -417,6 +418,7 @@ def _what_it_computes(made: "Params", num_train: Optional[int] = None,
         for key in (list(raw[section]) if keys is None else keys):
             raw[section].pop(key)
             why[f"{section}.{key}"] = "how a run is carried out, not what it computes"
+    _same_archive(raw["data"], why)
     tr, ev, fast = raw["train"], raw["eval"], raw["fast"]
     if raw["input"]["flip"] is None and flip is not None:
         raw["input"]["flip"] = flip
@@ -472,6 +474,25 @@ def _what_it_computes(made: "Params", num_train: Optional[int] = None,
         fast["warmup_epochs"] = ("steps", warmup)
         why["fast.warmup_epochs"] = "the same warm-up steps"
     return raw, why
+
+
+def _same_archive(data: dict, why: dict) -> None:
+    """``data`` (a DataParams as a dict) as the bytes it fetches: where data.md5 gives
+    the archive's md5, the download refuses any other bytes, so the url it comes from
+    computes nothing (a mirror, another spelling); else a local file's url as its path
+    (file:///x is /x, as data/transfer.py reads it)."""
+    if isinstance(data["md5"], str) and data["md5"] != "official":
+        data["md5"], data["url"] = data["md5"].lower(), None
+        why["data.url"] = why["data.md5"] = ("the same archive: data.md5 fixes its bytes, "
+                                             "wherever it comes from")
+        return
+    parsed = urllib.parse.urlparse(data["url"])
+    if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
+        data["url"] = os.path.normpath(urllib.request.url2pathname(parsed.path))
+        why["data.url"] = "the same file, as a file:// URL or its path"
+    elif not parsed.scheme or len(parsed.scheme) == 1:  # a plain path (C:\\ on Windows)
+        data["url"] = os.path.normpath(data["url"])
+        why["data.url"] = "the same file, as a file:// URL or its path"
 
 
 def _dotted(raw: dict, prefix: str = "") -> dict:
@@ -562,8 +583,8 @@ def refuse_twin_on_data(params: "Params", name: str, num_train: Optional[int],
         if other == name:
             return
         theirs = _merged(params, other, trial=False)
-        if theirs.data == mine.data and _computes_key(theirs, num_train, flip,
-                                                       file_counts) == key:
+        # the same data (however their source is spelled) and the same computation
+        if _computes_key(theirs, num_train, flip, file_counts) == key:
             why = {**_what_it_computes(theirs, num_train, flip, file_counts)[1],
                    **_what_it_computes(mine, num_train, flip, file_counts)[1]}
             raise ParamsError(_twin_line(f"{group}.{name}", f"{group}.{other}",

@@ -82,6 +82,15 @@ def _meta(meta_path: Path) -> dict:
     if not (isinstance(shape, list) and len(shape) == 3 and shape[0] == 3
             and all(isinstance(x, int) and x > 0 for x in shape)):
         problems.append(f"image_shape [3, height, width] (found {shape!r})")
+    files = meta.get("file_counts")
+    if files is not None and not problems:  # older data record none: one file of each split
+        for split in ("train", "test"):
+            sizes = files.get(split) if isinstance(files, dict) else None
+            if not (isinstance(sizes, list) and sizes
+                    and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                            for c in sizes)):
+                problems.append(f"file_counts.{split} the records of each {split} file (found "
+                                f"{str(sizes if isinstance(files, dict) else files)[:60]})")
     if problems:
         raise PrepareError(f"{meta_path}: expected {'; '.join(problems)}; {REDO}.")
     return meta
@@ -97,6 +106,11 @@ def _check_split(out_dir: Path, split: str, images: np.ndarray, labels: np.ndarr
         raise PrepareError(f"{out_dir}: the {split} split is empty; expected images to "
                            f"{'train on' if split == 'train' else 'evaluate on'}: check the "
                            f"archive (data.url), then {REDO}.")
+    sizes = (meta.get("file_counts") or {}).get(split)
+    if sizes is not None and sum(sizes) != len(images):  # how several devices share them
+        raise PrepareError(f"{out_dir / META_NAME}: file_counts.{split} {str(sizes)[:60]} adds "
+                           f"up to {sum(sizes)} records, where {split} has {len(images)} "
+                           f"images; {REDO}.")
     if tuple(images.shape[1:]) != tuple(meta["image_shape"]):
         raise PrepareError(f"{where}: expected images of shape {tuple(meta['image_shape'])} "
                            f"(channels, height, width), found {tuple(images.shape[1:])}; {REDO}.")
@@ -119,14 +133,9 @@ def prepared_size(out_dir: Path | str) -> tuple[int, bool, Optional[list[int]]]:
 
 def train_file_counts(data: Prepared) -> Optional[list[int]]:
     """The records of each training file that meta.json records (the processes of a run
-    on several devices share each out record by record); None where it records none."""
-    files = data.meta.get("file_counts", {})
-    counts = files.get("train") if isinstance(files, dict) else None
-    if isinstance(counts, list) and all(isinstance(c, int) and not isinstance(c, bool)
-                                        and c >= 0 for c in counts) \
-            and sum(counts) == len(data.train_labels):
-        return counts
-    return None
+    on several devices share each out record by record; :func:`_meta` checks them); None
+    where it records none (data prepared before they were recorded: one file)."""
+    return (data.meta.get("file_counts") or {}).get("train")
 
 
 def load_prepared(out_dir: Path | str, mapped: bool = False) -> Prepared:
@@ -156,6 +165,9 @@ def load_prepared(out_dir: Path | str, mapped: bool = False) -> Prepared:
     for split in ("train", "test"):
         for kind, dtype, ndim in (("images", np.uint8, 4), ("labels", np.int64, 1)):
             path = out_dir / f"{split}_{kind}.npy"
+            if os.path.lexists(path) and not path.is_file():  # a FIFO would block: not opened
+                raise PrepareError(f"{path}: not a file (a folder, FIFO or link to nothing), "
+                                   f"where the preprocess stage writes its tensors; {REDO}.")
             try:
                 arr = np.load(path, allow_pickle=False, mmap_mode="r" if mapped else None)
             except (OSError, ValueError) as exc:

@@ -20,7 +20,7 @@ from ..training.distributed import launched_by_torchrun, relaunch_on_devices, th
 from ..evaluation.evaluate import EVAL_NAMES, evaluate
 from ..files import read_small_file, write_text_atomic
 from ..ownership import (folders_apart, hold_run_lock, local_folder, refuse_foreign,
-                         refuse_foreign_place, refuse_in_the_way)
+                         refuse_foreign_place, refuse_in_the_way, refuse_linked_folders)
 from ..errors import PipelineError
 from ..param_types import read_params_yaml
 from ..params import (EXERCISES, AblationParams, Params, check_variant_name, load_params,
@@ -75,8 +75,10 @@ def _refuse_what_is_not_its_own(paths: VariantPaths, name: str) -> None:
     outputs) and then records the folder whole, so a file the evaluation does not write,
     something in the way of metrics.json or variant.json, or results that are no run of
     this variant's are refused in one line; so are files in its training folders (--out's
-    train/, --work) that no run made."""
+    train/, --work) that no run made, and a link at train/ or eval/ (the run would replace
+    what it points to: another run's record, a user's folder)."""
     stage = paths.owner or f"ablation@{name}"
+    refuse_linked_folders([paths.train.live_dir, paths.eval_dir], stage)
     refuse_foreign_outputs(paths.train)
     refuse_foreign(paths.eval_dir, EVAL_NAMES, stage, "--out", EVAL_NAMES)
     refuse_in_the_way([paths.metrics, paths.variant], stage)
@@ -219,7 +221,8 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
     _apart(args, cont.mirror, f"{STAGES[group][0]}@{args.name}")
     variant = variant_params(params, args.name)
     # before a lock, a launch or a download: a twin what is known of its data reveals
-    refuse_twin_on_data(params, args.name, *data_size(params))
+    known = data_size(params)
+    refuse_twin_on_data(params, args.name, *known)
     if (kept := kept_past_workspace(work)) != work:
         log.info("queued experiment %s: model, checkpoints and TensorBoard logs in %s (they "
                  "outlive DVC's temporary workspace)", kept.name, kept)
@@ -237,8 +240,7 @@ def run_variant_stage(args, script: str, load_data: Callable[[Params], Prepared]
         _refuse_what_is_not_its_own(paths, args.name)
     relaunch_on_devices(variant.train, variant.run, script, sys.argv[1:])
     data = load_data(params)
-    # the loader compares the variants without their data; with them, a budget in epochs,
-    # a decay interval and the data set's flips are known too
-    refuse_twin_on_data(params, args.name, len(data.train_labels),
-                        bool(data.meta.get("flip", True)), train_file_counts(data))
+    if known[0] is None:  # a data-set variant's data, fetched only now: their size is known
+        refuse_twin_on_data(params, args.name, len(data.train_labels),
+                            bool(data.meta.get("flip", True)), train_file_counts(data))
     run_variant(params, args.name, data, paths, continuation=cont)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 import torch
 
+from ..data.prepared import train_file_counts
 from ..params import queue_capacity, queue_sizes, shard_file_counts
 from .distortions import (COLUMNS, Draws, cpu_generator, crop_windows, derive_seed,
                           distort_batch, draw_distortions, pack_draws, to_device)
@@ -324,7 +325,7 @@ def input_options(params: "Params", data: "Prepared", shape: Optional[RunShape] 
     """:func:`make_batches`'s settings from ``input``, ``train`` and the run's ``shape``
     (by default one process's; flips: the data set's default unless ``input.flip`` says)."""
     inp = params.input
-    file_counts = data.meta.get("file_counts", {}).get("train")
+    file_counts = train_file_counts(data)
     return {"shuffle": inp.shuffle, "seed": params.train.seed,
             "shape": shape or run_shape(params, len(data.train_labels), file_counts),
             "flip": inp.flip if inp.flip is not None else bool(data.meta.get("flip", True)),

@@ -4,6 +4,7 @@ log line, DVCLive metrics, TensorBoard summaries, and held-out precision while t
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sys
 import time
@@ -25,6 +26,8 @@ from ..data.prepared import Prepared
 from .live import open_live, truncate_plots
 from .optimization import WeightAverage, training_model
 from .paths import PLAIN_NAME, experiment_name
+
+log = logging.getLogger(__name__)
 
 
 def duration_text(seconds: Optional[float]) -> str:
@@ -135,6 +138,10 @@ class HeldOut:
         self.seconds = float(ckpt.get("eval_seconds", 0.0)) if ckpt else 0.0
         self.final, self.flip_at_end = final, final is not None and params.eval.flip_tta
         self.last: dict = {}
+        if self.targets and not self.every:  # set for the whole file, say, and never timed
+            log.warning("eval.targets %s are not timed: eval.every_steps is 0, so no held-out "
+                        "evaluation runs while training; set eval.every_steps above 0 to "
+                        "time them, or drop eval.targets", self.targets)
         if self.every:
             self.images = torch.from_numpy(data.test_images).to(device)
             self.labels = torch.from_numpy(data.test_labels).to(device)
