@@ -51,23 +51,62 @@ STEP_LINE = re.compile(r"step (\d+), loss = ([\d.naninf]+) \(([\d.]+) examples/s
 def _rows(path: Path) -> list[list[str]]:
     if not path.is_file():
         return []
-    return [r for r in csv.reader(path.open(), delimiter="\t") if r]
+    try:
+        return [r for r in csv.reader(path.read_text().splitlines(), delimiter="\t") if r]
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise PipelineError(f"{path}: cannot be read as the run's tab-separated record "
+                            f"({type(exc).__name__}: {str(exc)[:80]}); {DAMAGED}") from None
+
+
+# a run's records are written by its own scripts: a row that does not parse is a damaged
+# or hand-edited record, named, never a traceback
+DAMAGED = ("the run's record is damaged or was edited: mend that row (or remove it) and "
+           "collect again. Nothing was written.")
+
+
+def _parsed(path: Path, columns: str, rows: list[list[str]], parse) -> list:
+    """Each row of ``path`` through ``parse`` (a row -> its value), in order; a row of
+    other columns or values is one line naming the file, the row and ``columns``."""
+    out = []
+    for i, row in enumerate(rows, 1):
+        try:
+            out.append(parse(row))
+        except (ValueError, IndexError):
+            raise PipelineError(f"{path}: row {i}: expected {columns}, found "
+                                f"{chr(9).join(row)[:60]!r}; {DAMAGED}") from None
+    return out
+
+
+def _step(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
 
 
 def collect(run: Path, name: str, tensorflow: str, archive: Path, steps_planned: int) -> dict:
-    evals = [{"step": int(r[0]), "precision_at_1": float(r[1]), "precision_at_1_raw": float(r[2]),
-              "date": r[3]} for r in _rows(run / "evals.tsv")]
-    reached = int(newest_checkpoint(run / "train").rsplit("-", 1)[1])
+    evals = _parsed(run / "evals.tsv", "step<TAB>precision<TAB>raw precision<TAB>date",
+                    _rows(run / "evals.tsv"),
+                    lambda r: {"step": _step(r[0]), "precision_at_1": _fraction(r[1]),
+                               "precision_at_1_raw": _fraction(r[2]), "date": r[3]})
+    checkpoint = newest_checkpoint(run / "train")
+    try:
+        reached = _step(checkpoint.rsplit("-", 1)[1])
+    except (ValueError, IndexError):
+        raise PipelineError(f"{run / 'train' / 'checkpoint'}: names {checkpoint!r}, expected "
+                            f"the reference's model.ckpt-STEP; {DAMAGED}") from None
     if not evals and steps_planned <= reached:
         raise PipelineError(f"{run / 'evals.tsv'}: no evaluation of the finished run")
-    segments = [{"to_step": int(r[0]), "start": r[1], "end": r[2], "host": r[3], "cpu": r[4]}
-                for r in _rows(run / "segments.tsv")]
+    segments = _parsed(run / "segments.tsv", "step<TAB>start<TAB>end<TAB>host<TAB>cpu",
+                       _rows(run / "segments.tsv"),
+                       lambda r: {"to_step": _step(r[0]), "start": r[1], "end": r[2],
+                                  "host": r[3], "cpu": r[4]})
     rows = losses(run)
     speeds = [v for _, _, v in rows if v is not None]
     return {"run": name, "steps_planned": steps_planned, "reached_step": reached,
             "upstream": UPSTREAM,
             "tensorflow": tensorflow,
-            "data": {"archive_md5": md5_of(archive), "train_images": 40000,
+            "data": {"archive_md5": archive_md5(archive), "train_images": 40000,
                      "held_out_images": 10000, "evaluated_images": 10112},
             "evaluations": evals, "segments": segments,
             "loss_every_1000": [{"step": s, "loss": v} for s, v, _ in rows if s % 1000 == 0],
@@ -75,20 +114,46 @@ def collect(run: Path, name: str, tensorflow: str, archive: Path, steps_planned:
             "speed_note": "the machine's 2 cores shared with other runs: not a benchmark"}
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:  # nan too
+        raise ValueError(text)
+    return value
+
+
+def archive_md5(archive: Path) -> str:
+    """The md5 of the dev split's archive the run trained on: a regular file (a FIFO would
+    be read for ever, a folder cannot be)."""
+    if not archive.is_file():
+        what = ("not found" if not os.path.lexists(archive) else "a folder" if archive.is_dir()
+                else "not a regular file (a FIFO, socket, device or link to nothing)")
+        raise PipelineError(f"--archive {archive}: {what}, where the dev split's archive the "
+                            f"run trained on is expected (its md5 is recorded); give that "
+                            f"file. Nothing was written.")
+    return md5_of(archive)
+
+
 def losses(run: Path) -> list[tuple[int, float, Optional[float]]]:
     """(step, loss, examples/sec) every 100 steps, from ``losses.tsv`` and the logs here;
     no speed for a log's first line (it times the queue fill and the start-up)."""
-    rows = {int(r[0]): (float(r[1]), float(r[2]) if r[2] else None)
-            for r in _rows(run / "losses.tsv")}
+    rows = dict(_parsed(run / "losses.tsv", "step<TAB>loss<TAB>examples/sec (or empty)",
+                        _rows(run / "losses.tsv"),
+                        lambda r: (_step(r[0]), (float(r[1]), float(r[2]) if r[2] else None))))
     logs = [(0, run / "train.log")] + [(int(p.stem.rsplit("-", 1)[1]), p)
-                                        for p in sorted((run / "logs").glob("train-from-*.log"))]
+                                        for p in sorted((run / "logs").glob("train-from-*.log"))
+                                        if re.fullmatch(r"train-from-\d+", p.stem)]
     for start, log in logs:
         if not log.is_file():
             continue
         for m in STEP_LINE.finditer(log.read_text(errors="replace")):
             local = int(m.group(1))
             if local % 100 == 0:
-                rows[start + local] = (float(m.group(2)), float(m.group(3)) if local else None)
+                try:
+                    rows[start + local] = (float(m.group(2)),
+                                           float(m.group(3)) if local else None)
+                except ValueError:  # the pattern's characters, not a number ("1.2.3")
+                    raise PipelineError(f"{log}: {m.group(0)[:80]!r}: expected the loss and "
+                                        f"speed the reference logs; {DAMAGED}") from None
     return [(s, loss, v) for s, (loss, v) in sorted(rows.items())]
 
 
@@ -127,13 +192,22 @@ def _not_kept(dest: Path) -> Optional[str]:
 
 
 def _clear_killed_keeps(dest: Path) -> None:
-    """What a keep into ``dest`` stopped before its swap left beside it, a folder
-    ``.DEST.keeping-*`` that no running keep holds: removed with a note where it holds only
-    what keep writes; else kept, and named."""
-    for left in sorted(dest.parent.glob(f".{glob.escape(dest.name)}.keeping-*")):
+    """What a keep into ``dest`` stopped before its end left beside it, a folder that no
+    running keep holds: ``.DEST.keeping-*`` (the copy it was building) or
+    ``.DEST.replaced-*`` (the copy it replaced, moved aside to be deleted, in a folder
+    ``DEST`` of its own): removed with a note where it holds only what keep writes; else
+    kept, and named."""
+    escaped = glob.escape(dest.name)
+    for left in sorted([*dest.parent.glob(f".{escaped}.keeping-*"),
+                        *dest.parent.glob(f".{escaped}.replaced-*")]):
         if left.is_symlink() or not left.is_dir() or folder_held(left):
-            continue  # not a folder keep made, or one a running keep is building
-        other = _not_kept(left)
+            continue  # not a folder keep made, or one a running keep is using
+        if ".replaced-" in left.name[len(dest.name) + 1:]:
+            inside, copy = sorted(p.name for p in left.iterdir()), left / dest.name
+            other = (None if not inside else inside[0] if inside != [dest.name]
+                     or copy.is_symlink() or not copy.is_dir() else _not_kept(copy))
+        else:
+            other = _not_kept(left)
         if other is None:
             shutil.rmtree(left)
             print(f"note: removed {left}, left by a keep into {dest} that was stopped",
@@ -173,6 +247,7 @@ def keep(run: Path, dest: Path) -> str:
         old = None
         if dest.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.replaced-", dir=dest.parent))
+            hold_folder(old)  # deleted below; a keep killed before that leaves it to the next
             dest.rename(old / dest.name)
         tmp.rename(dest)
     except BaseException:

@@ -147,6 +147,46 @@ def test_publish_refuses_files_that_do_not_belong_together(finished, tmp_path, m
     assert [p.name for p in (tmp_path / "c").iterdir()] == ["notes.txt"]
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("edit, said", [
+    # a speed the run did not measure (its steps over its own training time)
+    ("speed", r"metrics.json: train.examples_per_sec is 30, where the run's 14 steps of "
+              r"\d+ images in its .* s of training \(its train_seconds\) give .* a second"),
+    # a network size the model it publishes does not have
+    ("num_params", r"metrics.json: train.num_params is 999, where tutorial_100k's network "
+                   r"\(the model section of the params model.pt was trained with, .*\) has "
+                   r"1,068,298"),
+    # what variant.json copies from the run's record, contradicted there
+    ("world_size", r"variant.json: world_size is 1, where .*train/provenance.json records 2: "
+                   r"the stage writes one from the other"),
+])
+def test_publish_checks_the_figures_as_the_report_does(finished, tmp_path, edit, said):
+    """Publish carries the variant's metrics.json and states its figures on the card: it
+    checks the folder as the report does (one function, report.results
+    check_results_folder), and the network's size against the model file it publishes.
+    A speed, a parameter count or a record edited in every file alike is one line, and
+    nothing is published."""
+    project = finished
+    edited = tmp_path / "edited"
+    shutil.copytree(project / "reports" / "ablations" / "tutorial_100k", edited)
+    if edit == "world_size":
+        record = json.loads((edited / "train/provenance.json").read_text())
+        (edited / "train/provenance.json").write_text(json.dumps({**record, "world_size": 2}))
+    else:
+        m = json.loads((edited / "metrics.json").read_text())
+        m["train"].update({"speed": {"examples_per_sec": 30.0,
+                                     "examples_per_sec_per_device": 30.0},
+                           "num_params": {"num_params": 999}}[edit])
+        (edited / "metrics.json").write_text(json.dumps(m))
+        (edited / "train/metrics.json").write_text(json.dumps(m["train"]))
+    proc = _run(project, "tools/publish.py", "tutorial_100k", "--model",
+                "data/ablations/tutorial_100k/model.pt", "--results", str(edited), "--out",
+                str(tmp_path / "pub"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert re.search(said, proc.stderr.strip().splitlines()[-1]), proc.stderr
+    assert not (tmp_path / "pub").exists()
+
+
 def _predictions_that_give(folder, precision):
     """An evaluation's predictions.csv and per_class.csv edited to give ``precision``
     (wrong rows made right, or right ones wrong; the raw weights' column as it was)."""

@@ -53,7 +53,8 @@ def write_variant(root: Path, name: str, precision: float, steps: int, seed: int
         **variant}))
     record = {"commit": commit, "dirty": False, "device": "a CPU, 2 threads",
               "data_hash": "d" * 32, "params_hash": f"{hash(name) & 0xffffffff:016x}",
-              "cpu_load": [2.0, 2.0, 2.0], "steps": steps, "epochs": epochs}
+              "cpu_load": [2.0, 2.0, 2.0], "steps": steps, "epochs": epochs,
+              "wall_time_s": train["wall_time_s"]}
     (out / "train" / "provenance.json").write_text(json.dumps(record))
     # the run's own files, written with metrics.json (exercises/ablation.py): the train
     # stage's metrics, the evaluation's set and its record of the model it evaluated
@@ -1647,6 +1648,19 @@ def test_a_record_refused_leaves_no_out_folder_behind(tmp_path, bad):
                       r"session .*provenance.json records \(5,000 steps of 128 images in "
                       r"1,000 s, its set-up, evaluations and final save included\) gives at "
                       r"least 633.6 a second"),
+    # the held-out curve: a point past the run's last step, or its rows out of order
+    ("held-out-past-its-end", r"softmax/train/plots/metrics/held_out/precision_at_1.tsv: a "
+                              r"point at step 20000 \(row \d+\), past the run's last step "
+                              r"10,000 \(its train.step\)"),
+    ("held-out-reversed", r"softmax/train/plots/metrics/held_out/precision_at_1.tsv: "
+                          r"expected the run's held-out precision_at_1 at rising steps, as the "
+                          r"run evaluates, found step 5000 after 10000 in row 3"),
+    # the keys a check reads, deleted: a run with held-out evaluations writes its training
+    # time apart from theirs, and every run records its wall time
+    ("train-seconds-deleted", r"softmax/metrics.json: train.held_out without "
+                              r"train.train_seconds and held_out_eval_seconds"),
+    ("record-wall-time-deleted", r"softmax/train/provenance.json: no wall_time_s, which every "
+                                 r"training run records"),
     # a loss below 0, edited alike in every record and the curve
     ("negative-loss", r"softmax/metrics.json: train.loss_avg is -0.5, expected a loss: a "
                       r"number from 0 to 3.403e\+38"),
@@ -1723,6 +1737,21 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
             "speed-zero": {"examples_per_sec": 0.0, "examples_per_sec_per_device": 0.0}}[edit])
         (folder / "metrics.json").write_text(json.dumps(m))
         (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
+    elif edit in ("held-out-past-its-end", "held-out-reversed"):
+        p = json.loads((folder / "metrics.json").read_text())["eval"]["precision_at_1"]
+        _tsv(folder / "train/plots/metrics/held_out/precision_at_1.tsv", "precision_at_1",
+             [(5000, p / 2), (10_000, p), (20_000, 0.95)] if edit == "held-out-past-its-end"
+             else [(10_000, p), (5000, p / 2)])
+    elif edit == "train-seconds-deleted":
+        m = json.loads((folder / "metrics.json").read_text())
+        del m["train"]["train_seconds"], m["train"]["held_out_eval_seconds"]
+        (folder / "metrics.json").write_text(json.dumps(m))
+        (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
+    elif edit == "record-wall-time-deleted":
+        record = folder / "train/provenance.json"
+        made = json.loads(record.read_text())
+        del made["wall_time_s"]
+        record.write_text(json.dumps(made))
     elif edit in ("world-size-edited", "wall-time-edited", "resumed-speed"):
         record = folder / "train/provenance.json"
         made = json.loads(record.read_text())

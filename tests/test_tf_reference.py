@@ -575,3 +575,92 @@ def test_keep_into_a_link_or_a_file_and_after_a_stopped_keep(tmp_path, capsys):
     assert (other / "notes.txt").read_text() == "mine\n" and f"{other}: left by a keep" in err
     assert running.is_dir() and str(running) not in err
     assert (kept / "train" / "checkpoint").is_file()
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda run: (run / "evals.tsv").write_text("10000\tx\t0.74\t2026-12-02\n"),
+     r"evals.tsv: row 1: expected step<TAB>precision<TAB>raw precision<TAB>date, found "
+     r"'10000\\tx\\t0.74\\t2026-12-02'"),
+    (lambda run: (run / "evals.tsv").write_text("10000\t0.78\n"), r"evals.tsv: row 1: expected"),
+    (lambda run: (run / "evals.tsv").write_text("10000\t1.5\t0.74\td\n"), r"evals.tsv: row 1"),
+    (lambda run: (run / "train" / "checkpoint").write_text(
+        'model_checkpoint_path: "model.ckpt-abc"\n'),
+     r"train/checkpoint: names 'model.ckpt-abc', expected the reference's model.ckpt-STEP"),
+    (lambda run: (run / "segments.tsv").write_text("garbage\n"),
+     r"segments.tsv: row 1: expected step<TAB>start<TAB>end<TAB>host<TAB>cpu, found 'garbage'"),
+    (lambda run: (run / "losses.tsv").write_text("100\t2.3\t\na\tb\n"),
+     r"losses.tsv: row 2: expected step<TAB>loss<TAB>examples/sec \(or empty\), found 'a\\tb'"),
+    (lambda run: (run / "losses.tsv").write_bytes(b"100\t2.3\t\xff\n"),
+     r"losses.tsv: cannot be read as the run's tab-separated record \(UnicodeDecodeError"),
+], ids=["eval-not-a-number", "eval-two-columns", "eval-past-one", "checkpoint-step",
+        "segments", "losses", "losses-not-utf8"])
+def test_collect_names_a_damaged_record_of_the_run(tmp_path, damage, said, capsys):
+    """The run's records (evals.tsv, segments.tsv, losses.tsv, train/checkpoint) come from
+    its own scripts: a row that does not parse is one line naming the file and the row,
+    through the command, and nothing is written."""
+    run = _run(tmp_path)
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(b"archive")
+    damage(run)
+    out = tmp_path / "records"
+    with pytest.raises(SystemExit) as stop:
+        tool.main(["collect", str(run), "tfz", "--tensorflow", "2.21.0", "--archive",
+                   str(archive), "--steps-planned", "10000", "--out", str(out)])
+    assert str(stop.value).startswith("error: ") and "\n" not in str(stop.value)
+    assert __import__("re").search(said, str(stop.value)), stop.value
+    assert "Nothing was written" in str(stop.value) and not out.exists()
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("missing", r"--archive .*none.tar.gz: not found"),
+    ("folder", r"--archive .*: a folder, where the dev split's archive"),
+    ("fifo", r"--archive .*fifo: not a regular file \(a FIFO"),
+])
+def test_collect_refuses_an_archive_that_is_no_file_without_reading_it(tmp_path, kind, said):
+    """--archive is the dev split's archive, whose md5 the record keeps: missing, a folder
+    or a FIFO (which a read would wait on for ever) is one line, before any read."""
+    import os
+
+    run = _run(tmp_path)
+    archive = {"missing": tmp_path / "none.tar.gz", "folder": tmp_path,
+               "fifo": tmp_path / "fifo"}[kind]
+    if kind == "fifo":
+        os.mkfifo(archive)
+    with pytest.raises(PipelineError, match=said):
+        tool.collect(run, "tfz", "2.21.0", archive, 10000)
+
+
+def test_a_keep_killed_after_moving_the_old_copy_aside_is_cleared_by_the_next(tmp_path, capsys):
+    """keep moves the copy it replaces into .DEST.replaced-*/DEST and deletes it after the
+    swap: a keep killed before that delete ends leaves it. The next keep removes such a
+    folder (or an empty one) with a note where it holds only what keep writes, names one
+    holding anything else, and leaves one a running keep holds."""
+    from cifar10_tutorial.files import hold_folder, release_folder
+
+    run = _run(tmp_path)
+    kept = tmp_path / "kept"
+    half = tmp_path / ".kept.replaced-abc" / "kept" / "train"  # the old copy, half deleted
+    half.mkdir(parents=True)
+    (half / "model.ckpt-9000.index").write_bytes(b"old")
+    empty = tmp_path / ".kept.replaced-empty"
+    empty.mkdir()
+    mine = tmp_path / ".kept.replaced-mine" / "kept"
+    mine.mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine\n")
+    running = tmp_path / ".kept.replaced-run"
+    (running / "kept").mkdir(parents=True)
+    hold_folder(running)
+    try:
+        tool.keep(run, kept)
+    finally:
+        release_folder(running)
+    err = capsys.readouterr().err
+    assert not (tmp_path / ".kept.replaced-abc").exists() and not empty.exists()
+    assert f"note: removed {tmp_path / '.kept.replaced-abc'}" in err
+    assert (mine / "notes.txt").read_text() == "mine\n"
+    assert f"{tmp_path / '.kept.replaced-mine'}: left by a keep" in err
+    assert running.is_dir() and str(running) not in err
+    assert (kept / "train" / "checkpoint").is_file()
+    # a keep over its own copy leaves nothing beside it (the one no keep holds now: gone)
+    tool.keep(run, kept)
+    assert sorted(p.name for p in tmp_path.glob(".kept.*")) == [".kept.replaced-mine"]

@@ -21,7 +21,7 @@ from cifar10_tutorial.checkpoint_files import run_defining
 from cifar10_tutorial.files import read_small_file, sha256_of
 from cifar10_tutorial.model_files import load_model_file
 from cifar10_tutorial.provenance import params_hash
-from cifar10_tutorial.report.results import check_one_evaluation
+from cifar10_tutorial.report.results import check_results_folder, refuse_other_network_of
 
 RERUN = "rerun the variant (`dvc repro reports/dvc.yaml`)"
 USE = ("the same command that wrote it: `cifar10 publish NAME` (or `python "
@@ -168,6 +168,17 @@ def _check_params(model: Path, results: Path, ckpt: dict, ev: dict) -> None:
                             f"whose results these are")
 
 
+def _model_section(model: Path, ckpt: dict) -> dict:
+    """The model section of the params the model file records (load_model_file checked
+    it), a key it lacks at the code's default, as the network is built from it."""
+    import dataclasses
+
+    from cifar10_tutorial.params import ModelParams
+
+    recorded = ckpt["params"]["model"]
+    return {f.name: recorded.get(f.name, f.default) for f in dataclasses.fields(ModelParams)}
+
+
 def _check_card_fields(r: Records) -> None:
     """Every field the card states, there and of its kind."""
     res, m = r.results, r.results / "metrics.json"
@@ -214,9 +225,13 @@ def read_records(name: str, model: Path, results: Path) -> Records:
     if not isinstance(metrics.get("eval"), dict) or not isinstance(metrics.get("train"), dict):
         raise PipelineError(f"{results / 'metrics.json'}: expected a record with train and "
                             f"eval; {RERUN}")
-    check_one_evaluation(results, metrics)  # the figures the card states are one run's
+    # the figures the card states and metrics.json carries: one run's, checked as the
+    # report checks them (its size, speed, times, evaluation)
+    check_results_folder(results, metrics, variant)
     _check_variant(name, model, results, ckpt, variant)
     _check_params(model, results, ckpt, ev)
+    refuse_other_network_of(results, name, metrics["train"], _model_section(model, ckpt),
+                            f"the model section of the params {model.name} was trained with")
     records = Records(name, model, results, ckpt, train, ev, metrics, variant, digest, size)
     _check_card_fields(records)
     return records

@@ -58,6 +58,13 @@ def _refuse_other_size(described: Path, variant: dict, metrics: Path, train: dic
                             f"{variant.get('variant', described.parent.name)}`)")
 
 
+def _rerun_variant(described: Path, variant: dict) -> str:
+    """How to rerun the variant whose variant.json is ``described`` (the name it records,
+    else its folder's), as the timing checks' lines end."""
+    return (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
+            f"{variant.get('variant', described.parent.name)}`)")
+
+
 def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: dict) -> None:
     """The run's speed against its own figures: its examples/sec are the examples of its
     last session's steps (at most its ``step``, of ``global_batch_size``) over that
@@ -65,8 +72,7 @@ def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: di
     first step, so at most step x batch / that time; and each device's share is the
     speed over ``world_size``. A speed beyond them was not measured by the run: the
     report would compare it as one (the devices exercise)."""
-    rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
-             f"{variant.get('variant', described.parent.name)}`)")
+    rerun = _rerun_variant(described, variant)
     timed = ("examples_per_sec", "examples_per_sec_per_device", "time_to_first_batch_s")
     for key in timed:  # measured by the run, which writes each: a finite number from 0
         value = train.get(key, "missing")
@@ -123,11 +129,10 @@ def _refuse_other_timing(described: Path, variant: dict, metrics: Path, train: d
     segments, or the last from step 0) trained its steps in its training time, so its
     speed is steps x global batch over that time; a resumed run's speed is at least its
     last segment's steps over that segment's wall time (the speed curve bounds it from
-    above). And
-    what variant.json copies from the record (world size, batch, schedule, device) is the
-    record's. A figure they contradict is not the run's: one line naming both."""
-    rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
-             f"{variant.get('variant', described.parent.name)}`)")
+    above). And what variant.json copies from the record (world size, batch, schedule,
+    device) is the record's. A figure they contradict is not the run's: one line naming
+    both."""
+    rerun = _rerun_variant(described, variant)
     steps, batch = train.get("step"), variant.get("global_batch_size")
     if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (steps, batch)):
         return  # a record of another kind: said by the checks of its kinds
@@ -157,6 +162,14 @@ def _refuse_other_timing(described: Path, variant: dict, metrics: Path, train: d
             raise PipelineError(f"{metrics}: train.{key} is {str(value)[:40]}, expected what "
                                 f"a run measures and writes: a finite number from 0 up; "
                                 f"{rerun}")
+    if made and "wall_time_s" not in made:  # every run records it (its card states it)
+        raise PipelineError(f"{record}: no wall_time_s, which every training run records "
+                            f"beside its metrics.json's; {rerun}")
+    if isinstance(train.get("held_out"), dict) and trained is None:
+        raise PipelineError(f"{metrics}: train.held_out without train.train_seconds and "
+                            f"held_out_eval_seconds, which a run with held-out evaluations "
+                            f"records beside it (its training time apart from theirs); "
+                            f"{rerun}")
     if "wall_time_s" in made and made["wall_time_s"] != wall:
         raise PipelineError(f"{metrics}: train.wall_time_s is {wall:,.6g}, where {record} "
                             f"records {str(made['wall_time_s'])[:40]}: one run writes both; "
@@ -233,28 +246,50 @@ def _refuse_speed_beyond_curve(folder: Path, train: dict, metrics: Path, speed: 
 def refuse_other_network(root: Path, df: pd.DataFrame, networks: dict) -> None:
     """Each variant's train.num_params and train.macs_per_image against its network: the
     ``model`` section of reports/params.yaml with the variant's overrides (``networks``:
-    name -> that section), built for the classes its evaluation scored (eval/per_class.csv,
-    one row each) as the run builds it. Both figures follow from the network alone, so a
-    figure the network does not give is not the run's: one line naming the file."""
+    name -> that section): :func:`refuse_other_network_of`."""
+    for name, model in networks.items():
+        if name in df.index:
+            refuse_other_network_of(Path(root) / name, name, {
+                key: df.at[name, key] for key in ("num_params", "macs_per_image")}, model,
+                "reports/params.yaml's model section with its overrides")
+
+
+def refuse_other_network_of(folder: Path, name: str, said: dict, model: dict,
+                            source: str) -> None:
+    """A variant's num_params and macs_per_image (``said``, as its metrics.json's train
+    records them) against its network: ``model``, a model section (``source`` says whose),
+    built for the classes its evaluation scored (eval/per_class.csv, one row each) as the
+    run builds it. Both figures follow from the network alone, so a figure the network
+    does not give is not the run's: one line naming the file."""
     from ..model import build_model, macs_per_image, num_params
 
-    for name, model in networks.items():
-        if name not in df.index:
-            continue
-        folder = Path(root) / name
-        text = read_small_file(folder / "eval" / "per_class.csv", 64 << 20).decode("utf-8")
-        classes = len(list(csv.reader(io.StringIO(text)))) - 1  # checked as the row was read
-        net = build_model(classes, **model)
-        want = {"num_params": num_params(net), "macs_per_image": macs_per_image(net)}
-        for key, value in want.items():
-            said = df.at[name, key]
-            if said != value:
-                raise PipelineError(
-                    f"{folder / 'metrics.json'}: train.{key} is {said}, where {name}'s network "
-                    f"(reports/params.yaml's model section with its overrides, "
-                    f"{json.dumps(model, sort_keys=True)[:200]}, for the {classes} classes of "
-                    f"eval/per_class.csv) has {value:,}: the figure is not its run's; rerun it "
-                    f"(`dvc repro reports/dvc.yaml:ablation@{name}`, or dataset_ablation@{name})")
+    text = read_small_file(folder / "eval" / "per_class.csv", 64 << 20).decode("utf-8")
+    classes = len(list(csv.reader(io.StringIO(text)))) - 1  # checked as the row was read
+    net = build_model(classes, **model)
+    want = {"num_params": num_params(net), "macs_per_image": macs_per_image(net)}
+    for key, value in want.items():
+        if said.get(key) != value:
+            raise PipelineError(
+                f"{folder / 'metrics.json'}: train.{key} is {said.get(key)}, where {name}'s "
+                f"network ({source}, {json.dumps(model, sort_keys=True)[:200]}, for the "
+                f"{classes} classes of eval/per_class.csv) has {value:,}: the figure is not "
+                f"its run's; rerun it (`dvc repro reports/dvc.yaml:ablation@{name}`, or "
+                f"dataset_ablation@{name})")
+
+
+def check_results_folder(folder: Path, metrics: dict, variant: dict) -> None:
+    """One variant's results folder (``metrics``: its metrics.json, with train and eval;
+    ``variant``: its variant.json) checked as one run's: every figure a number, the
+    variant's keys of their kinds, its training set's size, its speed and times against
+    the run's own figures and record, and its evaluation against its held-out curves.
+    What the report reads and publish publishes, checked alike: one line naming the file."""
+    path, described = folder / "metrics.json", folder / "variant.json"
+    _numbers_only(path, metrics)
+    _typed(described, variant)
+    _refuse_other_size(described, variant, path, metrics["train"])
+    _refuse_other_speed(described, variant, path, metrics["train"])
+    check_one_evaluation(folder, metrics)
+    _refuse_other_timing(described, variant, path, metrics["train"])
 
 
 def load_variants(root: Path) -> pd.DataFrame:
@@ -281,13 +316,8 @@ def load_variants(root: Path) -> pd.DataFrame:
                                 f"reports/dvc.yaml:ablation@{path.parent.name}`), else (a "
                                 f"backup) move {path.parent} out of {root}.")
         m = _record(path, ("train", "eval"))
-        _numbers_only(path, m)
         variant = _record(described, ("variant",))  # whose results, before what they say
-        _typed(described, variant)
-        _refuse_other_size(described, variant, path, m["train"])
-        _refuse_other_speed(described, variant, path, m["train"])
-        check_one_evaluation(path.parent, m)
-        _refuse_other_timing(described, variant, path, m["train"])
+        check_results_folder(path.parent, m, variant)
         folders.setdefault(variant.get("variant"), []).append(path.parent)
         train = dict(m["train"])
         train["steps"], train["final_loss_avg"] = train.pop("step"), train.pop("loss_avg")
@@ -399,12 +429,13 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
 SAME_EVALUATION = 1e-3
 
 
-def _held_out(folder: Path, rerun: str):
+def _held_out(folder: Path, rerun: str, last: Optional[int] = None):
     """The run's held-out curve (:func:`.curves.held_out_curve`; None where it logs none),
     each of its files checked first: readable, a step at each point, its precisions
     fractions from 0 to 1 and its epochs from 0, as the run logs them. A damaged file, or
     a point that is none of those (``nan``, 1.5, a line without its tab), is one line
-    naming it, not a point skipped as if absent."""
+    naming it, not a point skipped as if absent; so are steps that do not rise from one
+    point to the next, or lie past the run's ``last`` step (its train.step)."""
     from ..curves import held_out_curve
 
     where = folder / "train" / "plots" / "metrics" / "held_out"
@@ -435,6 +466,20 @@ def _held_out(folder: Path, rerun: str):
                                     f"it evaluated ({column}: {said}), found "
                                     f"{str(bad[column].iloc[0])[:20]} in row "
                                     f"{int(bad.index[0]) + 2}; {rerun}.")
+        steps = pd.to_numeric(logged["step"]).tolist()
+        # the run evaluates at rising steps up to its last (a resumed run's curves are cut
+        # back to its step first)
+        back = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
+        past = next((i for i, v in enumerate(steps) if isinstance(last, int)
+                     and not isinstance(last, bool) and v > last), None)
+        if back is not None:
+            raise PipelineError(f"{path}: expected the run's held-out {key} at rising steps, "
+                                f"as the run evaluates, found step {steps[back]:g} after "
+                                f"{steps[back - 1]:g} in row {back + 2}; {rerun}.")
+        if past is not None:
+            raise PipelineError(f"{path}: a point at step {steps[past]:g} (row {past + 2}), "
+                                f"past the run's last step {last:,} (its train.step): not "
+                                f"one of its evaluations; {rerun}.")
     try:
         return held_out_curve(folder / "train")
     except (OSError, ValueError, KeyError) as exc:  # files of different steps' kinds
@@ -468,7 +513,7 @@ def _refuse_other_final_evaluation(folder: Path, metrics: dict, rerun: str) -> N
     found = []
     if isinstance(held, dict):
         found += [(f"train.held_out.{k}", held.get(k), k) for k in said]
-    curve = _held_out(folder, rerun)
+    curve = _held_out(folder, rerun, step)
     if curve is not None and isinstance(step, (int, float)):
         at = curve[curve["step"] == step]
         found += [(f"its held-out curve at step {int(step):,} ({k})", at[k].iloc[-1], k)
@@ -491,7 +536,7 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
     reached = metrics["train"].get("time_to_target")
     if not isinstance(reached, dict) or not reached:
         return
-    curve = _held_out(folder, rerun)
+    curve = _held_out(folder, rerun, metrics["train"].get("step"))
     said = folder / "metrics.json"
     if curve is None:
         raise PipelineError(f"{said}: train.time_to_target times held-out precisions "
