@@ -16,6 +16,17 @@ from cifar10_tutorial.report.report import make_report
 from conftest import ROOT, commit, dvc, run_queue, set_params
 
 
+
+def _run_variant_stage(project: Path, script: str, name: str, *options: str,
+                       timeout: int = 300) -> subprocess.CompletedProcess:
+    """``stages/<script>.py NAME --params reports/params.yaml OPTIONS`` in ``project`` by
+    hand (outside DVC: no DVC_STAGE), with this checkout's package."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("DVC_STAGE", None)
+    return subprocess.run([sys.executable, f"stages/{script}.py", name, "--params",
+                           "reports/params.yaml", *options], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
 def test_variants_override_the_baseline_and_share_the_budget():
     params = load_params(ROOT / "reports/params.yaml")
     assert {"baseline", "softmax", "local_head", "queue_fill_10pct", "queue_fill_1pct",
@@ -485,14 +496,10 @@ def test_the_variant_stage_refuses_a_twin_its_data_reveal_before_it_trains(synth
                       "epochs_on_two": {"train": {"num_devices": 2, "batch_size": 16,
                                                   "max_epochs": 0.64}}},
         "dataset_ablations": {}}, sort_keys=False))  # the first of two twins is the one
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    env.pop("DVC_STAGE", None)
 
     def stage(name):
-        return subprocess.run([sys.executable, "stages/ablation.py", name, "--params",
-                               "reports/params.yaml", "--data", "prepared", "--work",
-                               f"work/{name}", "--out", f"out/{name}"], cwd=project, env=env,
-                              capture_output=True, text=True, timeout=300)
+        return _run_variant_stage(project, "ablation", name, "--data", "prepared", "--work",
+                                  f"work/{name}", "--out", f"out/{name}")
 
     for name, other, said in [
             ("epochs", "baseline", r"train.max_epochs: the same 20 steps of 1,000 training "
@@ -539,12 +546,8 @@ def test_a_several_device_variant_refuses_files_not_its_own_before_torchrun(
     for where, text in files.items():
         (project / where).parent.mkdir(parents=True, exist_ok=True)
         (project / where).write_text(text)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    env.pop("DVC_STAGE", None)
-    proc = subprocess.run([sys.executable, "stages/ablation.py", "two", "--params",
-                           "reports/params.yaml", "--data", "prepared", "--work", "work/two",
-                           "--out", "out/two"], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = _run_variant_stage(project, "ablation", "two", "--data", "prepared", "--work",
+                              "work/two", "--out", "out/two")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "launching:" not in proc.stderr
     assert re.search(said, proc.stderr.strip().splitlines()[-1]), proc.stderr
@@ -591,12 +594,8 @@ def test_damaged_prepared_data_are_named_before_the_twin_check(synth_data, tmp_p
         "ablation": {"max_steps": 20}, "train": {"batch_size": 32, "device": "cpu"},
         "ablations": {"baseline": {}, "epochs": {"train": {"max_epochs": 0.32}}},
         "dataset_ablations": {}}))
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    env.pop("DVC_STAGE", None)
-    proc = subprocess.run([sys.executable, "stages/ablation.py", "epochs", "--params",
-                           "reports/params.yaml", "--data", "prepared", "--work", "work/epochs",
-                           "--out", "out/epochs"], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = _run_variant_stage(project, "ablation", "epochs", "--data", "prepared", "--work",
+                              "work/epochs", "--out", "out/epochs", timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert re.search(said, proc.stderr.strip().splitlines()[-1]), proc.stderr
     assert not (project / "work").exists() and not (project / "out").exists()
@@ -618,12 +617,8 @@ def test_a_data_set_variant_flipping_as_its_default_is_refused_before_its_downlo
                                              "input": {"flip": False}}}}))
     before = sorted(p.relative_to(project) for p in project.rglob("*")
                     if "__pycache__" not in p.parts)
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    env.pop("DVC_STAGE", None)
-    proc = subprocess.run([sys.executable, "stages/dataset_ablation.py", "svhn_unflipped",
-                           "--params", "reports/params.yaml", "--work", "work", "--out", "out",
-                           "--partial", "partial"], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = _run_variant_stage(project, "dataset_ablation", "svhn_unflipped", "--work", "work",
+                              "--out", "out", "--partial", "partial")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: dataset_ablations.svhn_unflipped trains and scores exactly as "
@@ -647,12 +642,8 @@ def test_a_data_set_variants_missing_archive_names_its_own_url(tmp_path):
     (project / "reports" / "params.yaml").write_text(yaml.safe_dump({
         "ablations": {}, "dataset_ablations": {"svhn": {"data": {
             "dataset": "svhn", "url": str(missing)}}}}))
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    env.pop("DVC_STAGE", None)
-    proc = subprocess.run([sys.executable, "stages/dataset_ablation.py", "svhn", "--params",
-                           "reports/params.yaml", "--work", "work", "--out", "out",
-                           "--partial", "partial"], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = _run_variant_stage(project, "dataset_ablation", "svhn", "--work", "work", "--out",
+                              "out", "--partial", "partial")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
     # (SVHN's url is the folder of its files: the first, train_32x32.mat, is named)
