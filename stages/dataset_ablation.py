@@ -26,7 +26,7 @@ def main() -> None:
     add_continuation(ap)
     args = ap.parse_args()
     run_variant_stage(args, __file__, lambda params: prepare_variant_data(
-        params, args.name, args.work, args.partial), "dataset_ablations",
+        params, args.name, args.work, args.partial, args.params), "dataset_ablations",
         lambda params: variant_data_size(params, args.name))
 
 

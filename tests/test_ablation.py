@@ -18,14 +18,15 @@ from conftest import ROOT, commit, dvc, run_queue, set_params
 
 
 def _run_variant_stage(project: Path, script: str, name: str, *options: str,
+                       params: str = "reports/params.yaml",
                        timeout: int = 300) -> subprocess.CompletedProcess:
-    """``stages/<script>.py NAME --params reports/params.yaml OPTIONS`` in ``project`` by
-    hand (outside DVC: no DVC_STAGE), with this checkout's package."""
+    """``stages/<script>.py NAME --params PARAMS OPTIONS`` in ``project`` by hand (outside
+    DVC: no DVC_STAGE), with this checkout's package."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("DVC_STAGE", None)
-    return subprocess.run([sys.executable, f"stages/{script}.py", name, "--params",
-                           "reports/params.yaml", *options], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([sys.executable, f"stages/{script}.py", name, "--params", params,
+                           *options], cwd=project, env=env, capture_output=True, text=True,
+                          timeout=timeout)
 
 def test_variants_override_the_baseline_and_share_the_budget():
     params = load_params(ROOT / "reports/params.yaml")
@@ -653,6 +654,14 @@ def test_a_data_set_variants_missing_archive_names_its_own_url(tmp_path):
                          "mirror or to a local copy (file:///path/to/archive or a plain "
                          "path), e.g. `dvc exp run -S 'reports/params.yaml:dataset_ablations"
                          ".svhn.data.url=/path/to/archive'`."), line
+    # by hand with a params file of one's own: that file is the one to edit
+    (project / "mine.yaml").write_text((project / "reports" / "params.yaml").read_text())
+    proc = _run_variant_stage(project, "dataset_ablation", "svhn", "--work", "work", "--out",
+                              "out", "--partial", "partial", params="mine.yaml")
+    line = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and "Set dataset_ablations.svhn.data.url in mine.yaml" in line \
+        and "'mine.yaml:dataset_ablations.svhn.data.url=" in line \
+        and "reports/params.yaml" not in line, proc.stderr
 
 
 @pytest.mark.parametrize("files, whose", [

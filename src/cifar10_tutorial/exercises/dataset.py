@@ -21,18 +21,20 @@ def variant_data_size(params: Params, name: str) -> tuple[None, bool]:
     return None, get_dataset(variant_params(params, name).data.dataset).flip
 
 
-def prepare_variant_data(params: Params, name: str, work: Path, partial: Path) -> Prepared:
+def prepare_variant_data(params: Params, name: str, work: Path, partial: Path,
+                         params_file: Path | str = "reports/params.yaml") -> Prepared:
     """Download and preprocess the data set of a data-set variant into ``work``/raw and
-    ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files)."""
+    ``work``/prepared (rank 0; the other ranks of a torchrun job wait for its files);
+    ``params_file``: the file that defines it (its download errors name it)."""
     data = variant_params(params, name).data
     if this_process().main:
         try:
             fetch_dataset(data, work / "raw", partial)
         except DownloadError as exc:  # the variant's own url, in reports/params.yaml
             key = f"dataset_ablations.{name}.data.url"
-            hint = (f"Set {key} in reports/params.yaml to a mirror or to a local copy "
+            hint = (f"Set {key} in {params_file} to a mirror or to a local copy "
                     f"(file:///path/to/archive or a plain path), e.g. `dvc exp run -S "
-                    f"'reports/params.yaml:{key}=/path/to/archive'`.")
+                    f"'{params_file}:{key}=/path/to/archive'`.")
             said = [part.replace("data.url", key) for part in str(exc).split(MIRROR_HINT)]
             raise DownloadError(hint.join(said)) from None
         prepare_dataset(work / "raw", work / "prepared", data)
