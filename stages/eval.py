@@ -9,7 +9,8 @@ model) every eval.interval_secs while training runs, logging to TensorBoard
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
 
 from cifar10_tutorial.cli import add_paths, parse_stage_args, run_stage, stage_parser
-from cifar10_tutorial.evaluation.evaluate import evaluate, watch
+from cifar10_tutorial.evaluation.evaluate import (evaluate, refuse_another_models_evaluation,
+                                                  watch)
 from cifar10_tutorial.ownership import (ensure_writable, folders_apart, refuse_foreign_place,
                                         stages_at)
 from cifar10_tutorial.params import MAIN, load_params
@@ -39,6 +40,7 @@ def main() -> None:
                              f"{args.model} is not the eval stage's model: its figures go "
                              f"elsewhere", own)
         ensure_writable(args.out)  # a file in the way: now, not after the evaluation
+        refuse_another_models_evaluation(args.out, args.model)  # a variant's, one you kept
     else:  # its events go beside the run's checkpoints (a stage's run's: the train
         # stage's model, a variant's run folder; or one's of yours): never into the code,
         # another stage's results or published weights, nor into a run's outputs (curves)

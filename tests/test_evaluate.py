@@ -517,3 +517,45 @@ def test_max_evals_without_watch_is_refused_not_ignored(tmp_path):
         "--max-evals: bounds the evaluations of --watch; give --watch too, or leave "
         "--max-evals out (without --watch the model is evaluated once)"), proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["directly", "through-a-link"])
+def test_the_eval_stage_by_hand_keeps_another_models_evaluation(synth_data, trained, tmp_path,
+                                                                 how):
+    """`stages/eval.py --model A --out F` where F holds B's evaluation (a variant's, one
+    you kept), given directly or through a link: one line naming both models, every file
+    as it was; A's own earlier evaluation there is replaced, as a rerun does."""
+    import shutil
+
+    from conftest import ROOT
+
+    data = write_prepared(synth_data, tmp_path / "prepared")
+    theirs, mine = tmp_path / "b" / "model.pt", tmp_path / "a" / "model.pt"
+    for model in (theirs, mine):
+        model.parent.mkdir()
+        shutil.copy(trained.model, model)
+    kept = tmp_path / "kept"
+    evaluate(synth_data, theirs, kept, 64, "cpu")
+    out = kept
+    if how == "through-a-link":
+        out = tmp_path / "link"
+        out.symlink_to(kept)
+    before = _files(kept)
+
+    def run(model):
+        env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")}
+        env.pop("DVC_STAGE", None)
+        return subprocess.run([sys.executable, str(ROOT / "stages/eval.py"), "--params",
+                               str(ROOT / "params.yaml"), "--data", str(data), "--model",
+                               str(model), "--out", str(out)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    proc = run(mine)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert f"holds the evaluation of {theirs}, not of {mine}" in line, line
+    assert "Nothing was changed" in line
+    assert _files(kept) == before
+    proc = run(theirs)  # its own: replaced
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((kept / "provenance.json").read_text())["model"] == str(theirs)

@@ -2014,3 +2014,41 @@ def test_a_resumed_runs_speed_is_its_last_sessions(tmp_path):
                       {"from_step": 9992, "to_step": 10_000, "wall_time_s": 6.0}]):
         record.write_text(json.dumps({**made, "segments": segments}))
         make_report(root, tmp_path / "out", OVERRIDES)
+
+
+def test_a_data_set_variant_trained_on_an_ablations_data_is_named_as_its_twin(tmp_path):
+    """The loader compares each group within itself; the report knows the data each run
+    trained on (train/provenance.json's data_hash). A data-set variant with the baseline's
+    settings whose run recorded the baseline's data trained bit-identically to it: one
+    line naming both. Another seed, or other data, is a result of its own."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.params import params_from_dict
+    from cifar10_tutorial.report.results import refuse_twins_across_groups
+
+    def run(name, data_hash):
+        (tmp_path / name / "train").mkdir(parents=True, exist_ok=True)
+        (tmp_path / name / "train" / "provenance.json").write_text(json.dumps(
+            {"device": "cpu", "data_hash": data_hash, "steps": 100}))
+
+    raw = {"ablations": {"baseline": {}, "seed1": {"train": {"seed": 1}}},
+           "dataset_ablations": {"same": {"data": {"dataset": "cifar10", "url": "/x.tar.gz",
+                                                   "md5": None}}}}
+    params = params_from_dict(raw)
+    run("baseline", "a" * 32)
+    run("seed1", "a" * 32)
+    run("same", "b" * 32)
+    refuse_twins_across_groups(tmp_path, params)  # other data: a data set of its own
+    run("same", "a" * 32)
+    with pytest.raises(PipelineError, match=(
+            r"same/train/provenance.json: trained on the data of ablations.baseline "
+            r"\(data_hash aaaaaaaaaaaa\): dataset_ablations.same trains and scores exactly as "
+            r"ablations.baseline \(it differs only in data\..*: the same training data, by "
+            r"the data hash their runs recorded\)")):
+        refuse_twins_across_groups(tmp_path, params)
+    raw["dataset_ablations"]["same"]["train"] = {"seed": 7}  # another seed: its own result
+    refuse_twins_across_groups(tmp_path, params_from_dict(raw))
+    raw["dataset_ablations"]["same"]["train"] = {"seed": 1}  # seed1's twin
+    with pytest.raises(PipelineError, match=r"exactly as ablations.seed1 "):
+        refuse_twins_across_groups(tmp_path, params_from_dict(raw))
+    (tmp_path / "seed1" / "train" / "provenance.json").unlink()  # not run: nothing to compare
+    refuse_twins_across_groups(tmp_path, params_from_dict(raw))

@@ -235,6 +235,15 @@ class EvalParams:
     targets: list[Annotated[float, Range(0.0, 1.0, lo_open=True)]] = field(
         default_factory=lambda: [0.80, 0.84, 0.85, 0.86])
 
+    def __post_init__(self) -> None:
+        # each target is one row of the curve's times (time_to_target.json): one given twice
+        # is a slip (another target meant), and would time nothing more
+        twice = sorted({t for t in self.targets if self.targets.count(t) > 1})
+        if twice:
+            raise ParamsError(f"eval.targets: expected each precision once, found "
+                              f"{', '.join(map(str, twice))} more than once in {self.targets}; "
+                              f"give each target once")
+
 
 @dataclass(frozen=True)
 class AblationParams:
@@ -355,8 +364,12 @@ class Params:
                                       f"a variant's name is its folders' name: one folder on a "
                                       f"file system that ignores case (macOS's and Windows' by "
                                       f"default); give the variant another name")
-        computed: dict[str, tuple[str, dict, dict]] = {}
+        # each group is compared within itself: the ablations train on the data the
+        # pipeline prepared, which this file does not name, and a data-set variant on the
+        # data it fetches (the report compares the two groups on the data they recorded:
+        # report/results.py refuse_twins_across_groups)
         for group in ("ablations", "dataset_ablations"):
+            computed: dict[str, tuple[str, dict, dict]] = {}
             for name, overrides in getattr(self, group).items():
                 for section, why in NOT_IN_A_VARIANT[group].items():
                     if section in overrides:
@@ -480,7 +493,8 @@ def _same_archive(data: dict, why: dict) -> None:
     """``data`` (a DataParams as a dict) as the bytes it fetches: where data.md5 gives
     the archive's md5, the download refuses any other bytes, so the url it comes from
     computes nothing (a mirror, another spelling); else a local file's url as its path
-    (file:///x is /x, as data/transfer.py reads it)."""
+    (file:///x is /x, as data/transfer.py reads it), a path otherwise as written: without
+    an md5, ``link/../x`` need not be ``x`` (through a link it is another folder's)."""
     if isinstance(data["md5"], str) and data["md5"] != "official":
         data["md5"], data["url"] = data["md5"].lower(), None
         why["data.url"] = why["data.md5"] = ("the same archive: data.md5 fixes its bytes, "
@@ -488,10 +502,7 @@ def _same_archive(data: dict, why: dict) -> None:
         return
     parsed = urllib.parse.urlparse(data["url"])
     if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
-        data["url"] = os.path.normpath(urllib.request.url2pathname(parsed.path))
-        why["data.url"] = "the same file, as a file:// URL or its path"
-    elif not parsed.scheme or len(parsed.scheme) == 1:  # a plain path (C:\\ on Windows)
-        data["url"] = os.path.normpath(data["url"])
+        data["url"] = urllib.request.url2pathname(parsed.path)
         why["data.url"] = "the same file, as a file:// URL or its path"
 
 
@@ -517,9 +528,9 @@ def twins(raw: dict, num_train: Optional[int] = None, flip: Optional[bool] = Non
     variant to one short budget (tools/check_code.py), where a variant of a budget of its
     own becomes its baseline's twin. None where the file is refused for anything else (its
     own error is the stage's to give)."""
-    seen: dict[str, str] = {}
     found: dict[str, str] = {}
     for group in ("ablations", "dataset_ablations"):
+        seen: dict[str, str] = {}  # within each group, as the loader (Params) compares
         for name, overrides in (raw.get(group) or {}).items():
             one = {**raw, "ablations": {}, "dataset_ablations": {}, group: {name: overrides}}
             try:
@@ -590,6 +601,26 @@ def refuse_twin_on_data(params: "Params", name: str, num_train: Optional[int],
             raise ParamsError(_twin_line(f"{group}.{name}", f"{group}.{other}",
                                          dataclasses.asdict(mine), dataclasses.asdict(theirs),
                                          why))
+
+
+def twin_on_the_same_data(params: "Params", name: str, other: str) -> Optional[str]:
+    """Where the runs of ``name`` and ``other`` (one of each group) recorded the same
+    training data (their train/provenance.json's data_hash: the same bytes, however the
+    data were named or fetched): the line of :func:`_twin_line` when ``name`` computes
+    what ``other`` does there (the data section aside, which the bytes settle; compared
+    at the full budgets, as the loader compares), else None."""
+    made, theirs = (_what_it_computes(_merged(params, n, trial=False)) for n in (name, other))
+    mine_raw, their_raw = made[0], theirs[0]
+    mine_raw.pop("data"), their_raw.pop("data")
+    if _dotted(mine_raw) != _dotted(their_raw):
+        return None
+    group = "ablations" if name in params.ablations else "dataset_ablations"
+    their_group = "ablations" if other in params.ablations else "dataset_ablations"
+    mine, their = (dataclasses.asdict(_merged(params, n, trial=False)) for n in (name, other))
+    why = {**theirs[1], **made[1]}
+    for key in _dotted({"data": mine["data"]}):
+        why[key] = "the same training data, by the data hash their runs recorded"
+    return _twin_line(f"{group}.{name}", f"{their_group}.{other}", mine, their, why)
 
 
 def _refuse_unread(overrides: dict, made: "Params", group: str, name: str) -> None:

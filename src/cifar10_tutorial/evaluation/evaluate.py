@@ -123,6 +123,29 @@ def _refuse_other_record(path: Path) -> None:
                             f"own. Nothing was changed.")
 
 
+def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> None:
+    """An evaluation run by hand into a folder that holds another model's evaluation (its
+    provenance.json names another model.pt; the folder given directly or through a link):
+    swapping this one in would lose that one, which may be a variant's or one you kept;
+    one line naming both. The same model's (re-evaluated after more training, or spelled
+    another way) is this evaluation's to replace."""
+    record_path = Path(out_dir) / "provenance.json"
+    if not record_path.is_file():
+        return  # none: _refuse_other_record says what else the folder holds
+    try:
+        theirs = json.loads(record_path.read_text(encoding="utf-8")).get("model")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return  # not a record: _refuse_other_record's to refuse
+    if not isinstance(theirs, str):
+        return
+    if theirs == str(model_path) or os.path.realpath(theirs) == os.path.realpath(model_path):
+        return
+    raise PipelineError(f"{record_path}: holds the evaluation of {theirs}, not of "
+                        f"{model_path}, and this one would replace it; give --out a folder "
+                        f"of its own (or delete that folder if you mean to replace it). "
+                        f"Nothing was changed.")
+
+
 def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 250,
              device_name: str = "auto", flip_tta: bool = False,
              speed_in_metrics: bool = True, made: Optional[dict] = None) -> dict:

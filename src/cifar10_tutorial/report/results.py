@@ -340,6 +340,32 @@ def load_variants(root: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("variant")
 
 
+def refuse_twins_across_groups(root: Path, params) -> None:
+    """The loader compares each group of variants within itself (the ablations' data are
+    the pipeline's, which reports/params.yaml does not name). Here both groups' runs are
+    known: a data-set variant whose training run recorded an ablation variant's data (the
+    same data_hash in train/provenance.json) and which computes what that variant computes
+    trained bit-identically to it; its table would show that variant's figures as the
+    other data set's. One line naming both."""
+    from ..params import twin_on_the_same_data
+
+    hashes = {}
+    for name in [*params.ablations, *params.dataset_ablations]:
+        record = load_provenance(root, name) if (Path(root) / name).is_dir() else None
+        if record is not None:
+            hashes[name] = record["data_hash"]
+    for name in params.dataset_ablations:
+        for other in params.ablations:
+            if name not in hashes or hashes.get(other) != hashes[name]:
+                continue
+            line = twin_on_the_same_data(params, name, other)
+            if line is not None:
+                raise PipelineError(
+                    f"{_shown(Path(root) / name / 'train' / 'provenance.json')}: trained on "
+                    f"the data of ablations.{other} (data_hash {hashes[name][:12]}): {line} "
+                    f"(in reports/params.yaml)")
+
+
 def check_one_evaluation(folder: Path, metrics: dict) -> None:
     """A variant's results folder holds one run's figures: each precision of its
     metrics.json a fraction from 0 to 1, and its eval/ and train/ metrics (written by the
