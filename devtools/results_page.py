@@ -260,11 +260,36 @@ def _published(root: Path) -> list[str]:
             *rows, ""]
 
 
+def _refuse_other_trial_times(t: dict, path: str) -> None:
+    """The trial's times as benchmarks/trial.py measures them: seconds from 0, each stage's
+    from its start to the next one's and the last one's to the end, so that the stages and
+    the time before the first add up to the wall time (each rounded to 0.1 s). A time
+    edited alone would be stated as measured; one line naming it."""
+    import math
+
+    times = {"wall_s": t["wall_s"], "before_first_stage_s": t["before_first_stage_s"],
+             **{f"stages.{name}": sec for name, sec in t["stages"].items()}}
+    for key, value in times.items():
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and value >= 0):
+            raise PipelineError(f"{path}: {key} is {json.dumps(value)[:40]}, expected seconds "
+                                f"from 0; restore it (`git checkout -- {path}`) or rerun the "
+                                f"trial, then rerun this. Nothing was written.")
+    parts = t["before_first_stage_s"] + sum(t["stages"].values())
+    if abs(parts - t["wall_s"]) > 0.05 * (len(t["stages"]) + 2) + 1e-6:
+        raise PipelineError(f"{path}: its stages and the {t['before_first_stage_s']:g} s "
+                            f"before the first add up to {parts:.1f} s, where wall_s is "
+                            f"{t['wall_s']:g} (the trial times each stage to the next one's "
+                            f"start); restore it (`git checkout -- {path}`) or rerun the "
+                            f"trial, then rerun this. Nothing was written.")
+
+
 def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
     """The exercise trial's wall time (`cifar10 trial --out`), each stage's beside it."""
     if not (root / path).is_file():
         return []
     t = json.loads((root / path).read_text())
+    _refuse_other_trial_times(t, path)
     p = t["provenance"]
     rows = "\n".join(f"| `{name.split(':')[-1]}` | {sec:.1f} |" for name, sec in t["stages"].items())
     return ["## The exercise trial", "",

@@ -48,7 +48,16 @@ NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")  # a record's name: its file's
 STEP_LINE = re.compile(r"step (\d+), loss = ([\d.naninf]+) \(([\d.]+) examples/sec")
 
 
+def _refuse_special(path: Path) -> None:
+    """A record in place that is not a regular file (a FIFO, which would hang its read, a
+    folder, a device, a link to none of a file): one line naming it, never read as absent."""
+    if os.path.lexists(path) and not path.is_file():
+        raise PipelineError(f"{path}: not a regular file (a folder, FIFO, device or a broken "
+                            f"link), where the run keeps its record; {DAMAGED}")
+
+
 def _rows(path: Path) -> list[list[str]]:
+    _refuse_special(path)
     if not path.is_file():
         return []
     try:
@@ -97,6 +106,18 @@ def collect(run: Path, name: str, tensorflow: str, archive: Path, steps_planned:
                             f"the reference's model.ckpt-STEP; {DAMAGED}") from None
     if not evals and steps_planned <= reached:
         raise PipelineError(f"{run / 'evals.tsv'}: no evaluation of the finished run")
+    # the reference evaluates each checkpoint once as it is written: rising steps, none past
+    # the newest checkpoint (the run's reached step)
+    for i, (before, now) in enumerate(zip(evals, evals[1:]), 2):
+        if now["step"] <= before["step"]:
+            raise PipelineError(f"{run / 'evals.tsv'}: row {i}: step {now['step']:,} after "
+                                f"step {before['step']:,}, expected the evaluations at rising "
+                                f"steps, as the run makes them; {DAMAGED}")
+    past = next((i for i, e in enumerate(evals, 1) if e["step"] > reached), None)
+    if past is not None:
+        raise PipelineError(f"{run / 'evals.tsv'}: row {past}: step {evals[past - 1]['step']:,}, "
+                            f"past the run's newest checkpoint (step {reached:,}): not one of "
+                            f"its evaluations; {DAMAGED}")
     segments = _parsed(run / "segments.tsv", "step<TAB>start<TAB>end<TAB>host<TAB>cpu",
                        _rows(run / "segments.tsv"),
                        lambda r: {"to_step": _step(r[0]), "start": r[1], "end": r[2],
@@ -143,6 +164,7 @@ def losses(run: Path) -> list[tuple[int, float, Optional[float]]]:
                                         for p in sorted((run / "logs").glob("train-from-*.log"))
                                         if re.fullmatch(r"train-from-\d+", p.stem)]
     for start, log in logs:
+        _refuse_special(log)
         if not log.is_file():
             continue
         for m in STEP_LINE.finditer(log.read_text(errors="replace")):
@@ -158,6 +180,7 @@ def losses(run: Path) -> list[tuple[int, float, Optional[float]]]:
 
 
 def newest_checkpoint(train: Path) -> str:
+    _refuse_special(train / "checkpoint")
     if not (train / "checkpoint").is_file():
         raise PipelineError(f"{train / 'checkpoint'}: not found, where a run of the reference "
                             f"code names its newest checkpoint; give the folder of such a run "

@@ -285,9 +285,11 @@ def test_a_damaged_report_file_is_one_line_from_the_results_page(tmp_path, path,
         data["wall_s"] = "slow"
         text = json.dumps(data)
     target.write_text(text)
-    with pytest.raises(PipelineError, match=rf"^{re.escape(path)}: not what the results page "
-                                            rf"reads \(\w+: .*\); restore it .*then rerun "
-                                            rf"this. Nothing was written.$"):
+    # a time that is no number is named by the trial's own check
+    with pytest.raises(PipelineError, match=rf"^{re.escape(path)}: (not what the results page "
+                                            rf"reads \(\w+: .*\)|wall_s is \"slow\", "
+                                            rf"expected seconds from 0); restore it .*then "
+                                            rf"rerun this. Nothing was written.$"):
         render(tmp_path)
 
 
@@ -312,6 +314,37 @@ def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, ke
     with pytest.raises(PipelineError, match=rf"^reports/benchmark.json: {part}.{key} is 9999.0, "
                                             rf"where its windows give "):
         render(tmp_path)
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda t: t.update(wall_s=60.0), r"its stages and the 4.7 s before the first add up to "
+                                      r"138.4 s, where wall_s is 60"),
+    (lambda t: t["stages"].update({"reports/dvc.yaml:report": -3.6}),
+     r"stages.reports/dvc.yaml:report is -3.6, expected seconds from 0"),
+    (lambda t: t.update(before_first_stage_s=40.0), r"its stages and the 40 s before the "
+                                                    r"first add up to 173.7 s, where wall_s "
+                                                    r"is 138.4"),
+], ids=["wall-edited", "negative-stage", "before-edited"])
+def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
+    """The trial's wall time is the time before the first stage plus each stage's (from
+    its start to the next one's): one edited alone is one line naming it, never stated."""
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import _trial
+
+    record = {"command": "dvc exp run -S ablation.trial_steps=5 reports/dvc.yaml:report",
+              "steps": 5, "wall_s": 138.4, "before_first_stage_s": 4.7,
+              "stages": {"reports/dvc.yaml:ablation@baseline": 130.1,
+                         "reports/dvc.yaml:report": 3.6},
+              "provenance": {"code": {"commit": "b06a93cd09"}, "cpu": "CPU", "cpus": 2,
+                             "date": "2026-12-03T13:10:22Z", "data": "1092641114d0"}}
+    path = tmp_path / "reports/trial_benchmark.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(record))
+    assert "**138 s** in all" in "\n".join(_trial(tmp_path))
+    edit(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(PipelineError, match=r"^reports/trial_benchmark.json: " + said):
+        _trial(tmp_path)
 
 
 def test_the_results_page_without_schedule_results(tmp_path):

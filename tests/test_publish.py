@@ -1042,3 +1042,24 @@ def test_a_full_disk_at_the_first_write_names_out(finished, tmp_path):
     line = _one_error_line(proc)
     assert line.startswith(f"error: {out}: No space left on device"), line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("where", ["inside-results", "results-inside-out"])
+def test_published_weights_and_their_results_are_folders_apart(finished, tmp_path, where):
+    """--out inside --results would write the published files into the variant's results
+    (a DVC stage's output), and --results inside --out would publish a folder into
+    itself: one line naming both, nothing written anywhere."""
+    import shutil
+
+    outer = tmp_path / "outer"
+    results = outer / "results" if where == "results-inside-out" else tmp_path / "results"
+    shutil.copytree(finished / "reports/ablations/baseline", results)
+    out = results / "published" if where == "inside-results" else outer
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    proc = _run(finished, "tools/publish.py", "baseline", "--results", str(results), "--out",
+                str(out))
+    line = _one_error_line(proc)
+    assert f"--results {results.resolve()} and --out {out.resolve()}: one inside the other; " \
+           f"each is a folder of its own" in line, line
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -1848,6 +1848,8 @@ def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path,
                  r"held-out curve first reaches it at step 7,038"),
     ("0.9", 7038, r"train.time_to_target has 0.9 reached at step 7038, where the run's "
                   r"held-out curve never reaches it"),
+    ("epoch", None, r"train.time_to_target has 0.7 reached at epoch 10.0, where the run's "
+                    r"held-out epoch.tsv gives 22.5216 at its step 7,038"),
 ])
 def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, target, at,
                                                                     said):
@@ -1863,8 +1865,11 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
     folder = root / "schedule_fast"
     m = json.loads((folder / "metrics.json").read_text())
     # the curve: 0.86 x step / 7,813 at every 782 steps; 0.7 first at step 7,038 (0.775)
-    m["train"]["time_to_target"] = {"0.7": {"step": 7038, "epoch": 22.5, "train_seconds": 1800.0}}
-    if target is not None:
+    m["train"]["time_to_target"] = {"0.7": {"step": 7038, "epoch": 7038 * 128 / 40000,
+                                            "train_seconds": 1800.0}}
+    if target == "epoch":  # the step as the curve's, its epoch moved
+        m["train"]["time_to_target"]["0.7"]["epoch"] = 10.0
+    elif target is not None:
         m["train"]["time_to_target"][target] = {"step": at, "epoch": at * 128 / 40000,
                                                 "train_seconds": 100.0}
     (folder / "metrics.json").write_text(json.dumps(m))
@@ -1873,6 +1878,32 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
         make_report(root, tmp_path / "out", overrides)
         return
     with pytest.raises(PipelineError, match=r"schedule_fast/metrics.json: " + said):
+        make_report(root, tmp_path / "out", overrides)
+
+
+@pytest.mark.parametrize("key, edit, said", [
+    ("epoch", lambda lines: lines[:3] + lines[4:], r"step 2346 is in one of them only"),
+    ("precision_at_1_raw", lambda lines: lines[:3] + [lines[3].replace("2346", "2347", 1)]
+     + lines[4:], r"step 2346 is in one of them only"),
+])
+def test_held_out_files_of_other_steps_are_refused(tmp_path, key, edit, said):
+    """One held-out evaluation writes a point to each of precision_at_1.tsv,
+    precision_at_1_raw.tsv and epoch.tsv: a point dropped from one file, or moved to
+    another step, is one line naming the file and the step."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
+    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
+    path = root / "schedule_fast/train/plots/metrics/held_out" / f"{key}.tsv"
+    lines = path.read_text().splitlines()
+    assert lines[3].startswith("2346\t"), lines[:4]
+    path.write_text("\n".join(edit(lines)) + "\n")
+    with pytest.raises(PipelineError, match=rf"held_out/{key}.tsv: expected its points at the "
+                                            rf"steps of .*precision_at_1.tsv \(one held-out "
+                                            rf"evaluation writes a point to each\), found other "
+                                            rf"steps \({said}\)"):
         make_report(root, tmp_path / "out", overrides)
 
 
@@ -2052,3 +2083,29 @@ def test_a_data_set_variant_trained_on_an_ablations_data_is_named_as_its_twin(tm
         refuse_twins_across_groups(tmp_path, params_from_dict(raw))
     (tmp_path / "seed1" / "train" / "provenance.json").unlink()  # not run: nothing to compare
     refuse_twins_across_groups(tmp_path, params_from_dict(raw))
+
+
+@pytest.mark.parametrize("damage", ["metrics-string", "variant-kind", "record-unreadable"])
+def test_the_rerun_advice_names_the_variant_its_folder_records(tmp_path, damage):
+    """A variant's results under a folder of another name (moved, copied): a damaged
+    record's line advises rerunning the variant its variant.json names, not the folder
+    (`ablation@renamed` names no stage)."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    folder = root / "renamed"
+    (root / "softmax").rename(folder)
+    if damage == "metrics-string":
+        m = json.loads((folder / "metrics.json").read_text())
+        m["train"]["loss"] = "low"
+        (folder / "metrics.json").write_text(json.dumps(m))
+    elif damage == "variant-kind":
+        v = json.loads((folder / "variant.json").read_text())
+        v["seed"] = "zero"
+        (folder / "variant.json").write_text(json.dumps(v))
+    else:
+        (folder / "metrics.json").write_text("{")
+    with pytest.raises(PipelineError, match=r"ablation@softmax`") as err:
+        make_report(root, tmp_path / "out", OVERRIDES)
+    assert "ablation@renamed" not in str(err.value)

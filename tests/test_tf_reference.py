@@ -592,8 +592,22 @@ def test_keep_into_a_link_or_a_file_and_after_a_stopped_keep(tmp_path, capsys):
      r"losses.tsv: row 2: expected step<TAB>loss<TAB>examples/sec \(or empty\), found 'a\\tb'"),
     (lambda run: (run / "losses.tsv").write_bytes(b"100\t2.3\t\xff\n"),
      r"losses.tsv: cannot be read as the run's tab-separated record \(UnicodeDecodeError"),
+    # the evaluations out of order, or of a step the run never reached
+    (lambda run: (run / "evals.tsv").write_text("10000\t0.78\t0.74\td\n5000\t0.7\t0.7\td\n"),
+     r"evals.tsv: row 2: step 5,000 after step 10,000, expected the evaluations at rising "
+     r"steps"),
+    (lambda run: (run / "evals.tsv").write_text("10000\t0.78\t0.74\td\n20000\t0.8\t0.8\td\n"),
+     r"evals.tsv: row 2: step 20,000, past the run's newest checkpoint \(step 10,000\)"),
+    # a record that is a FIFO: named, never read (which would hang) nor taken as absent
+    (lambda run: ((run / "evals.tsv").unlink(), __import__("os").mkfifo(run / "evals.tsv")),
+     r"evals.tsv: not a regular file \(a folder, FIFO, device or a broken link\)"),
+    (lambda run: ((run / "train" / "checkpoint").unlink(),
+                  __import__("os").mkfifo(run / "train" / "checkpoint")),
+     r"train/checkpoint: not a regular file"),
+    (lambda run: __import__("os").mkfifo(run / "losses.tsv"), r"losses.tsv: not a regular file"),
 ], ids=["eval-not-a-number", "eval-two-columns", "eval-past-one", "checkpoint-step",
-        "segments", "losses", "losses-not-utf8"])
+        "segments", "losses", "losses-not-utf8", "evals-reversed", "eval-past-reached",
+        "evals-fifo", "checkpoint-fifo", "losses-fifo"])
 def test_collect_names_a_damaged_record_of_the_run(tmp_path, damage, said, capsys):
     """The run's records (evals.tsv, segments.tsv, losses.tsv, train/checkpoint) come from
     its own scripts: a row that does not parse is one line naming the file and the row,

@@ -50,6 +50,7 @@ from cifar10_tutorial.files import (ending_signals_unwind, listed_as_written,
                                     recover_swapped_folder, sha256_of, staging_folder,
                                     swap_in_folder, write_listing, writing)
 from cifar10_tutorial.ownership import (PUBLISHED_FILES, PUBLISHED_MANIFEST, ensure_writable,
+                                        folders_apart,
                                         listed, refuse_foreign_place, repository_at)
 from cifar10_tutorial.model_files import load_model_file
 from publish_records import RERUN, Records, read_json, read_records, recorded_model
@@ -465,6 +466,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         if not str(model) or str(model) == ".":
             raise PipelineError(f"{record}: names no model file; {RERUN}, or give --model")
     out = args.out or Path("models") / args.name
+    # published inside the results (or they inside it), one would be written into the other:
+    # the results folder is a DVC stage's output, the published folder publish's own
+    folders_apart([("--results", results), ("--out", out)],
+                  "the variant's results; the weights published from them")
     card = publish(args.name, model, results, out, args.check_data, args.replace, unchecked)
     print(f"published {model} in {out} ({card} states its precision)")
 

@@ -53,16 +53,30 @@ def _refuse_other_size(described: Path, variant: dict, metrics: Path, train: dic
         raise PipelineError(f"{described}: num_train is {images:,} and global_batch_size "
                             f"{batch:,}, where {metrics} gives {steps:,} steps as {epochs} "
                             f"epochs ({steps * batch / epochs:,.0f} training images): one run "
-                            f"writes both, so the records are not one run's; rerun it "
-                            f"(`dvc repro -f reports/dvc.yaml:ablation@"
-                            f"{variant.get('variant', described.parent.name)}`)")
+                            f"writes both, so the records are not one run's; "
+                            f"{_rerun_variant(described, variant)}")
+
+
+def _variant_name(folder: Path, variant: Optional[dict] = None) -> str:
+    """The name of the variant whose results ``folder`` holds, as a line's rerun advice
+    gives it: the one its variant.json records (``variant``, or read from the folder), a
+    copy's folder may be named otherwise; its folder's where none is recorded or the one
+    recorded is not a variant's name (which would reach the advice's command as typed)."""
+    if variant is None:
+        try:
+            variant = json.loads((Path(folder) / "variant.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            variant = None
+    named = variant.get("variant") if isinstance(variant, dict) else None
+    return (named if isinstance(named, str)
+            and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,63}", named) else Path(folder).name)
 
 
 def _rerun_variant(described: Path, variant: dict) -> str:
     """How to rerun the variant whose variant.json is ``described`` (the name it records,
     else its folder's), as the timing checks' lines end."""
     return (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@"
-            f"{variant.get('variant', described.parent.name)}`)")
+            f"{_variant_name(described.parent, variant)}`)")
 
 
 def _refuse_other_speed(described: Path, variant: dict, metrics: Path, train: dict) -> None:
@@ -372,12 +386,7 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
     same run) the same figures as metrics.json's. A folder a killed or stray run half
     rewrote, or a hand edit, is one line naming the variant to rerun (the one its
     variant.json names: a copy's folder may be named otherwise)."""
-    try:
-        named = json.loads((folder / "variant.json").read_text()).get("variant")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
-        named = None
-    name = (named if isinstance(named, str)
-            and re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,63}", named) else folder.name)
+    name = _variant_name(folder)
     rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@{name}`; "
              f"dataset_ablation@{name} for a data-set variant)")
     for key, value in metrics["eval"].items():
@@ -506,6 +515,23 @@ def _held_out(folder: Path, rerun: str, last: Optional[int] = None):
             raise PipelineError(f"{path}: a point at step {steps[past]:g} (row {past + 2}), "
                                 f"past the run's last step {last:,} (its train.step): not "
                                 f"one of its evaluations; {rerun}.")
+    # one evaluation writes a point to each file: the files hold the same steps (a point
+    # missing from one, or moved, is a file edited or of another run)
+    first = None
+    for key in ("precision_at_1", "precision_at_1_raw", "epoch"):
+        logged = read_curve(folder / "train", key, "held_out")
+        if logged is None:
+            continue
+        steps = pd.to_numeric(logged["step"]).tolist()
+        if first is None:
+            first = (key, steps)
+        elif steps != first[1]:
+            extra = sorted(set(steps) ^ set(first[1]))
+            said = (f"step {extra[0]:g} is in one of them only" if extra else
+                    f"{len(steps)} points against {len(first[1])}")
+            raise PipelineError(f"{where / f'{key}.tsv'}: expected its points at the steps of "
+                                f"{where / f'{first[0]}.tsv'} (one held-out evaluation writes "
+                                f"a point to each), found other steps ({said}); {rerun}.")
     try:
         return held_out_curve(folder / "train")
     except (OSError, ValueError, KeyError) as exc:  # files of different steps' kinds
@@ -583,13 +609,23 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
             raise PipelineError(f"{said}: train.time_to_target has {target} reached at step "
                                 f"{step}, where the run's held-out curve {where}: one run "
                                 f"records both, so the figures are not this run's; {rerun}.")
+        epoch = at.get("epoch") if isinstance(at, dict) else None
+        if "epoch" in curve and epoch is not None:
+            logged = curve[curve["step"] == step]["epoch"].iloc[0]
+            if not (_of_kind(epoch, (int, float)) and abs(float(epoch) - float(logged))
+                    <= 1e-6 * max(1.0, abs(float(logged)))):
+                raise PipelineError(f"{said}: train.time_to_target has {target} reached at "
+                                    f"epoch {str(epoch)[:20]}, where the run's held-out "
+                                    f"epoch.tsv gives {float(logged):g} at its step {step:,}: "
+                                    f"one run records both, so the figures are not this "
+                                    f"run's; {rerun}.")
 
 
 def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
     """A variant's JSON record (metrics.json, variant.json, provenance.json), with ``keys``;
     else one line naming the file and the stage that writes it again (``variant``: its
     name, where the file is not in the variant's own folder)."""
-    rerun = f"`dvc repro -f reports/dvc.yaml:ablation@{variant or path.parent.name}`"
+    rerun = f"`dvc repro -f reports/dvc.yaml:ablation@{variant or _variant_name(path.parent)}`"
     try:
         value = loads_once(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -619,7 +655,7 @@ def _numbers_only(path: Path, metrics: dict) -> None:
                 else f"a {type(value).__name__}"
             raise PipelineError(f"{path}: {key} is {found[:40]}, expected {expected}; rerun "
                                 f"the variant (`dvc repro -f "
-                                f"reports/dvc.yaml:ablation@{path.parent.name}`)")
+                                f"reports/dvc.yaml:ablation@{_variant_name(path.parent)}`)")
 
     for section in ("train", "eval"):
         walk(metrics[section], section, "a record of numbers")
@@ -646,7 +682,8 @@ def _typed(path: Path, record: dict) -> None:
         expected = {(str,): "a string", (int,): "a whole number",
                     (bool,): "true or false"}.get(kinds, "a number")
         raise PipelineError(f"{path}: {key} is {found}, expected {expected}; rerun the variant "
-                            f"(`dvc repro -f reports/dvc.yaml:ablation@{path.parent.name}`)")
+                            f"(`dvc repro -f reports/dvc.yaml:ablation@"
+                            f"{_variant_name(path.parent, record)}`)")
 
 
 # what the report reads of a training run's provenance.json, by kind (None: not recorded)
