@@ -894,8 +894,10 @@ def test_a_report_into_a_folder_of_published_weights_is_refused(tmp_path, monkey
     ("range", r"softmax/metrics.json: eval.precision_at_1 is 1.7, expected a fraction of the "
               r"test images from 0 to 1; rerun it"),
     ("eval-differs", r"softmax/eval/metrics.json: precision_at_1 not what .*softmax/metrics.json "
-                     r"gives; the two are written by one run of the variant"),
-    ("train-differs", r"softmax/train/metrics.json: step not what"),
+                     r"gives \(precision_at_1: 0.125 here, 0.\d+ there\); the two are "
+                     r"written by one run of the variant"),
+    ("train-differs", r"softmax/train/metrics.json: step not what .* gives \(step: 10001 here, "
+                      r"10000 there\)"),
     ("eval-unreadable", r"softmax/eval/metrics.json: cannot be read as JSON \(JSONDecodeError: "
                         r".*\), where the variant's run writes its eval figures; rerun it"),
     # a copy's figures edited alike in every record: its own last held-out evaluation (the
@@ -1988,7 +1990,12 @@ def test_the_reports_out_inside_a_variants_results_is_refused(tmp_path, inside):
     # the model section's own setting reaches every variant: batch norm's 256 more
     (("model", "batch_norm", True), r"baseline/metrics.json: train.num_params is 1066754, "
                                     r"where baseline's network .* has 1,067,010"),
-], ids=["as-run", "params-edited", "macs-edited", "other-model-section"])
+    # a row added to per_class.csv (a class of no test images): the figures are the
+    # network's for the two classes the run trained on, so the rows are named
+    (("per_class", "extra", None), r"baseline/eval/per_class.csv: lists 3 classes, where the "
+                                   r"run's train.num_params 1,066,754 is its network's for 2 "
+                                   r"classes: the rows are not its evaluation's"),
+], ids=["as-run", "params-edited", "macs-edited", "other-model-section", "extra-class-row"])
 def test_a_variants_size_its_network_does_not_give_is_refused(tmp_path, edit, said):
     """train.num_params and train.macs_per_image follow from the network alone (the model
     section, the variant's overrides, the classes it scored): a figure its network does
@@ -2010,6 +2017,9 @@ def test_a_variants_size_its_network_does_not_give_is_refused(tmp_path, edit, sa
             path.write_text(json.dumps(m))
     if edit is not None and edit[0] == "model":
         model[edit[1]] = edit[2]
+    elif edit is not None and edit[0] == "per_class":
+        per_class = root / "baseline" / "eval" / "per_class.csv"
+        per_class.write_text(per_class.read_text() + "extra,0,nan,nan\n")
     elif edit is not None:
         name, key, value = edit
         for path in (root / name / "metrics.json", root / name / "train" / "metrics.json"):

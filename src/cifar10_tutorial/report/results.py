@@ -281,6 +281,26 @@ def refuse_other_network_of(folder: Path, name: str, said: dict, model: dict,
     classes = len(list(csv.reader(io.StringIO(text)))) - 1  # checked as the row was read
     net = build_model(classes, **model)
     want = {"num_params": num_params(net), "macs_per_image": macs_per_image(net)}
+    # the parameters grow by one head row a class: where the run's figures are this
+    # network's for another number of classes, the rows of per_class.csv are what changed
+    step = num_params(build_model(classes + 1, **model)) - want["num_params"]
+    stated = said.get("num_params")  # as a table holds it: a numpy or a float whole number
+    try:
+        stated = (int(stated) if not isinstance(stated, (bool, str)) and math.isfinite(stated)
+                  and float(stated).is_integer() else None)
+    except (TypeError, ValueError, OverflowError):
+        stated = None
+    if (stated is not None and stated != want["num_params"]
+            and step > 0 and (stated - want["num_params"]) % step == 0):
+        theirs = classes + (stated - want["num_params"]) // step
+        other = build_model(theirs, **model) if 2 <= theirs <= 100_000 else None
+        if other is not None and num_params(other) == stated \
+                and macs_per_image(other) == said.get("macs_per_image"):  # both its figures
+            raise PipelineError(
+                f"{folder / 'eval' / 'per_class.csv'}: lists {classes} classes, where the "
+                f"run's train.num_params {stated:,} is its network's for {theirs} classes: the "
+                f"rows are not its evaluation's; rerun it (`dvc repro "
+                f"reports/dvc.yaml:ablation@{name}`, or dataset_ablation@{name})")
     for key, value in want.items():
         if said.get(key) != value:
             raise PipelineError(
@@ -445,10 +465,13 @@ def check_one_evaluation(folder: Path, metrics: dict) -> None:
         if part == "eval":
             differ += [k for k in metrics["eval"] if k not in theirs]
         if differ:
+            key = differ[0]
+            values = (f" ({key}: {json.dumps(theirs.get(key))[:30]} here, "
+                      f"{json.dumps(metrics[part].get(key))[:30]} there)")
             raise PipelineError(f"{path}: {', '.join(differ[:3])} not what {folder / 'metrics.json'}"
-                                f" gives; the two are written by one run of the variant, so "
-                                f"the folder holds parts of two runs (one stopped, or an "
-                                f"evaluation of another model); {rerun}.")
+                                f" gives{values}; the two are written by one run of the "
+                                f"variant, so the folder holds parts of two runs (one stopped, "
+                                f"or an evaluation of another model); {rerun}.")
     _refuse_other_final_evaluation(folder, metrics, rerun)
     _refuse_other_targets(folder, metrics, rerun)
     refuse_other_model(folder / "train", folder / "eval", rerun)
