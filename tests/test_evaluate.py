@@ -553,9 +553,50 @@ def test_the_eval_stage_by_hand_keeps_another_models_evaluation(synth_data, trai
     proc = run(mine)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
-    assert f"holds the evaluation of {theirs}, not of {mine}" in line, line
+    assert f"holds the evaluation of {theirs}, not known to be of {mine}" in line, line
     assert "Nothing was changed" in line
     assert _files(kept) == before
     proc = run(theirs)  # its own: replaced
     assert proc.returncode == 0, proc.stderr
     assert json.loads((kept / "provenance.json").read_text())["model"] == str(theirs)
+
+
+def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synth_data,
+                                                                            trained, tmp_path):
+    """Two checkouts each evaluate their own data/train/model.pt (another model each) into
+    one folder outside both: the record's relative path names a model from the folder it
+    was evaluated in, so the second is refused, naming it; the first checkout's model, as
+    it is, is re-evaluated there; a record whose model is no path is not an evaluation's."""
+    import os
+    import shutil
+
+    from cifar10_tutorial.evaluation.evaluate import refuse_another_models_evaluation
+
+    kept = tmp_path / "kept"
+    checkouts = []
+    for name, steps in (("e1", 60), ("e2", 30)):
+        model = tmp_path / name / "data" / "train" / "model.pt"
+        model.parent.mkdir(parents=True)
+        shutil.copy(trained.model, model)
+        if steps != 60:  # another model: the same file format, of another step
+            ckpt = torch.load(model, weights_only=False)
+            ckpt["step"] = steps
+            torch.save(ckpt, model)
+        checkouts.append(tmp_path / name)
+    here = os.getcwd()
+    try:
+        os.chdir(checkouts[0])
+        evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu")
+        refuse_another_models_evaluation(kept, "data/train/model.pt")  # itself, as it is
+        os.chdir(checkouts[1])
+        before = _files(kept)
+        with pytest.raises(PipelineError, match=r"holds the evaluation of data/train/model.pt "
+                                                r"\(a path from the folder it was evaluated "
+                                                r"in, which need not be .*e2"):
+            refuse_another_models_evaluation(kept, "data/train/model.pt")
+        assert _files(kept) == before
+    finally:
+        os.chdir(here)
+    (kept / "provenance.json").write_text('{"model": 5}')
+    with pytest.raises(PipelineError, match=r"provenance.json: not an evaluation's record"):
+        evaluate(synth_data, trained.model, kept, 64, "cpu")

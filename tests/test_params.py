@@ -735,7 +735,15 @@ def test_a_queue_fill_that_comes_to_the_same_queues_on_several_devices_is_a_twin
      {"url": "https://mirror.example/syn.tar.gz", "md5": "D4EFFCCD37C83496E8A393E25644A9B2"},
      r"data.md5, data.url: the same archive: data.md5 fixes its bytes, wherever it comes "
      r"from"),
-], ids=["file-url", "mirror-same-md5"])
+    ({"dataset": "cifar10"}, {"dataset": "cifar10",
+                              "url": "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"},
+     r"data.url: the same archive: data.md5 fixes its bytes"),
+    ({"dataset": "cifar10"}, {"dataset": "cifar10", "md5": "c32a1d4ab5d03f1284b67883e8d87530"},
+     r"data.md5: the same archive"),
+    ({"url": "/data/syn.tar.gz", "md5": None}, {"url": "/data//./syn.tar.gz", "md5": None},
+     r"data.url: the same file: a path with its '//' and '/./' taken out"),
+], ids=["file-url", "mirror-same-md5", "official-url-written-out", "official-md5-written-out",
+        "slashes-and-dots"])
 def test_data_set_variants_of_one_archive_spelled_two_ways_are_twins(a, b, said):
     """A data-set variant fetches its archive from data.url: the same file written as a
     file:// URL or a path, or any source of an archive whose md5 data.md5 fixes, gives the
@@ -745,8 +753,23 @@ def test_data_set_variants_of_one_archive_spelled_two_ways_are_twins(a, b, said)
     with pytest.raises(ParamsError, match=r"dataset_ablations.b trains and scores exactly as "
                                           r"dataset_ablations.a \(it differs only in " + said):
         params_from_dict(raw)
-    other = {**b, "md5": "0" * 32} if b["md5"] else {**b, "url": "file:///data/other.tar.gz"}
+    other = ({**b, "md5": "0" * 32} if b.get("md5", "official")
+             else {**b, "url": "file:///data/other.tar.gz"})
     params_from_dict({"dataset_ablations": {"a": {"data": a}, "b": {"data": other}}})
+
+
+@pytest.mark.parametrize("trial", [None, 3])
+def test_a_variant_section_that_is_not_a_mapping_is_one_line(trial):
+    """A variant's section is merged into the baseline's as a mapping of its settings: a
+    list or a number in its place is one line naming it (with a trial's budget too, which
+    is applied to the merged sections)."""
+    raw = {"ablations": {"x": {"train": [1]}}}
+    if trial:
+        raw["ablation"] = {"trial_steps": trial}
+    with pytest.raises(ParamsError, match=r"^ablations.x.train: expected a mapping of "
+                                          r"train's settings \(e.g. train: \{...\}\), found "
+                                          r"a list"):
+        params_from_dict(raw)
 
 
 def test_a_held_out_target_given_twice_is_refused():

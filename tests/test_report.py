@@ -2093,6 +2093,19 @@ def test_a_data_set_variant_trained_on_an_ablations_data_is_named_as_its_twin(tm
         refuse_twins_across_groups(tmp_path, params_from_dict(raw))
     (tmp_path / "seed1" / "train" / "provenance.json").unlink()  # not run: nothing to compare
     refuse_twins_across_groups(tmp_path, params_from_dict(raw))
+    # as the stages compare on the data: flips written as CIFAR's default, a budget in
+    # epochs that comes to the baseline's steps (its run recorded 3,200 training images)
+    raw = {"ablation": {"max_steps": 50}, "train": {"batch_size": 128},
+           "ablations": {"baseline": {}},
+           "dataset_ablations": {"same": {"data": {"dataset": "cifar10", "url": "/x.tar.gz",
+                                                   "md5": None}}}}
+    (tmp_path / "same" / "variant.json").write_text(json.dumps({"num_train": 3200}))
+    for setting in ({"input": {"flip": True}}, {"train": {"max_epochs": 2}}):
+        raw["dataset_ablations"]["same"] = {**raw["dataset_ablations"]["same"], **setting}
+        with pytest.raises(PipelineError, match=r"exactly as ablations.baseline "):
+            refuse_twins_across_groups(tmp_path, params_from_dict(raw))
+    raw["dataset_ablations"]["same"]["input"] = {"flip": False}  # another computation
+    refuse_twins_across_groups(tmp_path, params_from_dict(raw))
 
 
 @pytest.mark.parametrize("damage", ["metrics-string", "variant-kind", "record-unreadable"])

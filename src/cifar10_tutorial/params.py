@@ -495,15 +495,37 @@ def _same_archive(data: dict, why: dict) -> None:
     computes nothing (a mirror, another spelling); else a local file's url as its path
     (file:///x is /x, as data/transfer.py reads it), a path otherwise as written: without
     an md5, ``link/../x`` need not be ``x`` (through a link it is another folder's)."""
+    from .data.datasets import DATASETS
+
+    spec = DATASETS.get(data["dataset"])
+    if spec is not None and data["url"] == "official":  # the same source, written out
+        data["url"] = spec.url
+        why["data.url"] = "the same source: official is the data set's own url"
+    if data["md5"] == "official" and spec is not None and len(spec.files) == 1:
+        # one archive (CIFAR): official is its md5, written out or not
+        data["md5"] = next(iter(spec.files.values()))
+        why["data.md5"] = "the same archive: official is the data set's own md5"
     if isinstance(data["md5"], str) and data["md5"] != "official":
         data["md5"], data["url"] = data["md5"].lower(), None
-        why["data.url"] = why["data.md5"] = ("the same archive: data.md5 fixes its bytes, "
-                                             "wherever it comes from")
+        why["data.url"] = "the same archive: data.md5 fixes its bytes, wherever it comes from"
+        why.setdefault("data.md5", why["data.url"])  # or official's, written out
         return
     parsed = urllib.parse.urlparse(data["url"])
     if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
-        data["url"] = urllib.request.url2pathname(parsed.path)
+        data["url"] = _as_written(urllib.request.url2pathname(parsed.path))
         why["data.url"] = "the same file, as a file:// URL or its path"
+    elif not parsed.scheme or len(parsed.scheme) == 1:  # a plain path (C:\\ on Windows)
+        if _as_written(data["url"]) != data["url"]:
+            data["url"] = _as_written(data["url"])
+            why["data.url"] = "the same file: a path with its '//' and '/./' taken out"
+
+
+def _as_written(path: str) -> str:
+    """``path`` with what never names another file taken out: repeated slashes and ``.``
+    folders (``..`` stays: through a link it is another folder's parent)."""
+    head = "/" if path.startswith("/") else ""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    return head + "/".join(parts) if parts else (head or ".")
 
 
 def _dotted(raw: dict, prefix: str = "") -> dict:
@@ -603,13 +625,18 @@ def refuse_twin_on_data(params: "Params", name: str, num_train: Optional[int],
                                          why))
 
 
-def twin_on_the_same_data(params: "Params", name: str, other: str) -> Optional[str]:
+def twin_on_the_same_data(params: "Params", name: str, other: str,
+                          num_train: Optional[int] = None,
+                          flip: Optional[bool] = None) -> Optional[str]:
     """Where the runs of ``name`` and ``other`` (one of each group) recorded the same
     training data (their train/provenance.json's data_hash: the same bytes, however the
     data were named or fetched): the line of :func:`_twin_line` when ``name`` computes
     what ``other`` does there (the data section aside, which the bytes settle; compared
-    at the full budgets, as the loader compares), else None."""
-    made, theirs = (_what_it_computes(_merged(params, n, trial=False)) for n in (name, other))
+    at the full budgets, as the loader compares, and with ``num_train`` training images
+    flipped by default or not, as the stages compare: :func:`refuse_twin_on_data`), else
+    None."""
+    made, theirs = (_what_it_computes(_merged(params, n, trial=False), num_train, flip)
+                    for n in (name, other))
     mine_raw, their_raw = made[0], theirs[0]
     mine_raw.pop("data"), their_raw.pop("data")
     if _dotted(mine_raw) != _dotted(their_raw):
@@ -655,6 +682,10 @@ def _variant_sections(overrides: dict, group: str, name: str) -> None:
     for key in overrides:
         head, dot, rest = str(key).partition(".")
         if key in allowed:
+            if not isinstance(overrides[key], dict):  # merged into its section as a whole
+                raise ParamsError(f"{group}.{name}.{key}: expected a mapping of {key}'s "
+                                  f"settings (e.g. {key}: {{...}}), found "
+                                  f"{_kind(overrides[key])}")
             continue
         how = (f"; write it nested: {head}: {{{rest}: {overrides[key]!r}}}"
                if dot and head in allowed else "")

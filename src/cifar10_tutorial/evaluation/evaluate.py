@@ -117,7 +117,7 @@ def _refuse_other_record(path: Path) -> None:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         record = None
-    if not isinstance(record, dict) or "model" not in record:
+    if not isinstance(record, dict) or not isinstance(record.get("model"), str):
         raise PipelineError(f"{path}: not an evaluation's record (it names no model), and "
                             f"the eval stage would replace it; give --out a folder of its "
                             f"own. Nothing was changed.")
@@ -133,17 +133,33 @@ def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> None:
     if not record_path.is_file():
         return  # none: _refuse_other_record says what else the folder holds
     try:
-        theirs = json.loads(record_path.read_text(encoding="utf-8")).get("model")
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        theirs = record.get("model")
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return  # not a record: _refuse_other_record's to refuse
     if not isinstance(theirs, str):
+        return  # no model named: _refuse_other_record's to refuse
+    same_file = os.path.realpath(theirs) == os.path.realpath(model_path)
+    # a relative path names a model from the folder it was evaluated in: this one only
+    # where the results lie inside it (a folder outside, say /tmp/kept, may hold another
+    # checkout's evaluation of its own data/train/model.pt), or where the record is of
+    # this model as it is now (its step and run params: re-evaluated, not retrained)
+    here = os.path.realpath(os.getcwd())
+    inside = os.path.realpath(out_dir).startswith(here.rstrip(os.sep) + os.sep)
+    if same_file and (os.path.isabs(theirs) or inside):
         return
-    if theirs == str(model_path) or os.path.realpath(theirs) == os.path.realpath(model_path):
-        return
-    raise PipelineError(f"{record_path}: holds the evaluation of {theirs}, not of "
-                        f"{model_path}, and this one would replace it; give --out a folder "
-                        f"of its own (or delete that folder if you mean to replace it). "
-                        f"Nothing was changed.")
+    if same_file:
+        ckpt = load_model_file(Path(model_path), torch.device("cpu"))
+        if (record.get("steps") == int(ckpt["step"]) and record.get("params_hash")
+                == provenance.params_hash(run_defining(ckpt["params"]))):
+            return
+    where = "" if os.path.isabs(theirs) or inside else (
+        f" (a path from the folder it was evaluated in, which need not be {here}, as "
+        f"--out lies outside it)")
+    raise PipelineError(f"{record_path}: holds the evaluation of {theirs}{where}, not known to "
+                        f"be of {model_path}, and this one would replace it; give --out a "
+                        f"folder of its own (or delete that folder if you mean to replace "
+                        f"it). Nothing was changed.")
 
 
 def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 250,

@@ -381,7 +381,8 @@ def refuse_twins_across_groups(root: Path, params) -> None:
     same data_hash in train/provenance.json) and which computes what that variant computes
     trained bit-identically to it; its table would show that variant's figures as the
     other data set's. One line naming both."""
-    from ..params import twin_on_the_same_data
+    from ..data.datasets import DATASETS
+    from ..params import twin_on_the_same_data, variant_params
 
     hashes = {}
     for name in [*params.ablations, *params.dataset_ablations]:
@@ -392,7 +393,19 @@ def refuse_twins_across_groups(root: Path, params) -> None:
         for other in params.ablations:
             if name not in hashes or hashes.get(other) != hashes[name]:
                 continue
-            line = twin_on_the_same_data(params, name, other)
+            # the same bytes: the data set the variant names (its flips by default) and the
+            # training images its run recorded, as its stage compares on the data
+            try:
+                made = json.loads((Path(root) / name / "variant.json").read_text())
+                num_train = made.get("num_train") if isinstance(made, dict) else None
+            except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+                num_train = None
+            if not (isinstance(num_train, int) and not isinstance(num_train, bool)
+                    and num_train > 0):
+                num_train = None
+            spec = DATASETS.get(variant_params(params, name).data.dataset)
+            line = twin_on_the_same_data(params, name, other, num_train,
+                                         spec.flip if spec is not None else None)
             if line is not None:
                 raise PipelineError(
                     f"{_shown(Path(root) / name / 'train' / 'provenance.json')}: trained on "
