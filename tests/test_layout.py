@@ -60,7 +60,8 @@ FOLDERS = {
     "exercises": {"data": "a trial variant prepares its own data",
                   "training": "a variant is a training run",
                   "evaluation": "a variant is evaluated as the eval stage evaluates"},
-    "report": {},
+    "report": {"data.datasets": "a data-set variant's default flips, to compare it with "
+                                "the ablations as their runs computed (the twin rule)"},
 }
 GROUND_IMPORTS_A_FOLDER = {("repro", "training.deadline"), ("repro", "training.mirror"),
                            ("repro", "training.distributed")}

@@ -495,20 +495,12 @@ def _same_archive(data: dict, why: dict) -> None:
     computes nothing (a mirror, another spelling); else a local file's url as its path
     (file:///x is /x, as data/transfer.py reads it), a path otherwise as written: without
     an md5, ``link/../x`` need not be ``x`` (through a link it is another folder's)."""
-    from .data.datasets import DATASETS
-
-    spec = DATASETS.get(data["dataset"])
-    if spec is not None and data["url"] == "official":  # the same source, written out
-        data["url"] = spec.url
-        why["data.url"] = "the same source: official is the data set's own url"
-    if data["md5"] == "official" and spec is not None and len(spec.files) == 1:
-        # one archive (CIFAR): official is its md5, written out or not
-        data["md5"] = next(iter(spec.files.values()))
-        why["data.md5"] = "the same archive: official is the data set's own md5"
+    # (official, written out as the data set's own url or md5, is not compared as them:
+    # those facts are data/datasets.py's, which this module's stages do not hash)
     if isinstance(data["md5"], str) and data["md5"] != "official":
         data["md5"], data["url"] = data["md5"].lower(), None
-        why["data.url"] = "the same archive: data.md5 fixes its bytes, wherever it comes from"
-        why.setdefault("data.md5", why["data.url"])  # or official's, written out
+        why["data.url"] = why["data.md5"] = ("the same archive: data.md5 fixes its bytes, "
+                                             "wherever it comes from")
         return
     parsed = urllib.parse.urlparse(data["url"])
     if parsed.scheme == "file" and parsed.netloc in ("", "localhost"):
