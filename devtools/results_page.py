@@ -267,6 +267,26 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
     edited alone would be stated as measured; one line naming it."""
     import math
 
+    # what the page quotes as it is: a stage's name (DVC's: letters, digits, '_', '-', '.',
+    # '/', ':', '@'), the command in backticks, the steps a whole number
+    odd = next((n for n in t["stages"] if not re.fullmatch(r"[A-Za-z0-9_./:@-]{1,200}", n)),
+               None)
+    if odd is not None:
+        raise PipelineError(f"{path}: a stage named {odd[:60]!r}, where the trial records DVC's "
+                            f"stage names (letters, digits and _-./:@); restore it (`git "
+                            f"checkout -- {path}`) or rerun the trial, then rerun this. "
+                            f"Nothing was written.")
+    if not (isinstance(t["command"], str) and t["command"].isprintable()
+            and not set(t["command"]) & set("`|")):
+        raise PipelineError(f"{path}: command {str(t['command'])[:60]!r}, where the trial "
+                            f"records the dvc command it timed (one line, no '`' or '|'); "
+                            f"restore it (`git checkout -- {path}`) or rerun the trial, then "
+                            f"rerun this. Nothing was written.")
+    if not (isinstance(t["steps"], int) and not isinstance(t["steps"], bool) and t["steps"] >= 1):
+        raise PipelineError(f"{path}: steps is {json.dumps(t['steps'])[:40]}, where the trial "
+                            f"records its budget (a whole number from 1); restore it (`git "
+                            f"checkout -- {path}`) or rerun the trial, then rerun this. "
+                            f"Nothing was written.")
     times = {"wall_s": t["wall_s"], "before_first_stage_s": t["before_first_stage_s"],
              **{f"stages.{name}": sec for name, sec in t["stages"].items()}}
     for key, value in times.items():
@@ -288,7 +308,9 @@ def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
     """The exercise trial's wall time (`cifar10 trial --out`), each stage's beside it."""
     if not (root / path).is_file():
         return []
-    t = json.loads((root / path).read_text())
+    from cifar10_tutorial.eval_files import loads_once
+
+    t = loads_once((root / path).read_text())  # a key twice: which is the trial's?
     _refuse_other_trial_times(t, path)
     p = t["provenance"]
     rows = "\n".join(f"| `{name.split(':')[-1]}` | {sec:.1f} |" for name, sec in t["stages"].items())

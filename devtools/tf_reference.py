@@ -35,7 +35,7 @@ from typing import Optional
 from cifar10_tutorial.cli import given_path
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import folder_held, hold_folder, md5_of, write_text_atomic
-from cifar10_tutorial.ownership import refuse_foreign_file
+from cifar10_tutorial.ownership import refuse_foreign_file, refuse_foreign_place
 
 UPSTREAM = {"repository": "tensorflow/models", "path": "tutorials/image/cifar10",
             "files": {"cifar10.py": "05a434d67506f31dc8a83399ae3291b4aef75c34",
@@ -160,6 +160,9 @@ def losses(run: Path) -> list[tuple[int, float, Optional[float]]]:
     rows = dict(_parsed(run / "losses.tsv", "step<TAB>loss<TAB>examples/sec (or empty)",
                         _rows(run / "losses.tsv"),
                         lambda r: (_step(r[0]), (float(r[1]), float(r[2]) if r[2] else None))))
+    if os.path.lexists(run / "logs") and not (run / "logs").is_dir():
+        raise PipelineError(f"{run / 'logs'}: not a folder (a file, FIFO or device), where "
+                            f"the run keeps the logs of its continued sessions; {DAMAGED}")
     logs = [(0, run / "train.log")] + [(int(p.stem.rsplit("-", 1)[1]), p)
                                         for p in sorted((run / "logs").glob("train-from-*.log"))
                                         if re.fullmatch(r"train-from-\d+", p.stem)]
@@ -189,7 +192,14 @@ def newest_checkpoint(train: Path) -> str:
     m = re.search(r'^model_checkpoint_path: "(.+)"$', text, flags=re.M)
     if not m:
         raise PipelineError(f"{train / 'checkpoint'}: names no checkpoint")
-    return Path(m.group(1)).name
+    name = Path(m.group(1)).name
+    # the step a run reached is that of a checkpoint it holds: named, its files beside
+    if re.fullmatch(r"model\.ckpt-\d+", name) and not (train / f"{name}.index").is_file():
+        raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, whose files "
+                            f"({name[:60]}.index, .data-*, .meta) are not in {train}; the "
+                            f"run's newest checkpoint is missing: restore it, or mend the "
+                            f"file to name one it holds. Nothing was written.")
+    return name
 
 
 # what keep writes in its folder: the checkpoint's files and the run's records, nothing else
@@ -246,6 +256,8 @@ def keep(run: Path, dest: Path) -> str:
     a run kept there before (a folder of only what keep writes); anything else there is
     refused, naming it. Built aside, then swapped in."""
     ckpt = newest_checkpoint(run / "train")
+    refuse_foreign_place(dest, "DEST", "a folder of its own, outside the project's code and "
+                                       "outputs")
     other = _not_kept(dest)
     if other is not None:
         raise PipelineError(f"{dest}: holds {other}, which keep did not write there (it writes "
@@ -282,8 +294,27 @@ def keep(run: Path, dest: Path) -> str:
 
 
 def restore(src: Path, run: Path) -> None:
-    if (run / "train").exists():
-        raise PipelineError(f"{run / 'train'}: already there; restore into a new folder")
+    """A run kept by :func:`keep` (``src``: a folder of only what keep writes, with its
+    train/checkpoint) copied into ``run``, a new folder (never into the code, git's or
+    DVC's folders or a stage's outputs); anything else one line, nothing written."""
+    if src.is_symlink() or not src.is_dir():
+        what = ("not found" if not os.path.lexists(src) else "a link" if src.is_symlink()
+                else "a file" if src.is_file() else "not a folder")
+        raise PipelineError(f"{src}: {what}, where restore reads a run kept by `keep` (a "
+                            f"folder with train/checkpoint); give that folder. Nothing was "
+                            f"changed.")
+    other = _not_kept(src)
+    if other is None and not (src / "train" / "checkpoint").is_file():
+        other = "no train/checkpoint"
+    if other is not None:
+        raise PipelineError(f"{src}: holds {other}, so it is no run kept by `keep` (it holds "
+                            f"train/checkpoint, the checkpoint's files and "
+                            f"{', '.join(RECORDS)}); give such a folder. Nothing was changed.")
+    if os.path.lexists(run):
+        raise PipelineError(f"{run}: already there; restore into a new folder. Nothing was "
+                            f"changed.")
+    refuse_foreign_place(run, "RUN", "a folder of its own, outside the project's code and "
+                                     "outputs")
     shutil.copytree(src, run)
 
 

@@ -10,7 +10,8 @@ from cifar10_tutorial.cli import EXERCISE_PARAMS, given_path, run_stage, stage_p
 from cifar10_tutorial.params import EXERCISES, load_params, to_dict
 from cifar10_tutorial.report.report import make_report
 from cifar10_tutorial.report.results import (refuse_not_a_file, refuse_stale_definitions,
-                                             refuse_stale_results, refuse_twins_across_groups)
+                                             refuse_stale_results, refuse_twins_across_groups,
+                                             refuse_untimed_targets)
 
 
 def main() -> None:
@@ -38,6 +39,7 @@ def main() -> None:
     params = load_params(args.params, EXERCISES)
     refuse_stale_definitions(args.ablations, {**params.ablations, **params.dataset_ablations})
     refuse_twins_across_groups(args.ablations, params)  # the groups' data, as run
+    refuse_untimed_targets(args.ablations, params)  # each variant's own targets
     # each variant's network: the model section with its overrides (as the run builds it)
     base = to_dict(params.model)
     networks = {name: {**base, **((overrides or {}).get("model") or {})} for name, overrides

@@ -325,7 +325,14 @@ def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, ke
     (lambda t: t.update(before_first_stage_s=40.0), r"its stages and the 40 s before the "
                                                     r"first add up to 173.7 s, where wall_s "
                                                     r"is 138.4"),
-], ids=["wall-edited", "negative-stage", "before-edited"])
+    (lambda t: t["stages"].update({"x|y</td><script>": 0.0}),
+     r"a stage named 'x\|y</td><script>', where the trial records DVC's stage names"),
+    (lambda t: t.update(steps="$(id)"), r"steps is \"\$\(id\)\", where the trial records its "
+                                        r"budget"),
+    (lambda t: t.update(command="dvc exp run `id`"), r"command 'dvc exp run `id`', where the "
+                                                     r"trial records the dvc command"),
+], ids=["wall-edited", "negative-stage", "before-edited", "stage-name-markup", "steps-a-word",
+        "command-backticks"])
 def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     """The trial's wall time is the time before the first stage plus each stage's (from
     its start to the next one's): one edited alone is one line naming it, never stated."""
@@ -346,6 +353,26 @@ def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     path.write_text(json.dumps(record))
     with pytest.raises(PipelineError, match=r"^reports/trial_benchmark.json: " + said):
         _trial(tmp_path)
+
+
+def test_a_trial_record_with_a_key_twice_is_one_line_from_the_results_page(tmp_path):
+    """A key written twice in the trial's record: which one the page states would be the
+    parser's accident; one line naming the file and the key."""
+    import subprocess
+
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import render
+
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True)
+    if archive.returncode:
+        pytest.skip(f"not a git checkout with a commit: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    path = tmp_path / "reports/trial_benchmark.json"
+    path.write_text(path.read_text().replace('"wall_s": ', '"wall_s": 1.0, "wall_s": ', 1))
+    with pytest.raises(PipelineError, match=r"^reports/trial_benchmark.json: not what the "
+                                            r"results page reads \(ValueError: the key "
+                                            r"'wall_s' twice\)"):
+        render(tmp_path)
 
 
 def test_the_results_page_without_schedule_results(tmp_path):

@@ -966,6 +966,7 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
             _tsv(curves / "precision_at_1.tsv", "precision_at_1", [(5000, 0.6), (10000, 0.9)])
             _tsv(curves / "precision_at_1_raw.tsv", "precision_at_1_raw",
                  [(5000, 0.58), (10000, 0.68)])
+            _tsv(curves / "epoch.tsv", "epoch", [(5000, 16.0), (10000, 32.0)])  # all three
         (folder / "metrics.json").write_text(json.dumps(m))
         (folder / "eval/metrics.json").write_text(json.dumps(m["eval"]))
     before = _snapshot(tmp_path / "out")
@@ -1740,10 +1741,15 @@ def test_a_results_folder_whose_records_name_no_one_run_is_refused(tmp_path, edi
         (folder / "metrics.json").write_text(json.dumps(m))
         (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
     elif edit in ("held-out-past-its-end", "held-out-reversed"):
-        p = json.loads((folder / "metrics.json").read_text())["eval"]["precision_at_1"]
-        _tsv(folder / "train/plots/metrics/held_out/precision_at_1.tsv", "precision_at_1",
-             [(5000, p / 2), (10_000, p), (20_000, 0.95)] if edit == "held-out-past-its-end"
-             else [(10_000, p), (5000, p / 2)])
+        p = json.loads((folder / "metrics.json").read_text())["eval"]
+        steps = ([5000, 10_000, 20_000] if edit == "held-out-past-its-end" else [10_000, 5000])
+        for key, at in (("precision_at_1", {5000: p["precision_at_1"] / 2,
+                                            10_000: p["precision_at_1"], 20_000: 0.95}),
+                        ("precision_at_1_raw", {5000: p["precision_at_1_raw"] / 2,
+                                                10_000: p["precision_at_1_raw"], 20_000: 0.9}),
+                        ("epoch", {5000: 16.0, 10_000: 32.0, 20_000: 64.0})):
+            _tsv(folder / f"train/plots/metrics/held_out/{key}.tsv", key,
+                 [(s, at[s]) for s in steps])  # one evaluation logs all three
     elif edit == "train-seconds-deleted":
         m = json.loads((folder / "metrics.json").read_text())
         del m["train"]["train_seconds"], m["train"]["held_out_eval_seconds"]
@@ -1852,6 +1858,8 @@ def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path,
                   r"held-out curve never reaches it"),
     ("epoch", None, r"train.time_to_target has 0.7 reached at epoch 10.0, where the run's "
                     r"held-out epoch.tsv gives 22.5216 at its step 7,038"),
+    ("seconds", None, r"train.time_to_target has 0.7 reached after 99999.0 s of training, "
+                      r"where the run trained 2500.\d+ s in all \(its train.train_seconds\)"),
 ])
 def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, target, at,
                                                                     said):
@@ -1871,6 +1879,8 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
                                             "train_seconds": 1800.0}}
     if target == "epoch":  # the step as the curve's, its epoch moved
         m["train"]["time_to_target"]["0.7"]["epoch"] = 10.0
+    elif target == "seconds":  # longer than the run trained
+        m["train"]["time_to_target"]["0.7"]["train_seconds"] = 99999.0
     elif target is not None:
         m["train"]["time_to_target"][target] = {"step": at, "epoch": at * 128 / 40000,
                                                 "train_seconds": 100.0}
@@ -2132,3 +2142,106 @@ def test_the_rerun_advice_names_the_variant_its_folder_records(tmp_path, damage)
     with pytest.raises(PipelineError, match=r"ablation@softmax`") as err:
         make_report(root, tmp_path / "out", OVERRIDES)
     assert "ablation@renamed" not in str(err.value)
+
+
+def test_one_budget_at_several_global_batches_is_not_one_number_of_epochs():
+    """Variants trained for one budget in steps at several global batches (a user's
+    train.batch_size: 16 beside devices_2x64's 2 x 64) ran several numbers of epochs: the
+    intro names each range, never the largest epochs with the largest batch as every
+    variant's."""
+    import pandas as pd
+
+    from cifar10_tutorial.report.report import epochs_in_words
+
+    one = pd.DataFrame({"epochs": [3.84, 3.84], "global_batch_size": [128, 128]})
+    assert epochs_in_words(one) == "3.8 epochs, global batch 128"
+    two = pd.DataFrame({"epochs": [0.48, 3.84, 0.48], "global_batch_size": [16, 128, 16]})
+    assert epochs_in_words(two) == ("0.5 to 3.8 epochs: global batches of 16, 128, as the "
+                                    "next table gives each")
+
+
+def test_a_time_to_a_target_the_variant_does_not_list_is_refused(tmp_path):
+    """train.time_to_target times the variant's own eval.targets: a precision it does not
+    list (added by hand) would get a column of its own, "not reached" for every other
+    variant; one line naming the file and the targets. Its own targets pass."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.params import params_from_dict
+    from cifar10_tutorial.report.results import refuse_untimed_targets
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    params = params_from_dict({"ablations": {"baseline": {}, "softmax": {
+        "model": {"output": "softmax"}}}})
+    path = root / "softmax" / "metrics.json"
+    m = json.loads(path.read_text())
+    m["train"]["time_to_target"] = {"0.8": {"step": 10, "epoch": 0.1, "train_seconds": 1.0}}
+    path.write_text(json.dumps(m))
+    refuse_untimed_targets(root, params)
+    m["train"]["time_to_target"]["0.3"] = {"step": 5, "epoch": 0.1, "train_seconds": 1.0}
+    path.write_text(json.dumps(m))
+    with pytest.raises(PipelineError, match=r"softmax/metrics.json: train.time_to_target times "
+                                            r"0.3, which softmax's eval.targets \(0.8, 0.84, "
+                                            r"0.85, 0.86 in reports/params.yaml\) does not list"):
+        refuse_untimed_targets(root, params)
+
+
+@pytest.mark.parametrize("damage", ["precision-gone", "epoch-a-folder", "raw-a-fifo"])
+def test_a_held_out_curve_file_gone_or_not_a_file_is_refused(tmp_path, damage):
+    """One held-out evaluation logs precision_at_1.tsv, precision_at_1_raw.tsv and
+    epoch.tsv together: one of them deleted (the curve would vanish from the report
+    without a word), or a folder or FIFO in its place (read as absent), is one line."""
+    import os
+
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
+    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
+    where = root / "schedule_fast/train/plots/metrics/held_out"
+    if damage == "precision-gone":
+        (where / "precision_at_1.tsv").unlink()
+        said = (r"held_out/precision_at_1.tsv: missing beside precision_at_1_raw.tsv, "
+                r"epoch.tsv \(one held-out evaluation logs all three\)")
+    elif damage == "epoch-a-folder":
+        (where / "epoch.tsv").unlink()
+        (where / "epoch.tsv").mkdir()
+        said = r"held_out/epoch.tsv: not a regular file"
+    else:
+        (where / "precision_at_1_raw.tsv").unlink()
+        os.mkfifo(where / "precision_at_1_raw.tsv")
+        said = r"held_out/precision_at_1_raw.tsv: not a regular file"
+    with pytest.raises(PipelineError, match=said):
+        make_report(root, tmp_path / "out", overrides)
+
+
+def test_two_classes_precisions_swapped_in_per_class_csv_are_refused(tmp_path):
+    """per_class.csv's precisions are each class's right answers over its images, as
+    predictions.csv gives them: two classes' swapped (the total as it was) is one line
+    naming the class, not a table of per-class figures the evaluation never made."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.01, "no_lrn": 0.0})
+    folder = root / "softmax" / "eval"
+    lines = (folder / "predictions.csv").read_text().splitlines()
+    # one cat answer wrong more, one dog answer right more: the total stays
+    lines[lines.index("cat,cat")] = "cat,dog"
+    lines[lines.index("dog,cat")] = "dog,dog"
+    (folder / "predictions.csv").write_text("\n".join(lines) + "\n")
+    rows = [r.split(",") for r in lines[1:]]
+    right = {c: sum(a == c and p == c for a, p in rows) / 5000 for c in ("cat", "dog")}
+    per_class = (folder / "per_class.csv").read_text().splitlines()
+    raw = {r.split(",")[0]: r.split(",")[3] for r in per_class[1:]}
+    header = per_class[0]
+    (folder / "per_class.csv").write_text(
+        f"{header}\ncat,5000,{right['cat']:.4f},{raw['cat']}\n"
+        f"dog,5000,{right['dog']:.4f},{raw['dog']}\n")
+    make_report(root, tmp_path / "out", OVERRIDES)  # as the evaluation made them
+    (folder / "per_class.csv").write_text(  # swapped
+        f"{header}\ncat,5000,{right['dog']:.4f},{raw['cat']}\n"
+        f"dog,5000,{right['cat']:.4f},{raw['dog']}\n")
+    with pytest.raises(PipelineError, match=r"softmax/eval/per_class.csv: 'cat' has "
+                                            r"precision_at_1 0.\d+, where .*predictions.csv "
+                                            r"gives 0.\d+ \([\d,]+ of its 5,000 images right\)"):
+        make_report(root, tmp_path / "out2", OVERRIDES)

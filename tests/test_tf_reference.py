@@ -605,9 +605,15 @@ def test_keep_into_a_link_or_a_file_and_after_a_stopped_keep(tmp_path, capsys):
                   __import__("os").mkfifo(run / "train" / "checkpoint")),
      r"train/checkpoint: not a regular file"),
     (lambda run: __import__("os").mkfifo(run / "losses.tsv"), r"losses.tsv: not a regular file"),
+    (lambda run: (run / "logs").write_text("x"), r"logs: not a folder \(a file, FIFO or device\)"),
+    # the checkpoint it names is not there: no step the run holds
+    (lambda run: (run / "train" / "checkpoint").write_text(
+        'model_checkpoint_path: "model.ckpt-20000"\n'),
+     r"train/checkpoint: names 'model.ckpt-20000', whose files \(model.ckpt-20000.index, "
+     r".data-\*, .meta\) are not in"),
 ], ids=["eval-not-a-number", "eval-two-columns", "eval-past-one", "checkpoint-step",
         "segments", "losses", "losses-not-utf8", "evals-reversed", "eval-past-reached",
-        "evals-fifo", "checkpoint-fifo", "losses-fifo"])
+        "evals-fifo", "checkpoint-fifo", "losses-fifo", "logs-a-file", "checkpoint-missing"])
 def test_collect_names_a_damaged_record_of_the_run(tmp_path, damage, said, capsys):
     """The run's records (evals.tsv, segments.tsv, losses.tsv, train/checkpoint) come from
     its own scripts: a row that does not parse is one line naming the file and the row,
@@ -678,3 +684,45 @@ def test_a_keep_killed_after_moving_the_old_copy_aside_is_cleared_by_the_next(tm
     # a keep over its own copy leaves nothing beside it (the one no keep holds now: gone)
     tool.keep(run, kept)
     assert sorted(p.name for p in tmp_path.glob(".kept.*")) == [".kept.replaced-mine"]
+
+
+@pytest.mark.parametrize("src, said", [
+    ("missing", r"none: not found, where restore reads a run kept by `keep`"),
+    ("file", r"a-file: a file, where restore reads a run kept by `keep`"),
+    ("not-kept", r"mine: holds notes.txt, so it is no run kept by `keep`"),
+])
+def test_restore_names_a_source_that_is_no_kept_run(tmp_path, src, said):
+    """restore copies a run keep kept: a source missing, a file, or a folder keep did not
+    write is one line through the command, and nothing is written."""
+    given = {"missing": tmp_path / "none", "file": tmp_path / "a-file",
+             "not-kept": tmp_path / "mine"}[src]
+    if src == "file":
+        given.write_text("x")
+    elif src == "not-kept":
+        given.mkdir()
+        (given / "notes.txt").write_text("mine\n")
+    with pytest.raises(SystemExit) as stop:
+        tool.main(["restore", str(given), str(tmp_path / "new")])
+    assert str(stop.value).startswith("error: ") and "\n" not in str(stop.value)
+    assert __import__("re").search(said, str(stop.value)), stop.value
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("where", ["src/cifar10_tutorial/kept", "reports/ablations/baseline/kept"])
+def test_keep_and_restore_never_write_into_the_code_or_a_stages_outputs(tmp_path, monkeypatch,
+                                                                      where):
+    """keep's DEST and restore's RUN are folders of their own: inside the package's code, or
+    inside an ablation stage's results (DVC would find them changed), one line, nothing
+    written there."""
+    from conftest import copy_project
+
+    project = copy_project(tmp_path / "p")
+    monkeypatch.chdir(project)
+    run = _run(tmp_path)
+    kept = tmp_path / "kept"
+    tool.main(["keep", str(run), str(kept)])
+    for argv in (["keep", str(run), where], ["restore", str(kept), where]):
+        with pytest.raises(SystemExit) as stop:
+            tool.main(argv)
+        assert str(stop.value).startswith(("error: DEST", "error: RUN")), stop.value
+        assert not (project / where).exists()

@@ -70,6 +70,18 @@ def refuse_other_predictions(eval_dir: Path, ev: dict, metrics: Path, rerun: str
                                 f"images of {off[:40]!r}, where {path} counts "
                                 f"{listed[off]:,}: the files are not one evaluation's; "
                                 f"{rerun}.")
+        # each class's precision (averaged weights) is its right answers over its images,
+        # as predictions.csv gives them, to per_class.csv's four decimals
+        right = {}
+        for actual, predicted in predictions:
+            right[actual] = right.get(actual, 0) + (actual == predicted)
+        for (name, *_), c, pair in zip(rows, counts, fractions):
+            if c and abs(right.get(name, 0) / c - pair[0]) > PER_CLASS_DECIMALS + 1e-9:
+                raise PipelineError(f"{path}: {name[:40]!r} has precision_at_1 {pair[0]:.4f}, "
+                                    f"where {eval_dir / 'predictions.csv'} gives "
+                                    f"{right.get(name, 0) / c:.4f} ({right.get(name, 0):,} of "
+                                    f"its {c:,} images right): the files are not one "
+                                    f"evaluation's; {rerun}.")
     n = sum(counts)
     found = [(n, "images")] + [
         (sum(c * pair[i] for c, pair in zip(counts, fractions)) / max(n, 1), key)

@@ -344,6 +344,17 @@ QUEUE_FILL = ("baseline", "queue_fill_10pct", "queue_fill_1pct", "queue_fill_0pc
 TUTORIAL_DATASET_VARIANTS = ("svhn",)  # exercise 6's
 
 
+def epochs_in_words(ex) -> str:
+    """The epochs and global batch of variants trained for one budget in steps (``ex``:
+    their table, with epochs and global_batch_size): one budget is as many epochs only at
+    one global batch; at several, each's range."""
+    batches = sorted({int(b) for b in ex["global_batch_size"]})
+    if len(batches) == 1:
+        return f"{ex['epochs'].max():.1f} epochs, global batch {batches[0]}"
+    return (f"{ex['epochs'].min():.1f} to {ex['epochs'].max():.1f} epochs: global batches of "
+            f"{', '.join(map(str, batches))}, as the next table gives each")
+
+
 def _intro(r: Results) -> list[str]:
     ex, df = r.exercises, r.df
     more = len(r.seeds) - 1 if r.seeds is not None else 0
@@ -353,8 +364,7 @@ def _intro(r: Results) -> list[str]:
     lo, hi = (int(ex["steps"].min()), int(ex["steps"].max())) if len(ex) else (0, 0)
     budget = ("" if not len(ex) else
               f"Every variant of the exercises is trained for **{hi:,} steps** "
-              f"({ex['epochs'].max():.1f} epochs, global batch "
-              f"{int(ex['global_batch_size'].max())}); " if lo == hi else
+              f"({epochs_in_words(ex)}); " if lo == hi else
               f"The variants of the exercises are trained for **{lo:,} to {hi:,} steps** "
               f"(budgets that differ: the next table gives each); ")
     return [TITLE, "", *banner(r),

@@ -374,6 +374,32 @@ def load_variants(root: Path) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("variant")
 
 
+def refuse_untimed_targets(root: Path, params) -> None:
+    """A variant's train.time_to_target times the held-out precisions of its own
+    eval.targets (training/monitoring.py HeldOut): a precision it does not list is no
+    time its run measured (a column of its own in the report's tables, "not reached" for
+    every other variant); one line naming the file and the targets."""
+    from ..params import variant_params
+
+    for name in [*params.ablations, *params.dataset_ablations]:
+        path = Path(root) / name / "metrics.json"
+        if not path.is_file():
+            continue
+        train = _record(path, ("train",), name)["train"]
+        reached = train.get("time_to_target") if isinstance(train, dict) else None
+        if not isinstance(reached, dict):
+            continue
+        targets = variant_params(params, name).eval.targets
+        listed = {f"{t:g}" for t in targets}
+        odd = sorted(str(t) for t in reached if str(t) not in listed)
+        if odd:
+            raise PipelineError(f"{_shown(path)}: train.time_to_target times {', '.join(odd)}, "
+                                f"which {name}'s eval.targets ({', '.join(map(str, targets))} "
+                                f"in reports/params.yaml) does not list: not a time its run "
+                                f"measured; rerun it (`dvc repro -f reports/dvc.yaml:"
+                                f"ablation@{name}`, or dataset_ablation@{name})")
+
+
 def refuse_twins_across_groups(root: Path, params) -> None:
     """The loader compares each group of variants within itself (the ablations' data are
     the pipeline's, which reports/params.yaml does not name). Here both groups' runs are
@@ -510,6 +536,20 @@ def _held_out(folder: Path, rerun: str, last: Optional[int] = None):
     from ..curves import held_out_curve
 
     where = folder / "train" / "plots" / "metrics" / "held_out"
+    # one held-out evaluation logs all three (training/monitoring.py HeldOut): each a file,
+    # all of them or none (a curve gone would leave the run's figures unchecked, unsaid)
+    files = {key: where / f"{key}.tsv" for key in ("precision_at_1", "precision_at_1_raw",
+                                                   "epoch")}
+    odd = next((p for p in files.values() if os.path.lexists(p) and not p.is_file()), None)
+    if odd is not None:
+        raise PipelineError(f"{odd}: not a regular file (a folder, FIFO, device or a broken "
+                            f"link), where the run logs its held-out curve; {rerun}.")
+    present = [key for key, p in files.items() if p.is_file()]
+    if present and len(present) < len(files):
+        gone = next(key for key in files if key not in present)
+        raise PipelineError(f"{files[gone]}: missing beside {', '.join(f'{k}.tsv' for k in present)}"
+                            f" (one held-out evaluation logs all three), so the curve is not "
+                            f"the run's whole; {rerun}.")
     for key, what, most in (("precision_at_1", "a fraction from 0 to 1", 1.0),
                             ("precision_at_1_raw", "a fraction from 0 to 1", 1.0),
                             ("epoch", "the epochs trained, from 0", math.inf)):
@@ -645,6 +685,17 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
             raise PipelineError(f"{said}: train.time_to_target has {target} reached at step "
                                 f"{step}, where the run's held-out curve {where}: one run "
                                 f"records both, so the figures are not this run's; {rerun}.")
+        # the run's training time when the target was reached: within its whole training
+        # time (both count the sessions before a resume), and later for a later step
+        seconds, total = at.get("train_seconds"), metrics["train"].get("train_seconds")
+        if seconds is not None and not (
+                _of_kind(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0
+                and (not _of_kind(total, (int, float)) or seconds <= total * (1 + 1e-9) + 1e-6)):
+            raise PipelineError(f"{said}: train.time_to_target has {target} reached after "
+                                f"{str(seconds)[:20]} s of training, where the run trained "
+                                f"{total if _of_kind(total, (int, float)) else '?'} s in all "
+                                f"(its train.train_seconds): one run records both, so the "
+                                f"figures are not this run's; {rerun}.")
         epoch = at.get("epoch") if isinstance(at, dict) else None
         if "epoch" in curve and epoch is not None:
             logged = curve[curve["step"] == step]["epoch"].iloc[0]
