@@ -978,8 +978,9 @@ def test_a_results_folder_of_two_runs_or_an_impossible_figure_is_refused(tmp_pat
 @pytest.mark.parametrize("edit, said", [
     ("edited", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where its .*softmax/eval/"
                r"predictions.csv gives 0.7000: one evaluation writes both"),
-    ("edited-predictions-too", r"softmax/metrics.json: eval.precision_at_1 is 0.9000, where "
-                               r"its .*softmax/eval/per_class.csv gives 0.7000"),
+    # (each class's precision against predictions.csv first: per_class.csv's were not edited)
+    ("edited-predictions-too", r"softmax/eval/per_class.csv: 'cat' has precision_at_1 0.7000, "
+                               r"where .*softmax/eval/predictions.csv gives 0.9000"),
     ("raw-edited", r"softmax/metrics.json: eval.precision_at_1_raw is 0.8800, where its "
                    r".*softmax/eval/per_class.csv gives 0.6800"),
     ("fewer-images", r"softmax/eval/predictions.csv: 9,000 test images, where .*softmax/"
