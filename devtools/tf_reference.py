@@ -193,6 +193,9 @@ def newest_checkpoint(train: Path) -> str:
     if not m:
         raise PipelineError(f"{train / 'checkpoint'}: names no checkpoint")
     name = Path(m.group(1)).name
+    if not re.fullmatch(r"model\.ckpt-[A-Za-z0-9_-]+", name):  # keep globs its files by it
+        raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, expected the "
+                            f"reference's model.ckpt-STEP; {DAMAGED}")
     # the step a run reached is that of a checkpoint it holds: named, its files beside
     if re.fullmatch(r"model\.ckpt-\d+", name) and not (train / f"{name}.index").is_file():
         raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, whose files "
@@ -241,7 +244,16 @@ def _clear_killed_keeps(dest: Path) -> None:
                      or copy.is_symlink() or not copy.is_dir() else _not_kept(copy))
         else:
             other = _not_kept(left)
-        if other is None:
+        if other is None and ".replaced-" in left.name[len(dest.name) + 1:] \
+                and not os.path.lexists(dest) \
+                and (left / dest.name / "train" / "checkpoint").is_file():
+            # stopped between its two renames: the whole copy it moved aside is the only
+            # one (one it was deleting after the swap has DEST beside it, or is cut short)
+            (left / dest.name).rename(dest)
+            left.rmdir()
+            print(f"note: restored {dest} from {left}, where a keep into it that was "
+                  f"stopped had moved it", file=sys.stderr)
+        elif other is None:
             shutil.rmtree(left)
             print(f"note: removed {left}, left by a keep into {dest} that was stopped",
                   file=sys.stderr)
@@ -264,13 +276,16 @@ def keep(run: Path, dest: Path) -> str:
                             f"train/checkpoint, the checkpoint's files and {', '.join(RECORDS)}) "
                             f"and would delete; give another folder, or move it away. Nothing "
                             f"was changed.")
+    files = sorted((run / "train").glob(ckpt + ".*"))
+    for path in [*files, *(run / name for name in RECORDS)]:
+        _refuse_special(path)  # a folder or FIFO where a file goes: named, never skipped
     dest.parent.mkdir(parents=True, exist_ok=True)
     _clear_killed_keeps(dest)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.keeping-", dir=dest.parent))
     hold_folder(tmp)  # in use while this process lives: another keep leaves it alone
     try:
         (tmp / "train").mkdir()
-        for f in sorted((run / "train").glob(ckpt + ".*")):
+        for f in files:
             shutil.copy2(f, tmp / "train" / f.name)
         (tmp / "train" / "checkpoint").write_text(
             f'model_checkpoint_path: "{ckpt}"\nall_model_checkpoint_paths: "{ckpt}"\n')
@@ -315,7 +330,11 @@ def restore(src: Path, run: Path) -> None:
                             f"changed.")
     refuse_foreign_place(run, "RUN", "a folder of its own, outside the project's code and "
                                      "outputs")
-    shutil.copytree(src, run)
+    try:
+        shutil.copytree(src, run)
+    except BaseException:  # a copy cut short: RUN was not there before, so it is restore's
+        shutil.rmtree(run, ignore_errors=True)
+        raise
 
 
 def main(argv=None) -> None:
@@ -339,6 +358,11 @@ def main(argv=None) -> None:
         _main(a)
     except PipelineError as exc:
         raise SystemExit(f"error: {exc}") from None
+    except OSError as exc:  # a place that cannot be read or written (a file where a folder
+        # goes, a read-only or full disk): what the system said, on the path it named
+        raise SystemExit(f"error: {exc.filename or a.cmd}: {exc.strerror or exc}; give a "
+                         f"path that can be written (or read). What {a.cmd} was building "
+                         f"was removed.") from None
 
 
 def _is_record(text: str) -> bool:

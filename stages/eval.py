@@ -17,6 +17,28 @@ from cifar10_tutorial.params import MAIN, load_params
 from cifar10_tutorial.data.prepared import load_prepared
 
 
+def _refuse_evaluation_on_other_data(out, data_hash: str) -> None:
+    """--out holding an evaluation made on other data (its provenance.json's data_hash;
+    another checkout's, say, of a model of the same path and params): it is not this
+    evaluation's to replace, whatever model it names (DVC clears the stage's own --out
+    before it runs it); one line naming both."""
+    import json
+    from pathlib import Path
+
+    from cifar10_tutorial.errors import PipelineError
+
+    record = Path(out) / "provenance.json"
+    try:
+        theirs = json.loads(record.read_text(encoding="utf-8")).get("data_hash")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return  # none, or not a record: evaluate()'s own checks name it
+    if isinstance(theirs, str) and theirs != data_hash:
+        raise PipelineError(f"{record}: holds an evaluation on other data (data_hash "
+                            f"{theirs[:12]}, where --data is {data_hash[:12]}), and this one "
+                            f"would replace it; give --out a folder of its own (or delete "
+                            f"that folder if you mean to replace it). Nothing was changed.")
+
+
 def main() -> None:
     ap = stage_parser(__doc__)
     add_paths(ap, data="the prepared data", model="the train stage's model.pt",
@@ -49,6 +71,8 @@ def main() -> None:
                              "beside a run's model.pt", run, own_outputs=False)
     ev = load_params(args.params, MAIN).eval
     data = load_prepared(args.data)
+    if not args.watch:
+        _refuse_evaluation_on_other_data(args.out, data.content_hash)
     if args.watch:
         run_dir = args.model.parent
         watch(data, run_dir / "checkpoints", run_dir / "tensorboard", ev.interval_secs,

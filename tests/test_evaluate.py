@@ -600,3 +600,37 @@ def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synt
     (kept / "provenance.json").write_text('{"model": 5}')
     with pytest.raises(PipelineError, match=r"provenance.json: not an evaluation's record"):
         evaluate(synth_data, trained.model, kept, 64, "cpu")
+
+
+def test_the_eval_stage_by_hand_keeps_an_evaluation_on_other_data(synth_data, trained,
+                                                                   tmp_path):
+    """--out holding an evaluation of the same model file made on other data (another
+    checkout's data/train/model.pt of the same params and step, trained on another
+    archive): not this evaluation's to replace; one line naming both data hashes, every
+    file as it was. On its own data it is replaced."""
+    from conftest import ROOT
+
+    data = write_prepared(synth_data, tmp_path / "prepared")
+    kept = tmp_path / "kept"
+    evaluate(synth_data, trained.model, kept, 64, "cpu")
+    record = json.loads((kept / "provenance.json").read_text())
+    ours = record["data_hash"]
+    record["data_hash"] = "0" * 32
+    (kept / "provenance.json").write_text(json.dumps(record))
+    before = _files(kept)
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("DVC_STAGE", None)
+    cmd = [sys.executable, str(ROOT / "stages/eval.py"), "--params", str(ROOT / "params.yaml"),
+           "--data", str(data), "--model", str(trained.model), "--out", str(kept)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert (f"holds an evaluation on other data (data_hash 000000000000, where --data is "
+            f"{ours[:12]})") in line, line
+    assert _files(kept) == before
+    record["data_hash"] = ours
+    (kept / "provenance.json").write_text(json.dumps(record))
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr

@@ -1861,6 +1861,10 @@ def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path,
                     r"held-out epoch.tsv gives 22.5216 at its step 7,038"),
     ("seconds", None, r"train.time_to_target has 0.7 reached after 99999.0 s of training, "
                       r"where the run trained 2500.\d+ s in all \(its train.train_seconds\)"),
+    ("no-seconds", None, r"train.time_to_target.0.7 is \{\"step\": 7038, \"epoch\": "
+                         r"22.5216\}, expected the step, epoch and train_seconds"),
+    ("no-epoch", None, r"train.time_to_target.0.7 is \{\"step\": 7038, \"train_seconds\": "
+                       r"1800.0\}, expected the step, epoch and train_seconds"),
 ])
 def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, target, at,
                                                                     said):
@@ -1882,6 +1886,8 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
         m["train"]["time_to_target"]["0.7"]["epoch"] = 10.0
     elif target == "seconds":  # longer than the run trained
         m["train"]["time_to_target"]["0.7"]["train_seconds"] = 99999.0
+    elif target in ("no-seconds", "no-epoch"):  # a key the report states, deleted
+        del m["train"]["time_to_target"]["0.7"][target[3:].replace("seconds", "train_seconds")]
     elif target is not None:
         m["train"]["time_to_target"][target] = {"step": at, "epoch": at * 128 / 40000,
                                                 "train_seconds": 100.0}
@@ -2117,6 +2123,18 @@ def test_a_data_set_variant_trained_on_an_ablations_data_is_named_as_its_twin(tm
             refuse_twins_across_groups(tmp_path, params_from_dict(raw))
     raw["dataset_ablations"]["same"]["input"] = {"flip": False}  # another computation
     refuse_twins_across_groups(tmp_path, params_from_dict(raw))
+    # two data-set variants of one setting, on archives at two paths of the same bytes
+    raw = {"dataset_ablations": {
+        "same": {"data": {"url": "/x.tar.gz", "md5": None}, "train": {"seed": 5}},
+        "copy": {"data": {"url": "/y.tar.gz", "md5": None}, "train": {"seed": 5}}}}
+    run("copy", "a" * 32)
+    with pytest.raises(PipelineError, match=r"copy/train/provenance.json: trained on the data "
+                                            r"of dataset_ablations.same .*dataset_ablations."
+                                            r"copy trains and scores exactly as "
+                                            r"dataset_ablations.same"):
+        refuse_twins_across_groups(tmp_path, params_from_dict(raw))
+    run("copy", "c" * 32)  # other bytes: a data set of its own
+    refuse_twins_across_groups(tmp_path, params_from_dict(raw))
 
 
 @pytest.mark.parametrize("damage", ["metrics-string", "variant-kind", "record-unreadable"])
@@ -2246,3 +2264,26 @@ def test_two_classes_precisions_swapped_in_per_class_csv_are_refused(tmp_path):
                                             r"precision_at_1 0.\d+, where .*predictions.csv "
                                             r"gives 0.\d+ \([\d,]+ of its 5,000 images right\)"):
         make_report(root, tmp_path / "out2", OVERRIDES)
+
+
+def test_data_set_variants_of_yours_are_said_with_their_settings(tmp_path):
+    """Data-set variants not named as exercise 6's (`svhn`): exercise 6 says that none of
+    its own ran and names them as yours (never "none is defined"), and each one's section
+    under Your variants says what it changes."""
+    import shutil
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    shutil.copytree(root / "baseline_seed1", root / "mine")
+    v = json.loads((root / "mine" / "variant.json").read_text())
+    v["variant"] = "mine"
+    (root / "mine" / "variant.json").write_text(json.dumps(v))
+    record = json.loads((root / "mine" / "eval" / "provenance.json").read_text())
+    record["model"] = "data/ablations/mine/model.pt"
+    (root / "mine" / "eval" / "provenance.json").write_text(json.dumps(record))
+    text = make_report(root, tmp_path / "out", OVERRIDES,
+                       dataset_variants={"mine": {"data": {"url": "/x.tar.gz", "md5": None},
+                                                  "train": {"seed": 5}}}).read_text()
+    six = section(text, "## Exercise 6")
+    assert "none is defined" not in six and "`mine` is yours, under Your variants" in six, six
+    assert "It changes `data.url: /x.tar.gz`, `data.md5: None`, `train.seed: 5`." in text

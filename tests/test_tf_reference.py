@@ -726,3 +726,68 @@ def test_keep_and_restore_never_write_into_the_code_or_a_stages_outputs(tmp_path
             tool.main(argv)
         assert str(stop.value).startswith(("error: DEST", "error: RUN")), stop.value
         assert not (project / where).exists()
+
+
+def test_a_keep_stopped_between_its_renames_is_restored_not_deleted(tmp_path, capsys):
+    """A keep killed after moving the kept run aside and before putting the new copy in
+    place leaves the only copy in .DEST.replaced-*: the next keep puts it back first (and
+    then replaces it whole), never deletes it."""
+    run = _run(tmp_path)
+    dest = tmp_path / "k"
+    tool.main(["keep", str(run), str(dest)])
+    before = {p.relative_to(dest): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    aside = tmp_path / ".k.replaced-abc"
+    aside.mkdir()
+    dest.rename(aside / "k")
+    tool.main(["restore", str(aside / "k"), str(tmp_path / "again")])  # a kept run's copy
+    shutil = __import__("shutil")
+    shutil.rmtree(tmp_path / "again")
+    # the next keep fails after the restore (its run's records damaged): the copy is back
+    (run / "evals.tsv").unlink()
+    (run / "evals.tsv").mkdir()
+    with pytest.raises(SystemExit):
+        tool.main(["keep", str(run), str(dest)])
+    (run / "evals.tsv").rmdir()
+    tool.main(["keep", str(run), str(dest)])
+    assert "restored" in capsys.readouterr().err
+    assert not aside.exists()
+    assert {p.relative_to(dest): p.read_bytes() for p in dest.rglob("*")
+            if p.is_file()}.keys() >= before.keys() - {__import__("pathlib").Path("evals.tsv")}
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda run: (run / "train" / "checkpoint").write_text('model_checkpoint_path: "*"\n'),
+     r"train/checkpoint: names '\*', expected the reference's model.ckpt-STEP"),
+    (lambda run: ((run / "train" / "model.ckpt-10000.data-00000-of-00001").unlink(),
+                  (run / "train" / "model.ckpt-10000.data-00000-of-00001").mkdir()),
+     r"model.ckpt-10000.data-00000-of-00001: not a regular file"),
+    (lambda run: ((run / "evals.tsv").unlink(), (run / "evals.tsv").mkdir()),
+     r"evals.tsv: not a regular file"),
+], ids=["checkpoint-a-pattern", "checkpoint-file-a-folder", "record-a-folder"])
+def test_keep_names_what_it_cannot_copy_as_the_run_holds_it(tmp_path, damage, said):
+    """keep copies the files the checkpoint names and the run's records: a name that is a
+    pattern, or a folder where a file goes, is one line, and nothing is kept."""
+    run = _run(tmp_path)
+    damage(run)
+    with pytest.raises(SystemExit) as stop:
+        tool.main(["keep", str(run), str(tmp_path / "k")])
+    assert str(stop.value).startswith("error: ") and "\n" not in str(stop.value)
+    assert __import__("re").search(said, str(stop.value)), stop.value
+    assert not (tmp_path / "k").exists()
+
+
+@pytest.mark.parametrize("where", ["a-file/run", "/proc/x"])
+def test_restore_or_keep_into_a_place_that_cannot_be_written_is_one_line(tmp_path, where):
+    """RUN or DEST under a file, or where nothing can be made: what the system said, on
+    the path, in one line; nothing left half copied."""
+    run = _run(tmp_path)
+    kept = tmp_path / "kept"
+    tool.main(["keep", str(run), str(kept)])
+    (tmp_path / "a-file").write_text("x")
+    target = where if where.startswith("/") else str(tmp_path / where)
+    for argv in (["restore", str(kept), target], ["keep", str(run), target]):
+        with pytest.raises(SystemExit) as stop:
+            tool.main(argv)
+        assert str(stop.value).startswith("error: ") and "\n" not in str(stop.value), stop.value
+        assert "Traceback" not in str(stop.value)
+    assert (tmp_path / "a-file").read_text() == "x"

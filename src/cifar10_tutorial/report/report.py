@@ -124,11 +124,11 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
             md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
                   + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
                   + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)
-                  + _exercise6_dataset(r, every, [n for n in dataset_variants or []
-                                                   if n in TUTORIAL_DATASET_VARIANTS])
+                  + _exercise6_dataset(r, every, list(dataset_variants or []))
                   + _no_lrn(r) + _bf16(r) + time_to_accuracy(r, search, out)
-                  + your_variants(r, every, [n for n in dataset_variants or []
-                                             if n not in TUTORIAL_DATASET_VARIANTS])
+                  # a data-set variant of yours with its overrides: what it changes
+                  + your_variants(r, every, {n: o for n, o in _as_mapping(dataset_variants)
+                                             .items() if n not in TUTORIAL_DATASET_VARIANTS})
                   + against_reference(r, tf_reference) + reference_markdown())
             for folder in staged.values():
                 _list_written(folder)
@@ -539,14 +539,27 @@ def _exercise4_averaging(r: Results) -> list[str]:
             f"reference's 100K-step runs."), ""]
 
 
-def _exercise6_dataset(r: Results, every: pd.DataFrame, dataset_variants: list[str]) -> list[str]:
+def _as_mapping(variants) -> dict:
+    """Data-set variants given as a mapping name -> overrides, or as names (no overrides)."""
+    return dict(variants) if isinstance(variants, dict) else dict.fromkeys(variants or [], {})
+
+
+def _exercise6_dataset(r: Results, every: pd.DataFrame, defined: list[str]) -> list[str]:
+    """Exercise 6's section: the tutorial's data-set variants (:data:`TUTORIAL_DATASET_
+    VARIANTS`) of ``defined`` (every data-set variant of reports/params.yaml); the others
+    are your variants, said so where none of the tutorial's ran."""
+    dataset_variants = [n for n in defined if n in TUTORIAL_DATASET_VARIANTS]
     md = ["## Exercise 6: SVHN instead of CIFAR-10", "",
           "*Question:* how does the same network do on SVHN's house-number digits? The "
           "network adapts through the data set alone: 10 classes again, no left-right flips "
           "(digits are not mirror-symmetric), otherwise the same layers and schedule.", ""]
     ran = [every.loc[n] for n in dataset_variants if n in every.index]
     if not ran:
-        names = ", ".join(f"`{n}`" for n in dataset_variants) or "none is defined"
+        yours = [n for n in defined if n not in TUTORIAL_DATASET_VARIANTS]
+        names = (", ".join(f"`{n}`" for n in dataset_variants) or
+                 (f"none named {', '.join(f'`{n}`' for n in TUTORIAL_DATASET_VARIANTS)}; "
+                  f"{', '.join(f'`{n}`' for n in yours)} {'is' if len(yours) == 1 else 'are'} "
+                  f"yours, under Your variants" if yours else "none is defined"))
         return md + [f"*Not run here:* no results for the data-set variants ({names}). They are "
                      f"opt-in, since they fetch their own data (SVHN's files from "
                      f"http://ufldl.stanford.edu/housenumbers/): add one to `dataset_ablations:` "

@@ -406,7 +406,9 @@ def refuse_twins_across_groups(root: Path, params) -> None:
     known: a data-set variant whose training run recorded an ablation variant's data (the
     same data_hash in train/provenance.json) and which computes what that variant computes
     trained bit-identically to it; its table would show that variant's figures as the
-    other data set's. One line naming both."""
+    other data set's. So did a data-set variant whose run recorded the data of one before
+    it (two archives of the same bytes, reached by paths the loader cannot tell apart).
+    One line naming both."""
     from ..data.datasets import DATASETS
     from ..params import twin_on_the_same_data, variant_params
 
@@ -415,8 +417,11 @@ def refuse_twins_across_groups(root: Path, params) -> None:
         record = load_provenance(root, name) if (Path(root) / name).is_dir() else None
         if record is not None:
             hashes[name] = record["data_hash"]
-    for name in params.dataset_ablations:
-        for other in params.ablations:
+    dataset = list(params.dataset_ablations)
+    for i, name in enumerate(dataset):
+        # an ablation variant, or a data-set variant before it whose archive was other
+        # bytes of the same data (two paths, no md5: the loader could not tell)
+        for other in [*params.ablations, *dataset[:i]]:
             if name not in hashes or hashes.get(other) != hashes[name]:
                 continue
             # the same bytes: the data set the variant names (its flips by default) and the
@@ -433,9 +438,10 @@ def refuse_twins_across_groups(root: Path, params) -> None:
             line = twin_on_the_same_data(params, name, other, num_train,
                                          spec.flip if spec is not None else None)
             if line is not None:
+                group = "ablations" if other in params.ablations else "dataset_ablations"
                 raise PipelineError(
                     f"{_shown(Path(root) / name / 'train' / 'provenance.json')}: trained on "
-                    f"the data of ablations.{other} (data_hash {hashes[name][:12]}): {line} "
+                    f"the data of {group}.{other} (data_hash {hashes[name][:12]}): {line} "
                     f"(in reports/params.yaml)")
 
 
@@ -688,7 +694,14 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
         # the run's training time when the target was reached: within its whole training
         # time (both count the sessions before a resume), and later for a later step
         seconds, total = at.get("train_seconds"), metrics["train"].get("train_seconds")
-        if seconds is not None and not (
+        epoch = at.get("epoch")
+        if seconds is None or not (_of_kind(epoch, (int, float)) and math.isfinite(epoch)
+                                   and epoch >= 0):
+            raise PipelineError(f"{said}: train.time_to_target.{target} is "
+                                f"{json.dumps(at)[:80]}, expected the step, epoch and "
+                                f"train_seconds of the run's record (the report states all "
+                                f"three); {rerun}.")
+        if not (
                 _of_kind(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0
                 and (not _of_kind(total, (int, float)) or seconds <= total * (1 + 1e-9) + 1e-6)):
             raise PipelineError(f"{said}: train.time_to_target has {target} reached after "
@@ -696,8 +709,7 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
                                 f"{total if _of_kind(total, (int, float)) else '?'} s in all "
                                 f"(its train.train_seconds): one run records both, so the "
                                 f"figures are not this run's; {rerun}.")
-        epoch = at.get("epoch") if isinstance(at, dict) else None
-        if "epoch" in curve and epoch is not None:
+        if "epoch" in curve:
             logged = curve[curve["step"] == step]["epoch"].iloc[0]
             if not (_of_kind(epoch, (int, float)) and abs(float(epoch) - float(logged))
                     <= 1e-6 * max(1.0, abs(float(logged)))):
