@@ -686,6 +686,15 @@ def test_a_keep_killed_after_moving_the_old_copy_aside_is_cleared_by_the_next(tm
     assert sorted(p.name for p in tmp_path.glob(".kept.*")) == [".kept.replaced-mine"]
 
 
+def _refused(argv: list, said: str) -> str:
+    """``argv`` through the command: one line starting error:, matching ``said``."""
+    with pytest.raises(SystemExit) as stop:
+        tool.main(argv)
+    assert str(stop.value).startswith("error: ") and "\n" not in str(stop.value)
+    assert __import__("re").search(said, str(stop.value)), stop.value
+    return str(stop.value)
+
+
 @pytest.mark.parametrize("src, said", [
     ("missing", r"none: not found, where restore reads a run kept by `keep`"),
     ("file", r"a-file: a file, where restore reads a run kept by `keep`"),
@@ -701,10 +710,7 @@ def test_restore_names_a_source_that_is_no_kept_run(tmp_path, src, said):
     elif src == "not-kept":
         given.mkdir()
         (given / "notes.txt").write_text("mine\n")
-    with pytest.raises(SystemExit) as stop:
-        tool.main(["restore", str(given), str(tmp_path / "new")])
-    assert str(stop.value).startswith("error: ") and "\n" not in str(stop.value)
-    assert __import__("re").search(said, str(stop.value)), stop.value
+    _refused(["restore", str(given), str(tmp_path / "new")], said)
     assert not (tmp_path / "new").exists()
 
 
@@ -769,10 +775,7 @@ def test_keep_names_what_it_cannot_copy_as_the_run_holds_it(tmp_path, damage, sa
     pattern, or a folder where a file goes, is one line, and nothing is kept."""
     run = _run(tmp_path)
     damage(run)
-    with pytest.raises(SystemExit) as stop:
-        tool.main(["keep", str(run), str(tmp_path / "k")])
-    assert str(stop.value).startswith("error: ") and "\n" not in str(stop.value)
-    assert __import__("re").search(said, str(stop.value)), stop.value
+    _refused(["keep", str(run), str(tmp_path / "k")], said)
     assert not (tmp_path / "k").exists()
 
 
