@@ -287,6 +287,34 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
                             f"records its budget (a whole number from 1); restore it (`git "
                             f"checkout -- {path}`) or rerun the trial, then rerun this. "
                             f"Nothing was written.")
+    asked = re.search(r"trial_steps=(\S+)", t["command"])
+    if asked is not None and asked.group(1) != str(t["steps"]):
+        raise PipelineError(f"{path}: command asks for trial_steps={asked.group(1)[:20]}, where "
+                            f"steps is {json.dumps(t['steps'])[:20]}: the trial writes one from "
+                            f"the other; restore it (`git checkout -- {path}`) or rerun the "
+                            f"trial, then rerun this. Nothing was written.")
+    if not t["stages"]:
+        raise PipelineError(f"{path}: no stage timed, where the trial records each stage DVC "
+                            f"ran; restore it (`git checkout -- {path}`) or rerun the trial, "
+                            f"then rerun this. Nothing was written.")
+    # the provenance the page quotes: one line each, no markup
+    p = t["provenance"]
+    quoted = {"provenance.cpu": p["cpu"], "provenance.date": p["date"],
+              "provenance.data": p["data"], "provenance.code.commit": p["code"].get("commit")}
+    for key, value in quoted.items():
+        if value is None and key == "provenance.code.commit":
+            continue  # outside git
+        if not (isinstance(value, str) and value.isprintable() and value.strip()
+                and not set(value) & set("`|<>")):
+            raise PipelineError(f"{path}: {key} is {json.dumps(value)[:40]}, where the trial "
+                                f"records one line of plain text; restore it (`git checkout -- "
+                                f"{path}`) or rerun the trial, then rerun this. Nothing was "
+                                f"written.")
+    if not (isinstance(p["cpus"], int) and not isinstance(p["cpus"], bool) and p["cpus"] >= 1):
+        raise PipelineError(f"{path}: provenance.cpus is {json.dumps(p['cpus'])[:40]}, where "
+                            f"the trial records the machine's CPUs (a whole number from 1); "
+                            f"restore it (`git checkout -- {path}`) or rerun the trial, then "
+                            f"rerun this. Nothing was written.")
     times = {"wall_s": t["wall_s"], "before_first_stage_s": t["before_first_stage_s"],
              **{f"stages.{name}": sec for name, sec in t["stages"].items()}}
     for key, value in times.items():

@@ -373,6 +373,11 @@ def _is_record(text: str) -> bool:
 
 def _main(a) -> None:
     if a.cmd == "collect":
+        if not re.fullmatch(r"\d+(\.\d+){1,3}[A-Za-z0-9.+-]{0,20}", a.tensorflow):
+            # the report quotes it: a version as `pip show tensorflow` gives it, one line
+            raise PipelineError(f"--tensorflow {a.tensorflow[:40]!r}: expected the version "
+                                f"the run used (2.21.0, say, as `pip show tensorflow` says). "
+                                f"Nothing was written.")
         if not NAME.fullmatch(a.name):  # it names the record's file in --out
             raise PipelineError(f"NAME {a.name!r}: expected a run's name (a letter, then "
                                 f"letters, digits, '_' or '-', at most 64), not a path")

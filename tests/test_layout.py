@@ -331,8 +331,18 @@ def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, ke
                                         r"budget"),
     (lambda t: t.update(command="dvc exp run `id`"), r"command 'dvc exp run `id`', where the "
                                                      r"trial records the dvc command"),
+    (lambda t: t["provenance"].update(cpu="AMD\n# heading"),
+     r"provenance.cpu is \"AMD\\n# heading\", where the trial records one line of plain "
+     r"text"),
+    (lambda t: t["provenance"].update(cpus="many"), r"provenance.cpus is \"many\""),
+    (lambda t: t["provenance"]["code"].update(commit="<script>"),
+     r"provenance.code.commit is \"<script>\""),
+    (lambda t: t.update(command="dvc exp run -S ablation.trial_steps=500 reports/dvc.yaml:report"),
+     r"command asks for trial_steps=500, where steps is 5"),
+    (lambda t: t.update(stages={}, before_first_stage_s=138.4), r"no stage timed"),
 ], ids=["wall-edited", "negative-stage", "before-edited", "stage-name-markup", "steps-a-word",
-        "command-backticks"])
+        "command-backticks", "cpu-newline", "cpus-a-word", "commit-markup",
+        "command-other-steps", "no-stages"])
 def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     """The trial's wall time is the time before the first stage plus each stage's (from
     its start to the next one's): one edited alone is one line naming it, never stated."""

@@ -2287,3 +2287,23 @@ def test_data_set_variants_of_yours_are_said_with_their_settings(tmp_path):
     six = section(text, "## Exercise 6")
     assert "none is defined" not in six and "`mine` is yours, under Your variants" in six, six
     assert "It changes `data.url: /x.tar.gz`, `data.md5: None`, `train.seed: 5`." in text
+
+
+def test_a_held_out_epoch_its_step_does_not_give_is_refused(tmp_path):
+    """Each held-out point's epoch is its step at the run's global batch over its training
+    images (variant.json): one edited (7.0 at a step that gives 0.48) is one line."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
+    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
+    make_report(root, tmp_path / "out", overrides)
+    path = root / "schedule_fast/train/plots/metrics/held_out/epoch.tsv"
+    lines = path.read_text().splitlines()
+    lines[2] = lines[2].split("\t")[0] + "\t7.0"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PipelineError, match=r"held_out/epoch.tsv: epoch 7 at step 1,564, where "
+                                            r".*variant.json's 40,000 training images at a "
+                                            r"global batch of 128 give 5.0048: one run writes both"):
+        make_report(root, tmp_path / "out2", overrides)

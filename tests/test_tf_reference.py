@@ -794,3 +794,15 @@ def test_restore_or_keep_into_a_place_that_cannot_be_written_is_one_line(tmp_pat
         assert str(stop.value).startswith("error: ") and "\n" not in str(stop.value), stop.value
         assert "Traceback" not in str(stop.value)
     assert (tmp_path / "a-file").read_text() == "x"
+
+
+@pytest.mark.parametrize("version", ["2.21\n# x", "latest", "`id`"])
+def test_collect_takes_a_tensorflow_version_only(tmp_path, version):
+    """--tensorflow is quoted by the report: a version number, never a line of markup."""
+    run = _run(tmp_path)
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(b"archive")
+    _refused(["collect", str(run), "tfz", "--tensorflow", version, "--archive", str(archive),
+              "--steps-planned", "10000", "--out", str(tmp_path / "records")],
+             r"--tensorflow .*: expected the version the run used")
+    assert not (tmp_path / "records").exists()

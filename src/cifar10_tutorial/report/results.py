@@ -55,6 +55,23 @@ def _refuse_other_size(described: Path, variant: dict, metrics: Path, train: dic
                             f"epochs ({steps * batch / epochs:,.0f} training images): one run "
                             f"writes both, so the records are not one run's; "
                             f"{_rerun_variant(described, variant)}")
+    # each held-out point's epoch is its step's, at that batch over those images (the
+    # run logs both); a damaged file is the held-out checks' to name
+    try:
+        logged = read_curve(described.parent / "train", "epoch", "held_out")
+    except (OSError, ValueError):
+        logged = None
+    if logged is None or list(logged.columns) != ["step", "epoch"]:
+        return
+    for at, epoch in zip(pd.to_numeric(logged["step"], errors="coerce"),
+                         pd.to_numeric(logged["epoch"], errors="coerce")):
+        if math.isfinite(at) and math.isfinite(epoch) and not math.isclose(
+                at * batch / images, epoch, rel_tol=1e-6, abs_tol=1e-9):
+            raise PipelineError(f"{described.parent / 'train/plots/metrics/held_out/epoch.tsv'}"
+                                f": epoch {epoch:g} at step {at:,.0f}, where {described}'s "
+                                f"{images:,} training images at a global batch of {batch:,} "
+                                f"give {at * batch / images:g}: one run writes both; "
+                                f"{_rerun_variant(described, variant)}")
 
 
 def _variant_name(folder: Path, variant: Optional[dict] = None) -> str:
