@@ -8,6 +8,10 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.setdefault("OMP_NUM_THREADS", str(max(
         1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
+# The tiny projects the tests make run `dvc init` (analytics on by default, unlike the
+# project's own .dvc/config): DVC would leave a report file in the temp folder per command.
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+
 import shutil
 import subprocess
 import sys
