@@ -267,36 +267,30 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
     edited alone would be stated as measured; one line naming it."""
     import math
 
+    def refuse(what: str) -> PipelineError:
+        return PipelineError(f"{path}: {what}; restore it (`git checkout -- {path}`) or rerun "
+                             f"the trial, then rerun this. Nothing was written.")
+
     # what the page quotes as it is: a stage's name (DVC's: letters, digits, '_', '-', '.',
     # '/', ':', '@'), the command in backticks, the steps a whole number
     odd = next((n for n in t["stages"] if not re.fullmatch(r"[A-Za-z0-9_./:@-]{1,200}", n)),
                None)
     if odd is not None:
-        raise PipelineError(f"{path}: a stage named {odd[:60]!r}, where the trial records DVC's "
-                            f"stage names (letters, digits and _-./:@); restore it (`git "
-                            f"checkout -- {path}`) or rerun the trial, then rerun this. "
-                            f"Nothing was written.")
+        raise refuse(f"a stage named {odd[:60]!r}, where the trial records DVC's stage names "
+                     f"(letters, digits and _-./:@)")
     if not (isinstance(t["command"], str) and t["command"].isprintable()
             and not set(t["command"]) & set("`|")):
-        raise PipelineError(f"{path}: command {str(t['command'])[:60]!r}, where the trial "
-                            f"records the dvc command it timed (one line, no '`' or '|'); "
-                            f"restore it (`git checkout -- {path}`) or rerun the trial, then "
-                            f"rerun this. Nothing was written.")
+        raise refuse(f"command {str(t['command'])[:60]!r}, where the trial records the dvc "
+                     f"command it timed (one line, no '`' or '|')")
     if not (isinstance(t["steps"], int) and not isinstance(t["steps"], bool) and t["steps"] >= 1):
-        raise PipelineError(f"{path}: steps is {json.dumps(t['steps'])[:40]}, where the trial "
-                            f"records its budget (a whole number from 1); restore it (`git "
-                            f"checkout -- {path}`) or rerun the trial, then rerun this. "
-                            f"Nothing was written.")
+        raise refuse(f"steps is {json.dumps(t['steps'])[:40]}, where the trial records its "
+                     f"budget (a whole number from 1)")
     asked = re.search(r"trial_steps=(\S+)", t["command"])
     if asked is not None and asked.group(1) != str(t["steps"]):
-        raise PipelineError(f"{path}: command asks for trial_steps={asked.group(1)[:20]}, where "
-                            f"steps is {json.dumps(t['steps'])[:20]}: the trial writes one from "
-                            f"the other; restore it (`git checkout -- {path}`) or rerun the "
-                            f"trial, then rerun this. Nothing was written.")
+        raise refuse(f"command asks for trial_steps={asked.group(1)[:20]}, where steps is "
+                     f"{json.dumps(t['steps'])[:20]}: the trial writes one from the other")
     if not t["stages"]:
-        raise PipelineError(f"{path}: no stage timed, where the trial records each stage DVC "
-                            f"ran; restore it (`git checkout -- {path}`) or rerun the trial, "
-                            f"then rerun this. Nothing was written.")
+        raise refuse("no stage timed, where the trial records each stage DVC ran")
     # the provenance the page quotes: one line each, no markup
     p = t["provenance"]
     quoted = {"provenance.cpu": p["cpu"], "provenance.date": p["date"],
@@ -306,30 +300,22 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
             continue  # outside git
         if not (isinstance(value, str) and value.isprintable() and value.strip()
                 and not set(value) & set("`|<>")):
-            raise PipelineError(f"{path}: {key} is {json.dumps(value)[:40]}, where the trial "
-                                f"records one line of plain text; restore it (`git checkout -- "
-                                f"{path}`) or rerun the trial, then rerun this. Nothing was "
-                                f"written.")
+            raise refuse(f"{key} is {json.dumps(value)[:40]}, where the trial records one "
+                         f"line of plain text")
     if not (isinstance(p["cpus"], int) and not isinstance(p["cpus"], bool) and p["cpus"] >= 1):
-        raise PipelineError(f"{path}: provenance.cpus is {json.dumps(p['cpus'])[:40]}, where "
-                            f"the trial records the machine's CPUs (a whole number from 1); "
-                            f"restore it (`git checkout -- {path}`) or rerun the trial, then "
-                            f"rerun this. Nothing was written.")
+        raise refuse(f"provenance.cpus is {json.dumps(p['cpus'])[:40]}, where the trial "
+                     f"records the machine's CPUs (a whole number from 1)")
     times = {"wall_s": t["wall_s"], "before_first_stage_s": t["before_first_stage_s"],
              **{f"stages.{name}": sec for name, sec in t["stages"].items()}}
     for key, value in times.items():
         if not (isinstance(value, (int, float)) and not isinstance(value, bool)
                 and math.isfinite(value) and value >= 0):
-            raise PipelineError(f"{path}: {key} is {json.dumps(value)[:40]}, expected seconds "
-                                f"from 0; restore it (`git checkout -- {path}`) or rerun the "
-                                f"trial, then rerun this. Nothing was written.")
+            raise refuse(f"{key} is {json.dumps(value)[:40]}, expected seconds from 0")
     parts = t["before_first_stage_s"] + sum(t["stages"].values())
     if abs(parts - t["wall_s"]) > 0.05 * (len(t["stages"]) + 2) + 1e-6:
-        raise PipelineError(f"{path}: its stages and the {t['before_first_stage_s']:g} s "
-                            f"before the first add up to {parts:.1f} s, where wall_s is "
-                            f"{t['wall_s']:g} (the trial times each stage to the next one's "
-                            f"start); restore it (`git checkout -- {path}`) or rerun the "
-                            f"trial, then rerun this. Nothing was written.")
+        raise refuse(f"its stages and the {t['before_first_stage_s']:g} s before the first "
+                     f"add up to {parts:.1f} s, where wall_s is {t['wall_s']:g} (the trial "
+                     f"times each stage to the next one's start)")
 
 
 def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
