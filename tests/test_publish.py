@@ -248,7 +248,8 @@ def test_published_weights_are_replaced_only_on_request_and_only_by_their_varian
     """The name published must be the results' variant (baseline results published as
     tutorial_100k would get a card calling a baseline model tutorial_100k), and replacing a
     published folder takes --replace; without it, one line names the folder and nothing
-    changes. A file of the user's there is refused even with --replace."""
+    changes. Another variant's published weights, and a file of the user's there, are
+    refused even with --replace."""
     project, out = finished, tmp_path / "models" / "tutorial_100k"
     first = _run(project, "tools/publish.py", "tutorial_100k",
                  "--out", str(out))
@@ -275,12 +276,22 @@ def test_published_weights_are_replaced_only_on_request_and_only_by_their_varian
     assert (f"note: {out}: the weights published there before (tutorial_100k, step 14, "
             f"{100 * precision:.2f}% held-out) are replaced by tutorial_100k at step 14") \
         in replaced.stderr, replaced.stderr
-    # another variant's weights over them (--replace): said, never silently
-    other = _run(project, "tools/publish.py", "baseline", "--out", str(out), "--replace")
-    assert other.returncode == 0, other.stderr
-    assert (f"note: {out}: the weights published there before (tutorial_100k, step 14, "
-            f"{100 * precision:.2f}% held-out, another variant's) are replaced by baseline at "
-            f"step 12") in other.stderr, other.stderr
+    # another variant's weights over them: refused even with --replace (the folder is
+    # tutorial_100k's: the weights there may be the ones others use)
+    replaced = _snapshot(out)
+    other = _one_error_line(_run(project, "tools/publish.py", "baseline", "--out", str(out),
+                                 "--replace"))
+    assert (f"{out}: holds the published weights of tutorial_100k (tutorial_100k, step 14, "
+            f"{100 * precision:.2f}% held-out), not baseline's, and publish replaces only a "
+            f"variant's own; give another --out (the default is models/baseline)") in other, other
+    assert _snapshot(out) == replaced
+    # nor into a fresh folder named after another variant (dvc.yaml's artifact of the
+    # 100K run is models/tutorial_100k/model.pt)
+    fresh = tmp_path / "elsewhere" / "tutorial_100k"
+    named = _one_error_line(_run(project, "tools/publish.py", "baseline", "--out", str(fresh)))
+    assert (f"--out {fresh}: named after the variant tutorial_100k, whose weights go there; "
+            f"publish baseline into models/baseline (the default)") in named, named
+    assert not fresh.parent.exists()
     # a file of the user's in the published folder: refused, named, kept
     (out / "thesis-notes.md").write_text("mine")
     kept = _snapshot(out)

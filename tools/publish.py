@@ -216,16 +216,17 @@ def _described(name, step, precision) -> str:
     return ", ".join(w for w in words if w) or "unnamed"
 
 
-def _held(out: Path) -> tuple[set[str], str]:
+def _held(out: Path) -> tuple[set[str], str, Optional[str]]:
     """What in ``out`` publish wrote (its manifest's files; a folder published before
-    there was a manifest: the files publish wrote then), and those weights in words.
+    there was a manifest: the files publish wrote then), those weights in words, and the
+    variant its manifest names.
     Anything else in it is refused, in one line naming it: publish never removes it."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise PipelineError(f"{out}: a {'link' if out.is_symlink() else 'file'}, where publish "
                             f"writes a folder; give --out a folder of its own. Nothing was "
                             f"changed.")
     if not out.exists():
-        return set(), ""
+        return set(), "", None
     entries = {p.name for p in out.iterdir()}
     linked = sorted(n for n in entries & {*FILES, MANIFEST} if (out / n).is_symlink())
     if linked:  # publish writes files, never links: one there is not publish's to replace
@@ -249,6 +250,7 @@ def _held(out: Path) -> tuple[set[str], str]:
                                     f"is not the one {MANIFEST} records), and publish would "
                                     f"delete it; move it elsewhere first. Nothing was changed.")
         own = {*own, MANIFEST}
+        whose = manifest.get("name") if isinstance(manifest.get("name"), str) else None
         what = _described(manifest.get("name"), manifest.get("step"),
                           manifest.get("precision_at_1"))
     elif entries & set(FILES):  # no manifest: publish cannot tell these files are its own
@@ -258,13 +260,13 @@ def _held(out: Path) -> tuple[set[str], str]:
                             f"folder of its own, or move those elsewhere first. Nothing was "
                             f"changed.")
     else:
-        own, what = set(), ""
+        own, what, whose = set(), "", None
     foreign = sorted(entries - own)
     if foreign:
         raise PipelineError(f"{out}: holds {listed(foreign)}, which publish did not make; give --out a "
                             f"folder of its own, or move those elsewhere first. Nothing was "
                             f"changed.")
-    return entries & own, what
+    return entries & own, what, whose
 
 
 def _as_written(folder: Path) -> set[str]:
@@ -312,6 +314,38 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str],
                   results=str(r.results))
 
 
+def _variant_names(params_yaml: Path = Path("reports/params.yaml")) -> set[str]:
+    """The variants reports/params.yaml defines (none where it cannot be read: the stages
+    say why where it matters)."""
+    import yaml
+
+    try:
+        p = yaml.safe_load(params_yaml.read_text()) or {}
+        return {str(n) for group in ("ablations", "dataset_ablations")
+                if isinstance(p.get(group), dict) for n in p[group]}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return set()
+
+
+def _refuse_another_variants(out: Path, name: str, own: set, held: str,
+                             whose: Optional[str]) -> None:
+    """A published folder is its variant's: --replace replaces that variant's weights with
+    newer ones, never another variant's (those may be the ones others use: the folder named
+    after that variant, or a DVC artifact, would serve weights it does not describe). Nor
+    does a variant go into a folder named after another variant."""
+    if own and whose != name:
+        owner = whose or f"a variant its {MANIFEST} does not name"
+        raise PipelineError(f"{out}: holds the published weights of {owner} ({held}), not "
+                            f"{name}'s, and publish "
+                            f"replaces only a variant's own; give another --out (the default is "
+                            f"models/{name}), or move {out} away first. Nothing was changed.")
+    folder = out.resolve().name
+    if folder != name and folder in _variant_names():
+        raise PipelineError(f"--out {out}: named after the variant {folder}, whose weights go "
+                            f"there; publish {name} into models/{name} (the default) or a "
+                            f"folder not named after another variant. Nothing was changed.")
+
+
 def publish(name: str, model: Path, results: Path, out: Path,
             check_data: Optional[Path] = None, replace: bool = False,
             unchecked: Optional[str] = None) -> Path:
@@ -332,7 +366,8 @@ def publish(name: str, model: Path, results: Path, out: Path,
     ensure_writable(out.parent)
     for line in recover_swapped_folder(out, {*FILES, MANIFEST}, MANIFEST, _as_written):
         print(f"note: {line}", file=sys.stderr)
-    own, held = _held(out)
+    own, held, whose = _held(out)
+    _refuse_another_variants(out, name, own, held, whose)
     r = read_records(name, model, results)
     curve = _curve(results, int(r.ckpt["step"]))
     if own and not replace:
@@ -364,14 +399,14 @@ def _stage_and_swap(staged: Path, r: Records, out: Path, curve: list[str],
             (staged / BUILDING).write_text("a folder cifar10 publish is building\n")  # first
         _write_folder(staged, r, out, curve, unchecked)
         (staged / BUILDING).unlink()  # complete: its manifest says what is publish's now
-        own, held = _held(out)  # again: what a user put there meanwhile is not replaced either
+        own, held, whose = _held(out)  # again: what a user put there meanwhile is not replaced either
+        _refuse_another_variants(out, r.name, own, held, whose)
         if own and not replace:  # published meanwhile (another publish): a question again
             raise PipelineError(f"{out}: weights were published there meanwhile ({held}); "
                                 f"give --replace to replace them. Nothing was changed.")
         kept = swap_in_folder(staged, out, own)
         if own:  # never silently: the weights there before may be the ones others use
-            other = "" if held.split(",")[0] == r.name else ", another variant's"
-            print(f"note: {out}: the weights published there before ({held}{other}) are "
+            print(f"note: {out}: the weights published there before ({held}) are "
                   f"replaced by {r.name} at step {int(r.ckpt['step']):,} "
                   f"({_pct(r.metrics['eval']['precision_at_1'])} held-out)", file=sys.stderr)
         if kept is not None:  # never silently: the old folder held what publish did not write
