@@ -1865,6 +1865,13 @@ def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path,
                          r"22.5216\}, expected the step, epoch and train_seconds"),
     ("no-epoch", None, r"train.time_to_target.0.7 is \{\"step\": 7038, \"train_seconds\": "
                        r"1800.0\}, expected the step, epoch and train_seconds"),
+    # one training clock: two targets of one evaluation, one time; a later one, later
+    ("0.71", 7038, r"train.time_to_target has 0.71 reached at step 7,038 after 100 s and "
+                   r"0.7 at step 7,038 after 1800 s: one run's training clock gives one time "
+                   r"at one step"),
+    ("0.6", 5474, r"train.time_to_target has 0.6 reached at step 5,474 after 1900 s and 0.7 "
+                  r"at step 7,038 after 1800 s: one run's training clock gives a later step a "
+                  r"later time"),
 ])
 def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, target, at,
                                                                     said):
@@ -1890,7 +1897,7 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
         del m["train"]["time_to_target"]["0.7"][target[3:].replace("seconds", "train_seconds")]
     elif target is not None:
         m["train"]["time_to_target"][target] = {"step": at, "epoch": at * 128 / 40000,
-                                                "train_seconds": 100.0}
+                                                "train_seconds": 1900.0 if at < 7038 else 100.0}
     (folder / "metrics.json").write_text(json.dumps(m))
     (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
     if said is None:
@@ -2202,6 +2209,43 @@ def test_a_time_to_a_target_the_variant_does_not_list_is_refused(tmp_path):
                                             r"0.3, which softmax's eval.targets \(0.8, 0.84, "
                                             r"0.85, 0.86 in reports/params.yaml\) does not list"):
         refuse_untimed_targets(root, params)
+
+
+def test_a_target_the_held_out_curve_reaches_without_its_time_is_refused(tmp_path):
+    """A target of the variant's eval.targets that its held-out curve reaches has its time
+    (the run records the first evaluation at or above it): without it, the report would say
+    "not reached" beside a curve that reaches it; one line naming the file and the target.
+    A target the curve never reaches, and a run without any time, pass."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.params import params_from_dict
+    from cifar10_tutorial.report.results import refuse_untimed_targets
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
+    path = root / "schedule_fast" / "metrics.json"
+    m = json.loads(path.read_text())
+    # the curve: 0.86 x step / 7,813 at every 782 steps; 0.7 first at step 7,038 (0.775)
+    m["train"]["time_to_target"] = {"0.7": {"step": 7038, "epoch": 7038 * 128 / 40000,
+                                            "train_seconds": 1800.0}}
+    path.write_text(json.dumps(m))
+
+    def targets(*listed):
+        return params_from_dict({"ablations": {"baseline": {}, "schedule_fast": {
+            "train": {"schedule": "fast", "max_epochs": 25},
+            "eval": {"every_steps": 782, "targets": list(listed)}}}})
+
+    refuse_untimed_targets(root, targets(0.7, 0.9))  # 0.9: never reached
+    with pytest.raises(PipelineError, match=r"schedule_fast/metrics.json: train.time_to_target "
+                                            r"has no time for 0.5, which schedule_fast's "
+                                            r"eval.targets lists and its held-out curve "
+                                            r"\(train/plots/metrics/held_out/\) reaches"):
+        refuse_untimed_targets(root, targets(0.5, 0.7))
+    del m["train"]["time_to_target"]  # as a run that reached none records it
+    path.write_text(json.dumps(m))
+    with pytest.raises(PipelineError, match=r"has no time for 0.7, which"):
+        refuse_untimed_targets(root, targets(0.7, 0.9))
+    refuse_untimed_targets(root, targets(0.9))
 
 
 @pytest.mark.parametrize("damage", ["precision-gone", "epoch-a-folder", "raw-a-fifo"])

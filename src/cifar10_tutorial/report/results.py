@@ -395,7 +395,9 @@ def refuse_untimed_targets(root: Path, params) -> None:
     """A variant's train.time_to_target times the held-out precisions of its own
     eval.targets (training/monitoring.py HeldOut): a precision it does not list is no
     time its run measured (a column of its own in the report's tables, "not reached" for
-    every other variant); one line naming the file and the targets."""
+    every other variant); and one it lists that its held-out curve reaches has its time
+    (the run records the first evaluation at or above it: "not reached" would contradict
+    the curve). One line naming the file and the targets."""
     from ..params import variant_params
 
     for name in [*params.ablations, *params.dataset_ablations]:
@@ -403,10 +405,22 @@ def refuse_untimed_targets(root: Path, params) -> None:
         if not path.is_file():
             continue
         train = _record(path, ("train",), name)["train"]
-        reached = train.get("time_to_target") if isinstance(train, dict) else None
+        # a run that reached no target leaves the key out (DVC warns about an empty {})
+        reached = (train.get("time_to_target", {}) if isinstance(train, dict) else None)
         if not isinstance(reached, dict):
             continue
         targets = variant_params(params, name).eval.targets
+        rerun = (f"rerun it (`dvc repro -f reports/dvc.yaml:ablation@{name}`, or "
+                 f"dataset_ablation@{name})")
+        curve = _held_out(Path(root) / name, rerun, train.get("step"))
+        untimed = [f"{t:g}" for t in targets if f"{t:g}" not in reached and curve is not None
+                   and bool((curve["precision_at_1"] >= t).any())]
+        if untimed:
+            raise PipelineError(f"{_shown(path)}: train.time_to_target has no time for "
+                                f"{', '.join(untimed)}, which {name}'s eval.targets lists "
+                                f"and its held-out curve (train/plots/metrics/held_out/) "
+                                f"reaches: the run records both, so the figures are not "
+                                f"this run's; {rerun}")
         listed = {f"{t:g}" for t in targets}
         odd = sorted(str(t) for t in reached if str(t) not in listed)
         if odd:
@@ -694,6 +708,7 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
                             f"({', '.join(map(str, reached))}) the run's held-out curve "
                             f"(train/plots/metrics/held_out/) does not hold: the run writes "
                             f"both; {rerun}.")
+    times = []  # (step, train_seconds, target)
     for target, at in reached.items():
         try:
             level, step = float(target), at["step"]
@@ -726,6 +741,7 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
                                 f"{total if _of_kind(total, (int, float)) else '?'} s in all "
                                 f"(its train.train_seconds): one run records both, so the "
                                 f"figures are not this run's; {rerun}.")
+        times.append((step, seconds, target))
         if "epoch" in curve:
             logged = curve[curve["step"] == step]["epoch"].iloc[0]
             if not (_of_kind(epoch, (int, float)) and abs(float(epoch) - float(logged))
@@ -735,6 +751,16 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
                                     f"epoch.tsv gives {float(logged):g} at its step {step:,}: "
                                     f"one run records both, so the figures are not this "
                                     f"run's; {rerun}.")
+    # one training clock: targets reached at one evaluation share its time, and a later
+    # evaluation comes after more training
+    times.sort(key=lambda t: (t[0], t[1]))
+    for (s0, t0, a0), (s1, t1, a1) in zip(times, times[1:]):
+        if (s0 == s1 and t0 != t1) or (s0 < s1 and t1 < t0):
+            raise PipelineError(f"{said}: train.time_to_target has {a0} reached at step "
+                                f"{s0:,} after {t0:g} s and {a1} at step {s1:,} after "
+                                f"{t1:g} s: one run's training clock gives "
+                                f"{'one time at one step' if s0 == s1 else 'a later step a later time'}"
+                                f", so the figures are not this run's; {rerun}.")
 
 
 def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
