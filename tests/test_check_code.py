@@ -263,6 +263,58 @@ def test_a_new_key_at_its_default_is_recorded_and_at_another_value_refused(proje
         "ablation@baseline"]["params"]["reports/params.yaml"]["model"]["norm"] == "lrn"
 
 
+@pytest.mark.parametrize("edit_params, same", [
+    (lambda raw: raw["ablations"]["baseline"].update(train={"seed": raw["train"]["seed"]}),
+     True),  # an override equal to the baseline's own value
+    (lambda raw: raw["model"].pop("dropout"), True),  # a key removed at its default
+    (lambda raw: raw["ablations"]["softmax"]["model"].update(lrn=True), True),  # ditto
+    (lambda raw: raw["ablations"]["baseline"].update(train={"seed": 99}), False),
+    (lambda raw: raw["model"].update(dropout=0.5), False),
+    (lambda raw: raw["ablations"]["softmax"]["model"].pop("output"), False),  # softmax gone
+], ids=["override-equal", "removed-at-default", "override-default", "override-other",
+        "section-other", "override-removed"])
+def test_a_param_change_that_leaves_each_variants_params_as_they_were_is_code_only(
+        project, edit_params, same):
+    """What a variant computes comes from its params resolved (sections, defaults, its
+    overrides): a change of reports/params.yaml that leaves them as they were (a key
+    removed at its default, an override equal to what it overrides) computes nothing new,
+    and the check may record it; one that changes them is named, and refused."""
+    sys.path.insert(0, str(project / "tools"))
+    try:
+        from check_code import stale_variants
+    finally:
+        sys.path.remove(str(project / "tools"))
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    edit_params(raw)
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    here = os.getcwd()
+    os.chdir(project)
+    try:
+        stages, other = stale_variants(project)
+    finally:
+        os.chdir(here)
+    assert stages or other, "the edit changed no stage's params"
+    if same:
+        assert other == "" and stages, other
+    else:
+        assert "reports/params.yaml" in other and "changed" in other, other
+        assert "ablation@" in other
+
+
+def test_an_override_equal_to_the_baselines_value_is_recorded(project):
+    """The whole check: a variant's override written at the value it already had runs
+    the same, and is recorded; dvc status then finds the variant up to date."""
+    exercises = project / "reports/params.yaml"
+    raw = yaml.safe_load(exercises.read_text())
+    raw["ablations"]["baseline"] = {"train": {"seed": raw["train"]["seed"]}}
+    exercises.write_text(yaml.safe_dump(raw, sort_keys=False))
+    assert "ablation@baseline" in stale(project)
+    proc = check(project, "--variant", "baseline")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ablation@baseline" not in stale(project)
+
+
 @pytest.mark.parametrize("old, new", [
     # the staircase, first reached far past the check's short runs
     ("s.decay_factor ** (step // s.decay_steps)", "s.decay_factor ** (2 * (step // s.decay_steps))"),

@@ -23,8 +23,9 @@ a file outside the code, reports/dvc.yaml and reports/params.yaml, such as .git/
 docs/exercises.md says what to run then.
 
 Only when every variant agrees, and only when nothing but code changed for them (no data,
-no result, no param but a new key set to its default, which computes nothing new:
-``dvc status reports/dvc.yaml``), it records their stages as up to date, in one step:
+no result, no param change but one that leaves each variant's params as they were: a
+key added or removed at its default, an override equal to what it overrides; ``dvc
+status reports/dvc.yaml``), it records their stages as up to date, in one step:
 the new lock is written beside the old and renamed over it, so an interrupted check
 leaves the lock as it was or fully recorded. The report stage, whose own code writes the
 report, is not recorded: the check's last line says to rerun it (``dvc repro -s
@@ -675,24 +676,69 @@ def _lookup(raw, dotted: str):
     return raw
 
 
+def _nested(dotted: dict) -> dict:
+    """``{"train.seed": 1, "ablations.x": {...}}`` as the mapping reports/params.yaml holds."""
+    raw: dict = {}
+    for key, value in dotted.items():
+        *parents, last = key.split(".")
+        at = raw
+        for part in parents:
+            at = at.setdefault(part, {})
+            if not isinstance(at, dict):
+                return {}
+        at[last] = copy.deepcopy(value)
+    return raw
+
+
+def _same_run_params(recorded: dict, current: dict, name: str) -> bool:
+    """The variant ``name`` computed from the params its stage reads as the lock records
+    them and as they are now (each resolved by the workspace's code: its sections, its
+    defaults, the variant's overrides and budget) is the same run: a key added or removed
+    at its default, or an override equal to the baseline's own value, computes nothing
+    new. Params the code cannot read are no such case."""
+    from cifar10_tutorial.params import ParamsError, params_from_dict, to_dict, variant_params
+
+    try:
+        made = [to_dict(variant_params(params_from_dict(_nested(p)), name))
+                for p in (recorded, current)]
+    except (ParamsError, TypeError, ValueError, KeyError, AttributeError):
+        return False
+    return made[0] == made[1]
+
+
 def _params_change_computes_nothing(root: Path, stage: str, keys: dict) -> list[str]:
-    """The params of ``stage`` that changed in more than keys added at their defaults."""
+    """The params of ``stage`` that changed in more than what computes nothing new: keys
+    added or removed at their defaults, an override equal to the value it overrides."""
     from cifar10_tutorial.params import params_from_dict, to_dict
 
     lock = _read_yaml(root / LOCK, LOCK) or {}
     recorded = (((lock.get("stages") or {}).get(stage.split(":", 1)[1]) or {})
                 .get("params") or {}).get(str(EXERCISES)) or {}
     current = _read_yaml(root / EXERCISES, EXERCISES) or {}
+    # the stage's params as they are now: the keys the lock records, and any DVC found new
+    now = {}
+    for key in {*recorded, *keys}:
+        at, found = current, True
+        for part in key.split("."):
+            found = isinstance(at, dict) and part in at
+            if not found:
+                break
+            at = at[part]
+        if found:
+            now[key] = at
+    if _same_run_params(recorded, now, stage.split("@", 1)[-1]):
+        return []
     defaults = to_dict(params_from_dict({}))
-    return [key for key, state in keys.items()
-            if not (state == "modified" and key.split(".")[0] in defaults
-                    and _added_defaults(recorded.get(key), _lookup(current, key),
-                                        _lookup(defaults, key)))]
+    changed = [key for key, state in keys.items()
+               if not (state == "modified" and key.split(".")[0] in defaults
+                       and _added_defaults(recorded.get(key), _lookup(current, key),
+                                           _lookup(defaults, key)))]
+    return changed or list(keys)
 
 
 def stale_variants(root: Path, only: Optional[list[str]] = None) -> tuple[list[str], str]:
     """The variant stages ``dvc status reports/dvc.yaml`` finds changed in code (their
-    code files, their command) or in params keys added at their defaults only, and what
+    code files, their command) or in params that leave each variant's own the same, and what
     else it found, in words (a changed param, data or result; a data-set variant, whose
     data preparation the check does not run). ``only``: those variants' stages alone (what
     other stages await, a variant never run say, is theirs to settle)."""
@@ -955,11 +1001,13 @@ def main(argv=None) -> None:
     print(f"identical: {len(names)} variant(s) ({', '.join(names)}) wrote the same raw and "
           f"averaged weights and results with the workspace's code as with {short}'s, "
           f"{STEPS} steps each on {on} ({verdict} tensors in the model and checkpoint "
-          f"files), and the same learning rates and weight-average decays over their whole "
-          f"runs; a change acting only after step {STEPS} otherwise, only at a budget "
-          f"longer than {STEPS} steps (say, for long runs only), or in how times and "
-          f"speeds are measured (they differ run to run, and are left out), is not seen "
-          f"(docs/exercises.md)")
+          f"files), and learning_rate() and ema_decay() give the same values over their "
+          f"whole runs; not seen: a change acting only after step {STEPS} otherwise (in "
+          f"the loop that applies those values, say), one keyed on what the check sets "
+          f"for its runs (a budget longer than {STEPS} steps, the evaluation's steps, "
+          f"batch size, targets or images), or in how times and speeds are measured "
+          f"(they differ run to run, and are left out): for such a change, compare the "
+          f"variant's trial before and after (docs/exercises.md)")
     if args.no_record:
         return
     after = fingerprint(root)
@@ -969,7 +1017,9 @@ def main(argv=None) -> None:
                             f"check ran; run it again once your edits are done")
     record(root, stages, before)
     print(f"recorded {len(stages)} variant stage(s) of {LOCK} as up to date for this code "
-          f"(reports/params.yaml changed, if at all, in keys added at their defaults only); "
+          f"(reports/params.yaml changed, if at all, only where each variant's params stay "
+          f"the same: keys added or removed at their defaults, overrides equal to what they "
+          f"override); "
           f"commit it with your change (`dvc repro -s reports/dvc.yaml:report` reruns the "
           f"report where its own code changed)")
 
