@@ -21,7 +21,8 @@ def _refuse_evaluation_on_other_data(out, data_hash: str) -> None:
     """--out holding an evaluation made on other data (its provenance.json's data_hash;
     another checkout's, say, of a model of the same path and params): it is not this
     evaluation's to replace, whatever model it names (DVC clears the stage's own --out
-    before it runs it); one line naming both."""
+    before it runs it); one line naming both. A record without one (edited, or not an
+    evaluation's) is not known to be of this data either."""
     import json
     from pathlib import Path
 
@@ -29,10 +30,15 @@ def _refuse_evaluation_on_other_data(out, data_hash: str) -> None:
 
     record = Path(out) / "provenance.json"
     try:
-        theirs = json.loads(record.read_text(encoding="utf-8")).get("data_hash")
+        theirs = json.loads(record.read_text(encoding="utf-8")).get("data_hash", None)
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         return  # none, or not a record: evaluate()'s own checks name it
-    if isinstance(theirs, str) and theirs != data_hash:
+    if not isinstance(theirs, str):  # every evaluation records its data: not known as this
+        raise PipelineError(f"{record}: names no data_hash (the data every evaluation "
+                            f"records), so it may be of other data, and this one would "
+                            f"replace it; give --out a folder of its own (or delete that "
+                            f"folder if you mean to replace it). Nothing was changed.")
+    if theirs != data_hash:
         raise PipelineError(f"{record}: holds an evaluation on other data (data_hash "
                             f"{theirs[:12]}, where --data is {data_hash[:12]}), and this one "
                             f"would replace it; give --out a folder of its own (or delete "
@@ -62,7 +68,8 @@ def main() -> None:
                              f"{args.model} is not the eval stage's model: its figures go "
                              f"elsewhere", own)
         ensure_writable(args.out)  # a file in the way: now, not after the evaluation
-        refuse_another_models_evaluation(args.out, args.model)  # a variant's, one you kept
+        # a variant's, one you kept; True: maybe another checkout's (its figures tell)
+        same_figures_only = refuse_another_models_evaluation(args.out, args.model)
     else:  # its events go beside the run's checkpoints (a stage's run's: the train
         # stage's model, a variant's run folder; or one's of yours): never into the code,
         # another stage's results or published weights, nor into a run's outputs (curves)
@@ -79,7 +86,7 @@ def main() -> None:
               ev.batch_size, ev.device, args.max_evals)
     else:
         evaluate(data, args.model, args.out, ev.batch_size, ev.device, ev.flip_tta,
-                 speed_in_metrics=False)
+                 speed_in_metrics=False, same_figures_only=same_figures_only)
 
 
 if __name__ == "__main__":

@@ -574,7 +574,7 @@ def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synt
 
     kept = tmp_path / "kept"
     checkouts = []
-    for name, steps in (("e1", 60), ("e2", 30)):
+    for name, steps in (("e1", 60), ("e2", 30), ("e3", 60)):
         model = tmp_path / name / "data" / "train" / "model.pt"
         model.parent.mkdir(parents=True)
         shutil.copy(trained.model, model)
@@ -582,18 +582,37 @@ def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synt
             ckpt = torch.load(model, weights_only=False)
             ckpt["step"] = steps
             torch.save(ckpt, model)
+        if name == "e3":  # another model of the same step and params: other weights
+            ckpt = torch.load(model, weights_only=False)
+            for state in (ckpt["model"], ckpt["ema"]):
+                for key in state:
+                    if key.endswith("weight"):
+                        state[key] = state[key] * 1.5
+            torch.save(ckpt, model)
         checkouts.append(tmp_path / name)
     here = os.getcwd()
     try:
         os.chdir(checkouts[0])
         evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu")
-        refuse_another_models_evaluation(kept, "data/train/model.pt")  # itself, as it is
+        # itself, as it is: its figures again, replaced
+        same = refuse_another_models_evaluation(kept, "data/train/model.pt")
+        assert same
+        evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu", same_figures_only=same)
         os.chdir(checkouts[1])
         before = _files(kept)
         with pytest.raises(PipelineError, match=r"holds the evaluation of data/train/model.pt "
                                                 r"\(a path from the folder it was evaluated "
                                                 r"in, which need not be .*e2"):
             refuse_another_models_evaluation(kept, "data/train/model.pt")
+        assert _files(kept) == before
+        # of the same step and params, other weights: its figures tell, and it is kept
+        os.chdir(checkouts[2])
+        assert refuse_another_models_evaluation(kept, "data/train/model.pt")
+        with pytest.raises(PipelineError, match=r"kept/provenance.json: holds the evaluation "
+                                                r"of data/train/model.pt as another folder "
+                                                r"evaluated it .* with other figures"):
+            evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu",
+                     same_figures_only=True)
         assert _files(kept) == before
     finally:
         os.chdir(here)
@@ -628,6 +647,15 @@ def test_the_eval_stage_by_hand_keeps_an_evaluation_on_other_data(synth_data, tr
     line = proc.stderr.strip().splitlines()[-1]
     assert (f"holds an evaluation on other data (data_hash 000000000000, where --data is "
             f"{ours[:12]})") in line, line
+    assert _files(kept) == before
+    del record["data_hash"]  # a record that names no data: not known to be of this data
+    (kept / "provenance.json").write_text(json.dumps(record))
+    before = _files(kept)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "provenance.json: names no data_hash (the data every evaluation records)" in line
     assert _files(kept) == before
     record["data_hash"] = ours
     (kept / "provenance.json").write_text(json.dumps(record))

@@ -123,22 +123,24 @@ def _refuse_other_record(path: Path) -> None:
                             f"own. Nothing was changed.")
 
 
-def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> None:
+def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> bool:
     """An evaluation run by hand into a folder that holds another model's evaluation (its
     provenance.json names another model.pt; the folder given directly or through a link):
     swapping this one in would lose that one, which may be a variant's or one you kept;
     one line naming both. The same model's (re-evaluated after more training, or spelled
-    another way) is this evaluation's to replace."""
+    another way) is this evaluation's to replace. True where the record may be another
+    checkout's model of the same path, step and params: :func:`evaluate` then replaces it
+    only with the same figures (``same_figures_only``), which lose nothing."""
     record_path = Path(out_dir) / "provenance.json"
     if not record_path.is_file():
-        return  # none: _refuse_other_record says what else the folder holds
+        return False  # none: _refuse_other_record says what else the folder holds
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
         theirs = record.get("model")
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        return  # not a record: _refuse_other_record's to refuse
+        return False  # not a record: _refuse_other_record's to refuse
     if not isinstance(theirs, str):
-        return  # no model named: _refuse_other_record's to refuse
+        return False  # no model named: _refuse_other_record's to refuse
     same_file = os.path.realpath(theirs) == os.path.realpath(model_path)
     # a relative path names a model from the folder it was evaluated in: this one only
     # where the results lie inside it (a folder outside, say /tmp/kept, may hold another
@@ -147,12 +149,14 @@ def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> None:
     here = os.path.realpath(os.getcwd())
     inside = os.path.realpath(out_dir).startswith(here.rstrip(os.sep) + os.sep)
     if same_file and (os.path.isabs(theirs) or inside):
-        return
+        return False
     if same_file:
+        # of the same step and params, a model of another checkout (other weights) still
+        # looks alike: only its figures tell, once this evaluation has made its own
         ckpt = load_model_file(Path(model_path), torch.device("cpu"))
         if (record.get("steps") == int(ckpt["step"]) and record.get("params_hash")
                 == provenance.params_hash(run_defining(ckpt["params"]))):
-            return
+            return True
     where = "" if os.path.isabs(theirs) or inside else (
         f" (a path from the folder it was evaluated in, which need not be {here}, as "
         f"--out lies outside it)")
@@ -164,13 +168,15 @@ def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> None:
 
 def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 250,
              device_name: str = "auto", flip_tta: bool = False,
-             speed_in_metrics: bool = True, made: Optional[dict] = None) -> dict:
+             speed_in_metrics: bool = True, made: Optional[dict] = None,
+             same_figures_only: bool = False) -> dict:
     """The evaluate stage: metrics.json, per_class.csv, predictions.csv, confusion.png.
     ``speed_in_metrics=False`` (the eval stage): examples/sec goes to provenance.json, so
     that DVC's metrics hold what runs are compared by. ``made``: this evaluation, already
     made by the training run that wrote ``model_path`` (``train``'s ``final_evaluation``,
     the same weights and images): written out, not computed again, when its step is the
-    model's."""
+    model's. ``same_figures_only``: the evaluation in ``out_dir`` is replaced only by one of
+    the same figures (:func:`refuse_another_models_evaluation`)."""
     # before anything is computed or written: a folder where a file goes fails only later,
     # and a folder of another stage's results (the train stage's --live, published weights)
     # is not the eval's to write over
@@ -198,7 +204,7 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
                                eval_seconds=r["seconds"] + r["seconds_raw"], **speed)
     # on the folder itself, never through a link: the swap renames what is at its path
     _write_results(Path(os.path.realpath(out_dir)), r, metrics, record, labels.cpu().numpy(),
-                   classes, k, int(ckpt["step"]))
+                   classes, k, int(ckpt["step"]), same_figures_only, str(model_path))
     log.info("%s: precision @ 1 = %.3f (averaged weights), %.3f (raw weights), over %d images",
              datetime.now().strftime("%Y-%m-%d %H:%M:%S"), metrics["precision_at_1"],
              metrics["precision_at_1_raw"], n)
@@ -206,7 +212,8 @@ def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 
 
 
 def _write_results(out_dir: Path, r: dict, metrics: dict, record: dict, actual: np.ndarray,
-                   classes: list[str], k: int, step: int) -> None:
+                   classes: list[str], k: int, step: int, same_figures_only: bool = False,
+                   model: str = "") -> None:
     """The evaluation's files, built in a folder beside ``out_dir`` and swapped in whole (a
     kill at any moment leaves the old set or the new one, never a mix of two evaluations);
     what an interrupted one left beside it goes first. Two at once on one folder: each
@@ -223,6 +230,8 @@ def _write_results(out_dir: Path, r: dict, metrics: dict, record: dict, actual: 
              "predictions.csv": _csv([["actual", "predicted"]]
                                      + [[classes[a], classes[p]] for a, p in zip(actual, pred)]),
              "metrics.json": json.dumps(metrics, indent=2) + "\n"}
+    if same_figures_only:
+        _refuse_other_figures(out_dir, metrics, texts["predictions.csv"], model)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with ending_signals_unwind():
         for line in recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json", _eval_own):
@@ -247,6 +256,29 @@ def _write_results(out_dir: Path, r: dict, metrics: dict, record: dict, actual: 
         finally:
             if staged.is_dir():  # not swapped in (or the old set, kept): only its own files
                 recover_swapped_folder(out_dir, EVAL_NAMES, "provenance.json", _eval_own)
+
+
+def _refuse_other_figures(out_dir: Path, metrics: dict, predictions: str, model: str) -> None:
+    """The evaluation in ``out_dir`` against this one: the same precisions and the same
+    prediction for every image, or it is another model's (another checkout's of the same
+    path, step and params) and is kept; one line naming both figures."""
+    try:
+        theirs = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
+        same = ((out_dir / "predictions.csv").read_text(encoding="utf-8") == predictions
+                and all(theirs.get(key) == metrics[key]
+                        for key in ("precision_at_1", "precision_at_1_raw")))
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        theirs, same = {}, False
+    if not same:
+        said = theirs.get("precision_at_1") if isinstance(theirs, dict) else None
+        was = f"{said:.4f}" if isinstance(said, float) else "figures that cannot be read"
+        raise PipelineError(f"{out_dir / 'provenance.json'}: holds the evaluation of {model} "
+                            f"as another folder evaluated it (a path from that folder, "
+                            f"outside this one), with other figures (precision @ 1 {was}, "
+                            f"where this model gives {metrics['precision_at_1']:.4f}): another "
+                            f"checkout's model, and this one would replace it; give --out a "
+                            f"folder of its own (or delete that folder if you mean to replace "
+                            f"it). Nothing was changed.")
 
 
 def _newest_readable(ckpts: list[Path], evaluated: set, damaged: set, device) -> Optional[dict]:
