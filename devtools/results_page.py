@@ -273,15 +273,31 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
 
     # what the page quotes as it is: a stage's name (DVC's: letters, digits, '_', '-', '.',
     # '/', ':', '@'), the command in backticks, the steps a whole number
-    odd = next((n for n in t["stages"] if not re.fullmatch(r"[A-Za-z0-9_./:@-]{1,200}", n)),
-               None)
+    odd = sorted(set(t) - {"command", "steps", "wall_s", "stages", "before_first_stage_s",
+                           "provenance"})
+    if odd:
+        raise refuse(f"holds {odd[0][:40]!r}, which the trial does not write")
+    # the stages `dvc exp run reports/dvc.yaml:report` runs: the variants', the report
+    # (last), and the main pipeline's data stages where they were out of date
+    stage = (r"reports/dvc\.yaml:(?:(?:dataset_)?ablation@[A-Za-z][A-Za-z0-9_-]{0,63}|report)"
+             r"|(?:dvc\.yaml:)?(?:download|preprocess)")
+    odd = next((n for n in t["stages"] if not re.fullmatch(stage, n)), None)
     if odd is not None:
         raise refuse(f"a stage named {odd[:60]!r}, where the trial records DVC's stage names "
-                     f"(letters, digits and _-./:@)")
+                     f"(reports/dvc.yaml's ablation@NAME, dataset_ablation@NAME and report; "
+                     f"dvc.yaml's download and preprocess)")
+    if t["stages"] and list(t["stages"])[-1] != "reports/dvc.yaml:report":
+        raise refuse(f"its last stage is {list(t['stages'])[-1]!r}, where the trial's "
+                     f"command ends with reports/dvc.yaml:report")
     if not (isinstance(t["command"], str) and t["command"].isprintable()
             and not set(t["command"]) & set("`|")):
         raise refuse(f"command {str(t['command'])[:60]!r}, where the trial records the dvc "
                      f"command it timed (one line, no '`' or '|')")
+    if not re.fullmatch(r"dvc exp run -S (?:reports/params\.yaml:)?ablation\.trial_steps=\S+ "
+                        r"reports/dvc\.yaml:report", t["command"]):
+        raise refuse(f"command {t['command'][:80]!r}, where the trial records the one it runs "
+                     f"(dvc exp run -S reports/params.yaml:ablation.trial_steps=STEPS "
+                     f"reports/dvc.yaml:report)")
     if not (isinstance(t["steps"], int) and not isinstance(t["steps"], bool) and t["steps"] >= 1):
         raise refuse(f"steps is {json.dumps(t['steps'])[:40]}, where the trial records its "
                      f"budget (a whole number from 1)")
@@ -291,8 +307,23 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
                      f"{json.dumps(t['steps'])[:20]}: the trial writes one from the other")
     if not t["stages"]:
         raise refuse("no stage timed, where the trial records each stage DVC ran")
-    # the provenance the page quotes: one line each, no markup
+    # the provenance the page quotes: one line each, no markup, each as the trial writes it
     p = t["provenance"]
+    odd = sorted(set(p) - {"code", "cpu", "cpus", "date", "data"}) \
+        + sorted(f"code.{k}" for k in set(p["code"]) - {"commit", "dirty"})
+    if odd:
+        raise refuse(f"provenance holds {odd[0][:40]!r}, which the trial does not write")
+    forms = {"provenance.date": (p["date"], r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
+                                 "a UTC time, 2026-12-03T13:10:22Z"),
+             "provenance.data": (p["data"], r"[0-9a-f]{12,64}", "the prepared data's hash"),
+             "provenance.code.commit": (p["code"].get("commit", ""), r"(?:[0-9a-f]{7,40})?",
+                                        "a git commit")}
+    for key, (value, form, what) in forms.items():
+        if value is not None and not (isinstance(value, str) and re.fullmatch(form, value)):
+            raise refuse(f"{key} is {json.dumps(value)[:40]}, where the trial records {what}")
+    if not isinstance(p["code"].get("dirty", False), bool):
+        raise refuse(f"provenance.code.dirty is {json.dumps(p['code']['dirty'])[:40]}, where "
+                     f"the trial records true or false")
     quoted = {"provenance.cpu": p["cpu"], "provenance.date": p["date"],
               "provenance.data": p["data"], "provenance.code.commit": p["code"].get("commit")}
     for key, value in quoted.items():
@@ -302,15 +333,17 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
                 and not set(value) & set("`|<>")):
             raise refuse(f"{key} is {json.dumps(value)[:40]}, where the trial records one "
                          f"line of plain text")
-    if not (isinstance(p["cpus"], int) and not isinstance(p["cpus"], bool) and p["cpus"] >= 1):
+    if not (isinstance(p["cpus"], int) and not isinstance(p["cpus"], bool)
+            and 1 <= p["cpus"] <= 65536):
         raise refuse(f"provenance.cpus is {json.dumps(p['cpus'])[:40]}, where the trial "
-                     f"records the machine's CPUs (a whole number from 1)")
+                     f"records the machine's CPUs (a whole number from 1 to 65,536)")
     times = {"wall_s": t["wall_s"], "before_first_stage_s": t["before_first_stage_s"],
              **{f"stages.{name}": sec for name, sec in t["stages"].items()}}
     for key, value in times.items():
         if not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value) and value >= 0):
-            raise refuse(f"{key} is {json.dumps(value)[:40]}, expected seconds from 0")
+                and math.isfinite(value) and 0 <= value <= 1e7):
+            raise refuse(f"{key} is {json.dumps(value)[:40]}, expected seconds from 0 (at "
+                         f"most 10,000,000: about 116 days)")
     parts = t["before_first_stage_s"] + sum(t["stages"].values())
     if abs(parts - t["wall_s"]) > 0.05 * (len(t["stages"]) + 2) + 1e-6:
         raise refuse(f"its stages and the {t['before_first_stage_s']:g} s before the first "

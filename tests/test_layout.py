@@ -340,9 +340,33 @@ def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, ke
     (lambda t: t.update(command="dvc exp run -S ablation.trial_steps=500 reports/dvc.yaml:report"),
      r"command asks for trial_steps=500, where steps is 5"),
     (lambda t: t.update(stages={}, before_first_stage_s=138.4), r"no stage timed"),
+    # each field as the trial writes it
+    (lambda t: t.update(command="dvc repro reports/dvc.yaml"),
+     r"command 'dvc repro reports/dvc.yaml', where the trial records the one it runs"),
+    (lambda t: t.update(command="dvc exp run -S ablation.trial_steps=5 -S ablation.trial_steps"
+                                "=500 reports/dvc.yaml:report"), r"command 'dvc exp run -S "
+                                                                  r"ablation.trial_steps=5 -S"),
+    (lambda t: t.update(stages={"dvc.yaml:train": 130.1, "reports/dvc.yaml:report": 3.6}),
+     r"a stage named 'dvc.yaml:train', where the trial records DVC's stage names"),
+    (lambda t: t.update(stages={"reports/dvc.yaml:report": 3.6,
+                                "reports/dvc.yaml:ablation@baseline": 130.1}),
+     r"its last stage is 'reports/dvc.yaml:ablation@baseline'"),
+    (lambda t: t["provenance"].update(date="yesterday"), r"provenance.date is \"yesterday\""),
+    (lambda t: t["provenance"].update(data="whatever data"),
+     r"provenance.data is \"whatever data\", where the trial records the prepared data's hash"),
+    (lambda t: t["provenance"]["code"].update(commit="not-a-commit"),
+     r"provenance.code.commit is \"not-a-commit\", where the trial records a git commit"),
+    (lambda t: t["provenance"]["code"].update(dirty="lots"), r"provenance.code.dirty is "
+                                                             r"\"lots\""),
+    (lambda t: t["provenance"].update(cpus=10 ** 9), r"provenance.cpus is 1000000000"),
+    (lambda t: t.update(note="mine"), r"holds 'note', which the trial does not write"),
+    (lambda t: t.update(wall_s=1e300, before_first_stage_s=1e300),
+     r"wall_s is 1e\+300, expected seconds from 0 \(at most 10,000,000"),
 ], ids=["wall-edited", "negative-stage", "before-edited", "stage-name-markup", "steps-a-word",
         "command-backticks", "cpu-newline", "cpus-a-word", "commit-markup",
-        "command-other-steps", "no-stages"])
+        "command-other-steps", "no-stages", "command-other", "command-two-budgets",
+        "stage-of-the-main-run", "report-not-last", "date-a-word", "data-a-word",
+        "commit-a-word", "dirty-a-word", "cpus-a-billion", "extra-key", "times-huge"])
 def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     """The trial's wall time is the time before the first stage plus each stage's (from
     its start to the next one's): one edited alone is one line naming it, never stated."""
