@@ -422,7 +422,14 @@ def report(event: Event, verdict: str, table: str) -> None:
                             f"({why}); expected a file or nothing: move what is "
                             f"there away. The verdict: {verdict.splitlines()[0][:200]}") from None
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
+    # GitHub's lies outside the checkout: one inside it (a code file, say) is not the
+    # gate's to write, which writes only its comment there
+    where, root = Path(os.path.realpath(summary or "/")), Path(os.path.realpath(ROOT))
+    if summary and (where == root or root in where.parents):
+        print(f"warning: GITHUB_STEP_SUMMARY {shown(summary, 200)}: inside the checkout, "
+              f"where the gate writes only {COMMENT}; the verdict is not in the job's summary "
+              f"(expected GitHub's file, outside the checkout)", file=sys.stderr)
+    elif summary:
         try:  # O_NONBLOCK: a FIFO there must not hang the gate (GitHub's is a regular file)
             fd = os.open(summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
             with os.fdopen(fd, "a") as f:

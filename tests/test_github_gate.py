@@ -472,6 +472,19 @@ def test_the_comment_replaces_a_link_and_an_unwritable_summary_is_one_warning(
     assert out == "PASSED here\n" and err == (
         f"warning: GITHUB_STEP_SUMMARY '{fifo}': not a regular file; the verdict is not in the "
         f"job's summary (expected a writable file)\n")
+    # a file of the checkout (a code file, through a link too): never appended to
+    code = checkout / "model.py"
+    code.write_text("x = 1\n")
+    (tmp_path / "to-code").symlink_to(code)
+    for given in (code, tmp_path / "to-code", checkout):
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(given))
+        gate.report(pr, "**PASSED** here", "| table |")
+        out, err = capsys.readouterr()
+        assert out == "PASSED here\n" and err == (
+            f"warning: GITHUB_STEP_SUMMARY '{given}': inside the checkout, where the gate "
+            f"writes only regression-comment.md; the verdict is not in the job's summary "
+            f"(expected GitHub's file, outside the checkout)\n"), err
+    assert code.read_text() == "x = 1\n"
 
 
 def stored_baseline(tmp_path, values: str):
