@@ -1005,7 +1005,9 @@ def main(argv=None) -> None:
           f"whole runs; not seen: a change acting only after step {STEPS} otherwise (in "
           f"the loop that applies those values, say), one keyed on what the check sets "
           f"for its runs (a budget longer than {STEPS} steps, the evaluation's steps, "
-          f"batch size, targets or images), or in how times and speeds are measured "
+          f"batch size, targets or images) or on what it does not vary (an environment "
+          f"variable but OMP_NUM_THREADS, one a cluster's scheduler sets say), or in how "
+          f"times and speeds are measured "
           f"(they differ run to run, and are left out): for such a change, compare the "
           f"variant's trial before and after (docs/exercises.md)")
     if args.no_record:
