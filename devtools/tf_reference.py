@@ -311,7 +311,10 @@ def keep(run: Path, dest: Path) -> str:
 def restore(src: Path, run: Path) -> None:
     """A run kept by :func:`keep` (``src``: a folder of only what keep writes, with its
     train/checkpoint) copied into ``run``, a new folder (never into the code, git's or
-    DVC's folders or a stage's outputs); anything else one line, nothing written."""
+    DVC's folders or a stage's outputs); anything else one line, nothing written. A keep
+    into ``src`` stopped between its renames left the only copy aside: put back first."""
+    if not os.path.lexists(src) and src.parent.is_dir():
+        _clear_killed_keeps(src)
     if src.is_symlink() or not src.is_dir():
         what = ("not found" if not os.path.lexists(src) else "a link" if src.is_symlink()
                 else "a file" if src.is_file() else "not a folder")

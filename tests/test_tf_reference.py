@@ -737,7 +737,7 @@ def test_keep_and_restore_never_write_into_the_code_or_a_stages_outputs(tmp_path
 def test_a_keep_stopped_between_its_renames_is_restored_not_deleted(tmp_path, capsys):
     """A keep killed after moving the kept run aside and before putting the new copy in
     place leaves the only copy in .DEST.replaced-*: the next keep puts it back first (and
-    then replaces it whole), never deletes it."""
+    then replaces it whole), never deletes it; a restore from DEST puts it back too."""
     run = _run(tmp_path)
     dest = tmp_path / "k"
     tool.main(["keep", str(run), str(dest)])
@@ -754,6 +754,12 @@ def test_a_keep_stopped_between_its_renames_is_restored_not_deleted(tmp_path, ca
     with pytest.raises(SystemExit):
         tool.main(["keep", str(run), str(dest)])
     (run / "evals.tsv").rmdir()
+    # restore from the kept run's own name: put back first, then read
+    tool.main(["restore", str(dest), str(tmp_path / "again")])
+    assert "restored" in capsys.readouterr().err
+    assert not aside.exists() and (tmp_path / "again" / "train" / "checkpoint").is_file()
+    aside.mkdir()
+    dest.rename(aside / "k")
     tool.main(["keep", str(run), str(dest)])
     assert "restored" in capsys.readouterr().err
     assert not aside.exists()
