@@ -188,3 +188,22 @@ def test_a_variant_out_of_disk_in_the_scratch_folder_names_tmpdir(tmp_path):
     unnamed = f"error: an output file: {os.strerror(28)}; free disk space there, then rerun"
     assert "point TMPDIR at a folder" in check_code._scratch_full(tree, unnamed)
     assert check_code._scratch_full(tree, f"error: {tree}/x: Permission denied") == ""
+
+
+@pytest.mark.parametrize("cuda, device, runs", [
+    (False, "auto", "auto"),  # the variants' own setting, which picks the CPU here: as is
+    (False, "cpu", "cpu"),
+    (False, "cuda", "cpu"),   # a GPU's setting: the check runs the CPU's path
+    (True, "auto", "cpu"),    # where auto would pick the GPU
+])
+def test_the_check_runs_the_variants_device_setting_where_it_picks_the_cpu(monkeypatch, cuda,
+                                                                          device, runs):
+    """Code keyed on train.device (every variant's is `auto`) runs in the check as in the
+    variants' own runs: the setting is changed only where it would not pick the CPU."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    raw = {"train": {"device": device, "batch_size": 16}, "ablation": {"max_steps": 100},
+           "ablations": {"baseline": {}}}
+    assert check_code.short_budget(raw)["train"]["device"] == runs
+    assert raw["train"]["device"] == device  # the parsed file itself is left as it is

@@ -247,6 +247,8 @@ def short_budget(raw: dict, num_train: Optional[int] = None, own_eval: bool = Fa
     evaluation (batch size, targets, a trial's images), at the step before the last and at
     the last, where it evaluates while training at all; else the check's (batches of
     EVAL_BATCH every EVAL_EVERY steps, a target reached)."""
+    import torch
+
     from cifar10_tutorial.params import TrainParams
 
     raw = copy.deepcopy(raw)
@@ -264,7 +266,10 @@ def short_budget(raw: dict, num_train: Optional[int] = None, own_eval: bool = Fa
     def cut(sections: dict) -> None:
         train, ev = sections.get("train"), sections.get("eval")
         if isinstance(train, dict):
-            if "device" in train:
+            if train.get("device") is not None and (torch.cuda.is_available()
+                                                    or train["device"] not in ("auto", "cpu")):
+                # the CPU's path: where `auto` picks the CPU here it stays as the variant
+                # writes it, so that code keyed on the setting runs as in its own run
                 train["device"] = "cpu"
             if "max_steps" in train:
                 train["max_steps"] = STEPS
@@ -285,7 +290,10 @@ def short_budget(raw: dict, num_train: Optional[int] = None, own_eval: bool = Fa
             if isinstance(targets, list) and all(isinstance(t, (int, float)) for t in targets):
                 ev["targets"] = sorted({REACHED, *targets})
 
-    raw.setdefault("train", {}).update(device="cpu")  # each variant's own batch size
+    # the baseline's device, its default written out: the cut applies to it too
+    train = raw.setdefault("train", {})
+    if isinstance(train, dict):
+        train.setdefault("device", TrainParams.device)
     from cifar10_tutorial.params import EvalParams
 
     # the baseline's evaluation, its defaults written out: the cut applies to them too
