@@ -193,11 +193,12 @@ def newest_checkpoint(train: Path) -> str:
     if not m:
         raise PipelineError(f"{train / 'checkpoint'}: names no checkpoint")
     name = Path(m.group(1)).name
-    if not re.fullmatch(r"model\.ckpt-[A-Za-z0-9_-]+", name):  # keep globs its files by it
+    # keep globs its files by it, and collect reads the run's step from it: a step only
+    if not re.fullmatch(r"model\.ckpt-\d+", name):
         raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, expected the "
                             f"reference's model.ckpt-STEP; {DAMAGED}")
     # the step a run reached is that of a checkpoint it holds: named, its files beside
-    if re.fullmatch(r"model\.ckpt-\d+", name) and not (train / f"{name}.index").is_file():
+    if not (train / f"{name}.index").is_file():
         raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, whose files "
                             f"({name[:60]}.index, .data-*, .meta) are not in {train}; the "
                             f"run's newest checkpoint is missing: restore it, or mend the "

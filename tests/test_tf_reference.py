@@ -785,6 +785,25 @@ def test_keep_names_what_it_cannot_copy_as_the_run_holds_it(tmp_path, damage, sa
     assert not (tmp_path / "k").exists()
 
 
+@pytest.mark.parametrize("name, said", [
+    ("model.ckpt-abc", r"names 'model.ckpt-abc', expected the reference's model.ckpt-STEP"),
+    ("model.ckpt-20", r"names 'model.ckpt-20', whose files \(model.ckpt-20.index, .data-\*, "
+                      r".meta\) are not in"),
+], ids=["not-a-step", "no-files"])
+def test_a_keep_of_a_checkpoint_the_run_does_not_hold_keeps_the_kept_run(tmp_path, name, said):
+    """train/checkpoint naming a checkpoint whose files are not there (a name that is no
+    step, or a step it does not hold): one line, and the run kept there before stays whole
+    (keep would have replaced it with a copy holding no weights)."""
+    run = _run(tmp_path)
+    kept = tmp_path / "k"
+    tool.main(["keep", str(run), str(kept)])
+    before = {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    (run / "train" / "checkpoint").write_text(f'model_checkpoint_path: "{name}"\n')
+    _refused(["keep", str(run), str(kept)], said)
+    assert {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*")
+            if p.is_file()} == before
+
+
 @pytest.mark.parametrize("where", ["a-file/run", "/proc/x"])
 def test_restore_or_keep_into_a_place_that_cannot_be_written_is_one_line(tmp_path, where):
     """RUN or DEST under a file, or where nothing can be made: what the system said, on
