@@ -2330,7 +2330,20 @@ def test_data_set_variants_of_yours_are_said_with_their_settings(tmp_path):
                                                   "train": {"seed": 5}}}).read_text()
     six = section(text, "## Exercise 6")
     assert "none is defined" not in six and "`mine` is yours, under Your variants" in six, six
-    assert "It changes `data.url: /x.tar.gz`, `data.md5: None`, `train.seed: 5`." in text
+    # its run recorded the baseline's data: said, and what differs named alone
+    data = json.loads((root / "baseline" / "train" / "provenance.json").read_text())["data_hash"]
+    assert (f"It changes `train.seed: 5`, and nothing else: its data section (`data.url: "
+            f"/x.tar.gz`, `data.md5: null`) names the baseline's own data: both runs recorded "
+            f"the data hash {data[:12]}.") in text, text
+    # on other data: its settings, as the params file writes them
+    for run in ("train", "eval"):
+        record = json.loads((root / "mine" / run / "provenance.json").read_text())
+        record["data_hash"] = "f" * 32
+        (root / "mine" / run / "provenance.json").write_text(json.dumps(record))
+    text = make_report(root, tmp_path / "out2", OVERRIDES,
+                       dataset_variants={"mine": {"data": {"url": "/x.tar.gz", "md5": None},
+                                                  "train": {"seed": 5}}}).read_text()
+    assert "It changes `data.url: /x.tar.gz`, `data.md5: null`, `train.seed: 5`." in text
 
 
 def test_a_held_out_epoch_its_step_does_not_give_is_refused(tmp_path):

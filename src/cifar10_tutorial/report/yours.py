@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..files import write_text_atomic
 
-from .results import Results, load_curve, markdown_table, marker, pct, plot
+from .results import Results, load_curve, load_provenance, markdown_table, marker, pct, plot
 
 
 def flat(overrides: dict, prefix: str = "") -> dict:
@@ -21,6 +21,12 @@ def flat(overrides: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def _as_written(value) -> str:
+    """A param's value as the params file writes it (YAML: null, true, false)."""
+    return {None: "null", True: "true", False: "false"}.get(value, str(value)) \
+        if value is None or isinstance(value, bool) else str(value)
 
 
 def your_variants(r: Results, every: pd.DataFrame, dataset_variants) -> list[str]:
@@ -38,14 +44,33 @@ def your_variants(r: Results, every: pd.DataFrame, dataset_variants) -> list[str
           "Variants that none of the tutorial's sections compares, each against the "
           "baseline under its own budget.", ""]
     for name in names:
-        md += _section(r, name, every.loc[name], flat(overrides.get(name) or {}))
+        md += _section(r, name, every.loc[name], flat(overrides.get(name) or {}),
+                       name in dataset_variants)
     return md
 
 
-def _section(r: Results, name: str, v: pd.Series, changes: dict) -> list[str]:
+def _same_data_as_the_baseline(r: Results, name: str) -> str:
+    """The data hash both runs recorded where a data-set variant trained on the baseline's
+    own data (its data section names the same images another way); else ''."""
+    theirs, ours = (load_provenance(r.root, n) for n in (name, "baseline"))
+    if theirs is None or ours is None or theirs["data_hash"] != ours["data_hash"]:
+        return ""
+    return str(theirs["data_hash"])
+
+
+def _section(r: Results, name: str, v: pd.Series, changes: dict,
+             dataset: bool = False) -> list[str]:
     base = r.base
-    what = (", ".join(f"`{k}: {val}`" for k, val in changes.items())
-            or "nothing (the baseline's settings)")
+    listed = {k: f"`{k}: {_as_written(val)}`" for k, val in changes.items()}
+    same = _same_data_as_the_baseline(r, name) if dataset and base is not None else ""
+    if same:  # what differs is the rest: the data are the baseline's own
+        data = ", ".join(t for k, t in listed.items() if k.split(".")[0] == "data")
+        rest = ", ".join(t for k, t in listed.items() if k.split(".")[0] != "data")
+        names = (f"its data section ({data or 'the defaults'}) names the baseline's own "
+                 f"data: both runs recorded the data hash {same[:12]}")
+        what = (f"{rest}, and nothing else: {names}" if rest else f"nothing: {names}")
+    else:
+        what = ", ".join(listed.values()) or "nothing (the baseline's settings)"
     rows = ([("baseline", base)] if base is not None else []) + [(name, v)]
     t = pd.DataFrame({"variant": [n for n, _ in rows],
                       "steps": [f"{int(x['steps']):,}" for _, x in rows],
