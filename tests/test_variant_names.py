@@ -100,8 +100,9 @@ def test_the_stage_run_by_the_shell_refuses_a_hostile_name_and_runs_nothing(tmp_
     proc = subprocess.run(["/bin/sh", "-c", cmd], cwd=project, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 1
+    shown = repr(name) if len(name) <= 64 else f"{name[:20]!r}..."  # the temp path's length
     assert proc.stderr.strip().splitlines() == [
-        f"error: ablations: variant name {name[:20]!r}... must be a string starting with an "
+        f"error: ablations: variant name {shown} must be a string starting with an "
         f"ASCII letter (a-z, A-Z), then ASCII letters, digits, '_' or '-', at most 64 "
         f"characters"]
     assert not (tmp_path / "p").exists() and not (project / "data").exists()
