@@ -574,7 +574,7 @@ def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synt
 
     kept = tmp_path / "kept"
     checkouts = []
-    for name, steps in (("e1", 60), ("e2", 30), ("e3", 60)):
+    for name, steps in (("e1", 60), ("e2", 30), ("e3", 60), ("e4", 60)):
         model = tmp_path / name / "data" / "train" / "model.pt"
         model.parent.mkdir(parents=True)
         shutil.copy(trained.model, model)
@@ -582,12 +582,12 @@ def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synt
             ckpt = torch.load(model, weights_only=False)
             ckpt["step"] = steps
             torch.save(ckpt, model)
-        if name == "e3":  # another model of the same step and params: other weights
+        if name in ("e3", "e4"):  # another model of the same step and params: other weights
             ckpt = torch.load(model, weights_only=False)
             for state in (ckpt["model"], ckpt["ema"]):
                 for key in state:
                     if key.endswith("weight"):
-                        state[key] = state[key] * 1.5
+                        state[key] = state[key] * (1.5 if name == "e3" else 1.0001)
             torch.save(ckpt, model)
         checkouts.append(tmp_path / name)
     here = os.getcwd()
@@ -611,6 +611,15 @@ def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synt
         with pytest.raises(PipelineError, match=r"kept/provenance.json: holds the evaluation "
                                                 r"of data/train/model.pt as another folder "
                                                 r"evaluated it .* with other figures"):
+            evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu",
+                     same_figures_only=True)
+        assert _files(kept) == before
+        # weights barely apart: every prediction the same, the losses not: kept too
+        os.chdir(checkouts[3])
+        evaluate(synth_data, "data/train/model.pt", tmp_path / "e4-own", 64, "cpu")
+        assert (tmp_path / "e4-own" / "predictions.csv").read_bytes() == \
+            (kept / "predictions.csv").read_bytes()
+        with pytest.raises(PipelineError, match=r"with other figures"):
             evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu",
                      same_figures_only=True)
         assert _files(kept) == before
@@ -662,3 +671,26 @@ def test_the_eval_stage_by_hand_keeps_an_evaluation_on_other_data(synth_data, tr
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_eval_stage_by_hand_names_a_fifo_record_without_waiting(synth_data, trained,
+                                                                    tmp_path):
+    """--out holding a FIFO named provenance.json: one line naming it, never a read that
+    waits for a writer for ever."""
+    import os
+
+    from conftest import ROOT
+
+    data = write_prepared(synth_data, tmp_path / "prepared")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "provenance.json")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("DVC_STAGE", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "stages/eval.py"), "--params",
+                           str(ROOT / "params.yaml"), "--data", str(data), "--model",
+                           str(trained.model), "--out", str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        f"error: {out / 'provenance.json'}: not a regular file"), proc.stderr

@@ -259,14 +259,18 @@ def _write_results(out_dir: Path, r: dict, metrics: dict, record: dict, actual: 
 
 
 def _refuse_other_figures(out_dir: Path, metrics: dict, predictions: str, model: str) -> None:
-    """The evaluation in ``out_dir`` against this one: the same precisions and the same
-    prediction for every image, or it is another model's (another checkout's of the same
-    path, step and params) and is kept; one line naming both figures."""
+    """The evaluation in ``out_dir`` against this one: every figure (precisions and losses,
+    with both weights; its speed aside, which differs run to run) and the prediction for
+    every image the same, or it is another model's (another checkout's of the same path,
+    step and params) and is kept; one line naming both figures."""
+    files = [out_dir / "metrics.json", out_dir / "predictions.csv"]
     try:
-        theirs = json.loads((out_dir / "metrics.json").read_text(encoding="utf-8"))
-        same = ((out_dir / "predictions.csv").read_text(encoding="utf-8") == predictions
-                and all(theirs.get(key) == metrics[key]
-                        for key in ("precision_at_1", "precision_at_1_raw")))
+        if not all(f.is_file() and not f.is_symlink() for f in files):  # never a FIFO's read
+            raise ValueError("not the evaluation's files")
+        theirs = json.loads(files[0].read_text(encoding="utf-8"))
+        same = (files[1].read_text(encoding="utf-8") == predictions
+                and {k: v for k, v in theirs.items() if k != "examples_per_sec"}
+                == {k: v for k, v in metrics.items() if k != "examples_per_sec"})
     except (OSError, UnicodeDecodeError, ValueError, AttributeError):
         theirs, same = {}, False
     if not same:
