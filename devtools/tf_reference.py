@@ -197,10 +197,16 @@ def newest_checkpoint(train: Path) -> str:
     if not re.fullmatch(r"model\.ckpt-\d+", name):
         raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, expected the "
                             f"reference's model.ckpt-STEP; {DAMAGED}")
-    # the step a run reached is that of a checkpoint it holds: named, its files beside
-    if not (train / f"{name}.index").is_file():
+    # the step a run reached is that of a checkpoint it holds: named, its files beside (the
+    # index, every shard of the weights, the graph): keep replaces a kept run with them
+    shards = sorted(p.name for p in train.glob(f"{name}.data-*-of-*"))
+    counts = {m.group(1) for n in shards
+              if (m := re.fullmatch(re.escape(name) + r"\.data-\d{5}-of-(\d{5})", n))}
+    whole = len(counts) == 1 and len(shards) == int(next(iter(counts)))
+    if not ((train / f"{name}.index").is_file() and (train / f"{name}.meta").is_file()
+            and whole):
         raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, whose files "
-                            f"({name[:60]}.index, .data-*, .meta) are not in {train}; the "
+                            f"({name[:60]}.index, every .data-*-of-* shard, .meta) are not all in {train}; the "
                             f"run's newest checkpoint is missing: restore it, or mend the "
                             f"file to name one it holds. Nothing was written.")
     return name

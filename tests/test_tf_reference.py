@@ -610,7 +610,7 @@ def test_keep_into_a_link_or_a_file_and_after_a_stopped_keep(tmp_path, capsys):
     (lambda run: (run / "train" / "checkpoint").write_text(
         'model_checkpoint_path: "model.ckpt-20000"\n'),
      r"train/checkpoint: names 'model.ckpt-20000', whose files \(model.ckpt-20000.index, "
-     r".data-\*, .meta\) are not in"),
+     r"every .data-\*-of-\* shard, .meta\) are not all in"),
 ], ids=["eval-not-a-number", "eval-two-columns", "eval-past-one", "checkpoint-step",
         "segments", "losses", "losses-not-utf8", "evals-reversed", "eval-past-reached",
         "evals-fifo", "checkpoint-fifo", "losses-fifo", "logs-a-file", "checkpoint-missing"])
@@ -785,20 +785,31 @@ def test_keep_names_what_it_cannot_copy_as_the_run_holds_it(tmp_path, damage, sa
     assert not (tmp_path / "k").exists()
 
 
-@pytest.mark.parametrize("name, said", [
-    ("model.ckpt-abc", r"names 'model.ckpt-abc', expected the reference's model.ckpt-STEP"),
-    ("model.ckpt-20", r"names 'model.ckpt-20', whose files \(model.ckpt-20.index, .data-\*, "
-                      r".meta\) are not in"),
-], ids=["not-a-step", "no-files"])
-def test_a_keep_of_a_checkpoint_the_run_does_not_hold_keeps_the_kept_run(tmp_path, name, said):
-    """train/checkpoint naming a checkpoint whose files are not there (a name that is no
-    step, or a step it does not hold): one line, and the run kept there before stays whole
-    (keep would have replaced it with a copy holding no weights)."""
+MISSING = r"whose files \(model.ckpt-\d+.index, every .data-\*-of-\* shard, .meta\) are not all in"
+
+
+@pytest.mark.parametrize("name, gone, said", [
+    ("model.ckpt-abc", None, r"names 'model.ckpt-abc', expected the reference's model.ckpt-STEP"),
+    ("model.ckpt-20", None, r"names 'model.ckpt-20', " + MISSING),
+    (None, ".data-00000-of-00001", MISSING),  # its weights gone: index and graph only
+    (None, ".meta", MISSING),
+    (None, ".index", MISSING),
+], ids=["not-a-step", "no-files", "no-weights", "no-graph", "no-index"])
+def test_a_keep_of_a_checkpoint_the_run_does_not_hold_keeps_the_kept_run(tmp_path, name,
+                                                                         gone, said):
+    """train/checkpoint naming a checkpoint whose files are not all there (a name that is
+    no step, a step it does not hold, one of its files gone): one line, and the run kept
+    there before stays whole (keep would have replaced it with a copy holding no
+    weights)."""
     run = _run(tmp_path)
     kept = tmp_path / "k"
     tool.main(["keep", str(run), str(kept)])
     before = {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*") if p.is_file()}
-    (run / "train" / "checkpoint").write_text(f'model_checkpoint_path: "{name}"\n')
+    if name is not None:
+        (run / "train" / "checkpoint").write_text(f'model_checkpoint_path: "{name}"\n')
+    else:
+        ckpt = tool.newest_checkpoint(run / "train")
+        (run / "train" / f"{ckpt}{gone}").unlink()
     _refused(["keep", str(run), str(kept)], said)
     assert {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*")
             if p.is_file()} == before
