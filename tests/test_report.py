@@ -1872,6 +1872,11 @@ def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path,
     ("0.6", 5474, r"train.time_to_target has 0.6 reached at step 5,474 after 1900 s and 0.7 "
                   r"at step 7,038 after 1800 s: one run's training clock gives a later step a "
                   r"later time"),
+    ("0.5", 4692, r"train.time_to_target has 0.5 reached at step 4,692 after 1800 s and 0.7 "
+                  r"at step 7,038 after 1800 s: one run's training clock gives a later step a "
+                  r"later time"),  # the same time at a later step: its steps took none
+    ("step-float", None, r"train.time_to_target.0.7 is \{\"step\": 7038.0, .*expected a "
+                         r"precision reached at a step"),
 ])
 def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, target, at,
                                                                     said):
@@ -1893,11 +1898,14 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
         m["train"]["time_to_target"]["0.7"]["epoch"] = 10.0
     elif target == "seconds":  # longer than the run trained
         m["train"]["time_to_target"]["0.7"]["train_seconds"] = 99999.0
+    elif target == "step-float":  # the run counts whole steps
+        m["train"]["time_to_target"]["0.7"]["step"] = 7038.0
     elif target in ("no-seconds", "no-epoch"):  # a key the report states, deleted
         del m["train"]["time_to_target"]["0.7"][target[3:].replace("seconds", "train_seconds")]
     elif target is not None:
-        m["train"]["time_to_target"][target] = {"step": at, "epoch": at * 128 / 40000,
-                                                "train_seconds": 1900.0 if at < 7038 else 100.0}
+        m["train"]["time_to_target"][target] = {
+            "step": at, "epoch": at * 128 / 40000,
+            "train_seconds": {5474: 1900.0, 4692: 1800.0}.get(at, 100.0)}
     (folder / "metrics.json").write_text(json.dumps(m))
     (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
     if said is None:
@@ -2246,6 +2254,12 @@ def test_a_target_the_held_out_curve_reaches_without_its_time_is_refused(tmp_pat
     with pytest.raises(PipelineError, match=r"has no time for 0.7, which"):
         refuse_untimed_targets(root, targets(0.7, 0.9))
     refuse_untimed_targets(root, targets(0.9))
+    for odd in (0, [], None):  # no mapping of targets: named as such, whatever it is
+        m["train"]["time_to_target"] = odd
+        path.write_text(json.dumps(m))
+        with pytest.raises(PipelineError, match=r"train.time_to_target is .*, expected a mapping "
+                                                r"of the targets reached"):
+            refuse_untimed_targets(root, targets(0.9))
 
 
 @pytest.mark.parametrize("damage", ["precision-gone", "epoch-a-folder", "raw-a-fifo"])

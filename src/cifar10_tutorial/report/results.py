@@ -407,6 +407,13 @@ def refuse_untimed_targets(root: Path, params) -> None:
         train = _record(path, ("train",), name)["train"]
         # a run that reached no target leaves the key out (DVC warns about an empty {})
         reached = (train.get("time_to_target", {}) if isinstance(train, dict) else None)
+        if isinstance(train, dict) and not isinstance(reached, dict):
+            raise PipelineError(f"{_shown(path)}: train.time_to_target is "
+                                f"{json.dumps(reached)[:40]}, expected a mapping of the "
+                                f"targets reached to their step, epoch and train_seconds (the "
+                                f"run's record; none reached: no key at all); rerun it "
+                                f"(`dvc repro -f reports/dvc.yaml:ablation@{name}`, or "
+                                f"dataset_ablation@{name})")
         if not isinstance(reached, dict):
             continue
         targets = variant_params(params, name).eval.targets
@@ -712,6 +719,8 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
     for target, at in reached.items():
         try:
             level, step = float(target), at["step"]
+            if not _of_kind(step, (int,)):  # the run counts whole steps
+                raise TypeError(step)
         except (TypeError, ValueError, KeyError):
             raise PipelineError(f"{said}: train.time_to_target.{str(target)[:20]} is "
                                 f"{json.dumps(at)[:60]}, expected a precision reached at a "
@@ -752,10 +761,10 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
                                     f"one run records both, so the figures are not this "
                                     f"run's; {rerun}.")
     # one training clock: targets reached at one evaluation share its time, and a later
-    # evaluation comes after more training
+    # evaluation comes after more training (its steps took time)
     times.sort(key=lambda t: (t[0], t[1]))
     for (s0, t0, a0), (s1, t1, a1) in zip(times, times[1:]):
-        if (s0 == s1 and t0 != t1) or (s0 < s1 and t1 < t0):
+        if (s0 == s1 and t0 != t1) or (s0 < s1 and t1 <= t0):
             raise PipelineError(f"{said}: train.time_to_target has {a0} reached at step "
                                 f"{s0:,} after {t0:g} s and {a1} at step {s1:,} after "
                                 f"{t1:g} s: one run's training clock gives "
