@@ -19,6 +19,8 @@ import hashlib
 import json
 import os
 import re
+from datetime import datetime, timedelta, timezone
+from typing import Optional
 
 from cifar10_tutorial.cli import given_path, stage_command
 from cifar10_tutorial.errors import PipelineError
@@ -260,7 +262,7 @@ def _published(root: Path) -> list[str]:
             *rows, ""]
 
 
-def _refuse_other_trial_times(t: dict, path: str) -> None:
+def _refuse_other_trial_times(t: dict, path: str, variants: Optional[set] = None) -> None:
     """The trial's times as benchmarks/trial.py measures them: seconds from 0, each stage's
     from its start to the next one's and the last one's to the end, so that the stages and
     the time before the first add up to the wall time (each rounded to 0.1 s). A time
@@ -286,6 +288,13 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
         raise refuse(f"a stage named {odd[:60]!r}, where the trial records DVC's stage names "
                      f"(reports/dvc.yaml's ablation@NAME, dataset_ablation@NAME and report; "
                      f"dvc.yaml's download and preprocess)")
+    # `variants`: this checkout's (reports/params.yaml), whose pipeline the trial ran
+    foreign = next((n for n in t["stages"] if "@" in n and variants is not None
+                    and n.split("@", 1)[1] not in variants), None)
+    if foreign is not None:
+        raise refuse(f"a stage of the variant {foreign.split('@', 1)[1][:64]!r}, which "
+                     f"reports/params.yaml does not define: the trial runs this pipeline's "
+                     f"variants")
     if t["stages"] and list(t["stages"])[-1] != "reports/dvc.yaml:report":
         raise refuse(f"its last stage is {list(t['stages'])[-1]!r}, where the trial's "
                      f"command ends with reports/dvc.yaml:report")
@@ -321,6 +330,14 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
     for key, (value, form, what) in forms.items():
         if value is not None and not (isinstance(value, str) and re.fullmatch(form, value)):
             raise refuse(f"{key} is {json.dumps(value)[:40]}, where the trial records {what}")
+    try:  # a real time, and none to come
+        made = datetime.strptime(p["date"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise refuse(f"provenance.date is {json.dumps(p['date'])[:40]}, which is no UTC time "
+                     f"(the trial records the time it ran)") from None
+    if made > datetime.now(timezone.utc) + timedelta(days=1):
+        raise refuse(f"provenance.date is {p['date']}, a time still to come (the trial records "
+                     f"the time it ran)")
     if not isinstance(p["code"].get("dirty", False), bool):
         raise refuse(f"provenance.code.dirty is {json.dumps(p['code']['dirty'])[:40]}, where "
                      f"the trial records true or false")
@@ -351,14 +368,30 @@ def _refuse_other_trial_times(t: dict, path: str) -> None:
                      f"times each stage to the next one's start)")
 
 
+def _variant_names(root: Path) -> Optional[set]:
+    """The variants reports/params.yaml defines (None where it cannot be read)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load((root / "reports" / "params.yaml").read_text())
+        return {str(n) for group in ("ablations", "dataset_ablations")
+                for n in (raw.get(group) or {})}
+    except (OSError, yaml.YAMLError, AttributeError, TypeError):
+        return None
+
+
 def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
     """The exercise trial's wall time (`cifar10 trial --out`), each stage's beside it."""
+    if os.path.lexists(root / path) and not (root / path).is_file():  # never read as absent
+        raise PipelineError(f"{path}: not a regular file (a folder, FIFO or broken link), "
+                            f"where the trial writes its record; restore it (`git checkout -- "
+                            f"{path}`) or rerun the trial, then rerun this. Nothing was written.")
     if not (root / path).is_file():
         return []
     from cifar10_tutorial.eval_files import loads_once
 
     t = loads_once((root / path).read_text())  # a key twice: which is the trial's?
-    _refuse_other_trial_times(t, path)
+    _refuse_other_trial_times(t, path, _variant_names(root))
     p = t["provenance"]
     rows = "\n".join(f"| `{name.split(':')[-1]}` | {sec:.1f} |" for name, sec in t["stages"].items())
     return ["## The exercise trial", "",

@@ -289,7 +289,8 @@ def test_a_damaged_report_file_is_one_line_from_the_results_page(tmp_path, path,
     # a time that is no number is named by the trial's own check
     with pytest.raises(PipelineError, match=rf"^{re.escape(path)}: (not what the results page "
                                             rf"reads \(\w+: .*\)|wall_s is \"slow\", "
-                                            rf"expected seconds from 0); restore it .*then "
+                                            rf"expected seconds from 0 \(at most "
+                                            rf"10,000,000: about 116 days\)); restore it .*then "
                                             rf"rerun this. Nothing was written.$"):
         render(tmp_path)
 
@@ -362,11 +363,20 @@ def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, ke
     (lambda t: t.update(note="mine"), r"holds 'note', which the trial does not write"),
     (lambda t: t.update(wall_s=1e300, before_first_stage_s=1e300),
      r"wall_s is 1e\+300, expected seconds from 0 \(at most 10,000,000"),
+    (lambda t: t["provenance"].update(date="2026-13-45T25:61:99Z"),
+     r"provenance.date is \"2026-13-45T25:61:99Z\", which is no UTC time"),
+    (lambda t: t["provenance"].update(date="2999-01-01T00:00:00Z"),
+     r"provenance.date is 2999-01-01T00:00:00Z, a time still to come"),
+    (lambda t: t.update(stages={"reports/dvc.yaml:ablation@no_such_variant": 130.1,
+                                "reports/dvc.yaml:report": 3.6}),
+     r"a stage of the variant 'no_such_variant', which reports/params.yaml does not define"),
+    (None, None),
 ], ids=["wall-edited", "negative-stage", "before-edited", "stage-name-markup", "steps-a-word",
         "command-backticks", "cpu-newline", "cpus-a-word", "commit-markup",
         "command-other-steps", "no-stages", "command-other", "command-two-budgets",
         "stage-of-the-main-run", "report-not-last", "date-a-word", "data-a-word",
-        "commit-a-word", "dirty-a-word", "cpus-a-billion", "extra-key", "times-huge"])
+        "commit-a-word", "dirty-a-word", "cpus-a-billion", "extra-key", "times-huge",
+        "date-no-time", "date-to-come", "stage-of-no-variant", "record-a-fifo"])
 def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     """The trial's wall time is the time before the first stage plus each stage's (from
     its start to the next one's): one edited alone is one line naming it, never stated."""
@@ -382,7 +392,15 @@ def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     path = tmp_path / "reports/trial_benchmark.json"
     path.parent.mkdir()
     path.write_text(json.dumps(record))
+    (tmp_path / "reports/params.yaml").write_text("ablations:\n  baseline: {}\n")
     assert "**138 s** in all" in "\n".join(_trial(tmp_path))
+    if edit is None:  # the record a FIFO: named, never read as absent (nor waited on)
+        path.unlink()
+        __import__("os").mkfifo(path)
+        with pytest.raises(PipelineError, match=r"^reports/trial_benchmark.json: not a regular "
+                                                r"file"):
+            _trial(tmp_path)
+        return
     edit(record)
     path.write_text(json.dumps(record))
     with pytest.raises(PipelineError, match=r"^reports/trial_benchmark.json: " + said):
