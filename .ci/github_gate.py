@@ -435,6 +435,9 @@ def report(event: Event, verdict: str, table: str) -> None:
             with os.fdopen(fd, "a") as f:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise OSError(errno.EINVAL, "not a regular file")
+                if os.fstat(fd).st_nlink > 1:  # GitHub's has one name; another may be ours
+                    raise OSError(errno.EMLINK, "a file of other names too (hard links), "
+                                                "which may be one of the checkout's")
                 f.write(text + "\n")
         except OSError as exc:  # the verdict stands: it is printed and in the comment's file
             print(f"warning: GITHUB_STEP_SUMMARY {shown(summary, 200)}: {exc.strerror or exc}; "

@@ -485,6 +485,13 @@ def test_the_comment_replaces_a_link_and_an_unwritable_summary_is_one_warning(
             f"writes only regression-comment.md; the verdict is not in the job's summary "
             f"(expected GitHub's file, outside the checkout)\n"), err
     assert code.read_text() == "x = 1\n"
+    # nor through a hard link outside it: the same file under another name
+    os.link(code, tmp_path / "hard-link")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "hard-link"))
+    gate.report(pr, "**PASSED** here", "| table |")
+    out, err = capsys.readouterr()
+    assert out == "PASSED here\n" and "hard links" in err and err.count("\n") == 1, err
+    assert code.read_text() == "x = 1\n"
 
 
 def stored_baseline(tmp_path, values: str):
