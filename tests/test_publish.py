@@ -289,8 +289,9 @@ def test_published_weights_are_replaced_only_on_request_and_only_by_their_varian
     # 100K run is models/tutorial_100k/model.pt)
     fresh = tmp_path / "elsewhere" / "tutorial_100k"
     named = _one_error_line(_run(project, "tools/publish.py", "baseline", "--out", str(fresh)))
-    assert (f"--out {fresh}: named after the variant tutorial_100k, whose weights go there; "
-            f"publish baseline into models/baseline (the default)") in named, named
+    assert (f"--out {fresh}: named after the variant tutorial_100k, not baseline: a published "
+            f"folder takes its variant's name (models/NAME), so this one would be taken for "
+            f"tutorial_100k's; publish baseline into models/baseline (the default)") in named, named
     assert not fresh.parent.exists()
     # a file of the user's in the published folder: refused, named, kept
     (out / "thesis-notes.md").write_text("mine")

@@ -341,9 +341,11 @@ def _refuse_another_variants(out: Path, name: str, own: set, held: str,
                             f"models/{name}), or move {out} away first. Nothing was changed.")
     folder = out.resolve().name
     if folder != name and folder in _variant_names():
-        raise PipelineError(f"--out {out}: named after the variant {folder}, whose weights go "
-                            f"there; publish {name} into models/{name} (the default) or a "
-                            f"folder not named after another variant. Nothing was changed.")
+        raise PipelineError(f"--out {out}: named after the variant {folder}, not {name}: a "
+                            f"published folder takes its variant's name (models/NAME), so "
+                            f"this one would be taken for {folder}'s; publish {name} into "
+                            f"models/{name} (the default) or a folder not named after another "
+                            f"variant. Nothing was changed.")
 
 
 def publish(name: str, model: Path, results: Path, out: Path,
