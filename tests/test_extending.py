@@ -61,7 +61,7 @@ def test_the_pages_variant_gets_its_own_report_section(tmp_path):
     report = (project / "reports/report.md").read_text()
     mine = report.split("## Your variants", 1)[1].split("\n## ", 1)[0]
     assert f"### `{name}`" in mine
-    assert "It changes `model.lrn: False`, `model.batch_norm: True`." in mine, mine
+    assert "It changes `model.lrn: false`, `model.batch_norm: true`." in mine, mine
     for heading in ("## Exercise 1", "## Exercise 2", "## Exercise 3", "## Exercise 4"):
         assert name not in report.split(heading, 1)[1].split("\n## ", 1)[0], heading
     # its model file: BatchNorm's buffers in it, read back by predict and publish
