@@ -202,7 +202,9 @@ def newest_checkpoint(train: Path) -> str:
     shards = sorted(p.name for p in train.glob(f"{name}.data-*-of-*"))
     counts = {m.group(1) for n in shards
               if (m := re.fullmatch(re.escape(name) + r"\.data-\d{5}-of-(\d{5})", n))}
-    whole = len(counts) == 1 and len(shards) == int(next(iter(counts)))
+    # shards 0 to N-1 of one N, each once: a count alone passes 00000 and 00007 of 00002
+    whole = len(counts) == 1 and shards == [
+        f"{name}.data-{i:05d}-of-{next(iter(counts))}" for i in range(int(next(iter(counts))))]
     if not ((train / f"{name}.index").is_file() and (train / f"{name}.meta").is_file()
             and whole):
         raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, whose files "

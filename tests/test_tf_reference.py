@@ -794,7 +794,8 @@ MISSING = r"whose files \(model.ckpt-\d+.index, every .data-\*-of-\* shard, .met
     (None, ".data-00000-of-00001", MISSING),  # its weights gone: index and graph only
     (None, ".meta", MISSING),
     (None, ".index", MISSING),
-], ids=["not-a-step", "no-files", "no-weights", "no-graph", "no-index"])
+    (None, "shard-misnumbered", MISSING),  # 00000 and 00007 of 00002: 00001 missing
+], ids=["not-a-step", "no-files", "no-weights", "no-graph", "no-index", "shard-misnumbered"])
 def test_a_keep_of_a_checkpoint_the_run_does_not_hold_keeps_the_kept_run(tmp_path, name,
                                                                          gone, said):
     """train/checkpoint naming a checkpoint whose files are not all there (a name that is
@@ -807,6 +808,11 @@ def test_a_keep_of_a_checkpoint_the_run_does_not_hold_keeps_the_kept_run(tmp_pat
     before = {p.relative_to(kept): p.read_bytes() for p in kept.rglob("*") if p.is_file()}
     if name is not None:
         (run / "train" / "checkpoint").write_text(f'model_checkpoint_path: "{name}"\n')
+    elif gone == "shard-misnumbered":
+        ckpt = tool.newest_checkpoint(run / "train")
+        shard = run / "train" / f"{ckpt}.data-00000-of-00001"
+        shard.rename(run / "train" / f"{ckpt}.data-00000-of-00002")
+        (run / "train" / f"{ckpt}.data-00007-of-00002").write_bytes(b"x")
     else:
         ckpt = tool.newest_checkpoint(run / "train")
         (run / "train" / f"{ckpt}{gone}").unlink()
