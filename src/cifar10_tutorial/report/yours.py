@@ -25,8 +25,11 @@ def flat(overrides: dict, prefix: str = "") -> dict:
 
 def _as_written(value) -> str:
     """A param's value as the params file writes it (YAML: null, true, false)."""
-    return {None: "null", True: "true", False: "false"}.get(value, str(value)) \
-        if value is None or isinstance(value, bool) else str(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def your_variants(r: Results, every: pd.DataFrame, dataset_variants) -> list[str]:
