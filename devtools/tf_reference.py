@@ -199,19 +199,33 @@ def newest_checkpoint(train: Path) -> str:
                             f"reference's model.ckpt-STEP; {DAMAGED}")
     # the step a run reached is that of a checkpoint it holds: named, its files beside (the
     # index, every shard of the weights, the graph): keep replaces a kept run with them
-    shards = sorted(p.name for p in train.glob(f"{name}.data-*-of-*"))
-    counts = {m.group(1) for n in shards
-              if (m := re.fullmatch(re.escape(name) + r"\.data-\d{5}-of-(\d{5})", n))}
-    # shards 0 to N-1 of one N, each once: a count alone passes 00000 and 00007 of 00002
-    whole = len(counts) == 1 and shards == [
-        f"{name}.data-{i:05d}-of-{next(iter(counts))}" for i in range(int(next(iter(counts))))]
     if not ((train / f"{name}.index").is_file() and (train / f"{name}.meta").is_file()
-            and whole):
+            and _shards(train, name)):
         raise PipelineError(f"{train / 'checkpoint'}: names {name[:60]!r}, whose files "
                             f"({name[:60]}.index, every .data-*-of-* shard, .meta) are not all in {train}; the "
                             f"run's newest checkpoint is missing: restore it, or mend the "
                             f"file to name one it holds. Nothing was written.")
     return name
+
+
+def _shards(train: Path, name: str) -> list[str]:
+    """The weights' shards of checkpoint ``name`` in ``train``: 0 to N-1 of one N, each once
+    (a count alone passes 00000 and 00007 of 00002); [] where they are not all there. A
+    name with more after it (a save's leftover ``.tempstate`` file) is no shard."""
+    shards = sorted(p.name for p in train.glob(f"{glob.escape(name)}.data-*")
+                    if re.fullmatch(re.escape(name) + r"\.data-\d{5}-of-\d{5}", p.name))
+    counts = {n[-5:] for n in shards}
+    if len(counts) != 1:
+        return []
+    n = next(iter(counts))
+    return shards if shards == [f"{name}.data-{i:05d}-of-{n}" for i in range(int(n))] else []
+
+
+def checkpoint_files(train: Path, name: str) -> list[Path]:
+    """The files of checkpoint ``name`` that keep copies: its index, its graph and its
+    shards, nothing else that shares the name."""
+    return [train / f"{name}.index", train / f"{name}.meta",
+            *(train / n for n in _shards(train, name))]
 
 
 # what keep writes in its folder: the checkpoint's files and the run's records, nothing else
@@ -285,7 +299,7 @@ def keep(run: Path, dest: Path) -> str:
                             f"train/checkpoint, the checkpoint's files and {', '.join(RECORDS)}) "
                             f"and would delete; give another folder, or move it away. Nothing "
                             f"was changed.")
-    files = sorted((run / "train").glob(ckpt + ".*"))
+    files = checkpoint_files(run / "train", ckpt)
     for path in [*files, *(run / name for name in RECORDS)]:
         _refuse_special(path)  # a folder or FIFO where a file goes: named, never skipped
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -340,6 +354,10 @@ def restore(src: Path, run: Path) -> None:
     if os.path.lexists(run):
         raise PipelineError(f"{run}: already there; restore into a new folder. Nothing was "
                             f"changed.")
+    if run.resolve().is_relative_to(src.resolve()):
+        # a copy into the kept folder would make it hold what keep never writes there
+        raise PipelineError(f"{run}: inside {src}, the kept run it would copy; restore into "
+                            f"a folder outside it. Nothing was changed.")
     refuse_foreign_place(run, "RUN", "a folder of its own, outside the project's code and "
                                      "outputs")
     try:

@@ -848,3 +848,31 @@ def test_collect_takes_a_tensorflow_version_only(tmp_path, version):
               "--steps-planned", "10000", "--out", str(tmp_path / "records")],
              r"--tensorflow .*: expected the version the run used")
     assert not (tmp_path / "records").exists()
+
+
+def test_a_saves_leftover_beside_the_shards_is_not_kept(tmp_path):
+    """A name that starts like a shard and goes on (a save's leftover ``.tempstate`` file)
+    is no shard: the checkpoint is whole, and keep copies only its index, graph and
+    shards, so the next keep into the folder finds only what it writes."""
+    run = _run(tmp_path)
+    (run / "train" / "model.ckpt-10000.data-00000-of-00001.tempstate123").write_text("t")
+    kept = tmp_path / "kept"
+    assert tool.keep(run, kept) == "model.ckpt-10000"
+    assert sorted(p.name for p in (kept / "train").iterdir()) == [
+        "checkpoint", "model.ckpt-10000.data-00000-of-00001", "model.ckpt-10000.index",
+        "model.ckpt-10000.meta"]
+    assert tool.keep(run, kept) == "model.ckpt-10000"
+
+
+@pytest.mark.parametrize("inner", ["inner", "train/inner", "."])
+def test_restore_into_the_kept_folder_itself_is_refused(tmp_path, inner):
+    """restore copies a kept run into a new folder: one inside the kept folder would make
+    it hold what keep never writes there (the next keep would refuse it): one line, and
+    nothing written."""
+    run, kept = _run(tmp_path), tmp_path / "kept"
+    tool.keep(run, kept)
+    before = sorted(p.relative_to(kept) for p in kept.rglob("*"))
+    target = kept / inner / "again" if inner == "." else kept / inner
+    _refused(["restore", str(kept), str(target)], r"inside .*kept, the kept run it would copy")
+    assert sorted(p.relative_to(kept) for p in kept.rglob("*")) == before
+    tool.keep(run, kept)
