@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -610,7 +611,9 @@ def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synt
         assert refuse_another_models_evaluation(kept, "data/train/model.pt")
         with pytest.raises(PipelineError, match=r"kept/provenance.json: holds the evaluation "
                                                 r"of data/train/model.pt as another folder "
-                                                r"evaluated it .* with other figures"):
+                                                r"evaluated it .* with another "
+                                                r"'[a-z_0-9]+' in its metrics.json \(\d\.\d+, "
+                                                r"where this model gives \d\.\d+\)"):
             evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu",
                      same_figures_only=True)
         assert _files(kept) == before
@@ -619,10 +622,28 @@ def test_an_evaluation_by_hand_outside_the_checkout_keeps_another_checkouts(synt
         evaluate(synth_data, "data/train/model.pt", tmp_path / "e4-own", 64, "cpu")
         assert (tmp_path / "e4-own" / "predictions.csv").read_bytes() == \
             (kept / "predictions.csv").read_bytes()
-        with pytest.raises(PipelineError, match=r"with other figures"):
+        with pytest.raises(PipelineError, match=r"with another '(precision_at_1_raw|loss|"
+                                                r"loss_raw)' in its metrics.json"):
             evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu",
                      same_figures_only=True)
         assert _files(kept) == before
+        # its own model again, the folder's files edited: what differs is named
+        os.chdir(checkouts[0])
+        lines = (kept / "predictions.csv").read_text().splitlines(keepends=True)
+        lines[1] = "x,y\n"
+        (kept / "predictions.csv").write_text("".join(lines))
+        edited = _files(kept)
+        with pytest.raises(PipelineError, match=r"with the same figures but other predictions "
+                                                rf"in its predictions.csv \(1 of {len(lines) - 1} "):
+            evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu",
+                     same_figures_only=True)
+        metrics = json.loads((kept / "metrics.json").read_text())
+        (kept / "metrics.json").write_text(json.dumps({**metrics, "note": "mine"}))
+        with pytest.raises(PipelineError, match=r"with another 'note' in its metrics.json "
+                                                r"\(mine, where this model gives absent\)"):
+            evaluate(synth_data, "data/train/model.pt", kept, 64, "cpu",
+                     same_figures_only=True)
+        assert _files(kept)["predictions.csv"] == edited["predictions.csv"]
     finally:
         os.chdir(here)
     (kept / "provenance.json").write_text('{"model": 5}')
@@ -694,3 +715,35 @@ def test_the_eval_stage_by_hand_names_a_fifo_record_without_waiting(synth_data, 
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith(
         f"error: {out / 'provenance.json'}: not a regular file"), proc.stderr
+
+
+def test_a_rerun_from_a_folder_inside_the_checkout_knows_its_stages_evaluation(synth_data,
+                                                                               trained,
+                                                                               tmp_path):
+    """The eval stage records its model as a path from the checkout's folder (where DVC
+    runs it): run by hand from a folder inside the checkout (its data/), that path still
+    names the same model, and the evaluation is replaced; another model is not. Without a
+    dvc.yaml above, nothing says where the path was from: refused."""
+    import os
+    import shutil
+
+    from cifar10_tutorial.evaluation.evaluate import refuse_another_models_evaluation
+
+    co = tmp_path / "co"
+    (co / "data" / "train").mkdir(parents=True)
+    shutil.copy(trained.model, co / "data" / "train" / "model.pt")
+    shutil.copy(trained.model, co / "data" / "train" / "other.pt")
+    here = os.getcwd()
+    try:
+        os.chdir(co)
+        evaluate(synth_data, "data/train/model.pt", co / "reports" / "eval", 64, "cpu")
+        os.chdir(co / "data")
+        with pytest.raises(PipelineError, match=r"holds the evaluation of data/train/model.pt"):
+            refuse_another_models_evaluation(Path("../reports/eval"), Path("train/model.pt"))
+        (co / "dvc.yaml").write_text("stages: {}\n")
+        assert refuse_another_models_evaluation(Path("../reports/eval"),
+                                                Path("train/model.pt")) is False
+        with pytest.raises(PipelineError, match=r"not known to be of train/other.pt"):
+            refuse_another_models_evaluation(Path("../reports/eval"), Path("train/other.pt"))
+    finally:
+        os.chdir(here)

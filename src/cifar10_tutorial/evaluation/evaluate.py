@@ -150,6 +150,12 @@ def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> bool:
     inside = os.path.realpath(out_dir).startswith(here.rstrip(os.sep) + os.sep)
     if same_file and (os.path.isabs(theirs) or inside):
         return False
+    root = _checkout_holding(here, os.path.realpath(out_dir))
+    if root is not None and not os.path.isabs(theirs) and \
+            os.path.realpath(os.path.join(root, theirs)) == os.path.realpath(model_path):
+        # run from a folder inside the checkout that holds --out (say its data/): the path
+        # recorded from the checkout's own folder, as its stages run, names this model
+        return False
     if same_file:
         # of the same step and params, a model of another checkout (other weights) still
         # looks alike: only its figures tell, once this evaluation has made its own
@@ -164,6 +170,16 @@ def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> bool:
                         f"be of {model_path}, and this one would replace it; give --out a "
                         f"folder of its own (or delete that folder if you mean to replace "
                         f"it). Nothing was changed.")
+
+
+def _checkout_holding(here: str, out_dir: str) -> Optional[str]:
+    """The nearest folder above ``here`` holding a dvc.yaml (a checkout, whose stages run
+    from it) that ``out_dir`` also lies inside; None where there is none."""
+    for folder in [here, *map(str, Path(here).parents)]:
+        if os.path.isfile(os.path.join(folder, "dvc.yaml")):
+            inside = out_dir.startswith(folder.rstrip(os.sep) + os.sep)
+            return folder if inside else None
+    return None
 
 
 def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 250,
@@ -268,21 +284,36 @@ def _refuse_other_figures(out_dir: Path, metrics: dict, predictions: str, model:
         if not all(f.is_file() and not f.is_symlink() for f in files):  # never a FIFO's read
             raise ValueError("not the evaluation's files")
         theirs = json.loads(files[0].read_text(encoding="utf-8"))
-        same = (files[1].read_text(encoding="utf-8") == predictions
-                and {k: v for k, v in theirs.items() if k != "examples_per_sec"}
-                == {k: v for k, v in metrics.items() if k != "examples_per_sec"})
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        theirs, same = {}, False
-    if not same:
-        said = theirs.get("precision_at_1") if isinstance(theirs, dict) else None
-        was = f"{said:.4f}" if isinstance(said, float) else "figures that cannot be read"
+        if not isinstance(theirs, dict):
+            raise ValueError("not a mapping")
+        differs = _first_difference(theirs, metrics, files[1].read_text(encoding="utf-8"),
+                                    predictions)
+    except (OSError, UnicodeDecodeError, ValueError):
+        differs = "figures that cannot be read, where this model gives precision @ 1 " \
+                  f"{metrics['precision_at_1']:.4f}"
+    if differs is not None:
         raise PipelineError(f"{out_dir / 'provenance.json'}: holds the evaluation of {model} "
                             f"as another folder evaluated it (a path from that folder, "
-                            f"outside this one), with other figures (precision @ 1 {was}, "
-                            f"where this model gives {metrics['precision_at_1']:.4f}): another "
-                            f"checkout's model, and this one would replace it; give --out a "
-                            f"folder of its own (or delete that folder if you mean to replace "
-                            f"it). Nothing was changed.")
+                            f"outside this one), with {differs}: another checkout's model, "
+                            f"and this one would replace it; give --out a folder of its own "
+                            f"(or delete that folder if you mean to replace it). Nothing was "
+                            f"changed.")
+
+
+def _first_difference(theirs: dict, ours: dict, their_predictions: str,
+                      our_predictions: str) -> Optional[str]:
+    """The first figure (speed aside) or the predictions where two evaluations differ, said
+    with both values; None where they agree."""
+    for key in [*ours, *(k for k in theirs if k not in ours)]:
+        if key != "examples_per_sec" and theirs.get(key, "absent") != ours.get(key, "absent"):
+            return (f"another {key[:40]!r} in its metrics.json ({str(theirs.get(key, 'absent'))[:40]}, "
+                    f"where this model gives {str(ours.get(key, 'absent'))[:40]})")
+    if their_predictions != our_predictions:
+        a, b = their_predictions.splitlines(), our_predictions.splitlines()
+        n = sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))
+        return (f"the same figures but other predictions in its predictions.csv ({n} of "
+                f"{max(len(a), len(b)) - 1} images' lines differ)")
+    return None
 
 
 def _newest_readable(ckpts: list[Path], evaluated: set, damaged: set, device) -> Optional[dict]:
