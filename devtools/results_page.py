@@ -25,6 +25,7 @@ from typing import Optional
 from cifar10_tutorial.cli import given_path, stage_command
 from cifar10_tutorial.errors import PipelineError
 from cifar10_tutorial.files import write_text_atomic
+from cifar10_tutorial.params import defined_variants
 from speed.roofline_table import machine, pipeline_names, roofline_markdown, stage_gaps
 
 PAGE = Path("docs/results.md")
@@ -262,7 +263,44 @@ def _published(root: Path) -> list[str]:
             *rows, ""]
 
 
-def _refuse_other_trial_times(t: dict, path: str, variants: Optional[set] = None) -> None:
+_GROUP = {"ablation": "ablations", "dataset_ablation": "dataset_ablations"}
+
+
+def _commit_time(root: Path, commit: Optional[str]) -> Optional[datetime]:
+    """When ``commit`` was made, where this checkout's git knows it."""
+    if not (isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{7,40}", commit)):
+        return None
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "show", "-s", "--format=%ct", f"{commit}^{{commit}}", "--"],
+                             cwd=root, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode or not out.stdout.strip().isdigit():
+        return None
+    return datetime.fromtimestamp(int(out.stdout.strip()), timezone.utc)
+
+
+def _variants_data(root: Path) -> set[str]:
+    """The data hashes the ablations' evaluations record (reports/ablations/NAME/eval/):
+    the data a trial of this pipeline trains on."""
+    groups = defined_variants(root / "reports" / "params.yaml") or {}
+    hashes = set()
+    for name in sorted(groups.get("ablations", ())):
+        record = root / "reports" / "ablations" / name / "eval" / "provenance.json"
+        try:
+            if record.is_file() and not record.is_symlink():
+                value = json.loads(record.read_text(encoding="utf-8")).get("data_hash")
+                if isinstance(value, str) and value:
+                    hashes.add(value)
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            continue  # the report names a damaged record; the trial is judged on the rest
+    return hashes
+
+
+def _refuse_other_trial_times(t: dict, path: str, variants: Optional[dict] = None,
+                              root: Optional[Path] = None) -> None:
     """The trial's times as benchmarks/trial.py measures them: seconds from 0, each stage's
     from its start to the next one's and the last one's to the end, so that the stages and
     the time before the first add up to the wall time (each rounded to 0.1 s). A time
@@ -288,13 +326,17 @@ def _refuse_other_trial_times(t: dict, path: str, variants: Optional[set] = None
         raise refuse(f"a stage named {odd[:60]!r}, where the trial records DVC's stage names "
                      f"(reports/dvc.yaml's ablation@NAME, dataset_ablation@NAME and report; "
                      f"dvc.yaml's download and preprocess)")
-    # `variants`: this checkout's (reports/params.yaml), whose pipeline the trial ran
+    # `variants`: this checkout's (reports/params.yaml), whose pipeline the trial ran; a
+    # variant's stage is of its own group (ablation@NAME of ablations:, dataset_ablation@NAME
+    # of dataset_ablations:)
     foreign = next((n for n in t["stages"] if "@" in n and variants is not None
-                    and n.split("@", 1)[1] not in variants), None)
+                    and n.split("@", 1)[1] not in variants[_GROUP[n.split(":")[-1].split("@")[0]]]),
+                   None)
     if foreign is not None:
-        raise refuse(f"a stage of the variant {foreign.split('@', 1)[1][:64]!r}, which "
-                     f"reports/params.yaml does not define: the trial runs this pipeline's "
-                     f"variants")
+        kind, name = foreign.split(":")[-1].split("@", 1)
+        raise refuse(f"a stage {kind}@{name[:64]}, where reports/params.yaml defines no "
+                     f"variant {name[:64]!r} under {_GROUP[kind]}: (reports/dvc.yaml has no "
+                     f"such stage): the trial runs this pipeline's variants")
     if t["stages"] and list(t["stages"])[-1] != "reports/dvc.yaml:report":
         raise refuse(f"its last stage is {list(t['stages'])[-1]!r}, where the trial's "
                      f"command ends with reports/dvc.yaml:report")
@@ -335,9 +377,22 @@ def _refuse_other_trial_times(t: dict, path: str, variants: Optional[set] = None
     except ValueError:
         raise refuse(f"provenance.date is {json.dumps(p['date'])[:40]}, which is no UTC time "
                      f"(the trial records the time it ran)") from None
-    if made > datetime.now(timezone.utc) + timedelta(days=1):
+    # UTC on both sides: only clocks set a little apart, never a time zone, lie between
+    if made > datetime.now(timezone.utc) + timedelta(minutes=10):
         raise refuse(f"provenance.date is {p['date']}, a time still to come (the trial records "
-                     f"the time it ran)")
+                     f"the time it ran, in UTC)")
+    # `root`: the checkout whose git dates the commit, and whose variants' data it names
+    commit_time = _commit_time(root, p["code"].get("commit")) if root is not None else None
+    variants_data = _variants_data(root) if root is not None else set()
+    if commit_time is not None and made < commit_time - timedelta(minutes=10):
+        raise refuse(f"provenance.date is {p['date']}, before commit "
+                     f"{p['code']['commit'][:10]} it ran in a clone of was made "
+                     f"({commit_time:%Y-%m-%dT%H:%M:%SZ})")
+    if variants_data and isinstance(p["data"], str) and not any(h.startswith(p["data"]) or p["data"].startswith(h)
+                                 for h in variants_data):
+        raise refuse(f"provenance.data is {p['data'][:32]}, where the variants' results beside "
+                     f"it were made on data {', '.join(sorted(h[:12] for h in variants_data))}: "
+                     f"the trial runs this pipeline on its data")
     if not isinstance(p["code"].get("dirty", False), bool):
         raise refuse(f"provenance.code.dirty is {json.dumps(p['code']['dirty'])[:40]}, where "
                      f"the trial records true or false")
@@ -361,23 +416,15 @@ def _refuse_other_trial_times(t: dict, path: str, variants: Optional[set] = None
                 and math.isfinite(value) and 0 <= value <= 1e7):
             raise refuse(f"{key} is {json.dumps(value)[:40]}, expected seconds from 0 (at "
                          f"most 10,000,000: about 116 days)")
+        # a stage is a process DVC starts (Python, torch, the data read): never 0.0 s
+        if key.startswith("stages.") and value < 0.1:
+            raise refuse(f"{key} is {json.dumps(value)[:40]}, where a stage DVC ran takes "
+                         f"time (from 0.1 s, as the trial rounds it)")
     parts = t["before_first_stage_s"] + sum(t["stages"].values())
     if abs(parts - t["wall_s"]) > 0.05 * (len(t["stages"]) + 2) + 1e-6:
         raise refuse(f"its stages and the {t['before_first_stage_s']:g} s before the first "
                      f"add up to {parts:.1f} s, where wall_s is {t['wall_s']:g} (the trial "
                      f"times each stage to the next one's start)")
-
-
-def _variant_names(root: Path) -> Optional[set]:
-    """The variants reports/params.yaml defines (None where it cannot be read)."""
-    import yaml
-
-    try:
-        raw = yaml.safe_load((root / "reports" / "params.yaml").read_text())
-        return {str(n) for group in ("ablations", "dataset_ablations")
-                for n in (raw.get(group) or {})}
-    except (OSError, yaml.YAMLError, AttributeError, TypeError):
-        return None
 
 
 def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
@@ -391,7 +438,7 @@ def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
     from cifar10_tutorial.eval_files import loads_once
 
     t = loads_once((root / path).read_text())  # a key twice: which is the trial's?
-    _refuse_other_trial_times(t, path, _variant_names(root))
+    _refuse_other_trial_times(t, path, defined_variants(root / "reports" / "params.yaml"), root)
     p = t["provenance"]
     rows = "\n".join(f"| `{name.split(':')[-1]}` | {sec:.1f} |" for name, sec in t["stages"].items())
     return ["## The exercise trial", "",

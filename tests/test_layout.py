@@ -369,14 +369,27 @@ def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, ke
      r"provenance.date is 2999-01-01T00:00:00Z, a time still to come"),
     (lambda t: t.update(stages={"reports/dvc.yaml:ablation@no_such_variant": 130.1,
                                 "reports/dvc.yaml:report": 3.6}),
-     r"a stage of the variant 'no_such_variant', which reports/params.yaml does not define"),
+     r"a stage ablation@no_such_variant, where reports/params.yaml defines no variant "
+     r"'no_such_variant' under ablations:"),
+    # a variant's stage in the other group: reports/dvc.yaml defines no such stage
+    (lambda t: t.update(stages={"reports/dvc.yaml:dataset_ablation@baseline": 130.1,
+                                "reports/dvc.yaml:report": 3.6}),
+     r"a stage dataset_ablation@baseline, where reports/params.yaml defines no variant "
+     r"'baseline' under dataset_ablations:"),
+    (lambda t: t["provenance"].update(date=(__import__("datetime").datetime.now(
+        __import__("datetime").timezone.utc) + __import__("datetime").timedelta(hours=20))
+        .strftime("%Y-%m-%dT%H:%M:%SZ")), r"provenance.date is \S+, a time still to come"),
+    (lambda t: t.update(stages={"reports/dvc.yaml:ablation@baseline": 0.0,
+                                "reports/dvc.yaml:report": 0.0}, wall_s=0, before_first_stage_s=0),
+     r"stages.reports/dvc.yaml:ablation@baseline is 0.0, where a stage DVC ran takes time"),
     (None, None),
 ], ids=["wall-edited", "negative-stage", "before-edited", "stage-name-markup", "steps-a-word",
         "command-backticks", "cpu-newline", "cpus-a-word", "commit-markup",
         "command-other-steps", "no-stages", "command-other", "command-two-budgets",
         "stage-of-the-main-run", "report-not-last", "date-a-word", "data-a-word",
         "commit-a-word", "dirty-a-word", "cpus-a-billion", "extra-key", "times-huge",
-        "date-no-time", "date-to-come", "stage-of-no-variant", "record-a-fifo"])
+        "date-no-time", "date-to-come", "stage-of-no-variant", "stage-of-the-other-group",
+        "date-hours-ahead", "times-zero", "record-a-fifo"])
 def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     """The trial's wall time is the time before the first stage plus each stage's (from
     its start to the next one's): one edited alone is one line naming it, never stated."""
@@ -405,6 +418,47 @@ def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     path.write_text(json.dumps(record))
     with pytest.raises(PipelineError, match=r"^reports/trial_benchmark.json: " + said):
         _trial(tmp_path)
+
+
+def test_a_trial_before_its_commit_or_of_other_data_is_refused(tmp_path):
+    """The trial ran in a clone of the commit it names, on the data the variants' results
+    beside it were made on: a date before that commit was made (where this checkout's git
+    knows it), or other data, is one line; the record as the trial wrote it is shown."""
+    import subprocess
+
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import _trial
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x"], check=True,
+                   env={**__import__("os").environ, "GIT_COMMITTER_DATE": "2026-12-01T10:00:00Z"})
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    record = {"command": "dvc exp run -S ablation.trial_steps=5 reports/dvc.yaml:report",
+              "steps": 5, "wall_s": 138.4, "before_first_stage_s": 4.7,
+              "stages": {"reports/dvc.yaml:ablation@baseline": 130.1,
+                         "reports/dvc.yaml:report": 3.6},
+              "provenance": {"code": {"commit": commit}, "cpu": "CPU", "cpus": 2,
+                             "date": "2026-12-03T13:10:22Z", "data": "1092641114d0"}}
+    path = tmp_path / "reports/trial_benchmark.json"
+    (tmp_path / "reports/ablations/baseline/eval").mkdir(parents=True)
+    (tmp_path / "reports/params.yaml").write_text("ablations:\n  baseline: {}\n"
+                                                  "dataset_ablations:\n  svhn: {}\n")
+    (tmp_path / "reports/ablations/baseline/eval/provenance.json").write_text(
+        json.dumps({"data_hash": "1092641114d06102981bde28f159bfb5"}))
+    path.write_text(json.dumps(record))
+    assert "data 1092641114d0" in "\n".join(_trial(tmp_path))
+    for key, value, said in (
+            ("date", "1970-01-01T00:00:00Z", rf"provenance.date is 1970-01-01T00:00:00Z, before "
+                                             rf"commit {commit[:10]} it ran in a clone of was "
+                                             rf"made \(2026-12-01T10:00:00Z\)"),
+            ("data", "0123456789ab", r"provenance.data is 0123456789ab, where the variants' "
+                                     r"results beside it were made on data 1092641114d0")):
+        path.write_text(json.dumps({**record, "provenance": {**record["provenance"],
+                                                             key: value}}))
+        with pytest.raises(PipelineError, match=r"^reports/trial_benchmark.json: " + said):
+            _trial(tmp_path)
 
 
 def test_a_trial_record_with_a_key_twice_is_one_line_from_the_results_page(tmp_path):

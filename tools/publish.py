@@ -53,6 +53,7 @@ from cifar10_tutorial.ownership import (PUBLISHED_FILES, PUBLISHED_MANIFEST, ens
                                         folders_apart,
                                         listed, refuse_foreign_place, repository_at)
 from cifar10_tutorial.model_files import load_model_file
+from cifar10_tutorial.params import defined_variants
 from publish_records import RERUN, Records, read_json, read_records, recorded_model
 from cifar10_tutorial.report.results import device_text, refuse_stale_results
 
@@ -314,19 +315,6 @@ def _write_folder(folder: Path, r: Records, out: Path, curve: list[str],
                   results=str(r.results))
 
 
-def _variant_names(params_yaml: Path = Path("reports/params.yaml")) -> set[str]:
-    """The variants reports/params.yaml defines (none where it cannot be read: the stages
-    say why where it matters)."""
-    import yaml
-
-    try:
-        p = yaml.safe_load(params_yaml.read_text()) or {}
-        return {str(n) for group in ("ablations", "dataset_ablations")
-                if isinstance(p.get(group), dict) for n in p[group]}
-    except (OSError, yaml.YAMLError, AttributeError):
-        return set()
-
-
 def _refuse_another_variants(out: Path, name: str, own: set, held: str,
                              whose: Optional[str]) -> None:
     """A published folder is its variant's: --replace replaces that variant's weights with
@@ -340,7 +328,8 @@ def _refuse_another_variants(out: Path, name: str, own: set, held: str,
                             f"replaces only a variant's own; give another --out (the default is "
                             f"models/{name}), or move {out} away first. Nothing was changed.")
     folder = out.resolve().name
-    if folder != name and folder in _variant_names():
+    if folder != name and folder in set().union(
+            *(defined_variants(Path("reports/params.yaml")) or {}).values()):
         raise PipelineError(f"--out {out}: named after the variant {folder}, not {name}: a "
                             f"published folder takes its variant's name (models/NAME), so "
                             f"this one would be taken for {folder}'s; publish {name} into "

@@ -324,6 +324,20 @@ def check_variant_name(name: Any, group: str = "ablations") -> str:
     return name
 
 
+def defined_variants(params_yaml: Path) -> Optional[dict[str, set[str]]]:
+    """The variant names ``params_yaml`` (reports/params.yaml) defines, by group
+    (``ablations``, ``dataset_ablations``); None where it cannot be read (the stages say
+    why where it matters)."""
+    import yaml
+
+    try:
+        p = yaml.safe_load(Path(params_yaml).read_text()) or {}
+        return {group: ({str(n) for n in p[group]} if isinstance(p.get(group), dict) else set())
+                for group in ("ablations", "dataset_ablations")}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return None
+
+
 # names a variant cannot take: its checkpoint mirror's folder would be another run's
 RESERVED_NAMES = {"train": "the main pipeline's run in the checkpoint mirror",
                   "trials": "the folder of the trials' runs in the checkpoint mirror"}
