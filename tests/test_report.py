@@ -1877,6 +1877,10 @@ def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path,
                   r"later time"),  # the same time at a later step: its steps took none
     ("step-float", None, r"train.time_to_target.0.7 is \{\"step\": 7038.0, .*expected a "
                          r"precision reached at a step"),
+    # a lone time moved early: the speed curve logs 1,042 s of steps before step 7,038
+    ("early", None, r"train.time_to_target has 0.7 reached at step 7,038 after 100 s of "
+                    r"training, where the run's speed curve .* logs 1,042 s of steps up to it, "
+                    r"of which its held-out evaluations took at most 60 s"),
 ])
 def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, target, at,
                                                                     said):
@@ -1898,6 +1902,8 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
         m["train"]["time_to_target"]["0.7"]["epoch"] = 10.0
     elif target == "seconds":  # longer than the run trained
         m["train"]["time_to_target"]["0.7"]["train_seconds"] = 99999.0
+    elif target == "early":
+        m["train"]["time_to_target"]["0.7"]["train_seconds"] = 100.0
     elif target == "step-float":  # the run counts whole steps
         m["train"]["time_to_target"]["0.7"]["step"] = 7038.0
     elif target in ("no-seconds", "no-epoch"):  # a key the report states, deleted

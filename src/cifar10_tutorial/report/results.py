@@ -770,6 +770,49 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
                                 f"{t1:g} s: one run's training clock gives "
                                 f"{'one time at one step' if s0 == s1 else 'a later step a later time'}"
                                 f", so the figures are not this run's; {rerun}.")
+    # the speed curve times the windows of steps from one log line to the next, held-out
+    # evaluations inside them (training/monitoring.py), all within the training clock: a
+    # target's time is at least the windows before its step less every evaluation's time
+    # (a resume may count part of one window twice: room for that)
+    windows = _logged_windows(folder)
+    evals = metrics["train"].get("held_out_eval_seconds", 0)
+    if windows is None or not (_of_kind(evals, (int, float)) and math.isfinite(evals)):
+        return
+    for step, seconds, target in times:
+        before = sum(t for s, t in windows if s <= step)
+        least = before * (1 - WINDOW_ROOM) - evals - 10.0
+        if seconds < least:
+            raise PipelineError(f"{said}: train.time_to_target has {target} reached at step "
+                                f"{step:,} after {seconds:g} s of training, where the run's "
+                                f"speed curve (train/plots/metrics/train/examples_per_sec.tsv) "
+                                f"logs {before:,.0f} s of steps up to it, of which its held-out "
+                                f"evaluations took at most {evals:,.0f} s: one run records "
+                                f"both, so the figures are not this run's; {rerun}.")
+
+
+# a resumed run's first window counts the steps from the log line before its checkpoint
+WINDOW_ROOM = 0.05
+
+
+def _logged_windows(folder: Path) -> Optional[list[tuple[int, float]]]:
+    """(step, seconds) of each window of steps the run's speed curve logs: the steps since
+    the line before, times the global batch over the examples/sec logged. None where the
+    curve or the batch cannot be read as the run writes them (other checks name those)."""
+    try:
+        batch = json.loads(read_small_file(folder / "variant.json", 1 << 20).decode("utf-8"))
+        batch = batch.get("global_batch_size") if isinstance(batch, dict) else None
+        curve = read_curve(folder / "train", "examples_per_sec", "train")
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not (_of_kind(batch, (int,)) and batch > 0) or curve is None \
+            or list(curve.columns) != ["step", "examples_per_sec"]:
+        return None
+    rows = curve.drop_duplicates("step", keep="last")  # a resume's steps logged again
+    steps, speeds = rows["step"].tolist(), rows["examples_per_sec"].tolist()
+    if not all(_of_kind(s, (int,)) for s in steps) or steps != sorted(steps) or \
+            not all(_of_kind(v, (int, float)) and math.isfinite(v) and v > 0 for v in speeds):
+        return None
+    return [(s, (s - prev) * batch / v) for s, prev, v in zip(steps, [0, *steps], speeds)]
 
 
 def _record(path: Path, keys: tuple, variant: Optional[str] = None) -> dict:
