@@ -406,6 +406,21 @@ def _write_comment(text: str) -> None:
     write_text_atomic(record, f"{new}\n")
 
 
+def _checkout_folders() -> list[Path]:
+    """The checkout's work tree and its git folders (a worktree's, and the repository's
+    they share, may lie outside the work tree): what git needs is the checkout's too."""
+    folders = [Path(os.path.realpath(ROOT))]
+    for flag in ("--absolute-git-dir", "--git-common-dir"):
+        try:
+            out = subprocess.run(["git", "rev-parse", flag], cwd=ROOT, capture_output=True,
+                                 text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and out.stdout.strip():
+            folders.append(Path(os.path.realpath(ROOT / out.stdout.strip())))
+    return folders
+
+
 def report(event: Event, verdict: str, table: str) -> None:
     """The verdict and the table: the job's summary (appended) and the comment's file."""
     text = (f"{HEADER}{CONFIG}` configuration, {event.sha[:12]}\n\n{verdict}\n\n"
@@ -424,11 +439,12 @@ def report(event: Event, verdict: str, table: str) -> None:
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     # GitHub's lies outside the checkout: one inside it (a code file, say) is not the
     # gate's to write, which writes only its comment there
-    where, root = Path(os.path.realpath(summary or "/")), Path(os.path.realpath(ROOT))
-    if summary and (where == root or root in where.parents):
-        print(f"warning: GITHUB_STEP_SUMMARY {shown(summary, 200)}: inside the checkout, "
-              f"where the gate writes only {COMMENT}; the verdict is not in the job's summary "
-              f"(expected GitHub's file, outside the checkout)", file=sys.stderr)
+    where = Path(os.path.realpath(summary or "/"))
+    if summary and any(where == root or root in where.parents for root in _checkout_folders()):
+        print(f"warning: GITHUB_STEP_SUMMARY {shown(summary, 200)}: inside the checkout "
+              f"(its work tree or git folder), where the gate writes only {COMMENT}; the "
+              f"verdict is not in the job's summary (expected GitHub's file, outside the "
+              f"checkout)", file=sys.stderr)
     elif summary:
         try:  # O_NONBLOCK: a FIFO there must not hang the gate (GitHub's is a regular file)
             fd = os.open(summary, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)

@@ -481,10 +481,28 @@ def test_the_comment_replaces_a_link_and_an_unwritable_summary_is_one_warning(
         gate.report(pr, "**PASSED** here", "| table |")
         out, err = capsys.readouterr()
         assert out == "PASSED here\n" and err == (
-            f"warning: GITHUB_STEP_SUMMARY '{given}': inside the checkout, where the gate "
-            f"writes only regression-comment.md; the verdict is not in the job's summary "
-            f"(expected GitHub's file, outside the checkout)\n"), err
+            f"warning: GITHUB_STEP_SUMMARY '{given}': inside the checkout (its work tree or "
+            f"git folder), where the gate writes only regression-comment.md; the verdict is "
+            f"not in the job's summary (expected GitHub's file, outside the checkout)\n"), err
     assert code.read_text() == "x = 1\n"
+    # the checkout's git folder outside its work tree (a worktree's, the repository's)
+    repo, wt = tmp_path / "repo", tmp_path / "wt"
+    sh(tmp_path, "git", "init", "-q", str(repo))
+    sh(repo, "git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+       "--allow-empty", "-m", "x")
+    sh(repo, "git", "worktree", "add", "-q", str(wt))
+    gate.ROOT = wt
+    head = repo / ".git" / "worktrees" / "wt" / "HEAD"
+    before = {p: p.read_bytes() for p in (head, repo / ".git" / "HEAD")}
+    for given in before:
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(given))
+        gate.report(pr, "**PASSED** here", "| table |")
+        out, err = capsys.readouterr()
+        assert out == "PASSED here\n" and "inside the checkout (its work tree or git folder)" \
+            in err, err
+    assert {p: p.read_bytes() for p in before} == before
+    sh(wt, "git", "rev-parse", "HEAD")
+    gate.ROOT = checkout
     # nor through a hard link outside it: the same file under another name
     os.link(code, tmp_path / "hard-link")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "hard-link"))
