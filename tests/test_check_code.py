@@ -843,3 +843,38 @@ def test_the_stage_command_as_a_list_of_one_is_read_and_of_several_refused():
     with pytest.raises(PipelineError, match=r"^p: the ablation stage's cmd: expected one "
                                             r"command .*found 2 commands"):
         check_code._one_command(["a", "b"], "p")
+
+
+def test_variants_params_that_are_no_file_are_named_so(tmp_path, monkeypatch):
+    """reports/params.yaml a FIFO (or a folder): one line saying it is no regular file,
+    never read (a FIFO's read would wait for ever), not "no variants"; nothing made."""
+    import os
+    import signal
+
+    import check_code
+    from cifar10_tutorial.errors import PipelineError
+
+    init_repo(tmp_path)
+    for folder in ("src", "stages", "reports"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "README.md").write_text("a file git keeps\n")
+    (tmp_path / "reports/params.yaml").write_text("ablations:\n  baseline: {}\n")
+    (tmp_path / "reports/dvc.yaml").write_text("stages: {}\n")
+    (tmp_path / "reports/dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    commit(tmp_path, "the lock")
+    monkeypatch.chdir(tmp_path)
+    params = tmp_path / "reports/params.yaml"
+    for make in (os.mkfifo, os.mkdir):
+        params.unlink()  # the file, then the FIFO
+        make(params)
+        old = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError()))
+        signal.alarm(60)
+        try:
+            with pytest.raises(PipelineError, match=r"reports/params\.yaml: not a regular file "
+                                                    r"\(a folder, FIFO, device or broken link\)"):
+                check_code.main(["--no-record"])
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
+        "README.md", "dvc.lock", "dvc.yaml", "params.yaml"]

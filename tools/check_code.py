@@ -1071,6 +1071,10 @@ def _trained_where_the_check_runs(root: Path, names: list[str]) -> None:
 
 
 def _variants(path: Path) -> list[str]:
+    if os.path.lexists(path) and not path.is_file():  # never read (a FIFO would hang)
+        raise PipelineError(f"{path}: not a regular file (a folder, FIFO, device or broken "
+                            f"link), where the exercises' variants are defined; restore it "
+                            f"(`git checkout -- {EXERCISES}`)")
     raw = _read_yaml(path, EXERCISES) if path.is_file() else None
     names = list(((raw or {}).get("ablations") or {}))
     if not names:
