@@ -282,6 +282,25 @@ def _commit_time(root: Path, commit: Optional[str]) -> Optional[datetime]:
     return datetime.fromtimestamp(int(out.stdout.strip()), timezone.utc)
 
 
+def _commit_unknown(root: Path, commit: Optional[str]) -> bool:
+    """Whether this checkout's whole history (a git repository, not a shallow clone) holds
+    no commit ``commit``: the page then says so beside it."""
+    import subprocess
+
+    if not isinstance(commit, str):
+        return False
+    try:
+        shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=root,
+                                 capture_output=True, text=True, timeout=60)
+        if shallow.returncode or shallow.stdout.strip() != "false":
+            return False  # no git, or a history cut short: nothing to tell
+        found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=root,
+                               capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return found.returncode != 0
+
+
 def _variants_data(root: Path) -> set[str]:
     """The data hashes the ablations' evaluations record (reports/ablations/NAME/eval/):
     the data a trial of this pipeline trains on."""
@@ -443,7 +462,9 @@ def _trial(root: Path, path: str = "reports/trial_benchmark.json") -> list[str]:
     rows = "\n".join(f"| `{name.split(':')[-1]}` | {sec:.1f} |" for name, sec in t["stages"].items())
     return ["## The exercise trial", "",
             f"`{t['command']}` (`cifar10 trial --steps {t['steps']}`, in a clone of commit "
-            f"{(p['code'].get('commit') or 'outside git')[:10]}, {p['date'][:10]}, {p['cpu']}, "
+            f"{(p['code'].get('commit') or 'outside git')[:10]}"
+            f"{' (a commit this repository does not hold)' if _commit_unknown(root, p['code'].get('commit')) else ''}"
+            f", {p['date'][:10]}, {p['cpu']}, "
             f"{p['cpus']} CPUs, data {str(p['data'])[:12]}): **{t['wall_s']:.0f} s** in all, "
             f"{t['before_first_stage_s']:.1f} s of it before DVC ran the first stage. Each "
             f"stage's seconds, from its start to the next one's (DVC's own work included), "

@@ -449,6 +449,12 @@ def test_a_trial_before_its_commit_or_of_other_data_is_refused(tmp_path):
         json.dumps({"data_hash": "1092641114d06102981bde28f159bfb5"}))
     path.write_text(json.dumps(record))
     assert "data 1092641114d0" in "\n".join(_trial(tmp_path))
+    assert "does not hold" not in "\n".join(_trial(tmp_path))
+    # a commit this whole history does not hold: said beside it
+    path.write_text(json.dumps({**record, "provenance": {**record["provenance"],
+                                                         "code": {"commit": "0000000"}}}))
+    assert "in a clone of commit 0000000 (a commit this repository does not hold), " in \
+        "\n".join(_trial(tmp_path))
     for key, value, said in (
             ("date", "1970-01-01T00:00:00Z", rf"provenance.date is 1970-01-01T00:00:00Z, before "
                                              rf"commit {commit[:10]} it ran in a clone of was "
