@@ -694,6 +694,19 @@ def test_results_of_older_code_than_the_locks_commit_are_not_recorded(project):
     assert lock.read_bytes() == before
 
 
+def _a_committed_lock(root):
+    """A repository with one variant, an empty pipeline and its lock committed: what
+    check-code reads before anything runs."""
+    init_repo(root)
+    for folder in ("src", "stages", "reports"):
+        (root / folder).mkdir()
+        (root / folder / "README.md").write_text("a file git keeps\n")
+    (root / "reports/params.yaml").write_text("ablations:\n  baseline: {}\n")
+    (root / "reports/dvc.yaml").write_text("stages: {}\n")
+    (root / "reports/dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    commit(root, "the lock")
+
+
 @pytest.mark.parametrize("path, text, args, problem", [
     ("reports/params.yaml", "eval: {}\nablations: [\n", ["--no-record"],
      r"expected the node content, but found '<stream end>' on line 3"),
@@ -715,15 +728,8 @@ def test_a_damaged_yaml_file_is_one_line_naming_it(tmp_path, monkeypatch, path, 
     import check_code
     from cifar10_tutorial.errors import PipelineError
 
-    init_repo(tmp_path)
-    for folder in ("src", "stages", "reports"):
-        (tmp_path / folder).mkdir()
-        (tmp_path / folder / "README.md").write_text("a file git keeps\n")
-    (tmp_path / "reports/params.yaml").write_text("ablations:\n  baseline: {}\n")
-    (tmp_path / "reports/dvc.yaml").write_text("stages: {}\n")
-    (tmp_path / "reports/dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    _a_committed_lock(tmp_path)
     damaged = tmp_path / path
-    commit(tmp_path, "the lock")
     damaged.write_text(text)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*")
               if p.is_file() and ".git" not in p.parts}
@@ -854,14 +860,7 @@ def test_variants_params_that_are_no_file_are_named_so(tmp_path, monkeypatch):
     import check_code
     from cifar10_tutorial.errors import PipelineError
 
-    init_repo(tmp_path)
-    for folder in ("src", "stages", "reports"):
-        (tmp_path / folder).mkdir()
-        (tmp_path / folder / "README.md").write_text("a file git keeps\n")
-    (tmp_path / "reports/params.yaml").write_text("ablations:\n  baseline: {}\n")
-    (tmp_path / "reports/dvc.yaml").write_text("stages: {}\n")
-    (tmp_path / "reports/dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
-    commit(tmp_path, "the lock")
+    _a_committed_lock(tmp_path)
     monkeypatch.chdir(tmp_path)
     params = tmp_path / "reports/params.yaml"
     for make in (os.mkfifo, os.mkdir):
