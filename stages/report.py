@@ -3,6 +3,7 @@
 schedule's search notes) and reads --equivalence (which commits train alike) and
 --tf-reference (the tutorial's own code on the same data)."""
 import _tree  # noqa: F401  (first: this tree's src/ is the code that runs)
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -44,10 +45,20 @@ def main() -> None:
     base = to_dict(params.model)
     networks = {name: {**base, **((overrides or {}).get("model") or {})} for name, overrides
                 in {**params.ablations, **params.dataset_ablations}.items()}
+    # the baseline's values a variant's run reads (reports/dvc.yaml's ablation stage
+    # declares the same keys): an override that repeats one is said to, not listed as a
+    # change. Its budget (train.max_steps, max_epochs) is ablation.max_steps, said apart
+    baseline = {"model": to_dict(params.model), "input": to_dict(params.input),
+                "fast": to_dict(params.fast),
+                "train": {f.name: getattr(params.train, f.name)
+                          for f in dataclasses.fields(params.train)
+                          if f.name not in ("max_steps", "max_epochs")},
+                "eval": {key: getattr(params.eval, key)
+                         for key in ("batch_size", "every_steps", "targets", "flip_tta")}}
     path = make_report(args.ablations, args.out, dict(params.ablations),
                        dict(params.dataset_ablations), args.search, args.equivalence,
                        args.devices_timing, args.tf_reference, params.ablation.trial_steps,
-                       unchecked, networks)
+                       unchecked, networks, baseline)
     print(f"wrote {path}")
 
 

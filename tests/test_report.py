@@ -438,6 +438,19 @@ def test_a_variant_of_ones_own_gets_its_own_section_and_no_exercise_table(tmp_pa
     # +5 points against a 2-point seed spread
     assert "moves by +5.00 points against the baseline (beyond the 2.0-points spread" in mine
     assert "![dropout](plots/variant_dropout.png)" in mine
+    # an override that repeats the baseline's own value changes nothing, and is said so
+    overrides["dropout"] = {"model": {"dropout": 0.5, "lrn": True}, "input": {"flip": None},
+                            "train": {"max_steps": 10_000}}
+    baseline = {"model": {"dropout": 0.0, "lrn": True}, "input": {"flip": None},
+                "train": {"max_steps": 1_000_000, "seed": 0}}
+    mine = section(make_report(tmp_path / "a", tmp_path / "out", overrides,
+                               baseline=baseline).read_text(), "## Your variants")
+    assert ("It changes `model.dropout: 0.5`, `train.max_steps: 10000`; `model.lrn: true`, "
+            "`input.flip: null` are the baseline's own values, so they change nothing.") in mine
+    overrides["dropout"] = {"model": {"dropout": 0.0}}
+    mine = section(make_report(tmp_path / "a", tmp_path / "out", overrides,
+                               baseline=baseline).read_text(), "## Your variants")
+    assert "It changes nothing: `model.dropout: 0.0` is the baseline's own value." in mine
     assert (tmp_path / "out" / "plots" / "variant_dropout.png").is_file()
     assert "| dropout |" in section(text, "## All variants")
     # a project without variants of its own has no such section

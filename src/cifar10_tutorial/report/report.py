@@ -39,7 +39,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
                 search: Optional[Path] = None, equivalence: Optional[Path] = None,
                 devices_timing: Optional[Path] = None, tf_reference: Optional[Path] = None,
                 trial_steps: Optional[int] = None, unchecked: Optional[str] = None,
-                networks: Optional[dict] = None) -> Path:
+                networks: Optional[dict] = None, baseline: Optional[dict] = None) -> Path:
     """Write ``out/report.md``, ``out/tables/*.csv`` and ``out/plots/*.png`` from the
     results under ``ablations_root`` (data-set variants' results are there too);
     ``variants``: reports/params.yaml's ``ablations`` (name -> overrides), which sorts them into
@@ -50,7 +50,9 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
     ``trial_steps``: reports/params.yaml ``ablation.trial_steps``, named in the banner when set;
     ``unchecked``: why the results could not be checked against their stages (a copy of
     them), said at the top; ``networks``: each variant's ``model`` section (name -> the
-    section with its overrides), whose parameters and multiply-adds its results state."""
+    section with its overrides), whose parameters and multiply-adds its results state;
+    ``baseline``: the baseline's sections (``{"train": {...}, ...}``), against which "Your
+    variants" tells an override that changes a value from one that repeats it."""
     every = df = load_variants(ablations_root)  # the data-set variants' results too
     if networks is not None:
         refuse_other_network(ablations_root, every, networks)
@@ -121,6 +123,7 @@ def make_report(ablations_root: Path, out: Path, variants: Optional[dict] = None
             r = make_results(df, variants or {}, ablations_root, out, not_run, trial_steps,
                              unchecked)
             r.tables, r.plots = staged["tables"], staged["plots"]
+            r.baseline_values = baseline
             md = (_intro(r) + provenance_section(r, equivalence) + reproduction(r) + _summary(r)
                   + _exercise1_softmax(r) + _exercise2_local_head(r) + _exercise3_queue_fill(r)
                   + _exercise4_averaging(r) + exercise5_devices(r, devices_timing)

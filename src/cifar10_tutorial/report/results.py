@@ -1022,6 +1022,7 @@ class Results:
     not_run: tuple = ()  # variants of reports/params.yaml `ablations:` without results
     trial_steps: Optional[int] = None  # reports/params.yaml ablation.trial_steps: a trial's cap
     unchecked: Optional[str] = None  # why the results could not be checked against DVC
+    baseline_values: Optional[dict] = None  # the baseline's sections (reports/params.yaml)
 
     @property
     def base(self):

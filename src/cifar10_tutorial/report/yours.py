@@ -5,6 +5,8 @@ baseline), its result beside the baseline's weighed against the seed spread, and
 curves beside the baseline's."""
 from __future__ import annotations
 
+from typing import Optional
+
 import pandas as pd
 
 from ..files import write_text_atomic
@@ -52,6 +54,21 @@ def your_variants(r: Results, every: pd.DataFrame, dataset_variants) -> list[str
     return md
 
 
+# a variant's budget: said beside its results (the baseline's is ablation.max_steps)
+BUDGET = ("train.max_steps", "train.max_epochs")
+
+
+def _repeats(changes: dict, baseline: Optional[dict]) -> set[str]:
+    """The keys of ``changes`` whose value is the baseline's own (``baseline``: its
+    sections): an override that changes nothing. A boolean never equals a number."""
+    def plain(v):
+        return list(v) if isinstance(v, tuple) else v
+
+    base = flat(baseline or {})
+    return {k for k, v in changes.items() if k in base and k not in BUDGET
+            and isinstance(v, bool) == isinstance(base[k], bool) and plain(v) == plain(base[k])}
+
+
 def _same_data_as_the_baseline(r: Results, name: str) -> str:
     """The data hash both runs recorded where a data-set variant trained on the baseline's
     own data (its data section names the same images another way); else ''."""
@@ -64,7 +81,8 @@ def _same_data_as_the_baseline(r: Results, name: str) -> str:
 def _section(r: Results, name: str, v: pd.Series, changes: dict,
              dataset: bool = False) -> list[str]:
     base = r.base
-    listed = {k: f"`{k}: {_as_written(val)}`" for k, val in changes.items()}
+    repeated = _repeats(changes, r.baseline_values)
+    listed = {k: f"`{k}: {_as_written(val)}`" for k, val in changes.items() if k not in repeated}
     same = _same_data_as_the_baseline(r, name) if dataset and base is not None else ""
     if same:  # what differs is the rest: the data are the baseline's own
         data = ", ".join(t for k, t in listed.items() if k.split(".")[0] == "data")
@@ -82,7 +100,15 @@ def _section(r: Results, name: str, v: pd.Series, changes: dict,
                       "final loss (avg)": [f"{x['final_loss_avg']:.3f}" for _, x in rows],
                       "train examples/sec": [f"{x['examples_per_sec']:,.0f}" for _, x in rows]})
     write_text_atomic(r.tables / f"variant_{name}.csv", t.to_csv(index=False))
-    md = [f"### `{name}`", "", f"It changes {what}.", "", markdown_table(t), ""]
+    sentence = f"It changes {what}."
+    if repeated:
+        said = ", ".join(f"`{k}: {_as_written(changes[k])}`" for k in changes if k in repeated)
+        one = len(repeated) == 1
+        tail = f"{said} {'is' if one else 'are'} the baseline's own value{'' if one else 's'}"
+        sentence = (f"It changes nothing: {tail}." if not listed else
+                    f"It changes {what}; {tail}, so {'it changes' if one else 'they change'} "
+                    f"nothing.")
+    md = [f"### `{name}`", "", sentence, "", markdown_table(t), ""]
     if base is not None:
         d = 100 * (v["precision_at_1"] - base.precision_at_1)
         budget = ("" if int(v["steps"]) == int(base.steps) else
