@@ -47,13 +47,50 @@ def _refuse_evaluation_on_other_data(out, data_hash: str) -> None:
                             f"that folder if you mean to replace it). Nothing was changed.")
 
 
+def _args_from_the_checkout(ap, script: str):
+    """The arguments as the stage takes them where DVC runs it, the checkout's folder: run
+    by hand from a folder inside the checkout (its data/, its reports/), the paths given
+    are taken from there, then the command works from the checkout's folder, so that the
+    model path it records is the one the stage's own record gives (a path from that
+    folder), and the paths left out come from dvc.yaml as there."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from cifar10_tutorial.ownership import repository_at
+
+    here = Path.cwd().resolve()
+    root = repository_at(here)
+    if root is None or root.resolve() == here:
+        return parse_stage_args(ap, script)
+    root = root.resolve()
+    default_params = ap.get_default("params")
+    ap.set_defaults(params=None)  # None: not given (taken as from the checkout's folder)
+    given = ap.parse_args(sys.argv[1:])
+    ap.set_defaults(params=default_params)
+    rebased = []
+    for name in ("params", *getattr(given, "_path_options", [])):
+        value = getattr(given, name, None)
+        if value is None:
+            continue
+        where = os.path.abspath(value)  # from here; links left as they are
+        inside = where == str(root) or where.startswith(str(root) + os.sep)
+        rebased.append((name, type(value)(os.path.relpath(where, root) if inside else where)))
+    os.chdir(root)
+    # the same command from there: the paths given (rebased), the rest as given
+    argv = [f"--{name.replace('_', '-')}={value}" for name, value in rebased]
+    argv += ["--watch"] if given.watch else []
+    argv += [f"--max-evals={given.max_evals}"] if given.max_evals is not None else []
+    return parse_stage_args(ap, script, argv=argv)
+
+
 def main() -> None:
     ap = stage_parser(__doc__)
     add_paths(ap, data="the prepared data", model="the train stage's model.pt",
               out="the folder of the results")
     ap.add_argument("--watch", action="store_true", help="keep evaluating new checkpoints")
     ap.add_argument("--max-evals", type=int, default=None, help="with --watch: stop after N")
-    args = parse_stage_args(ap, __file__)
+    args = _args_from_the_checkout(ap, __file__)
     if args.max_evals is not None and args.max_evals < 1:  # fewer would evaluate nothing and exit 0
         ap.error(f"--max-evals: expected a whole number >= 1, found {args.max_evals}")
     if args.max_evals is not None and not args.watch:  # one evaluation: it would bound nothing

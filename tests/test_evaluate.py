@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 import subprocess
 import sys
 
@@ -717,33 +716,42 @@ def test_the_eval_stage_by_hand_names_a_fifo_record_without_waiting(synth_data, 
         f"error: {out / 'provenance.json'}: not a regular file"), proc.stderr
 
 
-def test_a_rerun_from_a_folder_inside_the_checkout_knows_its_stages_evaluation(synth_data,
-                                                                               trained,
-                                                                               tmp_path):
-    """The eval stage records its model as a path from the checkout's folder (where DVC
-    runs it): run by hand from a folder inside the checkout (its data/), that path still
-    names the same model, and the evaluation is replaced; another model is not. Without a
-    dvc.yaml above, nothing says where the path was from: refused."""
+def test_the_eval_stage_by_hand_from_a_folder_inside_the_checkout_works_as_from_its_root(
+        synth_data, trained, tmp_path):
+    """Run by hand from the checkout's data/ or reports/ (which holds a dvc.yaml of its
+    own), the stage takes the paths given from there and works from the checkout's
+    folder: its record names the model as the stage's own does (data/train/model.pt), so
+    the stage's evaluation is replaced, and the stage run after it replaces it in turn."""
     import os
     import shutil
 
-    from cifar10_tutorial.evaluation.evaluate import refuse_another_models_evaluation
+    from conftest import ROOT
 
     co = tmp_path / "co"
-    (co / "data" / "train").mkdir(parents=True)
+    (co / ".dvc").mkdir(parents=True)
+    (co / "reports").mkdir()
+    shutil.copy(ROOT / "dvc.yaml", co / "dvc.yaml")
+    shutil.copy(ROOT / "params.yaml", co / "params.yaml")
+    (co / "reports" / "dvc.yaml").write_text("stages: {}\n")
+    write_prepared(synth_data, co / "data" / "prepared")
+    (co / "data" / "train").mkdir()
     shutil.copy(trained.model, co / "data" / "train" / "model.pt")
-    shutil.copy(trained.model, co / "data" / "train" / "other.pt")
-    here = os.getcwd()
-    try:
-        os.chdir(co)
-        evaluate(synth_data, "data/train/model.pt", co / "reports" / "eval", 64, "cpu")
-        os.chdir(co / "data")
-        with pytest.raises(PipelineError, match=r"holds the evaluation of data/train/model.pt"):
-            refuse_another_models_evaluation(Path("../reports/eval"), Path("train/model.pt"))
-        (co / "dvc.yaml").write_text("stages: {}\n")
-        assert refuse_another_models_evaluation(Path("../reports/eval"),
-                                                Path("train/model.pt")) is False
-        with pytest.raises(PipelineError, match=r"not known to be of train/other.pt"):
-            refuse_another_models_evaluation(Path("../reports/eval"), Path("train/other.pt"))
-    finally:
-        os.chdir(here)
+
+    def run(cwd, *args):
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env.pop("DVC_STAGE", None)
+        proc = subprocess.run([sys.executable, str(ROOT / "stages/eval.py"), *args], cwd=cwd,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        record = json.loads((co / "reports" / "eval" / "provenance.json").read_text())
+        assert record["model"] == "data/train/model.pt", record
+        return proc
+
+    run(co)  # as DVC runs it: every path from dvc.yaml
+    run(co / "reports", "--params", "../params.yaml", "--data", "../data/prepared", "--model",
+        "../data/train/model.pt", "--out", "eval")
+    run(co / "data", "--params", "../params.yaml", "--data", "prepared", "--model",
+        "train/model.pt", "--out", "../reports/eval")
+    run(co / "data")  # from data/, nothing given: the stage's own paths
+    run(co)
+    assert not (co / "reports" / "reports").exists() and not (co / "data" / "reports").exists()

@@ -150,12 +150,6 @@ def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> bool:
     inside = os.path.realpath(out_dir).startswith(here.rstrip(os.sep) + os.sep)
     if same_file and (os.path.isabs(theirs) or inside):
         return False
-    root = _checkout_holding(here, os.path.realpath(out_dir))
-    if root is not None and not os.path.isabs(theirs) and \
-            os.path.realpath(os.path.join(root, theirs)) == os.path.realpath(model_path):
-        # run from a folder inside the checkout that holds --out (say its data/): the path
-        # recorded from the checkout's own folder, as its stages run, names this model
-        return False
     if same_file:
         # of the same step and params, a model of another checkout (other weights) still
         # looks alike: only its figures tell, once this evaluation has made its own
@@ -170,16 +164,6 @@ def refuse_another_models_evaluation(out_dir: Path, model_path: Path) -> bool:
                         f"be of {model_path}, and this one would replace it; give --out a "
                         f"folder of its own (or delete that folder if you mean to replace "
                         f"it). Nothing was changed.")
-
-
-def _checkout_holding(here: str, out_dir: str) -> Optional[str]:
-    """The nearest folder above ``here`` holding a dvc.yaml (a checkout, whose stages run
-    from it) that ``out_dir`` also lies inside; None where there is none."""
-    for folder in [here, *map(str, Path(here).parents)]:
-        if os.path.isfile(os.path.join(folder, "dvc.yaml")):
-            inside = out_dir.startswith(folder.rstrip(os.sep) + os.sep)
-            return folder if inside else None
-    return None
 
 
 def evaluate(data: Prepared, model_path: Path, out_dir: Path, batch_size: int = 250,
