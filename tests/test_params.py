@@ -841,3 +841,24 @@ def test_twins_are_named_for_a_tool_that_cuts_every_budget_to_one():
     assert twins(raw) == {}
     assert twins(raw, 3200, True) == {"epochs": "baseline", "flips": "baseline"}
     assert twins(raw, 3300, False) == {}
+
+
+def test_the_variants_a_file_defines_are_named_as_dvc_reads_them(tmp_path):
+    """reports/params.yaml's variant names by group, read as DVC and the stages read the
+    file (YAML 1.2): `on:` and `no:` are the names "on" and "no" (PyYAML's YAML 1.1 would
+    read True and False); a file that is none, or no file, is None and never read."""
+    import os
+
+    from cifar10_tutorial.params import defined_variants
+
+    path = tmp_path / "params.yaml"
+    path.write_text("ablations:\n  on: {model: {dropout: 0.3}}\n  baseline: {}\n"
+                    "dataset_ablations:\n  no: {data: {dataset: svhn}}\n")
+    assert defined_variants(path) == {"ablations": {"on", "baseline"},
+                                      "dataset_ablations": {"no"}}
+    path.write_text("ablations: [\n")
+    assert defined_variants(path) is None
+    path.unlink()
+    assert defined_variants(path) is None
+    os.mkfifo(path)
+    assert defined_variants(path) is None

@@ -326,12 +326,17 @@ def check_variant_name(name: Any, group: str = "ablations") -> str:
 
 def defined_variants(params_yaml: Path) -> Optional[dict[str, set[str]]]:
     """The variant names ``params_yaml`` (reports/params.yaml) defines, by group
-    (``ablations``, ``dataset_ablations``); None where it cannot be read (the stages say
-    why where it matters)."""
+    (``ablations``, ``dataset_ablations``), read as DVC and the stages read it (YAML 1.2:
+    a variant ``on:`` is named "on"); None where it cannot be read (the stages say why
+    where it matters; a FIFO is never read)."""
     import yaml
 
+    from .param_types import load_yaml12
+
+    if not Path(params_yaml).is_file():
+        return None
     try:
-        p = yaml.safe_load(Path(params_yaml).read_text()) or {}
+        p = load_yaml12(Path(params_yaml).read_text(encoding="utf-8")) or {}
         return {group: ({str(n) for n in p[group]} if isinstance(p.get(group), dict) else set())
                 for group in ("ablations", "dataset_ablations")}
     except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
