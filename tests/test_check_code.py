@@ -132,6 +132,12 @@ def test_a_variant_set_apart_by_its_budget_alone_is_checked_as_its_twin(project)
     # the evaluation past its first batch (the check evaluates in several)
     ("src/cifar10_tutorial/scoring.py", "out.append(model.logits(x).float())",
      "out.append(model.logits(x if i == 0 else x.flip(-1)).float())", "metrics.json"),
+    # the speed curve logged a step late: its speeds differ run to run, its steps do not
+    # (the report times the targets reached by them)
+    ("src/cifar10_tutorial/training/monitoring.py",
+     '"train/cross_entropy": ce, "train/examples_per_sec": eps})',
+     '"train/cross_entropy": ce})\n            self.log(step + 1, {"train/examples_per_sec": eps})',
+     "examples_per_sec.tsv (the steps it logs)"),
 ])
 def test_a_change_of_what_a_variant_writes_is_refused(project, path, old, new, named):
     edit(project, path, old, new)
@@ -829,6 +835,10 @@ def test_a_missing_lock_or_a_data_set_variant_is_named_for_what_it_is(project):
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == (
         "error: --against deadbeef: names no commit of this repository; give a commit or a "
         "branch (by default the commit that last recorded reports/dvc.lock)"), proc.stderr
+    for empty in ("--against=", "--against= "):  # no commit named: not taken as the default
+        proc = check(project, "--no-record", empty)
+        assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1].startswith(
+            "error: --against '': names no commit; give a commit or a branch"), proc.stderr
     exercises = project / "reports/params.yaml"
     raw = yaml.safe_load(exercises.read_text())
     raw["dataset_ablations"] = {"svhn": {"data": {"dataset": "svhn"}}}

@@ -616,10 +616,13 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
     for rel in sorted(written(theirs) | written(ours),
                       key=lambda r: ("checkpoints" in r.parts, r.suffix == ".pt", str(r))):
         a, b = theirs / rel, ours / rel
-        if TIMING.search(rel.stem):
-            continue  # a curve of the speed (examples_per_sec.tsv): how fast, not what
         if not a.is_file() or not b.is_file():
             found.append(f"{rel} (written by one tree only)")
+        elif TIMING.search(rel.stem):
+            # a curve of the speed (examples_per_sec.tsv): how fast differs run to run, not
+            # the steps it is logged at, by which the report times the targets reached
+            if rel.suffix == ".tsv" and _steps(a.read_text()) != _steps(b.read_text()):
+                found.append(f"{rel} (the steps it logs)")
         elif rel.suffix == ".pt":
             ta, tb = ({k: v for k, v in tensors(f).items()
                        if same or k.rsplit(".", 1)[-1] != PARAMS_HASH} for f in (a, b))
@@ -640,6 +643,11 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
         elif a.read_bytes() != b.read_bytes():
             found.append(str(rel))
     return found, compared
+
+
+def _steps(text: str) -> list[str]:
+    """A curve's first column (its header, then the step of each line)."""
+    return [line.split("\t", 1)[0] for line in text.splitlines()]
 
 
 def _param_key(path: str) -> Optional[str]:
@@ -970,6 +978,9 @@ def main(argv=None) -> None:
     if not args.no_record and not (root / LOCK).is_file() and not (root / LOCK).is_symlink():
         raise PipelineError(f"{LOCK}: missing, so there is nothing to record in; restore it "
                             f"(`git checkout -- {LOCK}`), or compare only (--no-record)")
+    if args.against is not None and not args.against.strip():  # `--against=`: no default
+        raise PipelineError("--against '': names no commit; give a commit or a branch, or "
+                            f"leave --against out (the commit that last recorded {LOCK})")
     against = args.against or lock_commit(root)
     try:
         short = _git("rev-parse", "--short", "--verify", "--end-of-options",
