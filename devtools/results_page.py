@@ -625,7 +625,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", type=given_path, default=PAGE)
     args = ap.parse_args(argv)
     out = args.out
-    from cifar10_tutorial.ownership import ensure_writable, refuse_foreign_file, repository_at
+    from cifar10_tutorial.ownership import (ensure_writable, refuse_foreign_file,
+                                            refuse_tool_file_name, repository_at)
 
     # the page is made from the reports of the checkout it runs in: another checkout's page
     # (its own figures, committed there) is not this one's to replace
@@ -642,6 +643,7 @@ def main(argv=None) -> None:
                             f"to make that checkout's page, or give a path outside it. "
                             f"Nothing was written.")
     # replaced only where it is a page this made (its generated-by line at the top) ...
+    refuse_tool_file_name(out, "--out", f"the default is {PAGE}")
     refuse_foreign_file(out, "--out", "a results page", lambda text: GENERATED in text[:1000])
     # ... and as this made it: notes added since would be lost
     if out.is_file() and edited_by_hand(out.read_text(errors="replace")):

@@ -805,6 +805,24 @@ def test_the_results_page_is_never_written_through_a_link(tmp_path, monkeypatch)
     assert link.is_symlink() and page.read_text() == before
 
 
+@pytest.mark.parametrize("name", ["dvc.lock", "notes/dvc.yaml", "data.dvc", ".gitignore"])
+def test_the_results_page_is_never_written_under_a_name_git_or_dvc_reads(tmp_path,
+                                                                         monkeypatch, name):
+    """--out dvc.lock (in a checkout without one), notes/dvc.yaml, NAME.dvc, .gitignore: a
+    page there would break every DVC (git) command of the repository: one line, nothing
+    written."""
+    from cifar10_tutorial.errors import PipelineError
+    from results_page import main
+
+    root = _committed_reports(tmp_path)
+    monkeypatch.chdir(root)
+    before = sorted(p for p in root.rglob("*") if ".git" not in p.parts)
+    with pytest.raises(PipelineError, match=rf"^--out {name}: named as .*, which git or DVC "
+                                            rf"reads wherever it lies"):
+        main(["--out", name])
+    assert sorted(p for p in root.rglob("*") if ".git" not in p.parts) == before
+
+
 def test_every_downloaded_folder_persists_across_reruns():
     """A stage's `raw` folder (what it downloaded) persists in both pipelines: DVC removes a
     non-persistent output before the stage runs, so a url naming the stage's own copy would

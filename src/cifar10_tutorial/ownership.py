@@ -681,6 +681,28 @@ NOT_OURS = {".git": "git's own folder", ".dvc": "DVC's own folder",
             "benchmarks": "the project's code", "tests": "the project's code"}
 
 
+# file names git and DVC read wherever they lie in a repository: a command's results
+# written under one would break every git or DVC command there (dvc.lock holding a page)
+TOOL_FILE_NAMES = {"dvc.yaml": "DVC's pipeline file", "dvc.lock": "DVC's lock file",
+                   ".dvcignore": "DVC's ignore file", ".gitignore": "git's ignore file",
+                   ".gitattributes": "git's attributes file", ".gitmodules": "git's submodules file"}
+
+
+def refuse_tool_file_name(path: Path, option: str, default: str = "") -> None:
+    """A path named as a file git or DVC reads (dvc.yaml, dvc.lock, NAME.dvc, .gitignore
+    ...) is never a command's result: one line naming it."""
+    from .errors import PipelineError
+
+    name = Path(path).name
+    what = TOOL_FILE_NAMES.get(name) or ("a DVC-tracked file's record" if name.endswith(".dvc")
+                                         and name != ".dvc" else None)
+    if what is not None:
+        instead = f" ({default})" if default else ""
+        raise PipelineError(f"{option} {path}: named as {what}, which git or DVC reads "
+                            f"wherever it lies in the repository; give {option} another "
+                            f"name{instead}. Nothing was changed.")
+
+
 def refuse_foreign_place(path: Path, option: str, default: str = "",
                          own_stages: tuple[str, ...] = (), publishing: bool = False,
                          feeds: tuple[tuple[str, Optional[str]], ...] = (),
@@ -712,6 +734,7 @@ def refuse_foreign_place(path: Path, option: str, default: str = "",
         raise PipelineError(f"{option} {str(path)!r}: holds a newline or another control "
                             f"character, which no line that names it can show; give another "
                             f"path{instead}. Nothing was changed.")
+    refuse_tool_file_name(path, option, default)
     where = Path(path).resolve()
     if where == Path(where.anchor) or where == Path.home().resolve():
         # its files and its lock (beside it, in the folder above) among the system's or
