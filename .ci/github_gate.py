@@ -408,16 +408,23 @@ def _write_comment(text: str) -> None:
 
 def _checkout_folders() -> list[Path]:
     """The checkout's work tree and its git folders (a worktree's, and the repository's
-    they share, may lie outside the work tree): what git needs is the checkout's too."""
+    they share, may lie outside the work tree), and the other work trees of that
+    repository (git worktree list): what git needs, and the same project's files, are
+    the checkout's too."""
     folders = [Path(os.path.realpath(ROOT))]
-    for flag in ("--absolute-git-dir", "--git-common-dir"):
+    for args in (["rev-parse", "--absolute-git-dir"], ["rev-parse", "--git-common-dir"],
+                 ["worktree", "list", "--porcelain"]):
         try:
-            out = subprocess.run(["git", "rev-parse", flag], cwd=ROOT, capture_output=True,
-                                 text=True, timeout=60)
+            out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                                 timeout=60)
         except (OSError, subprocess.TimeoutExpired):
             continue
-        if out.returncode == 0 and out.stdout.strip():
-            folders.append(Path(os.path.realpath(ROOT / out.stdout.strip())))
+        if out.returncode:
+            continue
+        lines = out.stdout.splitlines()
+        if args[0] == "worktree":
+            lines = [line[len("worktree "):] for line in lines if line.startswith("worktree ")]
+        folders += [Path(os.path.realpath(ROOT / line.strip())) for line in lines if line.strip()]
     return folders
 
 

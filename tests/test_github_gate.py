@@ -493,7 +493,8 @@ def test_the_comment_replaces_a_link_and_an_unwritable_summary_is_one_warning(
     sh(repo, "git", "worktree", "add", "-q", str(wt))
     gate.ROOT = wt
     head = repo / ".git" / "worktrees" / "wt" / "HEAD"
-    before = {p: p.read_bytes() for p in (head, repo / ".git" / "HEAD")}
+    (repo / "code.py").write_text("x = 1\n")  # the main work tree's file: the same project's
+    before = {p: p.read_bytes() for p in (head, repo / ".git" / "HEAD", repo / "code.py")}
     for given in before:
         monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(given))
         gate.report(pr, "**PASSED** here", "| table |")
