@@ -2397,3 +2397,52 @@ def test_a_held_out_epoch_its_step_does_not_give_is_refused(tmp_path):
                                             r".*variant.json's 40,000 training images at a "
                                             r"global batch of 128 give 5.0048: one run writes both"):
         make_report(root, tmp_path / "out2", overrides)
+
+
+def test_a_variants_values_are_shown_as_the_params_file_writes_them():
+    """"Your variants" shows each override as YAML (1.2, as DVC reads the file) writes it:
+    a string quoted where it would read as another value (an md5 of digits, 'null', ''),
+    infinity as .inf, a list in brackets; a plain string, a path, a number as they are."""
+    from cifar10_tutorial.report.yours import _as_written
+
+    shown = {"": '""', "null": '"null"', "1.5": '"1.5"', "0123": '"0123"', "a: b": '"a: b"',
+             "/x.tar.gz": "/x.tar.gz", "svhn": "svhn", None: "null", True: "true",
+             False: "false", 0.5: "0.5", 3: "3", float("inf"): ".inf", (0.8, 0.85): "[0.8, 0.85]"}
+    assert {v: _as_written(v) for v in shown} == shown
+
+
+@pytest.mark.parametrize("damage, said", [
+    ("unsorted", r"train/plots/metrics/train/examples_per_sec.tsv: step 7813 before a step "
+                 r"below it, where the run logs its examples/sec at rising whole steps"),
+    ("a-speed-of-0", r"examples_per_sec.tsv: speed 0.0, where the run logs its examples/sec"),
+    ("no-batch", r"schedule_fast/variant.json: global_batch_size is missing, where the run "
+                 r"writes its global batch"),
+])
+def test_a_speed_curve_that_cannot_time_the_targets_is_named(tmp_path, damage, said):
+    """The speed curve bounds each target's time from below (with variant.json's global
+    batch): a curve out of step order, a speed that is no positive number, or no batch is
+    one line naming the file, not a check silently skipped."""
+    from cifar10_tutorial.errors import PipelineError
+
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
+    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
+    folder = root / "schedule_fast"
+    m = json.loads((folder / "metrics.json").read_text())
+    m["train"]["time_to_target"] = {"0.7": {"step": 7038, "epoch": 7038 * 128 / 40000,
+                                            "train_seconds": 1800.0}}
+    (folder / "metrics.json").write_text(json.dumps(m))
+    (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
+    make_report(root, tmp_path / "out", overrides)  # as the run writes them
+    curve = folder / "train/plots/metrics/train/examples_per_sec.tsv"
+    if damage == "unsorted":
+        _tsv(curve, "examples_per_sec", [(7_813, 360.0), (3_906, 480.0)])
+    elif damage == "a-speed-of-0":
+        _tsv(curve, "examples_per_sec", [(3_906, 0.0), (7_813, 360.0)])
+    else:
+        variant = json.loads((folder / "variant.json").read_text())
+        del variant["global_batch_size"]
+        (folder / "variant.json").write_text(json.dumps(variant))
+    with pytest.raises(PipelineError, match=said):
+        make_report(root, tmp_path / "out2", overrides)

@@ -774,7 +774,7 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
     # evaluations inside them (training/monitoring.py), all within the training clock: a
     # target's time is at least the windows before its step less every evaluation's time
     # (a resume may count part of one window twice: room for that)
-    windows = _logged_windows(folder)
+    windows = _logged_windows(folder, rerun)
     evals = metrics["train"].get("held_out_eval_seconds", 0)
     if windows is None or not (_of_kind(evals, (int, float)) and math.isfinite(evals)):
         return
@@ -794,24 +794,47 @@ def _refuse_other_targets(folder: Path, metrics: dict, rerun: str) -> None:
 WINDOW_ROOM = 0.05
 
 
-def _logged_windows(folder: Path) -> Optional[list[tuple[int, float]]]:
+def _logged_windows(folder: Path, rerun: str) -> Optional[list[tuple[int, float]]]:
     """(step, seconds) of each window of steps the run's speed curve logs: the steps since
-    the line before, times the global batch over the examples/sec logged. None where the
-    curve or the batch cannot be read as the run writes them (other checks name those)."""
+    the line before, times the global batch (variant.json) over the examples/sec logged;
+    None where the run logged no speed curve. A curve or batch not as the run writes them
+    (steps out of order, a speed that is no positive number, no batch) is one line: the
+    times it bounds would go unchecked."""
+    path = folder / "train" / "plots" / "metrics" / "train" / "examples_per_sec.tsv"
     try:
-        batch = json.loads(read_small_file(folder / "variant.json", 1 << 20).decode("utf-8"))
-        batch = batch.get("global_batch_size") if isinstance(batch, dict) else None
         curve = read_curve(folder / "train", "examples_per_sec", "train")
+    except (OSError, ValueError) as exc:
+        raise PipelineError(f"{path}: cannot be read as the run's speed curve "
+                            f"({type(exc).__name__}: {str(exc)[:60]}); {rerun}.") from None
+    if curve is None:
+        return None
+    try:
+        variant = json.loads(read_small_file(folder / "variant.json", 1 << 20).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        variant = None  # damaged or missing: said where variant.json is read as a whole
+    batch = variant.get("global_batch_size") if isinstance(variant, dict) else None
+    if isinstance(variant, dict) and not (_of_kind(batch, (int,)) and batch > 0):
+        raise PipelineError(f"{folder / 'variant.json'}: global_batch_size is "
+                            f"{json.dumps(batch)[:40] if 'global_batch_size' in variant else 'missing'}"
+                            f", where the run writes its global batch (a whole number from 1), "
+                            f"by which its speed curve times its steps; {rerun}.")
+    if batch is None:
         return None
-    if not (_of_kind(batch, (int,)) and batch > 0) or curve is None \
-            or list(curve.columns) != ["step", "examples_per_sec"]:
-        return None
+    if list(curve.columns) != ["step", "examples_per_sec"]:
+        raise PipelineError(f"{path}: expected the header step<TAB>examples_per_sec (as the "
+                            f"run writes it), found {'<TAB>'.join(map(str, curve.columns))[:60]}; "
+                            f"{rerun}.")
     rows = curve.drop_duplicates("step", keep="last")  # a resume's steps logged again
     steps, speeds = rows["step"].tolist(), rows["examples_per_sec"].tolist()
-    if not all(_of_kind(s, (int,)) for s in steps) or steps != sorted(steps) or \
-            not all(_of_kind(v, (int, float)) and math.isfinite(v) and v > 0 for v in speeds):
-        return None
+    odd = next((f"step {str(s)[:20]}" for s in steps if not (_of_kind(s, (int,)) and s >= 1)),
+               None) or next((f"speed {str(v)[:20]}" for v in speeds if not (
+                   _of_kind(v, (int, float)) and math.isfinite(v) and v > 0)), None)
+    if odd is None and steps != sorted(steps):
+        later = next(a for a, b in zip(steps, steps[1:]) if b < a)
+        odd = f"step {later} before a step below it"
+    if odd is not None:
+        raise PipelineError(f"{path}: {odd}, where the run logs its examples/sec at rising "
+                            f"whole steps, each a positive number; {rerun}.")
     return [(s, (s - prev) * batch / v) for s, prev, v in zip(steps, [0, *steps], speeds)]
 
 

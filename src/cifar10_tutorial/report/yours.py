@@ -26,11 +26,28 @@ def flat(overrides: dict, prefix: str = "") -> dict:
 
 
 def _as_written(value) -> str:
-    """A param's value as the params file writes it (YAML: null, true, false)."""
+    """A param's value as the params file writes it: null, true, false, .inf; a string
+    quoted where YAML (1.2, as DVC reads the file) would read it as another value (an md5
+    of digits, 'null', '')."""
+    import json
+    import math
+
+    from ..param_types import load_yaml12
+
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else (".inf" if value > 0 else "-.inf")
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_as_written(v) for v in value) + "]"
+    if isinstance(value, str):
+        try:
+            plain = bool(value) and load_yaml12(value) == value and value == value.strip()
+        except Exception:  # noqa: BLE001 (YAML's own errors: text it cannot read plain)
+            plain = False
+        return value if plain else json.dumps(value)
     return str(value)
 
 
