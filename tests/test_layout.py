@@ -805,7 +805,8 @@ def test_the_results_page_is_never_written_through_a_link(tmp_path, monkeypatch)
     assert link.is_symlink() and page.read_text() == before
 
 
-@pytest.mark.parametrize("name", ["dvc.lock", "notes/dvc.yaml", "data.dvc", ".gitignore"])
+@pytest.mark.parametrize("name", ["dvc.lock", "notes/dvc.yaml", "data.dvc", ".gitignore",
+                                  ".gitmodules/results.md", "notes/dvc.yaml/results.md"])
 def test_the_results_page_is_never_written_under_a_name_git_or_dvc_reads(tmp_path,
                                                                          monkeypatch, name):
     """--out dvc.lock (in a checkout without one), notes/dvc.yaml, NAME.dvc, .gitignore: a
@@ -817,8 +818,8 @@ def test_the_results_page_is_never_written_under_a_name_git_or_dvc_reads(tmp_pat
     root = _committed_reports(tmp_path)
     monkeypatch.chdir(root)
     before = sorted(p for p in root.rglob("*") if ".git" not in p.parts)
-    with pytest.raises(PipelineError, match=rf"^--out {name}: named as .*, which git or DVC "
-                                            rf"reads wherever it lies"):
+    with pytest.raises(PipelineError, match=rf"^--out {name}: (inside a folder \S+, )?named "
+                                            rf"as .*, which git or DVC reads wherever it lies"):
         main(["--out", name])
     assert sorted(p for p in root.rglob("*") if ".git" not in p.parts) == before
 

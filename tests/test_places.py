@@ -881,13 +881,17 @@ def test_a_repository_config_dvc_cannot_read_keeps_the_users_and_the_site_cache(
 @pytest.mark.parametrize("path, said", [
     ("runs/dvc.lock", "DVC's lock file"), ("runs/dvc.yaml", "DVC's pipeline file"),
     ("runs/model.pt.dvc", "a DVC-tracked file's record"), ("runs/.gitignore", "git's ignore file"),
+    # a folder so named, made on the way: it stands where git or DVC reads a file
+    (".gitattributes/x", "inside a folder .gitattributes, named as git's attributes file"),
+    ("runs/dvc.yaml/out", "inside a folder dvc.yaml, named as DVC's pipeline file"),
 ])
 def test_a_place_named_as_a_file_git_or_dvc_reads_is_refused(tmp_path, path, said):
     """Any command's results under a name git or DVC reads wherever it lies (dvc.yaml,
     dvc.lock, NAME.dvc, .gitignore ...) would break their commands: one line, even where
     no such file is there yet; other names pass."""
-    with pytest.raises(PipelineError, match=rf"--out .*{re.escape(path)}: named as {said}, "
+    said = said if said.startswith("inside") else f"named as {said}"
+    with pytest.raises(PipelineError, match=rf"--out .*{re.escape(path)}: {said}, "
                                             rf"which git or DVC reads.*Nothing was changed\.$"):
         refuse_foreign_place(tmp_path / path, "--out")
     refuse_foreign_place(tmp_path / "runs" / "dvc-notes.md", "--out")
-    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "runs").exists() and not (tmp_path / ".gitattributes").exists()

@@ -690,17 +690,25 @@ TOOL_FILE_NAMES = {"dvc.yaml": "DVC's pipeline file", "dvc.lock": "DVC's lock fi
 
 def refuse_tool_file_name(path: Path, option: str, default: str = "") -> None:
     """A path named as a file git or DVC reads (dvc.yaml, dvc.lock, NAME.dvc, .gitignore
-    ...) is never a command's result: one line naming it."""
+    ...), or inside a folder so named (made there, it would stand where git or DVC reads
+    a file), is never a command's result: one line naming it. Inside a repository, the
+    parts below its root count (DVC and git read nothing above it); outside one, every
+    part (a repository may be made there later)."""
     from .errors import PipelineError
 
-    name = Path(path).name
-    what = TOOL_FILE_NAMES.get(name) or ("a DVC-tracked file's record" if name.endswith(".dvc")
-                                         and name != ".dvc" else None)
-    if what is not None:
-        instead = f" ({default})" if default else ""
-        raise PipelineError(f"{option} {path}: named as {what}, which git or DVC reads "
-                            f"wherever it lies in the repository; give {option} another "
-                            f"name{instead}. Nothing was changed.")
+    where = Path(os.path.abspath(path))
+    root = repository_root(Path(path))
+    parts = where.relative_to(root).parts if where.is_relative_to(root) else where.parts
+    for name in parts:
+        what = TOOL_FILE_NAMES.get(name) or ("a DVC-tracked file's record"
+                                             if name.endswith(".dvc") and name != ".dvc"
+                                             else None)
+        if what is not None:
+            instead = f" ({default})" if default else ""
+            at = "named as" if name == where.name else f"inside a folder {name}, named as"
+            raise PipelineError(f"{option} {path}: {at} {what}, which git or DVC reads "
+                                f"wherever it lies in the repository; give {option} another "
+                                f"place{instead}. Nothing was changed.")
 
 
 def refuse_foreign_place(path: Path, option: str, default: str = "",
