@@ -2417,6 +2417,10 @@ def test_a_variants_values_are_shown_as_the_params_file_writes_them():
     ("a-speed-of-0", r"examples_per_sec.tsv: speed 0.0, where the run logs its examples/sec"),
     ("no-batch", r"schedule_fast/variant.json: global_batch_size is missing, where the run "
                  r"writes its global batch"),
+    # (the report's reading of every curve names these first; _logged_windows too)
+    ("a-folder", r"examples_per_sec.tsv: expected the training run's curve \(step, "
+                 r"examples_per_sec\), found a folder"),
+    ("header-only", r"examples_per_sec.tsv: holds no examples_per_sec \(only a header\)"),
 ])
 def test_a_speed_curve_that_cannot_time_the_targets_is_named(tmp_path, damage, said):
     """The speed curve bounds each target's time from below (with variant.json's global
@@ -2440,9 +2444,56 @@ def test_a_speed_curve_that_cannot_time_the_targets_is_named(tmp_path, damage, s
         _tsv(curve, "examples_per_sec", [(7_813, 360.0), (3_906, 480.0)])
     elif damage == "a-speed-of-0":
         _tsv(curve, "examples_per_sec", [(3_906, 0.0), (7_813, 360.0)])
+    elif damage == "a-folder":
+        curve.unlink()
+        curve.mkdir()
+    elif damage == "header-only":
+        curve.write_text("step\texamples_per_sec\n")
     else:
         variant = json.loads((folder / "variant.json").read_text())
         del variant["global_batch_size"]
         (folder / "variant.json").write_text(json.dumps(variant))
     with pytest.raises(PipelineError, match=said):
         make_report(root, tmp_path / "out2", overrides)
+
+
+@pytest.mark.parametrize("name", ["reports/params.yaml", "params.yaml", "reports/dvc.lock"])
+def test_dvcs_status_is_not_asked_where_a_file_it_reads_is_a_fifo(tmp_path, name):
+    """DVC reading a FIFO among the pipeline's files waits until the status timeout (ten
+    minutes): the report, publish and the results page name it at once, in one line."""
+    import os
+    import time
+
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report.results import dvc_status
+
+    (tmp_path / "reports").mkdir()
+    os.mkfifo(tmp_path / name)
+    start = time.monotonic()
+    with pytest.raises(PipelineError, match=rf"{name}: not a regular file \(a folder, FIFO, "
+                                            rf"device or broken link\), where DVC reads"):
+        dvc_status(tmp_path, ["reports/dvc.yaml"], "dvc status reports/dvc.yaml", "x")
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize("damage, said", [
+    ("a-folder", r"not a regular file \(a folder, FIFO, device or broken link\), where the "
+                 r"run logs its speed curve"),
+    ("header-only", r"a header and no speed"),
+])
+def test_the_targets_bound_names_a_curve_it_cannot_read(tmp_path, damage, said):
+    """_logged_windows itself (not only the report's reading of every curve before it)
+    names a speed curve that is no file, or holds no speed: never skipped as absent."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report.results import _logged_windows
+
+    write_variant(tmp_path, "v", 0.8, 1_000)
+    curve = tmp_path / "v/train/plots/metrics/train/examples_per_sec.tsv"
+    assert [s for s, _ in _logged_windows(tmp_path / "v", "rerun")] == [500, 1_000]
+    if damage == "a-folder":
+        curve.unlink()
+        curve.mkdir()
+    else:
+        curve.write_text("step\texamples_per_sec\n")
+    with pytest.raises(PipelineError, match=r"examples_per_sec.tsv: " + said):
+        _logged_windows(tmp_path / "v", "rerun")

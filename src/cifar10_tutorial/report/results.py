@@ -801,6 +801,9 @@ def _logged_windows(folder: Path, rerun: str) -> Optional[list[tuple[int, float]
     (steps out of order, a speed that is no positive number, no batch) is one line: the
     times it bounds would go unchecked."""
     path = folder / "train" / "plots" / "metrics" / "train" / "examples_per_sec.tsv"
+    if os.path.lexists(path) and not path.is_file():  # never read as absent (nor waited on)
+        raise PipelineError(f"{path}: not a regular file (a folder, FIFO, device or broken "
+                            f"link), where the run logs its speed curve; {rerun}.")
     try:
         curve = read_curve(folder / "train", "examples_per_sec", "train")
     except (OSError, ValueError) as exc:
@@ -824,6 +827,9 @@ def _logged_windows(folder: Path, rerun: str) -> Optional[list[tuple[int, float]
         raise PipelineError(f"{path}: expected the header step<TAB>examples_per_sec (as the "
                             f"run writes it), found {'<TAB>'.join(map(str, curve.columns))[:60]}; "
                             f"{rerun}.")
+    if curve.empty:  # the run writes the header with its first speed
+        raise PipelineError(f"{path}: a header and no speed, where the run logs one at each "
+                            f"log line; {rerun}.")
     rows = curve.drop_duplicates("step", keep="last")  # a resume's steps logged again
     steps, speeds = rows["step"].tolist(), rows["examples_per_sec"].tolist()
     odd = next((f"step {str(s)[:20]}" for s in steps if not (_of_kind(s, (int,)) and s >= 1)),
@@ -1268,6 +1274,15 @@ def dvc_status(root: Path, targets: list[str], shown: str, unknown: str):
 
     from ..cli import dvc_executable
 
+    # the files DVC reads first: one that is no file (a FIFO) would hold it to the timeout
+    for name in ("dvc.yaml", "dvc.lock", "params.yaml", "reports/dvc.yaml",
+                 "reports/dvc.lock", "reports/params.yaml"):
+        at = Path(root) / name
+        if os.path.lexists(at) and not at.is_file():
+            raise PipelineError(f"{at}: not a regular file (a folder, FIFO, device or broken "
+                                f"link), where DVC reads the pipeline's {name.rsplit('/', 1)[-1]}"
+                                f"; restore it (`git checkout -- {name}`): {unknown} cannot be "
+                                f"told. Nothing was written.")
     try:
         proc = subprocess.run([dvc_executable(), "status", *targets, "--json"],
                               capture_output=True, text=True, cwd=root, timeout=STATUS_TIMEOUT)
