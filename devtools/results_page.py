@@ -241,9 +241,9 @@ def _bf16(root: Path, rep: Path) -> list[str]:
 def _published(root: Path) -> list[str]:
     """The published weights (dvc.yaml's artifacts that are committed files), from the
     metrics and provenance beside each."""
-    import yaml
+    from cifar10_tutorial.param_types import load_yaml12
 
-    arts = (yaml.safe_load((root / "dvc.yaml").read_text()) or {}).get("artifacts") or {}
+    arts = (load_yaml12((root / "dvc.yaml").read_text()) or {}).get("artifacts") or {}
     rows = []
     for name, art in arts.items():
         folder = Path(art["path"]).parent

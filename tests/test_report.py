@@ -2497,3 +2497,20 @@ def test_the_targets_bound_names_a_curve_it_cannot_read(tmp_path, damage, said):
         curve.write_text("step\texamples_per_sec\n")
     with pytest.raises(PipelineError, match=r"examples_per_sec.tsv: " + said):
         _logged_windows(tmp_path / "v", "rerun")
+
+
+@pytest.mark.parametrize("name", ["on", "No", "yes"])
+def test_a_variant_named_as_yaml_1_1_reads_a_boolean_is_defined(tmp_path, name):
+    """DVC and the stages read reports/params.yaml as YAML 1.2: `on:`, `No:`, `yes:` are
+    variant names (YAML 1.1 would read true or false). Its results are of a variant the
+    file defines; taken out of the file, they are of none."""
+    from cifar10_tutorial.errors import PipelineError
+    from cifar10_tutorial.report.results import _refuse_undefined
+
+    params = tmp_path / "params.yaml"
+    params.write_text(f"ablations:\n  baseline: {{}}\n  {name}: {{train: {{seed: 3}}}}\n")
+    _refuse_undefined(params, name, tmp_path / "ablations")
+    params.write_text("ablations:\n  baseline: {}\n")
+    with pytest.raises(PipelineError, match=rf"{name} is no variant of .*params.yaml now"):
+        _refuse_undefined(params, name, tmp_path / "ablations")
+

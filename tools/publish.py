@@ -138,11 +138,11 @@ def _made(train: dict) -> str:
 
 def _artifact(out: Path, dvc_yaml: Path = Path("dvc.yaml")) -> str:
     """Where dvc.yaml declares ``out``'s model.pt as an artifact, the sentence that says so."""
-    import yaml
+    from cifar10_tutorial.param_types import load_yaml12
 
     if not dvc_yaml.is_file():
         return ""
-    arts = (yaml.safe_load(dvc_yaml.read_text()) or {}).get("artifacts") or {}
+    arts = (load_yaml12(dvc_yaml.read_text()) or {}).get("artifacts") or {}
     target = (out / "model.pt").resolve()
     names = [n for n, a in arts.items() if (dvc_yaml.parent / a.get("path", "")).resolve() == target]
     return f" Declared as the DVC artifact `{names[0]}` in `dvc.yaml`." if names else ""

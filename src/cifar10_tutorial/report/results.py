@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import PipelineError
 from ..files import read_small_file, restore_from_git, save_figure_atomic
 from ..curves import read_curve
+from ..param_types import load_yaml12
 from ..eval_files import (FLOAT32_MAX, loads_once, logged_curve, refuse_other_loss,
                           refuse_other_model, refuse_other_predictions)
 
@@ -1540,7 +1541,7 @@ def _refuse_misplaced_sections(root: Path, dvc_yaml: Path) -> None:
     for path, kind in ((root / "params.yaml", MAIN),
                        (root / dvc_yaml.parent / "params.yaml", EXERCISES)):
         try:
-            raw = yaml.safe_load(read_small_file(path, 1 << 20))
+            raw = load_yaml12(read_small_file(path, 1 << 20).decode("utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
         other = EXERCISES if kind is MAIN else MAIN
@@ -1569,7 +1570,8 @@ def _dataset_asked(root: Path) -> Optional[str]:
     from ..files import read_small_file
 
     try:
-        data = (yaml.safe_load(read_small_file(root / "params.yaml", 1 << 20)) or {})["data"]
+        data = (load_yaml12(read_small_file(root / "params.yaml", 1 << 20).decode("utf-8"))
+                or {})["data"]
         return data["dataset"] if isinstance(data["dataset"], str) else None
     except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
         return None
@@ -1666,7 +1668,7 @@ def _refuse_other_definitions(given: Path, checked: Path, results: Path) -> None
 
     def parsed(path: Path):
         try:  # a FIFO or /dev/zero given as --params: never a read without end
-            data = yaml.safe_load(read_small_file(path, 1 << 20)) or {}
+            data = load_yaml12(read_small_file(path, 1 << 20).decode("utf-8")) or {}
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             return None
         return data if isinstance(data, dict) else None
@@ -1699,7 +1701,7 @@ def _refuse_undefined(params: Path, name: str, results: Path) -> None:
     import yaml
 
     try:
-        defined = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
+        defined = load_yaml12(params.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return
     if not isinstance(defined, dict):
