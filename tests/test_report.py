@@ -2514,3 +2514,47 @@ def test_a_variant_named_as_yaml_1_1_reads_a_boolean_is_defined(tmp_path, name):
     with pytest.raises(PipelineError, match=rf"{name} is no variant of .*params.yaml now"):
         _refuse_undefined(params, name, tmp_path / "ablations")
 
+
+def test_dvc_status_ends_with_the_command_that_asked(tmp_path):
+    """The report's `dvc status` (which waits on a hung mount up to its timeout) ends with
+    the command that started it, even one killed with -9: no DVC left holding the
+    repository's lock after it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    fake = tmp_path / "dvc"
+    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'pid'}\nexec sleep 300\n")
+    fake.chmod(0o755)
+    script = ("import cifar10_tutorial.cli as cli\n"
+              f"cli.dvc_executable = lambda: {str(fake)!r}\n"
+              "from cifar10_tutorial.report.results import dvc_status\n"
+              f"dvc_status(__import__('pathlib').Path({str(tmp_path)!r}), [], 'dvc status', 'x')\n")
+    proc = subprocess.Popen([sys.executable, "-c", script],
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    try:
+        for _ in range(300):
+            if (tmp_path / "pid").is_file() and (tmp_path / "pid").read_text().strip():
+                break
+            time.sleep(0.1)
+        child = int((tmp_path / "pid").read_text())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        for _ in range(100):
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            if open(f"/proc/{child}/stat").read().split()[2] == "Z":
+                break  # ended, not yet reaped
+            time.sleep(0.1)
+        else:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("dvc status outlived the command that started it")
+    finally:
+        if proc.poll() is None:
+            proc.kill()

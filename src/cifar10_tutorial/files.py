@@ -601,3 +601,15 @@ def restore_from_git(path: Path) -> str:
     if any((folder / ".git").exists() for folder in real.parents):
         return f", or restore it (`git checkout -- {path}`)"
     return ""
+
+
+def die_with_parent(sig: int = 15) -> None:
+    """In a child process, before it runs (``preexec_fn``): ``sig`` (SIGTERM by default)
+    when the process that started it ends, however it ends, ``kill -9`` included; so no
+    child goes on writing, or holding a lock, after the command that owns it. Linux only
+    (prctl); elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, sig)

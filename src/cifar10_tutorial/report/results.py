@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from ..errors import PipelineError
-from ..files import read_small_file, restore_from_git, save_figure_atomic
+from ..files import die_with_parent, read_small_file, restore_from_git, save_figure_atomic
 from ..curves import read_curve
 from ..param_types import load_yaml12
 from ..eval_files import (FLOAT32_MAX, loads_once, logged_curve, refuse_other_loss,
@@ -1285,8 +1285,11 @@ def dvc_status(root: Path, targets: list[str], shown: str, unknown: str):
                                 f"; restore it (`git checkout -- {name}`): {unknown} cannot be "
                                 f"told. Nothing was written.")
     try:
+        # ended with this command, however it ends: DVC waiting on a hung mount would
+        # otherwise hold the repository's lock after it
         proc = subprocess.run([dvc_executable(), "status", *targets, "--json"],
-                              capture_output=True, text=True, cwd=root, timeout=STATUS_TIMEOUT)
+                              capture_output=True, text=True, cwd=root, timeout=STATUS_TIMEOUT,
+                              preexec_fn=die_with_parent)
     except subprocess.TimeoutExpired:
         raise PipelineError(f"`{shown}` gave no answer in {STATUS_TIMEOUT} s (a FIFO or a hung "
                             f"mount among its params, code or results?): {unknown} cannot be "

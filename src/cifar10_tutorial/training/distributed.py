@@ -19,6 +19,7 @@ import torch
 
 from ..devices import pick_device, set_cpu_threads
 from ..errors import PipelineError
+from ..files import die_with_parent
 
 PAUSED_EXIT = 75  # EX_TEMPFAIL: try again later; distinct from failures (1) and signals (128+N)
 PAUSE_MARK_ENV = "CIFAR10_PAUSE_MARK"
@@ -212,7 +213,7 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str], nodes: Nodes = No
         mark, joined, failed = Path(tmp) / "paused", Path(tmp) / "joined", Path(tmp) / "failed"
         job = subprocess.Popen(cmd, env={**os.environ, PAUSE_MARK_ENV: str(mark),
                                          JOIN_MARK_ENV: str(joined), FAIL_MARK_ENV: str(failed)},
-                               preexec_fn=_die_with_parent)
+                               preexec_fn=die_with_parent)
 
         def pass_on(signum, _frame):
             job.send_signal(signum)
@@ -235,19 +236,6 @@ def relaunch_on_devices(tr, run, script: str, argv: list[str], nodes: Nodes = No
                             f"{run.join_timeout_s:g} s (run.join_timeout_s); start the same "
                             f"command on every node, with the same endpoint and job id")
     raise SystemExit(PAUSED_EXIT if paused else (status if status >= 0 else 128 - status))
-
-
-def _die_with_parent() -> None:
-    """In torchrun's process, before it starts: SIGTERM when the stage that launched it dies
-    (``kill -9`` included), on which torchrun stops its workers. Otherwise they would go on
-    writing the run's folder after its lock went with the stage, beside the next run.
-    Linux only (prctl); elsewhere nothing."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def exit_paused(main: bool) -> None:
