@@ -138,6 +138,13 @@ def test_a_variant_set_apart_by_its_budget_alone_is_checked_as_its_twin(project)
      '"train/cross_entropy": ce, "train/examples_per_sec": eps})',
      '"train/cross_entropy": ce})\n            self.log(step + 1, {"train/examples_per_sec": eps})',
      "examples_per_sec.tsv (the steps it logs)"),
+    # a figure written as another type: 128 and 128.0 are other values to the report
+    ("src/cifar10_tutorial/exercises/ablation.py",
+     '"global_batch_size": run["global_batch_size"],',
+     '"global_batch_size": float(run["global_batch_size"]),', "variant.json"),
+    # a time written as text: its value differs run to run, not its kind
+    ("src/cifar10_tutorial/training/train.py", '"wall_time_s": total_time,',
+     '"wall_time_s": str(total_time),', "metrics.json"),
 ])
 def test_a_change_of_what_a_variant_writes_is_refused(project, path, old, new, named):
     edit(project, path, old, new)

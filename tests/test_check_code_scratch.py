@@ -207,3 +207,49 @@ def test_the_check_runs_the_variants_device_setting_where_it_picks_the_cpu(monke
            "ablations": {"baseline": {}}}
     assert check_code.short_budget(raw)["train"]["device"] == runs
     assert raw["train"]["device"] == device  # the parsed file itself is left as it is
+
+
+def _trees(tmp_path, ours: dict, theirs: dict):
+    """Two check trees that wrote the same variant's files but for ``ours``/``theirs``
+    (path -> text)."""
+    base = {"reports/params.yaml": "ablations: {b: {}}\n",
+            "reports/ablations/b/metrics.json": '{"train": {"step": 13, "wall_time_s": 2.5}}',
+            "reports/ablations/b/train/plots/metrics/train/loss.tsv": "step\tloss\n2\t2.5\n",
+            "reports/ablations/b/train/plots/metrics/train/examples_per_sec.tsv":
+                "step\texamples_per_sec\n2\t410.5\n"}
+    for name, changed in (("a", theirs), ("b", ours)):
+        for rel, text in {**base, **changed}.items():
+            (tmp_path / name / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name / rel).write_text(text)
+    return tmp_path / "a", tmp_path / "b"
+
+
+SPEED = "reports/ablations/b/train/plots/metrics/train/examples_per_sec.tsv"
+LOSS = "reports/ablations/b/train/plots/metrics/train/loss.tsv"
+METRICS = "reports/ablations/b/metrics.json"
+
+
+@pytest.mark.parametrize("rel, text, same", [
+    (SPEED, "step\texamples_per_sec\n2\t398.0\n", True),  # another speed: run to run
+    (SPEED, "step\tspeed\n2\t410.5\n", False),  # another header
+    (SPEED, "step\texamples_per_sec\n3\t410.5\n", False),  # another step
+    (SPEED, "step\texamples_per_sec\n2\t-1\n", False),  # no speed a run measures
+    (SPEED, "step\texamples_per_sec\n2\tnan\n", False),
+    (SPEED, "step\texamples_per_sec\n2\tfast\n", False),
+    (LOSS, "step\ttimestamp\tloss\n2\t1765000000\t2.5\n", False),  # a column one tree writes
+    (METRICS, '{"train": {"step": 13.0, "wall_time_s": 2.5}}', False),  # 13 and 13.0
+    (METRICS, '{"train": {"step": 13, "wall_time_s": 9.5}}', True),  # a time: run to run
+    (METRICS, '{"train": {"step": 13, "wall_time_s": "2.5"}}', False),  # a time as text
+    (METRICS, '{"train": {"step": 13}}', False),  # a time one tree writes
+    (METRICS, '{"train": {"step": 13, "wall_time_s": 2.5, "x": true}}', False),
+])
+def test_what_the_trees_wrote_is_compared_as_written(tmp_path, rel, text, same):
+    """check-code compares what the variants wrote as the report reads it: a time or a
+    speed by its kind (a number; its value differs run to run), everything else as
+    written (13 and 13.0, true and 1 are other values to the report), every curve's header
+    whole and the speed curve's steps."""
+    theirs, ours = _trees(tmp_path, {}, {rel: text})
+    found, _ = check_code.differences(theirs, ours)
+    assert (found == []) == same, found
+    if not same:
+        assert found[0].startswith(rel), found

@@ -49,6 +49,7 @@ import argparse
 import copy
 import errno
 import json
+import math
 import os
 import re
 import shutil
@@ -63,6 +64,7 @@ import yaml
 
 from cifar10_tutorial.cli import dvc_executable
 from cifar10_tutorial.errors import PipelineError
+from cifar10_tutorial.files import die_with_parent
 from cifar10_tutorial.param_types import key_twice, load_yaml12
 from cifar10_tutorial.params import twins
 
@@ -330,7 +332,7 @@ class Runs:
         """``command``'s outcome; with ``cpu``, the process may run on that CPU only (the
         CPUs a run is granted decide the threads it takes)."""
         def before():
-            _die_with_parent()
+            die_with_parent(signal.SIGKILL)
             if cpu is not None:
                 os.sched_setaffinity(0, {cpu})
 
@@ -356,16 +358,6 @@ class Runs:
                     os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-
-
-def _die_with_parent() -> None:
-    """In the child, before it runs: killed when the check's process ends, however it
-    ends (Linux; elsewhere the process group and the handlers stop it)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def run_variant(runs: Runs, tree: Path, data: Path, name: str, what: str,
@@ -516,19 +508,29 @@ def _recorded(key, same_params: bool) -> bool:
 
 
 def _computed(value, same_params: bool):
-    """``value`` (parsed JSON) without what it records of the run rather than computes."""
+    """``value`` (parsed JSON) without what it records of the run rather than computes
+    (when, where: the commit, the load); its times and speeds kept by their kind only: they
+    differ run to run, not whether the run writes them, nor as what (the report refuses
+    a time that is text)."""
+    def kind(v) -> str:
+        return ("a number" if isinstance(v, (int, float)) and not isinstance(v, bool)
+                else type(v).__name__)
+
     if isinstance(value, dict):
-        return {k: _computed(v, same_params) for k, v in value.items()
-                if not _recorded(k, same_params)}
+        return {k: (f"(a time or speed: {kind(v)})" if TIMING.search(str(k))
+                    else _computed(v, same_params)) for k, v in value.items()
+                if not (str(k) in RECORD_KEYS or (k == PARAMS_HASH and not same_params))}
     if isinstance(value, list):
         return [_computed(v, same_params) for v in value]
     return value
 
 
 def _tsv(text: str) -> list[list[str]]:
+    """A curve as compared: its header whole (a column one tree alone writes is a change of
+    form), each row without the values of record columns (a timestamp)."""
     rows = [line.split("\t") for line in text.splitlines()]
     keep = [i for i, h in enumerate(rows[0] if rows else []) if h not in RECORD_KEYS]
-    return [[row[i] for i in keep if i < len(row)] for row in rows]
+    return rows[:1] + [[row[i] for i in keep if i < len(row)] for row in rows[1:]]
 
 
 def _tensors(path: Path, same_params: bool = True) -> dict:
@@ -634,8 +636,9 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
                       and not (k not in ta and _param_key(k) in defaults
                                and defaults[_param_key(k)] == tb[k])]
         elif rel.suffix == ".json":
-            if _computed(json.loads(a.read_text()), same) != \
-                    _computed(json.loads(b.read_text()), same):
+            # as written: 128 and 128.0, true and 1 are other values to the report
+            if json.dumps(_computed(json.loads(a.read_text()), same), sort_keys=True) != \
+                    json.dumps(_computed(json.loads(b.read_text()), same), sort_keys=True):
                 found.append(str(rel))
         elif rel.suffix == ".tsv":
             if _tsv(a.read_text()) != _tsv(b.read_text()):
@@ -645,9 +648,18 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
     return found, compared
 
 
-def _steps(text: str) -> list[str]:
-    """A curve's first column (its header, then the step of each line)."""
-    return [line.split("\t", 1)[0] for line in text.splitlines()]
+def _steps(text: str) -> list[list[str]]:
+    """A speed curve as compared: its header whole, then each row's step and the kind of
+    each other value (a speed is a positive number; its value differs run to run)."""
+    def kind(value: str) -> str:
+        try:
+            number = float(value)
+        except ValueError:
+            return repr(value[:20])
+        return "a positive number" if math.isfinite(number) and number > 0 else value[:20]
+
+    rows = [line.split("\t") for line in text.splitlines()]
+    return rows[:1] + [row[:1] + [kind(v) for v in row[1:]] for row in rows[1:]]
 
 
 def _param_key(path: str) -> Optional[str]:
