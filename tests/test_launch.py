@@ -180,3 +180,30 @@ def test_a_margin_with_a_leading_zero_is_read_as_decimal(tmp_path):
                           timeout=60, env=env)
     assert "CIFAR10_MARGIN_S" not in proc.stderr and "value too great" not in proc.stderr, \
         proc.stderr
+
+
+@pytest.mark.parametrize("end", ["past", "within-the-margin", "unreadable"])
+def test_a_job_end_already_past_stops_the_job_and_an_unknown_one_does_not_pause(tmp_path,
+                                                                               end):
+    """A deadline already past (the job's end within the margin) would pause the run after
+    one step, and the job requeue itself for ever: one line, no requeue. An end squeue
+    cannot give (no time limit) sets no deadline: the job goes on to the stage."""
+    bin_dir = fake_scheduler(tmp_path)
+    when = {"past": datetime.now() - timedelta(minutes=10),
+            "within-the-margin": datetime.now() + timedelta(seconds=30),
+            "unreadable": datetime.now()}[end]
+    env = {**job_env(bin_dir, tmp_path, when, 0), "CIFAR10_MARGIN_S": "60"}
+    if end == "unreadable":
+        env["FAKE_END"] = "Unknown"
+    proc = subprocess.run(["bash", str(SBATCH)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=env)
+    requeued = (tmp_path / "scheduler.log").is_file() and \
+        "requeue" in (tmp_path / "scheduler.log").read_text()
+    assert not requeued, proc.stdout + proc.stderr
+    if end == "unreadable":  # on to the stage (no project here: its own error)
+        assert "note: squeue gives no end time date can read ('Unknown')" in proc.stderr
+        assert "CIFAR10_STOP_AT" not in proc.stderr
+        return
+    assert proc.returncode == 1 and proc.stderr.strip().startswith("error: the job ends at "), \
+        proc.stderr
+    assert "the run would pause at once and requeue" in proc.stderr
