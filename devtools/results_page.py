@@ -421,9 +421,10 @@ def _refuse_other_trial_times(t: dict, path: str, variants: Optional[dict] = Non
         if value is None and key == "provenance.code.commit":
             continue  # outside git
         if not (isinstance(value, str) and value.isprintable() and value.strip()
-                and not set(value) & set("`|<>")):
+                and not set(value) & set("`|<>") and len(value) <= 200):
             raise refuse(f"{key} is {json.dumps(value)[:40]}, where the trial records one "
-                         f"line of plain text")
+                         f"line of plain text (at most 200 characters: a CPU's name, a "
+                         f"date, a hash)")
     if not (isinstance(p["cpus"], int) and not isinstance(p["cpus"], bool)
             and 1 <= p["cpus"] <= 65536):
         raise refuse(f"provenance.cpus is {json.dumps(p['cpus'])[:40]}, where the trial "

@@ -379,6 +379,8 @@ def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, ke
     (lambda t: t["provenance"].update(date=(__import__("datetime").datetime.now(
         __import__("datetime").timezone.utc) + __import__("datetime").timedelta(hours=20))
         .strftime("%Y-%m-%dT%H:%M:%SZ")), r"provenance.date is \S+, a time still to come"),
+    (lambda t: t["provenance"].update(cpu="[" * 5000), r"provenance.cpu is \"\[+, where the "
+                                                       r"trial records one line of plain text"),
     (lambda t: t.update(stages={"reports/dvc.yaml:ablation@baseline": 0.0,
                                 "reports/dvc.yaml:report": 0.0}, wall_s=0, before_first_stage_s=0),
      r"stages.reports/dvc.yaml:ablation@baseline is 0.0, where a stage DVC ran takes time"),
@@ -389,7 +391,7 @@ def test_a_benchmark_figure_its_windows_contradict_is_refused(tmp_path, part, ke
         "stage-of-the-main-run", "report-not-last", "date-a-word", "data-a-word",
         "commit-a-word", "dirty-a-word", "cpus-a-billion", "extra-key", "times-huge",
         "date-no-time", "date-to-come", "stage-of-no-variant", "stage-of-the-other-group",
-        "date-hours-ahead", "times-zero", "record-a-fifo"])
+        "date-hours-ahead", "cpu-5000-characters", "times-zero", "record-a-fifo"])
 def test_a_trial_time_its_stages_contradict_is_refused(tmp_path, edit, said):
     """The trial's wall time is the time before the first stage plus each stage's (from
     its start to the next one's): one edited alone is one line naming it, never stated."""
