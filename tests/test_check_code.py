@@ -894,3 +894,16 @@ def test_variants_params_that_are_no_file_are_named_so(tmp_path, monkeypatch):
             signal.signal(signal.SIGALRM, old)
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
         "README.md", "dvc.lock", "dvc.yaml", "params.yaml"]
+
+
+def test_a_change_to_the_reports_code_alone_is_named_not_recorded(project):
+    """The report's own code changed, no variant's: nothing for the check to record, and
+    it says the report stage is stale and how to rerun it (seconds), not silence."""
+    lock = (project / "reports/dvc.lock").read_bytes()
+    edit(project, "src/cifar10_tutorial/report/yours.py", '"""The report\'s sections',
+         '# a comment\n"""The report\'s sections')
+    proc = check(project)
+    assert proc.returncode == 0, proc.stderr
+    assert "nothing to record" in proc.stdout and "the report stage is stale" in proc.stdout \
+        and "dvc repro -s reports/dvc.yaml:report" in proc.stdout, proc.stdout
+    assert (project / "reports/dvc.lock").read_bytes() == lock

@@ -764,6 +764,17 @@ def _params_change_computes_nothing(root: Path, stage: str, keys: dict) -> list[
     return changed or list(keys)
 
 
+def _report_stale(root: Path) -> bool:
+    """Whether `dvc status` finds the report stage changed (the check never records it:
+    rerunning it takes seconds)."""
+    proc = subprocess.run([dvc_executable(), "status", "--json", f"{PIPELINE}:report"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    try:
+        return proc.returncode == 0 and bool(json.loads(proc.stdout or "{}"))
+    except ValueError:
+        return False
+
+
 def stale_variants(root: Path, only: Optional[list[str]] = None) -> tuple[list[str], str]:
     """The variant stages ``dvc status reports/dvc.yaml`` finds changed in code (their
     code files, their command) or in params that leave each variant's own the same, and what
@@ -1016,8 +1027,12 @@ def main(argv=None) -> None:
             names = [n for n in names if n in args.variant]
             stages = [VARIANT + n for n in names]
         if not names:
+            report = ("; the report stage is stale (its own code or inputs changed): `dvc "
+                      "repro -s reports/dvc.yaml:report` reruns it" if _report_stale(root)
+                      else "")
             print(f"nothing to record: no variant stage of {LOCK} is stale for code alone "
-                  f"({'among ' + ', '.join(args.variant) if args.variant else 'dvc status'})")
+                  f"({'among ' + ', '.join(args.variant) if args.variant else 'dvc status'})"
+                  f"{report}")
             return
     bad = [n for n in names if not NAME.fullmatch(str(n))]
     if bad:
