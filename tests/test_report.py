@@ -1864,6 +1864,21 @@ def test_a_variant_folder_that_is_a_link_or_of_an_odd_name_is_one_line(tmp_path,
     assert "\n" not in str(err.value)
 
 
+def _schedule_fast_at_0_7(tmp_path):
+    """The exercises with a schedule_fast run whose held-out curve (0.86 x step / 7,813 at
+    every 782 steps) first reaches 0.7 at step 7,038 (0.775), and its metrics timing that
+    target there, after 1,800 s: (root, overrides, its folder, its metrics, unwritten)."""
+    root = tmp_path / "a"
+    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
+    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
+    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
+    folder = root / "schedule_fast"
+    m = json.loads((folder / "metrics.json").read_text())
+    m["train"]["time_to_target"] = {"0.7": {"step": 7038, "epoch": 7038 * 128 / 40000,
+                                            "train_seconds": 1800.0}}
+    return root, overrides, folder, m
+
+
 @pytest.mark.parametrize("target, at, said", [
     (None, None, None),  # as the run records it: the curve's first point at or above
     ("0.7", 782, r"train.time_to_target has 0.7 reached at step 782, where the run's "
@@ -1902,15 +1917,7 @@ def test_a_time_to_target_the_held_out_curve_contradicts_is_refused(tmp_path, ta
     reached a precision above its own final one), is one line naming both."""
     from cifar10_tutorial.errors import PipelineError
 
-    root = tmp_path / "a"
-    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
-    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
-    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
-    folder = root / "schedule_fast"
-    m = json.loads((folder / "metrics.json").read_text())
-    # the curve: 0.86 x step / 7,813 at every 782 steps; 0.7 first at step 7,038 (0.775)
-    m["train"]["time_to_target"] = {"0.7": {"step": 7038, "epoch": 7038 * 128 / 40000,
-                                            "train_seconds": 1800.0}}
+    root, overrides, folder, m = _schedule_fast_at_0_7(tmp_path)
     if target == "epoch":  # the step as the curve's, its epoch moved
         m["train"]["time_to_target"]["0.7"]["epoch"] = 10.0
     elif target == "seconds":  # longer than the run trained
@@ -2428,14 +2435,7 @@ def test_a_speed_curve_that_cannot_time_the_targets_is_named(tmp_path, damage, s
     one line naming the file, not a check silently skipped."""
     from cifar10_tutorial.errors import PipelineError
 
-    root = tmp_path / "a"
-    exercises(root, 10_000, {"local_head": 0.0, "no_lrn": 0.0})
-    write_variant(root, "schedule_fast", 0.86, 7_813, schedule="fast", curve_every=782)
-    overrides = {**OVERRIDES, "schedule_fast": {"train": {"schedule": "fast", "max_epochs": 25}}}
-    folder = root / "schedule_fast"
-    m = json.loads((folder / "metrics.json").read_text())
-    m["train"]["time_to_target"] = {"0.7": {"step": 7038, "epoch": 7038 * 128 / 40000,
-                                            "train_seconds": 1800.0}}
+    root, overrides, folder, m = _schedule_fast_at_0_7(tmp_path)
     (folder / "metrics.json").write_text(json.dumps(m))
     (folder / "train/metrics.json").write_text(json.dumps(m["train"]))
     make_report(root, tmp_path / "out", overrides)  # as the run writes them
