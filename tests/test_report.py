@@ -2516,7 +2516,8 @@ def test_a_variant_named_as_yaml_1_1_reads_a_boolean_is_defined(tmp_path, name):
 
 
 def test_dvc_status_ends_with_the_command_that_asked(tmp_path):
-    """The report's `dvc status` (which waits on a hung mount up to its timeout) ends with
+    """The report's `dvc status` (which waits up to its timeout on a mount that does not
+    answer) ends with
     the command that started it, even one killed with -9: no DVC left holding the
     repository's lock after it."""
     import os

@@ -351,15 +351,26 @@ def test_the_results_page_refuses_a_report_older_than_its_results(project):
         _refuse_stale_report()
 
 
-def test_a_dvc_status_that_never_answers_is_one_line(project, monkeypatch):
-    """DVC reading a FIFO among its inputs (a params file) waits for ever: bounded."""
+def test_a_dvc_status_that_never_answers_is_one_line(project, monkeypatch, tmp_path):
+    """DVC waiting on an input that never answers (a mount, a FIFO deep among the deps) is
+    bounded: one line after the timeout. A FIFO among the files DVC reads first (a params
+    file) is named at once, before DVC is asked."""
+    from cifar10_tutorial import cli
     from cifar10_tutorial.report import results
 
     monkeypatch.setattr(results, "STATUS_TIMEOUT", 5)
+    waits = tmp_path / "dvc"
+    waits.write_text("#!/bin/sh\nexec sleep 60\n")
+    waits.chmod(0o755)
+    monkeypatch.setattr(cli, "dvc_executable", lambda: str(waits))
+    with pytest.raises(PipelineError, match=r"`dvc status --with-deps reports/dvc.yaml` gave no answer in 5 s"):
+        refuse_stale_results(Path("reports/ablations"))
     params = project / "reports/params.yaml"
     params.unlink()
     os.mkfifo(params)
-    with pytest.raises(PipelineError, match=r"`dvc status --with-deps reports/dvc.yaml` gave no answer in 5 s"):
+    with pytest.raises(PipelineError, match=r"reports/params.yaml: not a regular file \(a "
+                                            r"folder, FIFO, device or broken link\), where DVC "
+                                            r"reads the pipeline's params.yaml"):
         refuse_stale_results(Path("reports/ablations"))
 
 

@@ -1285,8 +1285,8 @@ def dvc_status(root: Path, targets: list[str], shown: str, unknown: str):
                                 f"; restore it (`git checkout -- {name}`): {unknown} cannot be "
                                 f"told. Nothing was written.")
     try:
-        # ended with this command, however it ends: DVC waiting on a hung mount would
-        # otherwise hold the repository's lock after it
+        # ended with this command, however it ends: DVC waiting on a mount that does not
+        # answer would otherwise hold the repository's lock after it
         proc = subprocess.run([dvc_executable(), "status", *targets, "--json"],
                               capture_output=True, text=True, cwd=root, timeout=STATUS_TIMEOUT,
                               preexec_fn=die_with_parent)
