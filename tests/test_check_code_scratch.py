@@ -253,3 +253,21 @@ def test_what_the_trees_wrote_is_compared_as_written(tmp_path, rel, text, same):
     assert (found == []) == same, found
     if not same:
         assert found[0].startswith(rel), found
+
+
+@pytest.mark.parametrize("rel, text, named", [
+    (METRICS, '{"train": {"step": 13, "wall_time_s": 2.5}', "not JSON as one tree wrote it"),
+    ("reports/ablations/b/model.pt", "not a model", "not a model file as one tree wrote it"),
+])
+def test_a_result_one_tree_wrote_damaged_is_a_difference_not_a_traceback(tmp_path, rel, text,
+                                                                         named):
+    """A workspace change that breaks a result's format (metrics.json no longer JSON, a
+    model file torch cannot load) is what the check is for: a difference naming the file,
+    never a traceback."""
+    import torch
+
+    theirs, ours = _trees(tmp_path, {}, {rel: text})
+    if rel.endswith(".pt"):
+        torch.save({"w": torch.ones(2)}, ours / rel)
+    found, _ = check_code.differences(theirs, ours)
+    assert found == [f"{rel} ({named})"], found

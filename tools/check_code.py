@@ -597,21 +597,33 @@ def written(tree: Path) -> set[Path]:
     return found
 
 
+NOT_JSON = object()  # what differences() reads in a .json file that holds no JSON
+
+
 def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
     """What the variants wrote differently in the two trees (by path; in a file of
     tensors, which tensor), and how many tensors were compared."""
     found, compared, defaults, loaded = [], 0, _defaults(), {}
 
-    def tensors(path: Path) -> dict:  # each file read once (records but the params hash out)
-        if path not in loaded:
-            loaded[path] = _tensors(path)
+    def tensors(path: Path) -> Optional[dict]:  # each file read once (records but the
+        if path not in loaded:                  # params hash out); None: not a model file
+            try:
+                loaded[path] = _tensors(path)
+            except Exception:  # noqa: BLE001 (torch.load's many errors: the file is damaged)
+                loaded[path] = None
         return loaded[path]
+
+    def parsed(path: Path):  # JSON as written, or NOT_JSON where it is no JSON text
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError):
+            return NOT_JSON
 
     # the params hash of a run changes with its params: where both trees ran the same
     # reports/params.yaml and the workspace's code records no param the other's lacks (a
     # field added at its default), it must be the same
-    added = any({k for k in tensors(ours / rel) if _param_key(k)}
-                - {k for k in tensors(theirs / rel) if _param_key(k)}
+    added = any({k for k in tensors(ours / rel) or {} if _param_key(k)}
+                - {k for k in tensors(theirs / rel) or {} if _param_key(k)}
                 for rel in written(ours) if rel.name == "model.pt" and (theirs / rel).is_file())
     same = not added and (theirs / EXERCISES).read_bytes() == (ours / EXERCISES).read_bytes()
     # the results first, then the models, then the checkpoints they were resumed from
@@ -620,11 +632,16 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
         a, b = theirs / rel, ours / rel
         if not a.is_file() or not b.is_file():
             found.append(f"{rel} (written by one tree only)")
+        elif a.read_bytes() == b.read_bytes():
+            continue  # the same bytes: the same, whatever the file holds
         elif TIMING.search(rel.stem):
             # a curve of the speed (examples_per_sec.tsv): how fast differs run to run, not
             # the steps it is logged at, by which the report times the targets reached
-            if rel.suffix == ".tsv" and _steps(a.read_text()) != _steps(b.read_text()):
+            if rel.suffix == ".tsv" and _steps(a.read_text(errors="replace")) != \
+                    _steps(b.read_text(errors="replace")):
                 found.append(f"{rel} (the steps it logs)")
+        elif rel.suffix == ".pt" and (tensors(a) is None or tensors(b) is None):
+            found.append(f"{rel} (not a model file as one tree wrote it)")
         elif rel.suffix == ".pt":
             ta, tb = ({k: v for k, v in tensors(f).items()
                        if same or k.rsplit(".", 1)[-1] != PARAMS_HASH} for f in (a, b))
@@ -635,13 +652,15 @@ def differences(theirs: Path, ours: Path) -> tuple[list[str], int]:
                       # knows, at its default, computes nothing new (the lock's check)
                       and not (k not in ta and _param_key(k) in defaults
                                and defaults[_param_key(k)] == tb[k])]
+        elif rel.suffix == ".json" and NOT_JSON in (parsed(a), parsed(b)):
+            found.append(f"{rel} (not JSON as one tree wrote it)")
         elif rel.suffix == ".json":
             # as written: 128 and 128.0, true and 1 are other values to the report
-            if json.dumps(_computed(json.loads(a.read_text()), same), sort_keys=True) != \
-                    json.dumps(_computed(json.loads(b.read_text()), same), sort_keys=True):
+            if json.dumps(_computed(parsed(a), same), sort_keys=True) != \
+                    json.dumps(_computed(parsed(b), same), sort_keys=True):
                 found.append(str(rel))
         elif rel.suffix == ".tsv":
-            if _tsv(a.read_text()) != _tsv(b.read_text()):
+            if _tsv(a.read_text(errors="replace")) != _tsv(b.read_text(errors="replace")):
                 found.append(str(rel))
         elif a.read_bytes() != b.read_bytes():
             found.append(str(rel))
